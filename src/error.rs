@@ -1,0 +1,67 @@
+//! Errors as data: every fallible public function of tenjin returns
+//! [`Error`]. Variants name the operation, the shapes and the offending
+//! dimension or index, so a user can act on them without reading our code.
+
+use std::fmt;
+
+/// Everything that can go wrong in tenjin.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Error {
+    /// The text of an index function does not parse.
+    Syntax {
+        line: usize,
+        column: usize,
+        expected: String,
+        found: String,
+    },
+    /// The function is well-formed text but not a valid index function:
+    /// unknown argument, rank mismatch, non-affine index, unsizable index, ...
+    Invalid { function: String, message: String },
+    /// An argument access can leave its argument's shape for some point of
+    /// the domain.
+    OutOfBounds {
+        function: String,
+        access: String,
+        dimension: usize,
+        size: usize,
+        message: String,
+    },
+    /// A value supplied at evaluation time does not match the declaration.
+    Shape {
+        op: String,
+        message: String,
+    },
+    /// Exact integer arithmetic overflowed i64.
+    Overflow { op: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Syntax {
+                line,
+                column,
+                expected,
+                found,
+            } => write!(
+                f,
+                "syntax error at line {line}, column {column}: expected {expected}, found {found}"
+            ),
+            Error::Invalid { function, message } => write!(f, "{function}: {message}"),
+            Error::OutOfBounds {
+                function,
+                access,
+                dimension,
+                size,
+                message,
+            } => write!(
+                f,
+                "{function}: access {access} leaves dimension {dimension} (size {size}): {message}"
+            ),
+            Error::Shape { op, message } => write!(f, "{op}: {message}"),
+            Error::Overflow { op } => write!(f, "{op}: integer overflow in exact index arithmetic"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,22 @@
+//! tenjin: a JIT tensor runtime whose derivatives are symbolic index
+//! expressions (Urban & van der Smagt 2017).
+//!
+//! This crate currently provides [`symbolic`]: element-wise defined index
+//! functions ([`symbolic::IndexFn`]), their parser and printer, a reference
+//! interpreter, exact integer linear algebra (Smith normal form,
+//! Fourier–Motzkin elimination) and symbolic derivation that is closed under
+//! itself (derivatives of derivatives).
+//!
+//! ```
+//! use tenjin::symbolic::IndexFn;
+//! let f = IndexFn::parse("f[i] = x[2*i] ** 2", &[("x", &[6][..])])?;
+//! let dx = f.derive("x")?;
+//! let g = dx.eval_f64(&[("x", &[1., 2., 3., 4., 5., 6.][..]), ("df", &[1., 1., 1.][..])])?;
+//! assert_eq!(g, vec![2., 0., 6., 0., 10., 0.]); // odd elements are never read: exact zeros
+//! # Ok::<(), tenjin::Error>(())
+//! ```
+
+pub mod error;
+pub mod symbolic;
+
+pub use error::Error;

@@ -1,0 +1,353 @@
+//! Element-wise derivation (Urban & van der Smagt, Alg. 4 with §5.2).
+//!
+//! Owns `IndexFn::derive`. Reverse accumulation on the body DAG gives, for
+//! every access of the argument and every path context (reductions entered
+//! = liberated sums, guards taken), the adjoint `Δ = df[α]·∂f/∂x[Aα̂+b]`.
+//! Each such occurrence becomes one gather: the integer solutions of
+//! `A·α̂ = β − b` are parametrised exactly (`lattice`), the domain of α̂ is
+//! rewritten in the new parameters and solved with Fourier–Motzkin into
+//! nested sum ranges, and what is not a range becomes a guard (cokernel
+//! equalities, `is int` for non-unimodular maps, conditions on β alone).
+//! Occurrences are summed. The result is again an [`IndexFn`], so it can be
+//! derived again.
+
+use super::affine::{Affine, Overflow, RatAffine, VarId};
+use super::context::{domain_rows, edges, Contexts, CtxId, Fact};
+use super::expr::{CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp};
+use super::fourier_motzkin::eliminate;
+use super::index_fn::{ArgDecl, IndexFn};
+use super::intlinalg::IntMatrix;
+use super::lattice::solve_lattice;
+use super::rules::partials;
+use super::subst::substitute;
+use crate::Error;
+use std::collections::{BTreeMap, HashMap};
+
+impl IndexFn {
+    /// The derivative with respect to argument `arg`: a function named
+    /// `d<arg>` over `arg`'s shape, taking this function's arguments plus
+    /// `d<name>` (the incoming gradient, of this function's output shape):
+    /// `d<arg>[β] = Σ_α d<name>[α] · ∂<name>[α]/∂<arg>[β]`.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i; j] = x[i + j]", &[("x", &[4][..])]).unwrap_err(); // i, j unsizable
+    /// let f = IndexFn::parse_with_sizes("f[i; j] = x[i + j]", &[("x", &[4][..])], &[("i", 2), ("j", 3)])?;
+    /// let dx = f.derive("x")?;
+    /// assert_eq!(dx.to_string(), "dx[dx_0] = sum{dx_z0}_(max [0; -1 + dx_0])^(min [2; dx_0]) (df[dx_0 + -dx_z0; dx_z0])");
+    /// let g = dx.eval_f64(&[("x", &[0.; 4][..]), ("df", &[1.; 6][..])])?;
+    /// assert_eq!(g, vec![1., 2., 2., 1.]); // how often each x element is read
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn derive(&self, arg: &str) -> Result<IndexFn, Error> {
+        let p = self
+            .arg_index(arg)
+            .ok_or_else(|| self.invalid(format!("cannot derive with respect to `{arg}`: not an argument")))?;
+        let overflow = |_: Overflow| Error::Overflow {
+            op: format!("derive {} with respect to {arg}", self.name),
+        };
+        Derivation::new(self, p)?.run().map_err(|e| match e {
+            DeriveError::Overflow => overflow(Overflow),
+            DeriveError::Other(e) => e,
+        })
+    }
+}
+
+enum DeriveError {
+    Overflow,
+    Other(Error),
+}
+
+impl From<Overflow> for DeriveError {
+    fn from(_: Overflow) -> Self {
+        DeriveError::Overflow
+    }
+}
+
+struct Derivation<'a> {
+    f: &'a IndexFn,
+    target: usize,
+    g: Graph,
+    var_names: Vec<String>,
+    prefix: String,
+    beta: Vec<VarId>,
+    contexts: Contexts,
+    fresh: usize,
+}
+
+impl<'a> Derivation<'a> {
+    fn new(f: &'a IndexFn, target: usize) -> Result<Self, Error> {
+        let prefix = format!("d{}", f.args[target].name);
+        let grad_name = format!("d{}", f.name);
+        if f.arg_index(&grad_name).is_some() {
+            return Err(f.invalid(format!(
+                "cannot name the incoming gradient `{grad_name}`: an argument already has that name"
+            )));
+        }
+        let mut var_names = f.var_names.clone();
+        let beta = (0..f.args[target].shape.len())
+            .map(|d| {
+                var_names.push(format!("{prefix}_{d}"));
+                VarId(var_names.len() as u32 - 1)
+            })
+            .collect();
+        Ok(Derivation {
+            f,
+            target,
+            g: f.graph.clone(),
+            var_names,
+            prefix,
+            beta,
+            contexts: Contexts::new(),
+            fresh: 0,
+        })
+    }
+
+    fn fresh_var(&mut self, kind: char) -> VarId {
+        self.var_names.push(format!("{}_{kind}{}", self.prefix, self.fresh));
+        self.fresh += 1;
+        VarId(self.var_names.len() as u32 - 1)
+    }
+
+    fn run(mut self) -> Result<IndexFn, DeriveError> {
+        let f = self.f;
+        let df_arg = f.args.len();
+        let seed_index = f.out_vars.iter().map(|v| Affine::var(*v)).collect();
+        let seed = self.g.access(df_arg, seed_index);
+        let occurrences = self.accumulate(seed);
+        let mut total = self.g.constant(0.0);
+        for ((node, ctx), adjoint) in occurrences {
+            let gather = self.gather(node, ctx, adjoint)?;
+            total = self.g.add(total, gather);
+        }
+        let mut args = f.args.clone();
+        args.push(ArgDecl {
+            name: format!("d{}", f.name),
+            shape: f.out_shape.clone(),
+        });
+        let (graph, root) = self.g.extract(total);
+        Ok(IndexFn {
+            name: self.prefix.clone(),
+            out_vars: self.beta.clone(),
+            out_shape: f.args[self.target].shape.clone(),
+            args,
+            var_names: self.var_names,
+            graph,
+            root,
+        })
+    }
+
+    /// Reverse accumulation over (node, context) pairs, parents before
+    /// children; returns the adjoint of every access of the target argument
+    /// per context, in a deterministic order.
+    fn accumulate(&mut self, seed: NodeId) -> BTreeMap<(NodeId, CtxId), NodeId> {
+        let mut pending: BTreeMap<NodeId, BTreeMap<CtxId, NodeId>> = BTreeMap::new();
+        pending
+            .entry(self.f.root)
+            .or_default()
+            .insert(self.contexts.root(), seed);
+        let mut occurrences = BTreeMap::new();
+        while let Some((n, by_ctx)) = pending.pop_last() {
+            if let Node::Access { arg, .. } = self.g.node(n) {
+                if *arg == self.target {
+                    for (ctx, adj) in by_ctx {
+                        occurrences.insert((n, ctx), adj);
+                    }
+                }
+                continue;
+            }
+            let node_edges = edges(&mut self.g, n);
+            let local = partials(&mut self.g, n);
+            let mut local = local.into_iter();
+            for edge in node_edges.iter().filter(|e| e.carries_gradient) {
+                let partial = local.next().unwrap_or_else(|| self.g.constant(0.0));
+                if self.g.const_value(partial) == Some(0.0) {
+                    continue;
+                }
+                for (&ctx, &adj) in &by_ctx {
+                    let contribution = self.g.mul(adj, partial);
+                    for alt in &edge.alternatives {
+                        let child_ctx = self.contexts.extend(ctx, alt);
+                        let slot = pending.entry(edge.child).or_default();
+                        let sum = match slot.get(&child_ctx) {
+                            Some(&prev) => self.g.add(prev, contribution),
+                            None => contribution,
+                        };
+                        slot.insert(child_ctx, sum);
+                    }
+                }
+            }
+        }
+        occurrences
+    }
+
+    /// One gather `dx[β] = guards · Σ_{z ∈ Σ(β)} Δ|_{α̂ = P·w + K·z}`.
+    fn gather(&mut self, access: NodeId, ctx: CtxId, adjoint: NodeId) -> Result<NodeId, DeriveError> {
+        let f = self.f;
+        let Node::Access { index, .. } = self.g.node(access).clone() else {
+            unreachable!("occurrences are accesses")
+        };
+        let facts = self.contexts.facts(ctx).to_vec();
+        let (rows, bound) = domain_rows(&self.g, &f.out_vars, &f.out_shape, &facts)?;
+        let mut alpha: Vec<VarId> = f.out_vars.clone();
+        alpha.extend(bound);
+        // A·α̂ + b = β  ⇔  A·α̂ = β − b.
+        let mut a = IntMatrix::new(index.len(), alpha.len());
+        for (r, form) in index.iter().enumerate() {
+            for (c, v) in alpha.iter().enumerate() {
+                a.set(r, c, form.coeff(*v));
+            }
+        }
+        let rhs: Vec<Affine> = index
+            .iter()
+            .zip(&self.beta)
+            .map(|(form, b)| Affine::var(*b).add_const(-form.constant))
+            .collect::<Result<_, _>>()?;
+        let sol = solve_lattice(&a)?;
+        let combine = |row: &[i64]| -> Result<Affine, Overflow> {
+            let mut acc = Affine::constant(0);
+            for (c, r) in row.iter().zip(&rhs) {
+                acc = acc.add(&r.scale(*c)?)?;
+            }
+            Ok(acc)
+        };
+        let mut guards: Vec<Cond> = Vec::new();
+        for r in 0..sol.cokernel.rows() {
+            let row: Vec<i64> = (0..sol.cokernel.cols()).map(|c| sol.cokernel.get(r, c)).collect();
+            let form = combine(&row)?;
+            if form.is_constant() {
+                if form.constant != 0 {
+                    return Ok(self.g.constant(0.0)); // never solvable: never read
+                }
+                continue;
+            }
+            guards.push(Cond::Index(RatAffine::new(form, 1)?, CmpOp::Eq));
+        }
+        // w_i = (u_i·β')/s_i: substituted where s_i = 1, a one-point sum otherwise.
+        let mut w_forms = Vec::new();
+        let mut w_vars = Vec::new();
+        let mut lattice_rows = Vec::new();
+        for i in 0..sol.rank {
+            let row: Vec<i64> = (0..sol.u_rows.cols()).map(|c| sol.u_rows.get(i, c)).collect();
+            let t = combine(&row)?;
+            let s = sol.divisors[i];
+            if s == 1 {
+                w_forms.push(t);
+            } else {
+                let w = self.fresh_var('w');
+                let sw = Affine::var(w).scale(s)?;
+                lattice_rows.push(sw.sub(&t)?);
+                lattice_rows.push(t.sub(&sw)?);
+                guards.push(Cond::IsInt(RatAffine::new(t, s)?));
+                w_forms.push(Affine::var(w));
+                w_vars.push(w);
+            }
+        }
+        let z_vars: Vec<VarId> = (0..sol.kernel.cols()).map(|_| self.fresh_var('z')).collect();
+        let mut map: HashMap<VarId, Affine> = HashMap::new();
+        for (c, v) in alpha.iter().enumerate() {
+            let mut form = Affine::constant(0);
+            for (i, w) in w_forms.iter().enumerate() {
+                form = form.add(&w.scale(sol.particular.get(c, i))?)?;
+            }
+            for (j, z) in z_vars.iter().enumerate() {
+                form = form.add(&Affine::var(*z).scale(sol.kernel.get(c, j))?)?;
+            }
+            map.insert(*v, form);
+        }
+        let mut loop_rows = lattice_rows;
+        for row in &rows {
+            let row = row.substitute(&|v| map.get(&v).cloned())?;
+            let is_param_only = row.vars().all(|v| self.beta.contains(&v));
+            if is_param_only {
+                if !self.implied_by_box(&row) {
+                    guards.push(Cond::Index(RatAffine::new(row, 1)?, CmpOp::Ge));
+                }
+            } else {
+                loop_rows.push(row);
+            }
+        }
+        let mut order = z_vars;
+        order.extend(w_vars);
+        let elim = eliminate(&loop_rows, &order)?;
+        if elim.infeasible {
+            return Ok(self.g.constant(0.0));
+        }
+        // Δ, restricted to the value facts of its path, at α̂ = P·w + K·z.
+        let zero = self.g.constant(0.0);
+        let mut body = adjoint;
+        for fact in facts.iter().rev() {
+            body = match fact {
+                Fact::Value(cond, true) => self.g.select(cond.clone(), body, zero),
+                Fact::Value(cond, false) => self.g.select(cond.clone(), zero, body),
+                Fact::IsInt(r, true) => self.g.select(Cond::IsInt(r.clone()), body, zero),
+                Fact::IsInt(r, false) => self.g.select(Cond::IsInt(r.clone()), zero, body),
+                Fact::Bound(_) | Fact::Index(..) => body,
+            };
+        }
+        body = substitute(&mut self.g, body, &map)?;
+        for vb in &elim.bounds {
+            if vb.lower.is_empty() || vb.upper.is_empty() {
+                return Err(DeriveError::Other(f.invalid(format!(
+                    "internal: the derivative's sum over `{}` is unbounded",
+                    self.var_names[vb.var.0 as usize]
+                ))));
+            }
+            let range = Range {
+                lower: self.prune(&vb.lower, true),
+                upper: self.prune(&vb.upper, false),
+            };
+            body = self.g.reduce(ReduceOp::Sum, vb.var, range, body);
+        }
+        for cond in guards.into_iter().rev() {
+            body = self.g.select(cond, body, zero);
+        }
+        Ok(body)
+    }
+
+    /// Range of β_d is 0..=size−1: the minimum of `form` over that box.
+    fn box_min(&self, form: &Affine) -> Option<i64> {
+        let shape = &self.f.args[self.target].shape;
+        let mut acc = form.constant;
+        for &(v, c) in &form.terms {
+            let d = self.beta.iter().position(|b| *b == v)?;
+            let hi = shape[d] as i64 - 1;
+            acc = acc.checked_add(if c < 0 { c.checked_mul(hi)? } else { 0 })?;
+        }
+        Some(acc)
+    }
+
+    fn implied_by_box(&self, row: &Affine) -> bool {
+        self.box_min(row).is_some_and(|m| m >= 0)
+    }
+
+    /// Drops bounds that another bound dominates on the whole β box (for a
+    /// lower bound: another one is never smaller), keeping the first of
+    /// equal ones.
+    fn prune(&self, bounds: &[RatAffine], lower: bool) -> Vec<RatAffine> {
+        let dominated = |k: usize| {
+            bounds.iter().enumerate().any(|(j, other)| {
+                if j == k {
+                    return false;
+                }
+                // other − this (scaled by both denominators) ≥ 0 on the box.
+                let this = &bounds[k];
+                let diff = other
+                    .num
+                    .scale(this.den)
+                    .and_then(|o| o.sub(&this.num.scale(other.den)?));
+                let Ok(diff) = diff else { return false };
+                let diff = if lower { Ok(diff) } else { diff.scale(-1) };
+                let Ok(diff) = diff else { return false };
+                let equal = diff.is_constant() && diff.constant == 0;
+                self.box_min(&diff).is_some_and(|m| m >= 0) && (!equal || j < k)
+            })
+        };
+        bounds
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !dominated(*k))
+            .map(|(_, b)| b.clone())
+            .collect()
+    }
+}

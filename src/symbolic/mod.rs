@@ -1,0 +1,29 @@
+//! The symbolic core: element-wise defined index functions and their exact
+//! derivatives.
+//!
+//! Owns the IR ([`IndexFn`]: affine index maps, a hash-consed scalar DAG,
+//! sums and reductions with exactly solved ranges, guards), its parser and
+//! printer (the notation of Urban & van der Smagt §6), the reference
+//! interpreter (the oracle for every backend), integer linear algebra (Smith
+//! normal form, pseudo-inverse, kernel, cokernel), Fourier–Motzkin
+//! elimination and derivation (Alg. 4 with sum liberation, §5.2).
+//!
+//! It must not know about tensors, buffers, devices or threads.
+
+pub mod affine;
+pub mod fourier_motzkin;
+pub mod intlinalg;
+
+pub use affine::{Affine, Overflow, RatAffine, VarId};
+pub mod expr;
+pub mod index_fn;
+
+mod check;
+mod context;
+mod derive;
+mod eval;
+mod rules;
+mod subst;
+
+pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};
+pub use index_fn::{ArgDecl, IndexFn};

@@ -1,0 +1,105 @@
+//! Substitution of index variables by affine forms inside a DAG.
+//!
+//! Owns [`substitute`]: `e[v := form, ...]`, respecting binders (a reduction
+//! that binds `v` hides it from the substitution inside its body) and
+//! sharing (a node whose free variables are untouched is returned as is, and
+//! each rewritten node is built once). The replacement forms must use fresh
+//! variables, never ones bound inside `e`, so no capture can occur.
+
+use super::affine::{Affine, Overflow, RatAffine, VarId};
+use super::expr::{Cond, Graph, Node, NodeId, Range};
+use std::collections::HashMap;
+
+/// Rewrites `root` with every free occurrence of a key of `map` replaced by
+/// its affine form.
+pub(crate) fn substitute(
+    g: &mut Graph,
+    root: NodeId,
+    map: &HashMap<VarId, Affine>,
+) -> Result<NodeId, Overflow> {
+    Substitution {
+        map,
+        memo: HashMap::new(),
+    }
+    .run(g, root)
+}
+
+struct Substitution<'a> {
+    map: &'a HashMap<VarId, Affine>,
+    memo: HashMap<NodeId, NodeId>,
+}
+
+impl Substitution<'_> {
+    fn form(&self, a: &Affine) -> Result<Affine, Overflow> {
+        a.substitute(&|v| self.map.get(&v).cloned())
+    }
+
+    fn rat(&self, r: &RatAffine) -> Result<RatAffine, Overflow> {
+        r.substitute(&|v| self.map.get(&v).cloned())
+    }
+
+    fn run(&mut self, g: &mut Graph, n: NodeId) -> Result<NodeId, Overflow> {
+        if !g.free_vars(n).iter().any(|v| self.map.contains_key(v)) {
+            return Ok(n);
+        }
+        if let Some(&done) = self.memo.get(&n) {
+            return Ok(done);
+        }
+        let out = match g.node(n).clone() {
+            Node::Const(_) => n,
+            Node::Access { arg, index } => {
+                let index = index.iter().map(|a| self.form(a)).collect::<Result<_, _>>()?;
+                g.access(arg, index)
+            }
+            Node::Index(a) => {
+                let a = self.form(&a)?;
+                g.index_value(a)
+            }
+            Node::Unary(op, a) => {
+                let a = self.run(g, a)?;
+                g.unary(op, a)
+            }
+            Node::Binary(op, a, b) => {
+                let a = self.run(g, a)?;
+                let b = self.run(g, b)?;
+                g.binary(op, a, b)
+            }
+            Node::Select {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let cond = match cond {
+                    Cond::Index(r, op) => Cond::Index(self.rat(&r)?, op),
+                    Cond::IsInt(r) => Cond::IsInt(self.rat(&r)?),
+                    Cond::Value(a, op, b) => Cond::Value(self.run(g, a)?, op, self.run(g, b)?),
+                };
+                let then = self.run(g, then)?;
+                let otherwise = self.run(g, otherwise)?;
+                g.select(cond, then, otherwise)
+            }
+            Node::Reduce {
+                op,
+                var,
+                range,
+                body,
+            } => {
+                let range = Range {
+                    lower: range.lower.iter().map(|b| self.rat(b)).collect::<Result<_, _>>()?,
+                    upper: range.upper.iter().map(|b| self.rat(b)).collect::<Result<_, _>>()?,
+                };
+                let body = if self.map.contains_key(&var) {
+                    // `var` is rebound here: substitute the rest only.
+                    let mut inner = self.map.clone();
+                    inner.remove(&var);
+                    substitute(g, body, &inner)?
+                } else {
+                    self.run(g, body)?
+                };
+                g.reduce(op, var, range, body)
+            }
+        };
+        self.memo.insert(n, out);
+        Ok(out)
+    }
+}
