@@ -27,10 +27,7 @@ pub enum Error {
         message: String,
     },
     /// A value supplied at evaluation time does not match the declaration.
-    Shape {
-        op: String,
-        message: String,
-    },
+    Shape { op: String, message: String },
     /// Exact integer arithmetic overflowed i64.
     Overflow { op: String },
 }

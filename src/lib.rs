@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use tenjin::symbolic::IndexFn;
-//! let f = IndexFn::parse("f[i] = x[2*i] ** 2", &[("x", &[6][..])])?;
+//! let f = IndexFn::parse_with_sizes("f[i] = x[2*i] ** 2", &[("x", &[6][..])], &[("i", 3)])?;
 //! let dx = f.derive("x")?;
 //! let g = dx.eval_f64(&[("x", &[1., 2., 3., 4., 5., 6.][..]), ("df", &[1., 1., 1.][..])])?;
 //! assert_eq!(g, vec![2., 0., 6., 0., 10., 0.]); // odd elements are never read: exact zeros

@@ -147,10 +147,7 @@ impl Affine {
     }
 
     /// Replaces each variable by an affine form (`None`: keep the variable).
-    pub fn substitute(
-        &self,
-        map: &dyn Fn(VarId) -> Option<Affine>,
-    ) -> Result<Affine, Overflow> {
+    pub fn substitute(&self, map: &dyn Fn(VarId) -> Option<Affine>) -> Result<Affine, Overflow> {
         let mut out = Affine::constant(self.constant);
         for &(v, c) in &self.terms {
             let repl = map(v).unwrap_or_else(|| Affine::var(v));
@@ -233,10 +230,7 @@ impl RatAffine {
         self.num.vars()
     }
 
-    pub fn substitute(
-        &self,
-        map: &dyn Fn(VarId) -> Option<Affine>,
-    ) -> Result<RatAffine, Overflow> {
+    pub fn substitute(&self, map: &dyn Fn(VarId) -> Option<Affine>) -> Result<RatAffine, Overflow> {
         RatAffine::new(self.num.substitute(map)?, self.den)
     }
 
@@ -284,7 +278,10 @@ mod tests {
     fn overflow_is_reported() {
         let a = Affine::constant(i64::MAX);
         assert_eq!(a.add_const(1), Err(Overflow));
-        assert_eq!(Affine::var(VarId(0)).scale(i64::MAX).unwrap().scale(2), Err(Overflow));
+        assert_eq!(
+            Affine::var(VarId(0)).scale(i64::MAX).unwrap().scale(2),
+            Err(Overflow)
+        );
     }
 
     #[test]

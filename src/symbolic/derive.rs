@@ -40,9 +40,11 @@ impl IndexFn {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn derive(&self, arg: &str) -> Result<IndexFn, Error> {
-        let p = self
-            .arg_index(arg)
-            .ok_or_else(|| self.invalid(format!("cannot derive with respect to `{arg}`: not an argument")))?;
+        let p = self.arg_index(arg).ok_or_else(|| {
+            self.invalid(format!(
+                "cannot derive with respect to `{arg}`: not an argument"
+            ))
+        })?;
         let overflow = |_: Overflow| Error::Overflow {
             op: format!("derive {} with respect to {arg}", self.name),
         };
@@ -104,7 +106,8 @@ impl<'a> Derivation<'a> {
     }
 
     fn fresh_var(&mut self, kind: char) -> VarId {
-        self.var_names.push(format!("{}_{kind}{}", self.prefix, self.fresh));
+        self.var_names
+            .push(format!("{}_{kind}{}", self.prefix, self.fresh));
         self.fresh += 1;
         VarId(self.var_names.len() as u32 - 1)
     }
@@ -182,7 +185,12 @@ impl<'a> Derivation<'a> {
     }
 
     /// One gather `dx[β] = guards · Σ_{z ∈ Σ(β)} Δ|_{α̂ = P·w + K·z}`.
-    fn gather(&mut self, access: NodeId, ctx: CtxId, adjoint: NodeId) -> Result<NodeId, DeriveError> {
+    fn gather(
+        &mut self,
+        access: NodeId,
+        ctx: CtxId,
+        adjoint: NodeId,
+    ) -> Result<NodeId, DeriveError> {
         let f = self.f;
         let Node::Access { index, .. } = self.g.node(access).clone() else {
             unreachable!("occurrences are accesses")
@@ -213,7 +221,9 @@ impl<'a> Derivation<'a> {
         };
         let mut guards: Vec<Cond> = Vec::new();
         for r in 0..sol.cokernel.rows() {
-            let row: Vec<i64> = (0..sol.cokernel.cols()).map(|c| sol.cokernel.get(r, c)).collect();
+            let row: Vec<i64> = (0..sol.cokernel.cols())
+                .map(|c| sol.cokernel.get(r, c))
+                .collect();
             let form = combine(&row)?;
             if form.is_constant() {
                 if form.constant != 0 {
@@ -228,7 +238,9 @@ impl<'a> Derivation<'a> {
         let mut w_vars = Vec::new();
         let mut lattice_rows = Vec::new();
         for i in 0..sol.rank {
-            let row: Vec<i64> = (0..sol.u_rows.cols()).map(|c| sol.u_rows.get(i, c)).collect();
+            let row: Vec<i64> = (0..sol.u_rows.cols())
+                .map(|c| sol.u_rows.get(i, c))
+                .collect();
             let t = combine(&row)?;
             let s = sol.divisors[i];
             if s == 1 {
@@ -243,7 +255,9 @@ impl<'a> Derivation<'a> {
                 w_vars.push(w);
             }
         }
-        let z_vars: Vec<VarId> = (0..sol.kernel.cols()).map(|_| self.fresh_var('z')).collect();
+        let z_vars: Vec<VarId> = (0..sol.kernel.cols())
+            .map(|_| self.fresh_var('z'))
+            .collect();
         let mut map: HashMap<VarId, Affine> = HashMap::new();
         for (c, v) in alpha.iter().enumerate() {
             let mut form = Affine::constant(0);

@@ -18,7 +18,7 @@ impl IndexFn {
     ///
     /// ```
     /// use tenjin::symbolic::IndexFn;
-    /// let f = IndexFn::parse("f[i] = sum{k}_0^(i) (x[k])", &[("x", &[4][..])])?;
+    /// let f = IndexFn::parse_with_sizes("f[i] = sum{k}_0^(i) (x[k])", &[("x", &[4][..])], &[("i", 4)])?;
     /// assert_eq!(f.eval_f64(&[("x", &[1., 2., 3., 4.][..])])?, vec![1., 3., 6., 10.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
@@ -58,12 +58,13 @@ impl IndexFn {
         self.args
             .iter()
             .map(|decl| {
-                let (_, data) = inputs.iter().find(|(n, _)| *n == decl.name).ok_or_else(|| {
-                    Error::Shape {
+                let (_, data) = inputs
+                    .iter()
+                    .find(|(n, _)| *n == decl.name)
+                    .ok_or_else(|| Error::Shape {
                         op: op.clone(),
                         message: format!("no data given for argument `{}`", decl.name),
-                    }
-                })?;
+                    })?;
                 let expected: usize = decl.shape.iter().product();
                 if data.len() != expected {
                     return Err(Error::Shape {
@@ -205,7 +206,14 @@ impl<'a> Evaluator<'a> {
         })
     }
 
-    fn reduce(&mut self, op: ReduceOp, var: VarId, lo: i64, hi: i64, body: NodeId) -> Result<f64, Error> {
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        var: VarId,
+        lo: i64,
+        hi: i64,
+        body: NodeId,
+    ) -> Result<f64, Error> {
         let saved = self.var(var);
         let mut acc = match op {
             ReduceOp::Sum => 0.0,
@@ -227,7 +235,11 @@ impl<'a> Evaluator<'a> {
                 ReduceOp::Max => acc = BinaryOp::Max.apply(acc, x),
                 ReduceOp::Min => acc = BinaryOp::Min.apply(acc, x),
                 ReduceOp::ArgMax | ReduceOp::ArgMin => {
-                    let better = if op == ReduceOp::ArgMax { x > best } else { x < best };
+                    let better = if op == ReduceOp::ArgMax {
+                        x > best
+                    } else {
+                        x < best
+                    };
                     if !found || better {
                         found = true;
                         best = x;

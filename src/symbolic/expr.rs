@@ -272,7 +272,10 @@ pub enum Node {
     /// A constant, stored as its bit pattern so nodes can be hashed.
     Const(u64),
     /// `arg[index₀; index₁; ...]`, `arg` numbering the function's arguments.
-    Access { arg: usize, index: Vec<Affine> },
+    Access {
+        arg: usize,
+        index: Vec<Affine>,
+    },
     /// An index value used as a number (`i`, `idx(i - j)`).
     Index(Affine),
     Unary(UnaryOp, NodeId),

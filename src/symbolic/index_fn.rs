@@ -142,7 +142,10 @@ impl IndexFn {
                     let size = decl.shape[d];
                     match &inferred[pos] {
                         None => inferred[pos] = Some((size, format!("{}[dim {d}]", decl.name))),
-                        Some((s, from)) if *s != size && explicit_size(explicit, self.var_name(v)).is_none() => {
+                        Some((s, from))
+                            if *s != size
+                                && explicit_size(explicit, self.var_name(v)).is_none() =>
+                        {
                             return Err(self.invalid(format!(
                                 "index `{}` is sized {s} by {from} but {size} by {}[dim {d}]",
                                 self.var_name(v),

@@ -13,6 +13,7 @@
 pub mod affine;
 pub mod fourier_motzkin;
 pub mod intlinalg;
+pub mod lattice;
 
 pub use affine::{Affine, Overflow, RatAffine, VarId};
 pub mod expr;
@@ -21,7 +22,11 @@ pub mod index_fn;
 mod check;
 mod context;
 mod derive;
+mod equality;
 mod eval;
+mod lexer;
+mod parse;
+mod print;
 mod rules;
 mod subst;
 

@@ -48,7 +48,10 @@ impl Substitution<'_> {
         let out = match g.node(n).clone() {
             Node::Const(_) => n,
             Node::Access { arg, index } => {
-                let index = index.iter().map(|a| self.form(a)).collect::<Result<_, _>>()?;
+                let index = index
+                    .iter()
+                    .map(|a| self.form(a))
+                    .collect::<Result<_, _>>()?;
                 g.access(arg, index)
             }
             Node::Index(a) => {
@@ -85,8 +88,16 @@ impl Substitution<'_> {
                 body,
             } => {
                 let range = Range {
-                    lower: range.lower.iter().map(|b| self.rat(b)).collect::<Result<_, _>>()?,
-                    upper: range.upper.iter().map(|b| self.rat(b)).collect::<Result<_, _>>()?,
+                    lower: range
+                        .lower
+                        .iter()
+                        .map(|b| self.rat(b))
+                        .collect::<Result<_, _>>()?,
+                    upper: range
+                        .upper
+                        .iter()
+                        .map(|b| self.rat(b))
+                        .collect::<Result<_, _>>()?,
                 };
                 let body = if self.map.contains_key(&var) {
                     // `var` is rebound here: substitute the rest only.

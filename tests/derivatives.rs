@@ -1,0 +1,104 @@
+//! Derivatives of index functions against central finite differences (f64),
+//! for every kind of index map and reduction the symbolic core supports, and
+//! Hessian-vector products (derivatives of derivatives).
+
+mod common;
+use common::{cases, check_gradients, check_hvp};
+
+const TOL: f64 = 1e-7;
+
+macro_rules! gradient_tests {
+    ($($name:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_gradients(&cases::named(stringify!($name)), 7, TOL);
+            }
+        )*
+    };
+}
+
+gradient_tests! {
+    broadcast_outer;
+    diagonal;
+    hankel;
+    toeplitz;
+    flatten;
+    strided;
+    skewed_2d;
+    three_way_sums;
+    rank_deficient;
+    triangular_sum;
+    banded_sum;
+    nested_dependent_sums;
+    empty_ranges;
+    same_argument_twice;
+    shadowed_sum_names;
+    conv1d_stride2_dilation2;
+    conv2d_stride2_dilation2;
+    average_pooling;
+    max_pooling;
+    matmul;
+    batched_matmul;
+    einsum_two_index_contraction;
+    softmax;
+    stable_softmax_with_row_max;
+    logsumexp;
+    layer_norm;
+    attention;
+    causal_attention;
+    scalar_output;
+    index_values_as_numbers;
+    padding_with_guards;
+    variable_exponent;
+    relu_of_matmul;
+    elementwise_chain;
+    unary_functions;
+    min_reduction;
+    equality_guard_with_else;
+    is_int_guard;
+    upsampling;
+    division;
+    mse_scalar;
+    cross_entropy_one_hot;
+    autocorrelation;
+    transpose_broadcast;
+    value_select;
+    mixed_radix_stride;
+    two_strides;
+    value_max_min;
+    shifted_window;
+}
+
+#[test]
+fn at_least_forty_functions_are_covered() {
+    let n = cases::all().len();
+    assert!(n >= 40, "{n} cases");
+}
+
+/// Hessian-vector products for nonlinear functions, including a
+/// non-unimodular map, dependent ranges, reductions and attention.
+#[test]
+fn hessian_vector_products() {
+    let pick = [
+        ("diagonal", "x"),
+        ("strided", "x"),
+        ("two_strides", "y"),
+        ("triangular_sum", "x"),
+        ("nested_dependent_sums", "x"),
+        ("banded_sum", "w"),
+        ("softmax", "x"),
+        ("logsumexp", "x"),
+        ("layer_norm", "x"),
+        ("attention", "q"),
+        ("causal_attention", "k"),
+        ("elementwise_chain", "x"),
+        ("autocorrelation", "x"),
+        ("variable_exponent", "y"),
+        ("mixed_radix_stride", "x"),
+        ("same_argument_twice", "x"),
+    ];
+    for (name, arg) in pick {
+        check_hvp(&cases::named(name), arg, 11, 1e-6);
+    }
+}

@@ -1,0 +1,146 @@
+//! Bad input gets an `Err` that says what is wrong, never a panic.
+
+use tenjin::symbolic::IndexFn;
+use tenjin::Error;
+
+fn parse_err(src: &str, args: &[(&str, &[usize])]) -> Error {
+    IndexFn::parse(src, args).expect_err(src)
+}
+
+#[test]
+fn syntax_error_names_line_column_and_expectation() {
+    match parse_err("f[i] = x[i] +\n  * 2", &[("x", &[3])]) {
+        Error::Syntax {
+            line,
+            column,
+            expected,
+            found,
+        } => {
+            assert_eq!((line, column), (2, 3));
+            assert!(!expected.is_empty());
+            assert_eq!(found, "*");
+        }
+        e => panic!("expected a syntax error, got {e:?}"),
+    }
+    match parse_err("f[i] = x[i", &[("x", &[3])]) {
+        Error::Syntax { found, .. } => assert_eq!(found, "end of input"),
+        e => panic!("expected a syntax error, got {e:?}"),
+    }
+}
+
+#[test]
+fn unknown_argument() {
+    let e = parse_err("f[i] = y[i]", &[("x", &[3])]);
+    assert!(e.to_string().contains("unknown argument `y`"), "{e}");
+}
+
+#[test]
+fn rank_mismatch() {
+    let e = parse_err("f[i] = x[i; i]", &[("x", &[3])]);
+    let msg = e.to_string();
+    assert!(
+        msg.contains('x') && msg.contains('1') && msg.contains('2'),
+        "{msg}"
+    );
+}
+
+#[test]
+fn non_affine_and_non_integer_indices() {
+    let e = parse_err("f[i; j] = x[i*j]", &[("x", &[9])]);
+    assert!(e.to_string().contains("non-affine"), "{e}");
+    let e = parse_err("f[i] = x[i/2]", &[("x", &[9])]);
+    assert!(e.to_string().contains("non-integer"), "{e}");
+}
+
+#[test]
+fn unsizable_index_is_named() {
+    let e = parse_err("f[i; j] = x[i + j]", &[("x", &[9])]);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`i`") && msg.contains("cannot be sized"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_index() {
+    let e = parse_err("f[i] = x[j]", &[("x", &[3])]);
+    assert!(e.to_string().contains("unknown index `j`"), "{e}");
+}
+
+#[test]
+fn out_of_bounds_access_is_named() {
+    let e = IndexFn::parse_with_sizes("f[i] = sum{k}_0^2 (x[i + k])", &[("x", &[5])], &[("i", 4)])
+        .unwrap_err();
+    match e {
+        Error::OutOfBounds {
+            access,
+            dimension,
+            size,
+            ..
+        } => {
+            assert_eq!(access, "x[i + k]");
+            assert_eq!((dimension, size), (0, 5));
+        }
+        e => panic!("expected OutOfBounds, got {e:?}"),
+    }
+    // Negative side, inside a dependent sum.
+    let e = IndexFn::parse_with_sizes(
+        "f[i] = sum{k}_0^(i) (x[i - k - 1])",
+        &[("x", &[4])],
+        &[("i", 4)],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e:?}");
+}
+
+#[test]
+fn guards_make_padded_accesses_valid() {
+    IndexFn::parse_with_sizes(
+        "f[i] = if {i - 1 >= 0} then (x[i - 1]) else (0)",
+        &[("x", &[4])],
+        &[("i", 4)],
+    )
+    .unwrap();
+    // `!=` splits into two convex pieces.
+    IndexFn::parse(
+        "f[i] = if {i != 0} then (x[i] / i) else (x[0])",
+        &[("x", &[4])],
+    )
+    .unwrap();
+}
+
+#[test]
+fn evaluation_checks_inputs() {
+    let f = IndexFn::parse("f[i] = x[i]", &[("x", &[3])]).unwrap();
+    let e = f.eval_f64(&[("x", &[1.0, 2.0][..])]).unwrap_err();
+    assert!(e.to_string().contains("needs 3 values, got 2"), "{e}");
+    let e = f.eval_f64(&[]).unwrap_err();
+    assert!(
+        e.to_string().contains("no data given for argument `x`"),
+        "{e}"
+    );
+    let e = f
+        .eval_f64(&[("x", &[1.0; 3][..]), ("y", &[1.0][..])])
+        .unwrap_err();
+    assert!(e.to_string().contains("`y` is not an argument"), "{e}");
+}
+
+#[test]
+fn derive_by_unknown_argument() {
+    let f = IndexFn::parse("f[i] = x[i]", &[("x", &[3])]).unwrap();
+    let e = f.derive("q").unwrap_err();
+    assert!(e.to_string().contains("`q`"), "{e}");
+}
+
+#[test]
+fn explicit_size_for_unknown_index() {
+    let e = IndexFn::parse_with_sizes("f[i] = x[i]", &[("x", &[3])], &[("j", 3)]).unwrap_err();
+    assert!(e.to_string().contains("`j`"), "{e}");
+}
+
+#[test]
+fn conflicting_inferred_sizes() {
+    let e = IndexFn::parse("f[i] = x[i] + y[i]", &[("x", &[3]), ("y", &[4])]).unwrap_err();
+    assert!(e.to_string().contains("sized 3"), "{e}");
+}
