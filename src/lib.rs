@@ -17,6 +17,8 @@
 //! ```
 
 pub mod error;
+pub mod jit;
+pub mod kernel;
 pub mod symbolic;
 
 pub use error::Error;

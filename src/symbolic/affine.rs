@@ -142,8 +142,11 @@ impl Affine {
     }
 
     /// gcd of the variable coefficients (0 for a constant form).
-    pub fn coeff_gcd(&self) -> i64 {
-        self.terms.iter().fold(0i64, |g, &(_, c)| g.gcd(&c))
+    /// Computed on magnitudes, so `i64::MIN` coefficients cannot overflow.
+    pub fn coeff_gcd(&self) -> u64 {
+        self.terms
+            .iter()
+            .fold(0u64, |g, &(_, c)| g.gcd(&c.unsigned_abs()))
     }
 
     /// Replaces each variable by an affine form (`None`: keep the variable).
@@ -198,7 +201,11 @@ impl RatAffine {
         } else {
             (num, den)
         };
-        let g = num.coeff_gcd().gcd(&num.constant).gcd(&den);
+        // den > 0, so g ≤ den ≤ i64::MAX and the cast is exact.
+        let g = num
+            .coeff_gcd()
+            .gcd(&num.constant.unsigned_abs())
+            .gcd(&den.unsigned_abs()) as i64;
         if g > 1 {
             let terms = num.terms.iter().map(|&(v, c)| (v, c / g)).collect();
             Ok(RatAffine {
@@ -282,6 +289,15 @@ mod tests {
             Affine::var(VarId(0)).scale(i64::MAX).unwrap().scale(2),
             Err(Overflow)
         );
+    }
+
+    #[test]
+    fn extreme_coefficients_do_not_panic() {
+        let a = Affine::from_terms([(VarId(0), i64::MIN)], i64::MIN).unwrap();
+        let r = RatAffine::new(a, 2).unwrap();
+        assert_eq!(r.den, 1);
+        assert_eq!(r.num.constant, i64::MIN / 2);
+        assert!(RatAffine::new(Affine::var(VarId(0)), i64::MIN).is_err());
     }
 
     #[test]

@@ -1,18 +1,16 @@
 //! Integer lattices: solving `A·α = β` over the integers in a readable basis.
 //!
 //! Owns [`solve_lattice`] and its [`LatticeSolution`] (§4.1 of Urban & van
-//! der Smagt: cokernel condition, divisibility of `U·β`, particular
-//! solution and kernel, the kernel in a Hermite echelon form whose pivots
-//! sit at the latest coordinates), and the lattice-basis reduction behind it:
-//! LLL and Babai's nearest plane, which [`super::intlinalg`] uses to shrink
-//! Smith transforms ([`SmithTransforms`]). It must not know about affine
-//! forms, inequalities, index functions or devices.
+//! der Smagt: the cokernel condition, the divisibility of `U·β`, a
+//! particular solution and the kernel), rewritten by unimodular changes of
+//! basis so that generated loops read naturally: the kernel in a Hermite
+//! echelon form whose pivots sit at the latest coordinates, the particular
+//! part reduced modulo it. It builds on [`super::intlinalg`] and must not
+//! know about affine forms, inequalities, index functions or devices.
 
 use super::affine::Overflow;
 use super::intlinalg::{smith_normal_form, IntMatrix};
-use num_bigint::BigInt;
 use num_integer::Integer;
-use num_traits::{One, ToPrimitive, Zero};
 
 /// The integer solutions of `A·α = β` (`A` is `N×M`, `β ∈ Z^N` symbolic).
 ///
@@ -21,6 +19,7 @@ use num_traits::{One, ToPrimitive, Zero};
 /// for all `z ∈ Z^(M−R)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LatticeSolution {
+    /// The rank `R` of `A`.
     pub rank: usize,
     /// C ((N−R)×N), in row Hermite form: `A·α = β` is solvable only if
     /// `C·β = 0`. The first non-zero entry of each row is positive.
@@ -50,7 +49,11 @@ impl LatticeSolution {
 
     /// `particular·w` for a concrete `β`, or `None` when `A·α = β` has no
     /// integer solution.
+    ///
+    /// # Panics
+    /// When `beta` does not have `N` entries.
     pub fn particular_solution(&self, beta: &[i64]) -> Result<Option<Vec<i64>>, Overflow> {
+        assert_eq!(beta.len(), self.u_rows.cols(), "β must have N entries");
         let dot = |row: &[i64]| -> Result<i128, Overflow> {
             row.iter().zip(beta).try_fold(0i128, |acc, (&a, &b)| {
                 acc.checked_add(i128::from(a) * i128::from(b))
@@ -117,17 +120,20 @@ pub fn solve_lattice(a: &IntMatrix) -> Result<LatticeSolution, Overflow> {
     let pivots = latest_pivot_echelon(&mut kern, m)?;
     for (row, col) in u_rows.iter_mut().zip(part.iter_mut()) {
         for c in &coker {
-            let p = c.iter().position(|&x| x != 0).unwrap_or(0);
-            let q = Integer::div_floor(&row[p], &c[p]);
-            sub_multiple(row, q, c)?;
+            if let Some(p) = c.iter().position(|&x| x != 0) {
+                let q = Integer::div_floor(&row[p], &c[p]);
+                sub_multiple(row, q, c)?;
+            }
         }
         if row.iter().find(|&&x| x != 0).is_some_and(|&x| x < 0) {
-            row.iter_mut().for_each(|x| *x = -*x);
-            col.iter_mut().for_each(|x| *x = -*x);
+            negate(row)?;
+            negate(col)?;
         }
         for (k, &p) in kern.iter().zip(&pivots).rev() {
-            let q = Integer::div_floor(&col[p], &k[p]);
-            sub_multiple(col, q, k)?;
+            if k[p] != 0 {
+                let q = Integer::div_floor(&col[p], &k[p]);
+                sub_multiple(col, q, k)?;
+            }
         }
     }
     let narrow =
@@ -163,14 +169,23 @@ pub fn solve_lattice(a: &IntMatrix) -> Result<LatticeSolution, Overflow> {
 /// `a / b` rounded to the nearest integer (`b ≠ 0`), checked.
 fn round_div(a: i128, b: i128) -> Result<i128, Overflow> {
     let (a, b) = if b < 0 {
-        (a.checked_neg(), -b)
+        (a.checked_neg(), b.checked_neg())
     } else {
-        (Some(a), b)
+        (Some(a), Some(b))
     };
-    let num = a
-        .and_then(|a| a.checked_mul(2)?.checked_add(b))
+    let (num, den) = a
+        .zip(b)
+        .and_then(|(a, b)| Some((a.checked_mul(2)?.checked_add(b)?, b.checked_mul(2)?)))
         .ok_or(Overflow)?;
-    Ok(Integer::div_floor(&num, &(b * 2)))
+    Ok(Integer::div_floor(&num, &den))
+}
+
+/// `line ← −line`, checked.
+fn negate(line: &mut [i128]) -> Result<(), Overflow> {
+    for x in line {
+        *x = x.checked_neg().ok_or(Overflow)?;
+    }
+    Ok(())
 }
 
 /// `line ← line − q·other`, checked.
@@ -195,7 +210,7 @@ fn gcd_at(lines: &mut [Vec<i128>], idx: &[usize], c: usize) -> Result<Option<usi
         };
         if nz.len() == 1 {
             if lines[p][c] < 0 {
-                lines[p].iter_mut().for_each(|x| *x = -*x);
+                negate(&mut lines[p])?;
             }
             return Ok(Some(p));
         }
@@ -209,7 +224,7 @@ fn gcd_at(lines: &mut [Vec<i128>], idx: &[usize], c: usize) -> Result<Option<usi
 
 /// Row Hermite form of independent rows: pivots at the earliest coordinates,
 /// positive, entries above a pivot reduced into `[0, pivot)`.
-fn row_hermite(rows: &mut Vec<Vec<i128>>) -> Result<(), Overflow> {
+fn row_hermite(rows: &mut [Vec<i128>]) -> Result<(), Overflow> {
     let len = rows.first().map_or(0, Vec::len);
     let mut done = 0;
     for c in 0..len {
@@ -219,9 +234,9 @@ fn row_hermite(rows: &mut Vec<Vec<i128>>) -> Result<(), Overflow> {
         };
         rows.swap(done, p);
         let pivot = rows[done].clone();
-        for i in 0..done {
-            let q = Integer::div_floor(&rows[i][c], &pivot[c]);
-            sub_multiple(&mut rows[i], q, &pivot)?;
+        for row in &mut rows[..done] {
+            let q = Integer::div_floor(&row[c], &pivot[c]);
+            sub_multiple(row, q, &pivot)?;
         }
         done += 1;
     }
@@ -258,503 +273,5 @@ fn latest_pivot_echelon(cols: &mut Vec<Vec<i128>>, len: usize) -> Result<Vec<usi
     Ok(pivots)
 }
 
-/// One step of an LLL run on positions of its input list: `Sub(k, l, q)`
-/// is `b_k ← b_k − q·b_l`, `Swap(k)` exchanges `b_{k−1}` and `b_k`.
-enum Step {
-    Sub(usize, usize, BigInt),
-    Swap(usize),
-}
-
-fn dot(x: &[BigInt], y: &[BigInt]) -> BigInt {
-    x.iter().zip(y).map(|(a, b)| a * b).sum()
-}
-
-/// `dst ← dst + q·src`.
-fn axpy(dst: &mut [BigInt], q: &BigInt, src: &[BigInt]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d += q * s;
-    }
-}
-
-/// Exact Gram–Schmidt data of integral LLL (Cohen, *A Course in
-/// Computational Algebraic Number Theory*, Alg. 2.6.7): `d[i+1]` is the Gram
-/// determinant of `b_0..b_i` and `lam[k][j] = d[j+1]·μ_kj`, all integers.
-struct Gso {
-    b: Vec<Vec<BigInt>>,
-    d: Vec<BigInt>,
-    lam: Vec<Vec<BigInt>>,
-}
-
-impl Gso {
-    /// `None` when one of the first `independent` vectors depends on the
-    /// previous ones (a later dependent vector is only ever reduced).
-    fn new(b: Vec<Vec<BigInt>>, independent: usize) -> Option<Gso> {
-        let n = b.len();
-        let mut d = vec![BigInt::zero(); n + 1];
-        d[0] = BigInt::one();
-        let mut lam = vec![vec![BigInt::zero(); n]; n];
-        for k in 0..n {
-            for j in 0..=k {
-                let mut u = dot(&b[k], &b[j]);
-                for i in 0..j {
-                    u = (&d[i + 1] * &u - &lam[k][i] * &lam[j][i]) / &d[i];
-                }
-                if j < k {
-                    lam[k][j] = u;
-                } else {
-                    d[k + 1] = u;
-                }
-            }
-            if k < independent && d[k + 1].is_zero() {
-                return None;
-            }
-        }
-        Some(Gso { b, d, lam })
-    }
-
-    /// Size-reduces `b_k` by `b_l` (`l < k`); returns the multiple used.
-    fn redi(&mut self, k: usize, l: usize) -> Option<BigInt> {
-        let dl = &self.d[l + 1];
-        if (&self.lam[k][l] * 2u8).magnitude() <= dl.magnitude() {
-            return None;
-        }
-        let num: BigInt = &self.lam[k][l] * 2 + dl;
-        let q = Integer::div_floor(&num, &(dl * 2));
-        let bl = self.b[l].clone();
-        axpy(&mut self.b[k], &-&q, &bl);
-        self.lam[k][l] -= &q * dl;
-        for i in 0..l {
-            let t = &q * &self.lam[l][i];
-            self.lam[k][i] -= t;
-        }
-        Some(q)
-    }
-
-    /// Lovász condition with δ = 99/100 violated at `k`.
-    fn lovasz_fails(&self, k: usize) -> bool {
-        let lhs = &self.d[k + 1] * &self.d[k - 1] * 100u8;
-        let rhs =
-            &self.d[k] * &self.d[k] * 99u8 - &self.lam[k][k - 1] * &self.lam[k][k - 1] * 100u8;
-        lhs < rhs
-    }
-
-    fn swapi(&mut self, k: usize) {
-        let n = self.b.len();
-        self.b.swap(k, k - 1);
-        for j in 0..k - 1 {
-            let t = std::mem::take(&mut self.lam[k][j]);
-            self.lam[k][j] = std::mem::replace(&mut self.lam[k - 1][j], t);
-        }
-        let l = self.lam[k][k - 1].clone();
-        let big_b = (&self.d[k - 1] * &self.d[k + 1] + &l * &l) / &self.d[k];
-        for i in k + 1..n {
-            let t = self.lam[i][k].clone();
-            self.lam[i][k] = (&self.d[k + 1] * &self.lam[i][k - 1] - &l * &t) / &self.d[k];
-            self.lam[i][k - 1] = (&big_b * &t + &l * &self.lam[i][k]) / &self.d[k + 1];
-        }
-        self.d[k] = big_b;
-    }
-}
-
-/// Integral LLL (δ = 99/100) on independent vectors, swapping positions
-/// `k−1` and `k` only when `can_swap(k)`; reports every step. Dependent
-/// input is left alone.
-fn lll_exact(vecs: Vec<Vec<BigInt>>, can_swap: &dyn Fn(usize) -> bool, emit: &mut dyn FnMut(Step)) {
-    let n = vecs.len();
-    let Some(mut g) = Gso::new(vecs, n) else {
-        return;
-    };
-    let (mut k, mut budget) = (1, 100_000u32);
-    while k < n && budget > 0 {
-        budget -= 1;
-        if let Some(q) = g.redi(k, k - 1) {
-            emit(Step::Sub(k, k - 1, q));
-        }
-        if can_swap(k) && g.lovasz_fails(k) {
-            g.swapi(k);
-            emit(Step::Swap(k));
-            k = (k - 1).max(1);
-        } else {
-            for l in (0..k - 1).rev() {
-                if let Some(q) = g.redi(k, l) {
-                    emit(Step::Sub(k, l, q));
-                }
-            }
-            k += 1;
-        }
-    }
-}
-
-/// Exact Babai nearest plane (see [`nearest_plane`]).
-fn nearest_plane_exact(basis_and_target: Vec<Vec<BigInt>>) -> Vec<(usize, BigInt)> {
-    let n = basis_and_target.len() - 1;
-    let Some(mut g) = Gso::new(basis_and_target, n) else {
-        return Vec::new();
-    };
-    (0..n)
-        .rev()
-        .filter_map(|l| Some((l, g.redi(n, l)?)))
-        .collect()
-}
-
-/// Largest magnitude handed to the floating-point paths (`i128` vectors
-/// with checked growth; size reduction is iterated, so `f64` rounding of
-/// large entries only costs extra passes).
-const FAST_LIMIT: u128 = 1 << 100;
-
-fn to_small<T: Coef>(vecs: &[Vec<T>]) -> Option<Vec<Vec<i128>>> {
-    vecs.iter()
-        .map(|v| v.iter().map(Coef::small).collect())
-        .collect()
-}
-
-fn to_big(vecs: &[Vec<i128>]) -> Vec<Vec<BigInt>> {
-    vecs.iter()
-        .map(|v| v.iter().map(|&x| BigInt::from(x)).collect())
-        .collect()
-}
-
-/// Modified Gram–Schmidt of `b_k` against `bs[..k]` in `f64`: fills
-/// `mu[k][..k]`, `bs[k]` and returns `(|b_k*|², |b_k|²)`.
-fn gs_row(b: &[f64], k: usize, bs: &mut [Vec<f64>], mu: &mut [Vec<f64>], bn: &[f64]) -> (f64, f64) {
-    let mut v = b.to_vec();
-    let full: f64 = v.iter().map(|a| a * a).sum();
-    for j in 0..k {
-        let m = v.iter().zip(&bs[j]).map(|(a, b)| a * b).sum::<f64>() / bn[j];
-        mu[k][j] = m;
-        v.iter_mut().zip(&bs[j]).for_each(|(a, b)| *a -= m * b);
-    }
-    let norm: f64 = v.iter().map(|a| a * a).sum();
-    bs[k] = v;
-    (norm, full)
-}
-
-/// Whether a Gram–Schmidt norm computed in `f64` can be trusted.
-fn reliable((norm, full): (f64, f64)) -> bool {
-    norm.is_finite() && norm > full * 1e-12
-}
-
-/// `b_k ← b_k − q·b_j` on `i128` vectors; `None` on overflow.
-fn sub_small(b: &mut [Vec<i128>], k: usize, j: usize, q: i128) -> Option<()> {
-    for c in 0..b[k].len() {
-        b[k][c] = b[k][c].checked_sub(q.checked_mul(b[j][c])?)?;
-    }
-    Some(())
-}
-
-/// Floating-point LLL (Gram–Schmidt in `f64`, exact `i128` vectors, size
-/// reduction repeated until stable). Returns `false` when it cannot finish
-/// (overflow, lost precision, dependency); every reported step has been
-/// applied to `b` either way.
-fn lll_fast(
-    b: &mut [Vec<i128>],
-    can_swap: &dyn Fn(usize) -> bool,
-    emit: &mut dyn FnMut(Step),
-) -> bool {
-    let n = b.len();
-    let dim = b.first().map_or(0, Vec::len);
-    let (mut bs, mut mu, mut bn) = (vec![vec![0.0; dim]; n], vec![vec![0.0; n]; n], vec![0.0; n]);
-    let mut bf: Vec<Vec<f64>> = b
-        .iter()
-        .map(|v| v.iter().map(|&x| x as f64).collect())
-        .collect();
-    bn[0] = gs_row(&bf[0], 0, &mut bs, &mut mu, &bn).0;
-    let (mut k, mut budget) = (1, 20_000u32);
-    while k < n {
-        if bn[..k].iter().any(|x| !x.is_finite() || *x <= 0.0) {
-            return false;
-        }
-        let mut g;
-        loop {
-            budget = budget.saturating_sub(1);
-            if budget == 0 {
-                return false;
-            }
-            g = gs_row(&bf[k], k, &mut bs, &mut mu, &bn);
-            let mut big = false;
-            for j in (0..k).rev() {
-                let q = mu[k][j].round();
-                if q == 0.0 {
-                    continue;
-                }
-                if !q.is_finite() || q.abs() > 1e30 || sub_small(b, k, j, q as i128).is_none() {
-                    return false;
-                }
-                emit(Step::Sub(k, j, BigInt::from(q as i128)));
-                for i in 0..j {
-                    mu[k][i] -= q * mu[j][i];
-                }
-                mu[k][j] -= q;
-                big |= q.abs() > (1u64 << 20) as f64;
-            }
-            bf[k] = b[k].iter().map(|&x| x as f64).collect();
-            if !big {
-                break;
-            }
-        }
-        // A numerically vanishing |b_k*| is a Lovász failure: b_k moves
-        // down and is recomputed there. Where it cannot move it is harmless
-        // only if no later vector needs it as a divisor.
-        let lost = !reliable(g);
-        if lost && !can_swap(k) && k + 1 < n {
-            return false;
-        }
-        bn[k] = g.0;
-        let m = mu[k][k - 1];
-        if can_swap(k) && (lost || bn[k] < (0.99 - m * m) * bn[k - 1]) {
-            b.swap(k - 1, k);
-            bf.swap(k - 1, k);
-            emit(Step::Swap(k));
-            if k == 1 {
-                bn[0] = gs_row(&bf[0], 0, &mut bs, &mut mu, &bn).0;
-            }
-            k = (k - 1).max(1);
-        } else {
-            k += 1;
-        }
-    }
-    true
-}
-
-/// LLL-reduces independent vectors (δ = 0.99), swapping positions `k−1`
-/// and `k` only when `can_swap(k)` (a constrained order), and reports every
-/// step so that callers can mirror it on related matrices. Small inputs take
-/// a floating-point path; otherwise, or when that path gives up, the exact
-/// integral algorithm finishes the job. Dependent input is left alone.
-fn lll<T: Coef>(vecs: &[Vec<T>], can_swap: &dyn Fn(usize) -> bool, emit: &mut dyn FnMut(Step)) {
-    if vecs.len() < 2 {
-        return;
-    }
-    if let Some(mut small) = to_small(vecs) {
-        if lll_fast(&mut small, can_swap, emit) {
-            return;
-        }
-        return lll_exact(to_big(&small), can_swap, emit);
-    }
-    lll_exact(bigs(vecs), can_swap, emit)
-}
-
-/// Babai's nearest plane: multiples `(l, q)` such that
-/// `target − Σ q·basis_l` is size-reduced against the (independent) basis.
-fn nearest_plane<T: Coef>(basis: &[Vec<T>], target: &[T]) -> Vec<(usize, BigInt)> {
-    let n = basis.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let mut all = basis.to_vec();
-    all.push(target.to_vec());
-    if let Some(mut b) = to_small(&all) {
-        let dim = b[0].len();
-        let (mut bs, mut mu, mut bn) = (
-            vec![vec![0.0; dim]; n + 1],
-            vec![vec![0.0; n + 1]; n + 1],
-            vec![0.0; n + 1],
-        );
-        let mut ok = true;
-        let bf: Vec<Vec<f64>> = b
-            .iter()
-            .map(|v| v.iter().map(|&x| x as f64).collect())
-            .collect();
-        for k in 0..n {
-            let g = gs_row(&bf[k], k, &mut bs, &mut mu, &bn);
-            ok &= reliable(g);
-            bn[k] = g.0;
-        }
-        if ok {
-            let mut total = vec![0i128; n];
-            for _round in 0..8 {
-                let t: Vec<f64> = b[n].iter().map(|&x| x as f64).collect();
-                gs_row(&t, n, &mut bs, &mut mu, &bn);
-                let mut moved = false;
-                for j in (0..n).rev() {
-                    let q = mu[n][j].round();
-                    if q == 0.0 {
-                        continue;
-                    }
-                    if q.abs() > 1e30 || sub_small(&mut b, n, j, q as i128).is_none() {
-                        break;
-                    }
-                    total[j] += q as i128;
-                    for i in 0..j {
-                        mu[n][i] -= q * mu[j][i];
-                    }
-                    moved = true;
-                }
-                if !moved {
-                    return (0..n)
-                        .rev()
-                        .filter(|&j| total[j] != 0)
-                        .map(|j| (j, BigInt::from(total[j])))
-                        .collect();
-                }
-            }
-        }
-    }
-    nearest_plane_exact(bigs(&all))
-}
-
-/// A Smith decomposition in [`BigInt`] whose transforms are shrunk without
-/// changing `S`.
-///
-/// The valid pairs are `(P·U, V·Q)` with `P·S·Q = S`. They are generated by
-/// `v_a ← v_a − q·v_b` whenever `s_a | q·s_b` (compensated by
-/// `u_b ← u_b + q·(s_b/s_a)·u_a`; free when `v_b` is a kernel column), by
-/// adding cokernel rows to rows of `U`, and by permutations inside a group
-/// of equal divisors. Within that set, [`SmithTransforms::reduce`] LLL-reduces the rows of
-/// `W = V⁻¹` (which bound `U = S·W·A⁺`), then the columns of `V` inside each
-/// group of equal divisors, reduces columns of larger divisors modulo the
-/// scaled lattice `(s_a/s_b)·v_b` of smaller ones, and finally LLL-reduces
-/// the kernel and cokernel bases and reduces `V`'s and `U`'s first `R`
-/// columns/rows modulo them.
-pub(crate) struct SmithTransforms<T> {
-    /// The divisors `s_0 | … | s_{R−1}`.
-    pub div: Vec<BigInt>,
-    /// Rows of `U`.
-    pub u: Vec<Vec<T>>,
-    /// Columns of `V`.
-    pub v: Vec<Vec<T>>,
-    /// Rows of `V⁻¹` (emptied once no longer needed).
-    pub w: Vec<Vec<T>>,
-    pub rank: usize,
-}
-
-/// Entries of [`SmithTransforms`]: `i128` (checked) or [`BigInt`].
-pub(crate) trait Coef: Clone {
-    fn big(&self) -> BigInt;
-    /// The value as `i128` when within [`FAST_LIMIT`].
-    fn small(&self) -> Option<i128>;
-    /// `dst ← dst + q·src`; `None` on overflow.
-    fn axpy(dst: &mut [Self], q: &BigInt, src: &[Self]) -> Option<()>;
-}
-
-impl Coef for i128 {
-    fn big(&self) -> BigInt {
-        BigInt::from(*self)
-    }
-    fn small(&self) -> Option<i128> {
-        (self.unsigned_abs() <= FAST_LIMIT).then_some(*self)
-    }
-    fn axpy(dst: &mut [Self], q: &BigInt, src: &[Self]) -> Option<()> {
-        let q = q.to_i128()?;
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = d.checked_add(q.checked_mul(*s)?)?;
-        }
-        Some(())
-    }
-}
-
-impl Coef for BigInt {
-    fn big(&self) -> BigInt {
-        self.clone()
-    }
-    fn small(&self) -> Option<i128> {
-        self.to_i128().and_then(|x| x.small())
-    }
-    fn axpy(dst: &mut [Self], q: &BigInt, src: &[Self]) -> Option<()> {
-        axpy(dst, q, src);
-        Some(())
-    }
-}
-
-fn bigs<T: Coef>(vecs: &[Vec<T>]) -> Vec<Vec<BigInt>> {
-    vecs.iter()
-        .map(|v| v.iter().map(Coef::big).collect())
-        .collect()
-}
-
-impl<T: Coef> SmithTransforms<T> {
-    /// `v_a ← v_a − q·v_b` with its compensation (requires `s_a | q·s_b`).
-    fn vop(&mut self, a: usize, b: usize, q: &BigInt) -> Option<()> {
-        let vb = self.v[b].clone();
-        T::axpy(&mut self.v[a], &-q, &vb)?;
-        if !self.w.is_empty() {
-            let wa = self.w[a].clone();
-            T::axpy(&mut self.w[b], q, &wa)?;
-        }
-        if b < self.rank {
-            let c = q * &self.div[b] / &self.div[a];
-            let ua = self.u[a].clone();
-            T::axpy(&mut self.u[b], &c, &ua)?;
-        }
-        Some(())
-    }
-
-    /// `u_a ← u_a − q·u_b` for a cokernel row `b`.
-    fn uop(&mut self, a: usize, b: usize, q: &BigInt) -> Option<()> {
-        let ub = self.u[b].clone();
-        T::axpy(&mut self.u[a], &-q, &ub)
-    }
-
-    /// Exchanges indices `a` and `b` of one group (equal divisors or both kernel).
-    fn swap(&mut self, a: usize, b: usize) {
-        self.v.swap(a, b);
-        if !self.w.is_empty() {
-            self.w.swap(a, b);
-        }
-        if a < self.rank && b < self.rank {
-            self.u.swap(a, b);
-        }
-    }
-
-    /// Runs the reduction described on the type; `None` when `T` overflows.
-    pub(crate) fn reduce(&mut self) -> Option<()> {
-        let (r, m) = (self.rank, self.v.len());
-        let group: Vec<Option<&BigInt>> = (0..m).map(|i| self.div.get(i)).collect();
-        let mut steps = Vec::new();
-        lll(&self.w, &|k| group[k] == group[k - 1], &mut |st| {
-            steps.push(st)
-        });
-        for st in steps.drain(..) {
-            match st {
-                Step::Sub(k, l, q) => self.vop(l, k, &-q)?,
-                Step::Swap(k) => self.swap(k - 1, k),
-            }
-        }
-        self.w.clear();
-        let mut runs = Vec::new();
-        let mut lo = 0;
-        while lo < r {
-            let hi = (lo..r).find(|&i| self.div[i] != self.div[lo]).unwrap_or(r);
-            runs.push((lo, hi));
-            lo = hi;
-        }
-        runs.push((r, m)); // the kernel
-        for &(lo, hi) in &runs {
-            lll(&self.v[lo..hi], &|_| true, &mut |st| steps.push(st));
-            for st in steps.drain(..) {
-                match st {
-                    Step::Sub(k, l, q) => self.vop(lo + k, lo + l, &q)?,
-                    Step::Swap(k) => self.swap(lo + k - 1, lo + k),
-                }
-            }
-        }
-        for &(lo, hi) in runs.iter().filter(|&&(lo, _)| lo > 0 && lo < r) {
-            let sigma = self.div[lo].clone();
-            let ratio: Vec<BigInt> = self.div[..lo].iter().map(|d| &sigma / d).collect();
-            let basis: Vec<Vec<BigInt>> = (0..lo)
-                .map(|b| self.v[b].iter().map(|x| x.big() * &ratio[b]).collect())
-                .collect();
-            for a in lo..hi {
-                for (l, c) in nearest_plane(&basis, &bigs(&self.v[a..=a])[0]) {
-                    self.vop(a, l, &(c * &ratio[l]))?;
-                }
-            }
-        }
-        lll(&self.u[r..], &|_| true, &mut |st| steps.push(st));
-        for st in steps.drain(..) {
-            match st {
-                Step::Sub(k, l, q) => self.uop(r + k, r + l, &q)?,
-                Step::Swap(k) => self.u.swap(r + k - 1, r + k),
-            }
-        }
-        for a in 0..r {
-            for (l, c) in nearest_plane(&self.v[r..], &self.v[a]) {
-                self.vop(a, r + l, &c)?;
-            }
-            for (l, c) in nearest_plane(&self.u[r..], &self.u[a]) {
-                self.uop(a, r + l, &c)?;
-            }
-        }
-        Some(())
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -119,15 +119,41 @@ pub fn numeric_gradient(f: &IndexFn, inputs: &Inputs, arg: &str, g: &[f64]) -> V
         .collect()
 }
 
-/// Checks every argument's derivative against central differences; returns
-/// the derivatives for further checks.
-pub fn check_gradients(c: &Case, seed: u64, tol: f64) -> Vec<IndexFn> {
+/// A parsed case with random inputs and a random incoming gradient `G`.
+struct Setup {
+    f: IndexFn,
+    rng: StdRng,
+    inputs: Inputs,
+    g: Vec<f64>,
+    grad_name: String,
+}
+
+fn setup(c: &Case, seed: u64) -> Setup {
     let f = c.parse();
     let mut rng = StdRng::seed_from_u64(seed);
     let inputs = random_inputs(&f, &mut rng, c.positive);
     let n_out: usize = f.output_shape().iter().product();
     let g = random_vec(&mut rng, n_out, false);
     let grad_name = format!("d{}", f.name());
+    Setup {
+        f,
+        rng,
+        inputs,
+        g,
+        grad_name,
+    }
+}
+
+/// Checks every argument's derivative against central differences; returns
+/// the derivatives for further checks.
+pub fn check_gradients(c: &Case, seed: u64, tol: f64) -> Vec<IndexFn> {
+    let Setup {
+        f,
+        rng: _,
+        inputs,
+        g,
+        grad_name,
+    } = setup(c, seed);
     let mut derivs = Vec::new();
     for a in f.args() {
         let d = f
@@ -164,12 +190,13 @@ pub fn check_gradients(c: &Case, seed: u64, tol: f64) -> Vec<IndexFn> {
 /// `arg` (the derivative of the derivative, with `dd<arg>` = v) against
 /// central differences of the symbolic gradient.
 pub fn check_hvp(c: &Case, arg: &str, seed: u64, tol: f64) {
-    let f = c.parse();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let inputs = random_inputs(&f, &mut rng, c.positive);
-    let n_out: usize = f.output_shape().iter().product();
-    let g = random_vec(&mut rng, n_out, false);
-    let grad_name = format!("d{}", f.name());
+    let Setup {
+        f,
+        mut rng,
+        inputs,
+        g,
+        grad_name,
+    } = setup(c, seed);
     let dx = f.derive(arg).unwrap();
     let ddx = dx
         .derive(arg)

@@ -1,0 +1,235 @@
+//! The process-wide kernel cache and its statistics.
+//!
+//! Owns the map from structural keys (`crate::kernel::key`) plus dtype to
+//! compiled kernels, the bookkeeping that tells *why* a look-up missed,
+//! LRU-ish eviction and the counters behind [`JitStats`]. The target is
+//! always the host CPU through Cranelift (a GPU backend keeps its own
+//! cache), so it is not part of the key. Must not compile or run kernels:
+//! it is handed a closure that compiles.
+
+use super::{CompiledKernel, DType};
+use crate::kernel::key::StructuralKey;
+use crate::Error;
+use dashmap::DashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+/// Why a [`super::compile`] call had to compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MissReason {
+    /// No kernel for this expression was compiled before (for any shapes).
+    /// Sum bounds are part of the expression, so a reduction over a new
+    /// extent counts here.
+    NewExpression,
+    /// The expression was compiled before, but not for these shapes.
+    NewShapes,
+    /// The expression and shapes were compiled before, for another dtype.
+    NewDtype,
+}
+
+/// Counters of the kernel cache since the process started (see
+/// [`super::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JitStats {
+    pub hits: u64,
+    pub misses: u64,
+    /// Kernels compiled (a miss raced by another thread may compile a
+    /// kernel that is then dropped in favour of the other one).
+    pub kernels_compiled: u64,
+    /// Total time spent compiling (lowering and code generation).
+    pub compile_time: Duration,
+    pub misses_new_expression: u64,
+    pub misses_new_shapes: u64,
+    pub misses_new_dtype: u64,
+    /// Kernels dropped from the cache to respect its capacity.
+    pub evictions: u64,
+    /// Kernels in the cache now.
+    pub cached: usize,
+    /// The capacity (kernels).
+    pub capacity: usize,
+}
+
+impl JitStats {
+    /// Misses for one reason.
+    pub fn misses_by(&self, reason: MissReason) -> u64 {
+        match reason {
+            MissReason::NewExpression => self.misses_new_expression,
+            MissReason::NewShapes => self.misses_new_shapes,
+            MissReason::NewDtype => self.misses_new_dtype,
+        }
+    }
+}
+
+/// The hash is computed once by `structural_key`; the map uses it as is.
+#[derive(Default)]
+struct PassHasher(u64);
+
+impl Hasher for PassHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+type Pass = BuildHasherDefault<PassHasher>;
+
+#[derive(Clone, PartialEq, Eq)]
+struct Key {
+    hash: u64,
+    dtype: DType,
+    bytes: Vec<u8>,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+struct Entry {
+    kernel: Arc<CompiledKernel>,
+    last_used: AtomicU64,
+}
+
+struct Cache {
+    map: DashMap<Key, Entry, Pass>,
+    /// Expression hashes (without shapes) and full hashes (without dtype)
+    /// compiled so far, to tell miss reasons apart.
+    exprs: DashMap<u64, (), Pass>,
+    shaped: DashMap<u64, (), Pass>,
+    capacity: AtomicUsize,
+    tick: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    compiled: AtomicU64,
+    compile_nanos: AtomicU64,
+    reasons: [AtomicU64; 3],
+    evictions: AtomicU64,
+}
+
+/// Default capacity in kernels (each holds at least a page of code).
+pub(crate) const DEFAULT_CAPACITY: usize = 4096;
+
+static CACHE: LazyLock<Cache> = LazyLock::new(|| Cache {
+    map: DashMap::with_hasher(Pass::default()),
+    exprs: DashMap::with_hasher(Pass::default()),
+    shaped: DashMap::with_hasher(Pass::default()),
+    capacity: AtomicUsize::new(DEFAULT_CAPACITY),
+    tick: AtomicU64::new(0),
+    hits: AtomicU64::new(0),
+    misses: AtomicU64::new(0),
+    compiled: AtomicU64::new(0),
+    compile_nanos: AtomicU64::new(0),
+    reasons: Default::default(),
+    evictions: AtomicU64::new(0),
+});
+
+fn dtype_salt(d: DType) -> u64 {
+    match d {
+        DType::F32 => 0x5151_7A7A_0F0F_3232,
+        DType::F64 => 0x0606_4444_A5A5_6464,
+    }
+}
+
+/// The cached kernel for `key` and `dtype`, compiled by `build` on a miss.
+pub(crate) fn get_or_compile(
+    key: StructuralKey,
+    dtype: DType,
+    build: impl FnOnce() -> Result<CompiledKernel, Error>,
+) -> Result<Arc<CompiledKernel>, Error> {
+    let c = &*CACHE;
+    let k = Key {
+        hash: key.hash ^ dtype_salt(dtype),
+        dtype,
+        bytes: key.bytes,
+    };
+    let now = c.tick.fetch_add(1, Relaxed);
+    if let Some(e) = c.map.get(&k) {
+        e.last_used.store(now, Relaxed);
+        c.hits.fetch_add(1, Relaxed);
+        return Ok(e.kernel.clone());
+    }
+    c.misses.fetch_add(1, Relaxed);
+    let reason = if !c.exprs.contains_key(&key.expr_hash) {
+        MissReason::NewExpression
+    } else if !c.shaped.contains_key(&key.hash) {
+        MissReason::NewShapes
+    } else {
+        MissReason::NewDtype
+    };
+    c.reasons[reason as usize].fetch_add(1, Relaxed);
+    let started = Instant::now();
+    let built = build()?;
+    c.compile_nanos
+        .fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
+    c.compiled.fetch_add(1, Relaxed);
+    c.exprs.insert(key.expr_hash, ());
+    c.shaped.insert(key.hash, ());
+    let kernel = c
+        .map
+        .entry(k)
+        .or_insert_with(|| Entry {
+            kernel: Arc::new(built),
+            last_used: AtomicU64::new(now),
+        })
+        .kernel
+        .clone();
+    evict_to_capacity(c);
+    Ok(kernel)
+}
+
+fn evict_to_capacity(c: &Cache) {
+    while c.map.len() > c.capacity.load(Relaxed) {
+        let oldest = c
+            .map
+            .iter()
+            .min_by_key(|e| e.value().last_used.load(Relaxed))
+            .map(|e| e.key().clone());
+        match oldest {
+            Some(k) => {
+                if c.map.remove(&k).is_some() {
+                    c.evictions.fetch_add(1, Relaxed);
+                }
+            }
+            None => break,
+        }
+    }
+}
+
+pub(crate) fn stats() -> JitStats {
+    let c = &*CACHE;
+    JitStats {
+        hits: c.hits.load(Relaxed),
+        misses: c.misses.load(Relaxed),
+        kernels_compiled: c.compiled.load(Relaxed),
+        compile_time: Duration::from_nanos(c.compile_nanos.load(Relaxed)),
+        misses_new_expression: c.reasons[0].load(Relaxed),
+        misses_new_shapes: c.reasons[1].load(Relaxed),
+        misses_new_dtype: c.reasons[2].load(Relaxed),
+        evictions: c.evictions.load(Relaxed),
+        cached: c.map.len(),
+        capacity: c.capacity.load(Relaxed),
+    }
+}
+
+pub(crate) fn clear() {
+    let c = &*CACHE;
+    c.map.clear();
+    c.exprs.clear();
+    c.shaped.clear();
+}
+
+pub(crate) fn set_capacity(n: usize) {
+    let c = &*CACHE;
+    c.capacity.store(n, Relaxed);
+    evict_to_capacity(c);
+}

@@ -1,0 +1,653 @@
+//! Cranelift code generation from the kernel IR.
+//!
+//! Owns the translation of a [`Kernel`] into machine code: one
+//! `JITModule` per kernel (so that dropping a kernel frees its code), the
+//! host ISA (built once), and the calls to the registered math functions
+//! (`super::math`). Must not lower index functions (that is
+//! `crate::kernel`) nor run kernels (that is `super::compiled`).
+//!
+//! The generated function has the signature
+//! `extern "C" fn(args: *const *const T, out: *mut T, start: i64, end: i64)`
+//! and computes the output rows `start..end` of the parallel loop. Loops are
+//! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
+//! block parameters; guards become branches, so a load only executes on the
+//! path where the IR has it.
+
+use super::math::{MathFn, Width};
+use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
+use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::Error;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, BlockArg, FuncRef, InstBuilder, MemFlagsData, Signature, Type, Value,
+};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The entry point of a compiled kernel (byte pointers; the element type is
+/// the kernel's).
+pub(crate) type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i64);
+
+/// Machine code for one kernel; the module owns the code's memory.
+pub(crate) struct Code {
+    pub(crate) entry: KernelFn,
+    pub(crate) module: JITModule,
+}
+
+fn host_isa() -> Result<OwnedTargetIsa, String> {
+    static ISA: OnceLock<Result<OwnedTargetIsa, String>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        for (k, v) in [
+            ("opt_level", "speed"),
+            ("is_pic", "false"),
+            ("use_colocated_libcalls", "false"),
+            // The IR is verified by construction; debug builds still check.
+            (
+                "enable_verifier",
+                if cfg!(debug_assertions) {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
+        ] {
+            flags.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let builder = cranelift_native::builder().map_err(|e| e.to_string())?;
+        builder
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+}
+
+/// Compiles `k` for f32 or f64 elements.
+pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
+    let fail = |what: &str, detail: String| Error::Invalid {
+        function: k.name.clone(),
+        message: format!("Cranelift could not {what}: {detail}"),
+    };
+    let isa = host_isa().map_err(|e| fail("target this host", e))?;
+    let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+    for f in MathFn::ALL {
+        let (name, ptr) = f.symbol(width);
+        builder.symbol(name, ptr);
+    }
+    let mut module = JITModule::new(builder);
+    let config = module.target_config();
+    let ptr = config.pointer_type();
+    let mut ctx = module.make_context();
+    for t in [ptr, ptr, types::I64, types::I64] {
+        ctx.func.signature.params.push(AbiParam::new(t));
+    }
+    let sig = ctx.func.signature.clone();
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let ty = match width {
+            Width::F32 => types::F32,
+            Width::F64 => types::F64,
+        };
+        let mut e = Emitter {
+            b,
+            module: &mut module,
+            width,
+            ty,
+            elem: ty.bytes() as i64,
+            regs: vec![None; k.num_regs as usize],
+            ivars: vec![None; k.num_ivars as usize],
+            bases: Vec::new(),
+            out: None,
+            funcs: HashMap::new(),
+        };
+        e.function(k)
+            .map_err(|m| fail("translate the kernel", format!("{m}\n{k}")))?;
+        e.b.finalize(config);
+    }
+    let id = module
+        .declare_function("kernel", Linkage::Export, &sig)
+        .map_err(|e| fail("declare the kernel", e.to_string()))?;
+    if let Err(e) = module.define_function(id, &mut ctx) {
+        return Err(fail(
+            "compile the kernel",
+            format!("{e:?}\n{}\n{k}", ctx.func.display()),
+        ));
+    }
+    module
+        .finalize_definitions()
+        .map_err(|e| fail("finalize the kernel", e.to_string()))?;
+    let code = module.get_finalized_function(id);
+    // SAFETY: `code` is the entry of the function just defined with
+    // exactly this signature (two pointers, two i64, no result).
+    let entry = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
+    Ok(Code { entry, module })
+}
+
+struct Emitter<'a> {
+    b: FunctionBuilder<'a>,
+    module: &'a mut JITModule,
+    width: Width,
+    ty: Type,
+    elem: i64,
+    regs: Vec<Option<Value>>,
+    ivars: Vec<Option<Value>>,
+    /// Base pointer of each argument buffer, loaded in the entry block.
+    bases: Vec<Value>,
+    out: Option<Value>,
+    funcs: HashMap<MathFn, FuncRef>,
+}
+
+type R<T> = Result<T, String>;
+
+fn int_cc(op: CmpOp) -> IntCC {
+    match op {
+        CmpOp::Eq => IntCC::Equal,
+        CmpOp::Ne => IntCC::NotEqual,
+        CmpOp::Ge => IntCC::SignedGreaterThanOrEqual,
+        CmpOp::Gt => IntCC::SignedGreaterThan,
+        CmpOp::Le => IntCC::SignedLessThanOrEqual,
+        CmpOp::Lt => IntCC::SignedLessThan,
+    }
+}
+
+/// IEEE comparisons as Rust's `PartialOrd` operators: only `!=` holds for
+/// NaN operands.
+fn float_cc(op: CmpOp) -> FloatCC {
+    match op {
+        CmpOp::Eq => FloatCC::Equal,
+        CmpOp::Ne => FloatCC::NotEqual,
+        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+        CmpOp::Gt => FloatCC::GreaterThan,
+        CmpOp::Le => FloatCC::LessThanOrEqual,
+        CmpOp::Lt => FloatCC::LessThan,
+    }
+}
+
+fn args(vals: &[Value]) -> Vec<BlockArg> {
+    vals.iter().map(|&v| BlockArg::Value(v)).collect()
+}
+
+impl Emitter<'_> {
+    fn function(&mut self, k: &Kernel) -> R<()> {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        let params = self.b.block_params(entry).to_vec();
+        let (args_ptr, out, start, end) = (params[0], params[1], params[2], params[3]);
+        let ptr = self.module.target_config().pointer_type();
+        for a in 0..k.args.len() {
+            let base = self.b.ins().load(
+                ptr,
+                MemFlagsData::trusted().with_readonly(),
+                args_ptr,
+                (a * ptr.bytes() as usize) as i32,
+            );
+            self.bases.push(base);
+        }
+        self.out = Some(out);
+        self.ivars[START.0 as usize] = Some(start);
+        self.ivars[END.0 as usize] = Some(end);
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let nonempty = self.b.ins().icmp(IntCC::SignedLessThan, start, end);
+        self.b.ins().brif(nonempty, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        self.stmts(&k.body)?;
+        self.b.ins().jump(exit, &[]);
+        self.b.switch_to_block(exit);
+        self.b.ins().return_(&[]);
+        self.b.seal_all_blocks();
+        Ok(())
+    }
+
+    fn reg(&self, r: Reg) -> R<Value> {
+        self.regs
+            .get(r.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("register {r} used before its definition"))
+    }
+
+    fn set(&mut self, r: Reg, v: Value) -> R<()> {
+        match self.regs.get_mut(r.0 as usize) {
+            Some(slot) => {
+                *slot = Some(v);
+                Ok(())
+            }
+            None => Err(format!("register {r} out of range")),
+        }
+    }
+
+    fn ivar(&self, v: IVar) -> R<Value> {
+        self.ivars
+            .get(v.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("integer {v} used outside its loop"))
+    }
+
+    /// `lin · scale` (scale: 1 for indices, the element size for byte
+    /// offsets). Outer variables are added first, so the part invariant in
+    /// an inner loop is one value that Cranelift can hoist.
+    fn lin(&mut self, l: &Lin, scale: i64) -> R<Value> {
+        let mut acc: Option<Value> = None;
+        for &(v, c) in &l.terms {
+            let x = self.ivar(v)?;
+            let c = c.wrapping_mul(scale);
+            let t = if c == 1 {
+                x
+            } else {
+                self.b.ins().imul_imm_s(x, c)
+            };
+            acc = Some(match acc {
+                None => t,
+                Some(a) => self.b.ins().iadd(a, t),
+            });
+        }
+        let k = l.constant.wrapping_mul(scale);
+        Ok(match acc {
+            None => self.b.ins().iconst(types::I64, k),
+            Some(a) if k == 0 => a,
+            Some(a) => self.b.ins().iadd_imm_s(a, k),
+        })
+    }
+
+    /// `⌈num/den⌉` or `⌊num/den⌋` for `den > 0`.
+    fn bound(&mut self, b: &Bound, ceil: bool) -> R<Value> {
+        let n = self.lin(&b.num, 1)?;
+        if b.den == 1 {
+            return Ok(n);
+        }
+        let d = self.b.ins().iconst(types::I64, b.den);
+        let q = self.b.ins().sdiv(n, d);
+        let r = self.b.ins().srem(n, d);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        // Truncating division: fix up towards +∞ (ceil) or −∞ (floor).
+        let (cc, step) = if ceil {
+            (IntCC::SignedGreaterThan, 1)
+        } else {
+            (IntCC::SignedLessThan, -1)
+        };
+        let adjust = self.b.ins().icmp(cc, r, zero);
+        let adjust = self.b.ins().uextend(types::I64, adjust);
+        let adjust = if step == 1 {
+            adjust
+        } else {
+            self.b.ins().ineg(adjust)
+        };
+        Ok(self.b.ins().iadd(q, adjust))
+    }
+
+    fn range(&mut self, l: &Loop) -> R<(Value, Value)> {
+        let mut lo: Option<Value> = None;
+        for b in &l.lower {
+            let v = self.bound(b, true)?;
+            lo = Some(match lo {
+                None => v,
+                Some(x) => self.b.ins().smax(x, v),
+            });
+        }
+        let mut hi: Option<Value> = None;
+        for b in &l.upper {
+            let v = self.bound(b, false)?;
+            hi = Some(match hi {
+                None => v,
+                Some(x) => self.b.ins().smin(x, v),
+            });
+        }
+        match (lo, hi) {
+            (Some(lo), Some(hi)) => Ok((lo, hi)),
+            _ => Err("a loop without bounds".into()),
+        }
+    }
+
+    fn fconst(&mut self, c: f64) -> Value {
+        match self.width {
+            Width::F32 => self.b.ins().f32const(c as f32),
+            Width::F64 => self.b.ins().f64const(c),
+        }
+    }
+
+    fn call(&mut self, f: MathFn, xs: &[Value]) -> R<Value> {
+        let fref = match self.funcs.get(&f) {
+            Some(&r) => r,
+            None => {
+                let mut sig = Signature::new(self.module.isa().default_call_conv());
+                for _ in 0..f.arity() {
+                    sig.params.push(AbiParam::new(self.ty));
+                }
+                sig.returns.push(AbiParam::new(self.ty));
+                let name = f.symbol(self.width).0;
+                let id = self
+                    .module
+                    .declare_function(name, Linkage::Import, &sig)
+                    .map_err(|e| format!("declaring {name}: {e}"))?;
+                let r = self.module.declare_func_in_func(id, self.b.func);
+                self.funcs.insert(f, r);
+                r
+            }
+        };
+        let inst = self.b.ins().call(fref, xs);
+        Ok(self.b.inst_results(inst)[0])
+    }
+
+    fn select_cmp(&mut self, cc: FloatCC, a: Value, b: Value, x: Value, y: Value) -> Value {
+        let c = self.b.ins().fcmp(cc, a, b);
+        self.b.ins().select(c, x, y)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: Value) -> R<Value> {
+        let f = match op {
+            UnaryOp::Neg => return Ok(self.b.ins().fneg(x)),
+            UnaryOp::Abs => return Ok(self.b.ins().fabs(x)),
+            UnaryOp::Sqrt => return Ok(self.b.ins().sqrt(x)),
+            UnaryOp::Sgn => {
+                // x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and ±0).
+                let zero = self.fconst(0.0);
+                let one = self.fconst(1.0);
+                let minus = self.fconst(-1.0);
+                let zx = self.b.ins().fmul(zero, x);
+                let neg = self.select_cmp(FloatCC::LessThan, x, zero, minus, zx);
+                return Ok(self.select_cmp(FloatCC::GreaterThan, x, zero, one, neg));
+            }
+            UnaryOp::Sigmoid => {
+                let nx = self.b.ins().fneg(x);
+                let e = self.call(MathFn::Exp, &[nx])?;
+                let one = self.fconst(1.0);
+                let d = self.b.ins().fadd(one, e);
+                return Ok(self.b.ins().fdiv(one, d));
+            }
+            UnaryOp::Exp => MathFn::Exp,
+            UnaryOp::Log => MathFn::Log,
+            UnaryOp::Log10 => MathFn::Log10,
+            UnaryOp::Tanh => MathFn::Tanh,
+            UnaryOp::Sin => MathFn::Sin,
+            UnaryOp::Cos => MathFn::Cos,
+        };
+        self.call(f, &[x])
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> R<Value> {
+        Ok(match op {
+            BinaryOp::Add => self.b.ins().fadd(a, b),
+            BinaryOp::Sub => self.b.ins().fsub(a, b),
+            BinaryOp::Mul => self.b.ins().fmul(a, b),
+            BinaryOp::Div => self.b.ins().fdiv(a, b),
+            BinaryOp::Pow => self.call(MathFn::Pow, &[a, b])?,
+            // The first operand wins ties; a NaN second operand wins.
+            BinaryOp::Max => self.select_cmp(FloatCC::GreaterThanOrEqual, a, b, a, b),
+            BinaryOp::Min => self.select_cmp(FloatCC::LessThanOrEqual, a, b, a, b),
+        })
+    }
+
+    /// `x ** n` in the order of compiler-rt's `__powidf2` (what `powi`
+    /// calls), so f64 results equal the interpreter's bit for bit.
+    fn powi(&mut self, x: Value, n: i32) -> Value {
+        let mut p = n.unsigned_abs();
+        let mut base = x;
+        let mut acc: Option<Value> = None;
+        loop {
+            if p & 1 == 1 {
+                acc = Some(match acc {
+                    None => base,
+                    Some(a) => self.b.ins().fmul(a, base),
+                });
+            }
+            p >>= 1;
+            if p == 0 {
+                break;
+            }
+            base = self.b.ins().fmul(base, base);
+        }
+        let r = match acc {
+            Some(r) => r,
+            None => self.fconst(1.0),
+        };
+        if n < 0 {
+            let one = self.fconst(1.0);
+            self.b.ins().fdiv(one, r)
+        } else {
+            r
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> R<Value> {
+        Ok(match e {
+            Expr::Const(c) => self.fconst(*c),
+            Expr::Load { arg, offset } => {
+                let off = self.lin(offset, self.elem)?;
+                let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
+                let addr = self.b.ins().iadd(base, off);
+                let flags = MemFlagsData::trusted().with_readonly();
+                self.b.ins().load(self.ty, flags, addr, 0)
+            }
+            Expr::Index(l) => {
+                let v = self.lin(l, 1)?;
+                self.b.ins().fcvt_from_sint(self.ty, v)
+            }
+            Expr::Unary(op, a) => {
+                let a = self.reg(*a)?;
+                self.unary(*op, a)?
+            }
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.reg(*a)?, self.reg(*b)?);
+                self.binary(*op, a, b)?
+            }
+            Expr::PowI(a, n) => {
+                let a = self.reg(*a)?;
+                self.powi(a, *n)
+            }
+        })
+    }
+
+    fn cond(&mut self, c: &Cond) -> R<Value> {
+        Ok(match c {
+            Cond::Index(l, op) => {
+                let v = self.lin(l, 1)?;
+                self.b.ins().icmp_imm_s(int_cc(*op), v, 0)
+            }
+            Cond::Divisible(l, d) => {
+                let v = self.lin(l, 1)?;
+                let d = self.b.ins().iconst(types::I64, *d);
+                let r = self.b.ins().srem(v, d);
+                self.b.ins().icmp_imm_s(IntCC::Equal, r, 0)
+            }
+            Cond::Value(a, op, b) => {
+                let (a, b) = (self.reg(*a)?, self.reg(*b)?);
+                self.b.ins().fcmp(float_cc(*op), a, b)
+            }
+        })
+    }
+
+    fn stmts(&mut self, list: &[Stmt]) -> R<()> {
+        for s in list {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> R<()> {
+        match s {
+            Stmt::Let(r, e) => {
+                let v = self.expr(e)?;
+                self.set(*r, v)
+            }
+            Stmt::Store { offset, value } => {
+                let v = self.reg(*value)?;
+                let off = self.lin(offset, self.elem)?;
+                let out = self.out.ok_or("store before the entry block")?;
+                let addr = self.b.ins().iadd(out, off);
+                self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
+                Ok(())
+            }
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => {
+                let c = self.cond(cond)?;
+                let (tb, eb, merge) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                let res = self.b.append_block_param(merge, self.ty);
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                for (block, list, value) in
+                    [(tb, then, then_value), (eb, otherwise, otherwise_value)]
+                {
+                    self.b.switch_to_block(block);
+                    self.stmts(list)?;
+                    let v = self.reg(*value)?;
+                    self.b.ins().jump(merge, &args(&[v]));
+                }
+                self.b.switch_to_block(merge);
+                self.set(*result, res)
+            }
+            Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                body,
+            } => {
+                let init = match op {
+                    ReduceOp::Sum => vec![self.fconst(0.0)],
+                    ReduceOp::Max => vec![self.fconst(f64::NEG_INFINITY)],
+                    ReduceOp::Min => vec![self.fconst(f64::INFINITY)],
+                    // (index as a number, best value so far)
+                    ReduceOp::ArgMax | ReduceOp::ArgMin => {
+                        vec![self.fconst(-1.0), self.fconst(0.0)]
+                    }
+                };
+                let op = *op;
+                let value = *value;
+                let out = self.looped(body, &init, move |e, k, lo, acc| {
+                    let x = e.reg(value)?;
+                    Ok(match op {
+                        ReduceOp::Sum => vec![e.b.ins().fadd(acc[0], x)],
+                        ReduceOp::Max => {
+                            vec![e.select_cmp(FloatCC::GreaterThanOrEqual, acc[0], x, acc[0], x)]
+                        }
+                        ReduceOp::Min => {
+                            vec![e.select_cmp(FloatCC::LessThanOrEqual, acc[0], x, acc[0], x)]
+                        }
+                        ReduceOp::ArgMax | ReduceOp::ArgMin => {
+                            // The first iteration always takes its value;
+                            // later ones only a strictly better one.
+                            let cc = if op == ReduceOp::ArgMax {
+                                FloatCC::GreaterThan
+                            } else {
+                                FloatCC::LessThan
+                            };
+                            let first = e.b.ins().icmp(IntCC::Equal, k, lo);
+                            let better = e.b.ins().fcmp(cc, x, acc[1]);
+                            let take = e.b.ins().bor(first, better);
+                            let kf = e.b.ins().fcvt_from_sint(e.ty, k);
+                            let idx = e.b.ins().select(take, kf, acc[0]);
+                            let best = e.b.ins().select(take, x, acc[1]);
+                            vec![idx, best]
+                        }
+                    })
+                })?;
+                self.set(*result, out[0])
+            }
+        }
+    }
+
+    /// A rotated loop over `l`'s range carrying `init` values; `update`
+    /// computes the carried values of the next iteration after the body.
+    /// Returns the carried values after the loop.
+    fn looped(
+        &mut self,
+        l: &Loop,
+        init: &[Value],
+        update: impl Fn(&mut Self, Value, Value, &[Value]) -> R<Vec<Value>>,
+    ) -> R<Vec<Value>> {
+        let (lo, hi) = self.range(l)?;
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(body, types::I64);
+        let carried: Vec<Value> = init
+            .iter()
+            .map(|_| self.b.append_block_param(body, self.ty))
+            .collect();
+        let results: Vec<Value> = init
+            .iter()
+            .map(|_| self.b.append_block_param(exit, self.ty))
+            .collect();
+        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, lo, hi);
+        let mut first = vec![lo];
+        first.extend_from_slice(init);
+        self.b
+            .ins()
+            .brif(enter, body, &args(&first), exit, &args(init));
+        self.b.switch_to_block(body);
+        let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
+        let saved = self.ivars[slot].replace(k);
+        self.stmts(&l.body)?;
+        let next = update(self, k, lo, &carried)?;
+        self.ivars[slot] = saved;
+        let k1 = self.b.ins().iadd_imm_s(k, 1);
+        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, hi);
+        let mut back = vec![k1];
+        back.extend_from_slice(&next);
+        self.b
+            .ins()
+            .brif(again, body, &args(&back), exit, &args(&next));
+        self.b.switch_to_block(exit);
+        Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolic::IndexFn;
+
+    #[test]
+    fn malformed_kernels_are_errors_with_the_kernel_text() {
+        let f = IndexFn::parse("f[i] = x[i]", &[("x", &[3][..])]).unwrap();
+        let mut k = crate::kernel::lower(&f).unwrap();
+        k.body = vec![Stmt::Store {
+            offset: Lin::constant(0),
+            value: Reg(7),
+        }];
+        let err = compile(&k, Width::F64)
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("r7 used before its definition"), "{err}");
+        assert!(err.contains("kernel f("), "{err}");
+    }
+
+    #[test]
+    fn compiled_code_runs_a_row_range() {
+        let f = IndexFn::parse("f[i] = x[i] * 2", &[("x", &[4][..])]).unwrap();
+        let k = crate::kernel::lower(&f).unwrap();
+        let code = compile(&k, Width::F64).unwrap();
+        let x = [1.0f64, 2.0, 3.0, 4.0];
+        let mut out = [0.0f64; 4];
+        let args = [x.as_ptr() as *const u8];
+        // SAFETY: buffers of the declared lengths; rows 1..3 are in range.
+        unsafe { (code.entry)(args.as_ptr(), out.as_mut_ptr() as *mut u8, 1, 3) };
+        assert_eq!(out, [0.0, 4.0, 6.0, 0.0]);
+        // An empty range runs nothing.
+        unsafe { (code.entry)(args.as_ptr(), out.as_mut_ptr() as *mut u8, 3, 3) };
+        assert_eq!(out, [0.0, 4.0, 6.0, 0.0]);
+        // SAFETY: the entry is not used afterwards.
+        unsafe { code.module.free_memory() };
+    }
+}

@@ -1,0 +1,241 @@
+//! The backend-neutral kernel IR: an [`IndexFn`](crate::symbolic::IndexFn)
+//! lowered to a loop nest.
+//!
+//! Owns [`Kernel`] (loops with run-time `max`/`min`/`ceil`/`floor` bounds,
+//! guards as control flow, reductions, loads at flat affine offsets, stores),
+//! the lowering [`lower`] and the structural cache key ([`key`]). Every
+//! backend consumes this IR: the Cranelift JIT (`crate::jit`) today, a PTX
+//! printer later. It must therefore stay free of any backend's types, and it
+//! must not parse or derive (that is `crate::symbolic`'s job), allocate
+//! buffers or run anything.
+//!
+//! # Semantics
+//!
+//! A kernel is called with a half-open range `[start, end)` of its outermost
+//! (parallel) output index; it runs its [`Kernel::body`] only when
+//! `start < end`. Integer values ([`IVar`]) are `i64`: loop variables and the
+//! two parameters [`START`] and [`END`]. Scalar values ([`Reg`]) have the
+//! kernel's element type (`f32` or `f64`); each register is defined by
+//! exactly one statement, and every use is dominated by its definition (it
+//! is defined earlier in the same statement list or in an enclosing one).
+//!
+//! - `Let(r, e)` computes a pure expression. `Load` reads
+//!   `args[arg][offset]`; it may only execute where the reference
+//!   interpreter would read the same element, so backends must not move a
+//!   load out of the branch or loop it sits in.
+//! - `If` evaluates its condition and runs exactly one branch; `result`
+//!   takes the branch's value.
+//! - `Reduce` runs its loop `for var in max(⌈lower⌉) ..= min(⌊upper⌋)` in
+//!   increasing order and folds the body's value like the interpreter
+//!   (sum from 0; `max`/`min` from ∓∞ with the first operand winning ties;
+//!   `argmax`/`argmin` keep the first index of a strictly better value,
+//!   `-1` over an empty range).
+//! - `For` is an output loop; `Store` writes `out[offset]`.
+//!
+//! ```
+//! use tenjin::symbolic::IndexFn;
+//! let f = IndexFn::parse("f[i; j] = x[j; i] * y[i]", &[("x", &[3, 2][..]), ("y", &[2][..])])?;
+//! let k = tenjin::kernel::lower(&f)?;
+//! let text = k.to_string();
+//! assert!(text.contains("load y[v2]"), "{text}"); // hoisted out of the j loop
+//! assert!(text.contains("load x[v2 + v3*2]"), "{text}"); // a transpose is a strided load
+//! # Ok::<(), tenjin::Error>(())
+//! ```
+
+pub mod key;
+mod lower;
+mod print;
+
+pub use lower::lower;
+
+use crate::symbolic::{ArgDecl, BinaryOp, CmpOp, ReduceOp, UnaryOp};
+
+/// An integer (`i64`) value of a kernel: a loop variable or a parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IVar(pub u32);
+
+/// The first index of the parallel loop this call covers (inclusive).
+pub const START: IVar = IVar(0);
+/// The end of the parallel loop range this call covers (exclusive).
+pub const END: IVar = IVar(1);
+
+/// A scalar register of the kernel's element type, defined once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reg(pub u32);
+
+/// `constant + Σ coeff·var` over integer values. Terms are sorted by
+/// variable (outer loops first), with no zero coefficients.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Lin {
+    pub constant: i64,
+    pub terms: Vec<(IVar, i64)>,
+}
+
+impl Lin {
+    pub fn constant(c: i64) -> Lin {
+        Lin {
+            constant: c,
+            terms: Vec::new(),
+        }
+    }
+
+    pub fn var(v: IVar) -> Lin {
+        Lin {
+            constant: 0,
+            terms: vec![(v, 1)],
+        }
+    }
+
+    /// The value at integer variable values (wrapping arithmetic, like the
+    /// generated code).
+    pub fn eval(&self, value: &dyn Fn(IVar) -> i64) -> i64 {
+        self.terms.iter().fold(self.constant, |acc, &(v, c)| {
+            acc.wrapping_add(c.wrapping_mul(value(v)))
+        })
+    }
+}
+
+/// A loop bound `num / den` (`den > 0`), rounded up when it is a lower
+/// bound and down when it is an upper bound.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Bound {
+    pub num: Lin,
+    pub den: i64,
+}
+
+/// The condition of an [`Stmt::If`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cond {
+    /// `form op 0` on integers.
+    Index(Lin, CmpOp),
+    /// `form` is divisible by the positive constant.
+    Divisible(Lin, i64),
+    /// `a op b` on scalars, with IEEE semantics (`!=` holds for NaN, the
+    /// others do not).
+    Value(Reg, CmpOp, Reg),
+}
+
+/// A pure scalar expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// A constant (rounded to the element type by the backend).
+    Const(f64),
+    /// `args[arg][offset]`, the offset in elements.
+    Load {
+        arg: usize,
+        offset: Lin,
+    },
+    /// An integer value as a number.
+    Index(Lin),
+    Unary(UnaryOp, Reg),
+    /// `Pow` with a run-time exponent follows `crate::symbolic::expr::pow`.
+    Binary(BinaryOp, Reg, Reg),
+    /// `x ** n` for a constant integer `n` by repeated squaring, in the
+    /// order of `f64::powi` (`1/x**|n|` for negative `n`).
+    PowI(Reg, i32),
+}
+
+/// A loop `for var in max(⌈lower⌉) ..= min(⌊upper⌋)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loop {
+    pub var: IVar,
+    /// Never empty; the maximum of the rounded-up values is taken.
+    pub lower: Vec<Bound>,
+    /// Never empty; the minimum of the rounded-down values is taken.
+    pub upper: Vec<Bound>,
+    pub body: Vec<Stmt>,
+    /// An upper bound of the trip count known at lowering time (for cost
+    /// estimates only).
+    pub max_trips: u64,
+}
+
+/// A statement (see the module documentation for the semantics).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Let(Reg, Expr),
+    If {
+        cond: Cond,
+        then: Vec<Stmt>,
+        then_value: Reg,
+        otherwise: Vec<Stmt>,
+        otherwise_value: Reg,
+        result: Reg,
+    },
+    Reduce {
+        op: ReduceOp,
+        /// Defined in `body.body`: the value folded at each iteration.
+        value: Reg,
+        result: Reg,
+        body: Loop,
+    },
+    For(Loop),
+    Store {
+        offset: Lin,
+        value: Reg,
+    },
+}
+
+/// A lowered index function: the loop nest that computes its output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// The function's name.
+    pub name: String,
+    /// The arguments, in the order the kernel receives their buffers.
+    pub args: Vec<ArgDecl>,
+    pub out_shape: Vec<usize>,
+    /// Trip count of the parallel (outermost) output loop: the first output
+    /// dimension, or 1 for a scalar output.
+    pub extent: usize,
+    /// Number of integer values (`IVar(0..num_ivars)`).
+    pub num_ivars: u32,
+    /// Number of scalar registers (`Reg(0..num_regs)`).
+    pub num_regs: u32,
+    /// Runs once per call with `start < end`; contains the parallel loop.
+    pub body: Vec<Stmt>,
+}
+
+impl Kernel {
+    /// Number of output elements.
+    pub fn out_len(&self) -> usize {
+        self.out_shape.iter().product()
+    }
+
+    /// An estimate of the work (in simple arithmetic operations) of one
+    /// iteration of the parallel loop, for choosing how finely to split it.
+    pub fn cost_per_iteration(&self) -> u64 {
+        fn cost(stmts: &[Stmt]) -> u64 {
+            stmts
+                .iter()
+                .fold(0u64, |acc, s| acc.saturating_add(stmt_cost(s)))
+        }
+        fn stmt_cost(s: &Stmt) -> u64 {
+            match s {
+                Stmt::Let(_, e) => match e {
+                    Expr::Const(_) => 0,
+                    Expr::Unary(op, _) => match op {
+                        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
+                        UnaryOp::Sqrt => 4,
+                        _ => 20,
+                    },
+                    Expr::Binary(BinaryOp::Pow, _, _) => 40,
+                    Expr::Binary(BinaryOp::Div, _, _) => 4,
+                    _ => 1,
+                },
+                Stmt::If {
+                    then, otherwise, ..
+                } => 1 + cost(then).max(cost(otherwise)),
+                Stmt::Reduce { body, .. } | Stmt::For(body) => {
+                    2 + body
+                        .max_trips
+                        .saturating_mul(cost(&body.body).saturating_add(2))
+                }
+                Stmt::Store { .. } => 1,
+            }
+        }
+        let parallel = self.body.iter().find_map(|s| match s {
+            Stmt::For(l) => Some(cost(&l.body)),
+            _ => None,
+        });
+        parallel.unwrap_or(1).max(1)
+    }
+}

@@ -1,0 +1,214 @@
+//! `Display` for [`Kernel`]: readable pseudo code for debugging and error
+//! messages. Integer values print as `v<n>` (`start`, `end` for the
+//! parameters), registers as `r<n>`.
+
+use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Stmt, END, START};
+use crate::symbolic::{BinaryOp, ReduceOp, UnaryOp};
+use std::fmt::{self, Display, Formatter, Write};
+
+impl Display for IVar {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match *self {
+            START => write!(f, "start"),
+            END => write!(f, "end"),
+            IVar(n) => write!(f, "v{n}"),
+        }
+    }
+}
+
+impl Display for super::Reg {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+
+impl Display for Lin {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for &(v, c) in &self.terms {
+            let (sign, mag) = if c < 0 {
+                ("-", -(c as i128))
+            } else {
+                ("+", c as i128)
+            };
+            match (first, sign) {
+                (true, "-") => write!(f, "-")?,
+                (true, _) => {}
+                (false, s) => write!(f, " {s} ")?,
+            }
+            if mag == 1 {
+                write!(f, "{v}")?;
+            } else {
+                write!(f, "{v}*{mag}")?;
+            }
+            first = false;
+        }
+        match (first, self.constant) {
+            (true, c) => write!(f, "{c}"),
+            (false, 0) => Ok(()),
+            (false, c) if c < 0 => write!(f, " - {}", -(c as i128)),
+            (false, c) => write!(f, " + {c}"),
+        }
+    }
+}
+
+fn bounds(list: &[Bound], round: &str, pick: &str) -> String {
+    let one = |b: &Bound| {
+        if b.den == 1 {
+            b.num.to_string()
+        } else {
+            format!("{round}(({})/{})", b.num, b.den)
+        }
+    };
+    if list.len() == 1 {
+        one(&list[0])
+    } else {
+        let items: Vec<String> = list.iter().map(one).collect();
+        format!("{pick}({})", items.join(", "))
+    }
+}
+
+fn loop_header(l: &Loop) -> String {
+    format!(
+        "{} in {} ..= {}",
+        l.var,
+        bounds(&l.lower, "ceil", "max"),
+        bounds(&l.upper, "floor", "min")
+    )
+}
+
+fn unary(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "neg",
+        op => op.name(),
+    }
+}
+
+fn binary(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        BinaryOp::Pow => "**",
+        BinaryOp::Max => "max",
+        BinaryOp::Min => "min",
+    }
+}
+
+struct Printer<'a> {
+    k: &'a Kernel,
+    out: String,
+}
+
+impl Printer<'_> {
+    fn line(&mut self, depth: usize, text: &str) {
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn expr(&self, e: &Expr) -> String {
+        match e {
+            Expr::Const(c) => format!("{c:?}"),
+            Expr::Load { arg, offset } => {
+                let name = self.k.args.get(*arg).map_or("?", |a| a.name.as_str());
+                format!("load {name}[{offset}]")
+            }
+            Expr::Index(l) => format!("number({l})"),
+            Expr::Unary(op, a) => format!("{} {a}", unary(*op)),
+            Expr::Binary(op @ (BinaryOp::Max | BinaryOp::Min), a, b) => {
+                format!("{}({a}, {b})", binary(*op))
+            }
+            Expr::Binary(op, a, b) => format!("{a} {} {b}", binary(*op)),
+            Expr::PowI(a, n) => format!("{a} ** {n} (powi)"),
+        }
+    }
+
+    fn cond(c: &Cond) -> String {
+        match c {
+            Cond::Index(l, op) => format!("{l} {} 0", op.symbol()),
+            Cond::Divisible(l, d) => format!("({l}) divisible by {d}"),
+            Cond::Value(a, op, b) => format!("{a} {} {b}", op.symbol()),
+        }
+    }
+
+    fn stmts(&mut self, list: &[Stmt], depth: usize) {
+        for s in list {
+            match s {
+                Stmt::Let(r, e) => {
+                    let text = format!("{r} = {}", self.expr(e));
+                    self.line(depth, &text);
+                }
+                Stmt::If {
+                    cond,
+                    then,
+                    then_value,
+                    otherwise,
+                    otherwise_value,
+                    result,
+                } => {
+                    self.line(depth, &format!("{result} = if {} {{", Self::cond(cond)));
+                    self.stmts(then, depth + 1);
+                    self.line(depth + 1, &format!("yield {then_value}"));
+                    self.line(depth, "} else {");
+                    self.stmts(otherwise, depth + 1);
+                    self.line(depth + 1, &format!("yield {otherwise_value}"));
+                    self.line(depth, "}");
+                }
+                Stmt::Reduce {
+                    op,
+                    value,
+                    result,
+                    body,
+                } => {
+                    let name = match op {
+                        ReduceOp::Sum => "sum",
+                        op => op.name(),
+                    };
+                    self.line(
+                        depth,
+                        &format!("{result} = {name} {} {{", loop_header(body)),
+                    );
+                    self.stmts(&body.body, depth + 1);
+                    self.line(depth + 1, &format!("fold {value}"));
+                    self.line(depth, "}");
+                }
+                Stmt::For(l) => {
+                    self.line(depth, &format!("for {} {{", loop_header(l)));
+                    self.stmts(&l.body, depth + 1);
+                    self.line(depth, "}");
+                }
+                Stmt::Store { offset, value } => {
+                    self.line(depth, &format!("store out[{offset}] = {value}"));
+                }
+            }
+        }
+    }
+}
+
+impl Display for Kernel {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let mut p = Printer {
+            k: self,
+            out: String::new(),
+        };
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| format!("{}: {:?}", a.name, a.shape))
+            .collect();
+        let _ = writeln!(
+            p.out,
+            "kernel {}({}) -> {:?}, parallel over [start, end) ⊆ [0, {})",
+            self.name,
+            args.join(", "),
+            self.out_shape,
+            self.extent
+        );
+        p.stmts(&self.body, 1);
+        f.write_str(&p.out)
+    }
+}

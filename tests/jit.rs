@@ -1,0 +1,349 @@
+//! The JIT against the reference interpreter, through the public API: every
+//! case of the shared catalogue, forward and every derivative, in f64
+//! (relative error < 1e-12, scaled by max |value| ∨ 1) and f32 (< 1e-5), at
+//! 1, 2 and 3 threads with bitwise equal results; odd, size-1 and empty
+//! shapes; the paper's example; bad input; the kernel cache.
+//!
+//! Every test holds `SERIAL`: thread counts, the parallel threshold and the
+//! cache statistics are process-wide.
+
+mod common;
+
+use common::{cases, random_inputs, random_vec, Inputs};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tenjin::jit::{self, DType, MissReason};
+use tenjin::symbolic::IndexFn;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Max |got − want| / (max |want| ∨ 1).
+fn scaled_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g == w || (g.is_nan() && w.is_nan()) {
+                0.0
+            } else {
+                (g - w).abs() / scale
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+fn named(inputs: &Inputs) -> Vec<(&str, &[f64])> {
+    inputs
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_slice()))
+        .collect()
+}
+
+/// Checks `f` on `inputs`: f64 and f32 against the interpreter, at 1, 2 and
+/// 3 threads, with bitwise equal results across thread counts.
+fn check(f: &IndexFn, inputs: &Inputs) {
+    let want = f
+        .eval_f64(&named(inputs))
+        .unwrap_or_else(|e| panic!("interpreter on {f}: {e}"));
+    let inputs32: Vec<(String, Vec<f32>)> = inputs
+        .iter()
+        .map(|(n, d)| (n.clone(), d.iter().map(|&x| x as f32).collect()))
+        .collect();
+    let named32: Vec<(&str, &[f32])> = inputs32
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_slice()))
+        .collect();
+    let want32: Vec<f64> = f
+        .eval_f32(&named32)
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    let k64 = jit::compile(f, DType::F64).unwrap_or_else(|e| panic!("compile {f}: {e}"));
+    let k32 = jit::compile(f, DType::F32).unwrap_or_else(|e| panic!("compile {f}: {e}"));
+    let mut first: Option<(Vec<f64>, Vec<f32>)> = None;
+    for threads in [1, 2, 3] {
+        jit::set_num_threads(threads);
+        let got = k64.run_f64(&named(inputs)).unwrap();
+        let err = scaled_error(&got, &want);
+        assert!(
+            err < 1e-12,
+            "f64 {f} at {threads} threads: error {err:e}\n got  {got:?}\n want {want:?}\n{k64}"
+        );
+        let got32 = k32.run_f32(&named32).unwrap();
+        let wide: Vec<f64> = got32.iter().map(|&x| x as f64).collect();
+        let err = scaled_error(&wide, &want32);
+        assert!(
+            err < 1e-5,
+            "f32 {f} at {threads} threads: error {err:e}\n got  {got32:?}\n want {want32:?}\n{k32}"
+        );
+        match &first {
+            None => first = Some((got, got32)),
+            Some((g64, g32)) => {
+                let same64 = g64
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let same32 = g32
+                    .iter()
+                    .zip(&got32)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same64 && same32, "{f}: results differ at {threads} threads");
+            }
+        }
+    }
+    jit::set_num_threads(1);
+}
+
+/// `f` and each derivative, on random inputs.
+fn check_with_derivatives(f: &IndexFn, seed: u64, positive: bool) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let inputs = random_inputs(f, &mut rng, positive);
+    check(f, &inputs);
+    for a in f.args() {
+        let d = f
+            .derive(&a.name)
+            .unwrap_or_else(|e| panic!("derive {f} by {}: {e}", a.name));
+        let mut with_grad = inputs.clone();
+        let n_out: usize = f.output_shape().iter().product();
+        with_grad.push((format!("d{}", f.name()), random_vec(&mut rng, n_out, false)));
+        check(&d, &with_grad);
+    }
+}
+
+/// Splits even the smallest kernels across threads while it lives.
+struct FineSplit;
+
+impl FineSplit {
+    fn new() -> FineSplit {
+        jit::set_min_parallel_work(0);
+        FineSplit
+    }
+}
+
+impl Drop for FineSplit {
+    fn drop(&mut self) {
+        jit::set_min_parallel_work(jit::DEFAULT_MIN_PARALLEL_WORK);
+        jit::set_num_threads(1);
+    }
+}
+
+#[test]
+fn every_case_and_derivative_matches_the_interpreter() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    for (k, (name, case)) in cases::all().into_iter().enumerate() {
+        let f = case.parse();
+        eprintln!("{name}");
+        check_with_derivatives(&f, 100 + k as u64, case.positive);
+    }
+}
+
+const PAPER: &str =
+    "f[i; j] = exp (-sum{k}_0^4 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
+
+#[test]
+fn paper_example_and_its_derivatives() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let f = IndexFn::parse(
+        PAPER,
+        &[("a", &[3, 5]), ("b", &[4, 5]), ("c", &[3, 3]), ("d", &[8])],
+    )
+    .unwrap();
+    check_with_derivatives(&f, 1, false);
+    // Larger, with odd sizes, through the default threshold too.
+    let big = "f[i; j] = exp (-sum{k}_0^8 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
+    let g = IndexFn::parse(
+        big,
+        &[
+            ("a", &[37, 9]),
+            ("b", &[29, 9]),
+            ("c", &[37, 37]),
+            ("d", &[45]),
+        ],
+    )
+    .unwrap();
+    check_with_derivatives(&g, 2, false);
+}
+
+#[test]
+fn odd_size_one_and_empty_shapes() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let chain = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
+    for n in [0usize, 1, 2, 7, 33, 1000] {
+        let f = IndexFn::parse(chain, &[("x", &[n][..])]).unwrap();
+        check_with_derivatives(&f, n as u64, false);
+    }
+    let outer = "f[i; j] = x[i; j] * y[j] + exp (x[i; j]) - y[j] ** 3";
+    for (m, n) in [(1, 5), (5, 1), (0, 3), (3, 0), (1, 1), (7, 33), (33, 7)] {
+        let f = IndexFn::parse(outer, &[("x", &[m, n][..]), ("y", &[n][..])]).unwrap();
+        check_with_derivatives(&f, (m * 100 + n) as u64, false);
+    }
+    // Transposed, strided and broadcast reads with odd sizes.
+    for (m, n) in [(1, 1), (3, 5), (9, 4), (17, 33)] {
+        let t = "f[i; j] = x[j; 2*i] * z[i] + sum{k}_0^2 (x[j; 2*i + k - 2*i] * z[i])";
+        let f = IndexFn::parse_with_sizes(
+            t,
+            &[("x", &[n, 2 * m + 2][..]), ("z", &[m][..])],
+            &[("i", m), ("j", n)],
+        )
+        .unwrap();
+        check_with_derivatives(&f, (m + n) as u64, false);
+    }
+    // Matmul with odd sizes, and a reduction over an empty range.
+    for (m, k, n) in [(1, 1, 1), (7, 33, 5), (5, 1, 9), (16, 17, 3)] {
+        let src = format!("f[i; j] = sum{{k}}_0^{} (a[i; k] * b[k; j])", k - 1);
+        let f = IndexFn::parse(&src, &[("a", &[m, k][..]), ("b", &[k, n][..])]).unwrap();
+        check_with_derivatives(&f, (m * k * n) as u64, false);
+    }
+    let empty = IndexFn::parse_with_sizes(
+        "f[i] = sum{k}_0^(-1) (x[i; k]) + 1",
+        &[("x", &[3, 0][..])],
+        &[("i", 3)],
+    )
+    .unwrap();
+    check(&empty, &vec![("x".to_string(), vec![])]);
+}
+
+#[test]
+fn reductions_and_selects_on_larger_inputs() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let srcs = [
+        "f[i] = argmax{k}_0^30 (x[i; k])",
+        "f[i] = argmin{k}_0^30 (x[i; k])",
+        "f[i] = max{k}_0^30 (x[i; k]) - min{k}_0^30 (x[i; k])",
+        "f[i; j] = if {x[i; j] > 0} then (x[i; j]) else (0.1 * x[i; j])",
+        "f[i; j] = if {i - j >= 0} then (x[i; j]) else (-x[i; j])",
+        "f[i; j] = if {1/3*(i + j) is int} then (x[i; j]) else (idx(i - j))",
+    ];
+    for (k, src) in srcs.iter().enumerate() {
+        let f = IndexFn::parse(src, &[("x", &[23, 31][..])]).unwrap();
+        let mut rng = StdRng::seed_from_u64(k as u64);
+        let inputs = random_inputs(&f, &mut rng, false);
+        check(&f, &inputs);
+    }
+}
+
+#[test]
+fn bad_buffers_are_rejected_before_running() {
+    let _s = serial();
+    let f = IndexFn::parse("f[i] = x[i] + y[i]", &[("x", &[3][..]), ("y", &[3][..])]).unwrap();
+    let k = jit::compile(&f, DType::F64).unwrap();
+    let mut out = vec![-7.0; 3];
+    let err = k
+        .run_into_f64(&[&[1., 2., 3.], &[1., 2.]], &mut out)
+        .unwrap_err();
+    assert!(err.to_string().contains("`y`"), "{err}");
+    assert_eq!(out, vec![-7.0; 3], "nothing may run before the checks");
+    let err = k.run_into_f64(&[&[1., 2., 3.]], &mut out).unwrap_err();
+    assert!(err.to_string().contains("1 buffers given for 2"), "{err}");
+    assert!(k
+        .run_into_f64(&[&[1., 2., 3.], &[1., 2., 3.]], &mut out[..2])
+        .is_err());
+    let err = k
+        .run_f64(&[("x", &[1., 2., 3.][..]), ("z", &[1., 2., 3.][..])])
+        .unwrap_err();
+    assert!(err.to_string().contains("`z` is not an argument"), "{err}");
+    let err = k.run_f64(&[("x", &[1., 2., 3.][..])]).unwrap_err();
+    assert!(
+        err.to_string().contains("no data given for argument `y`"),
+        "{err}"
+    );
+    let mut out32 = vec![0f32; 3];
+    let err = k
+        .run_into_f32(&[&[1., 2., 3.], &[1., 2., 3.]], &mut out32)
+        .unwrap_err();
+    assert!(err.to_string().contains("compiled for F64"), "{err}");
+    assert_eq!(out, vec![-7.0; 3]);
+}
+
+#[test]
+fn cache_hits_misses_reasons_and_clear() {
+    let _s = serial();
+    jit::clear();
+    let src = "f[i] = x[i] * 3 + sin x[i]";
+    let f = IndexFn::parse(src, &[("x", &[5][..])]).unwrap();
+    let s0 = jit::stats();
+    let k1 = jit::compile(&f, DType::F64).unwrap();
+    let s1 = jit::stats();
+    assert_eq!(s1.misses - s0.misses, 1);
+    assert_eq!(s1.kernels_compiled - s0.kernels_compiled, 1);
+    assert_eq!(
+        s1.misses_by(MissReason::NewExpression) - s0.misses_by(MissReason::NewExpression),
+        1
+    );
+    assert!(s1.compile_time > s0.compile_time);
+
+    let k2 = jit::compile(&f, DType::F64).unwrap();
+    let renamed = IndexFn::parse("f[q] = x[q] * 3 + sin x[q]", &[("x", &[5][..])]).unwrap();
+    let k3 = jit::compile(&renamed, DType::F64).unwrap();
+    let s2 = jit::stats();
+    assert!(Arc::ptr_eq(&k1, &k2) && Arc::ptr_eq(&k1, &k3));
+    assert_eq!(s2.hits - s1.hits, 2);
+    assert_eq!(s2.kernels_compiled, s1.kernels_compiled);
+
+    let wider = IndexFn::parse(src, &[("x", &[6][..])]).unwrap();
+    jit::compile(&wider, DType::F64).unwrap();
+    let s3 = jit::stats();
+    assert_eq!(
+        s3.misses_by(MissReason::NewShapes) - s2.misses_by(MissReason::NewShapes),
+        1
+    );
+
+    jit::compile(&f, DType::F32).unwrap();
+    let s4 = jit::stats();
+    assert_eq!(
+        s4.misses_by(MissReason::NewDtype) - s3.misses_by(MissReason::NewDtype),
+        1
+    );
+    assert_eq!(s4.cached, 3);
+
+    jit::clear();
+    assert_eq!(jit::stats().cached, 0);
+    // A kernel still held keeps working after `clear`.
+    assert_eq!(k1.run_f64(&[("x", &[0.; 5][..])]).unwrap(), vec![0.; 5]);
+    jit::compile(&f, DType::F64).unwrap();
+    let s5 = jit::stats();
+    assert_eq!(
+        s5.misses_by(MissReason::NewExpression) - s4.misses_by(MissReason::NewExpression),
+        1
+    );
+
+    // Eviction keeps the most recently used kernels.
+    jit::set_cache_capacity(2);
+    let g = IndexFn::parse("g[i] = x[i] - 1", &[("x", &[5][..])]).unwrap();
+    let h = IndexFn::parse("h[i] = x[i] - 2", &[("x", &[5][..])]).unwrap();
+    jit::compile(&g, DType::F64).unwrap();
+    jit::compile(&f, DType::F64).unwrap(); // touch f: g is now the oldest
+    jit::compile(&h, DType::F64).unwrap();
+    let s6 = jit::stats();
+    assert_eq!(s6.evictions - s5.evictions, 1);
+    assert_eq!(s6.cached, 2);
+    jit::compile(&f, DType::F64).unwrap();
+    assert_eq!(jit::stats().hits, s6.hits + 1, "f should have survived");
+    jit::set_cache_capacity(4096);
+    jit::clear();
+}
+
+#[test]
+fn kernels_print_their_loop_nest() {
+    let _s = serial();
+    let f = IndexFn::parse(
+        PAPER,
+        &[("a", &[3, 5]), ("b", &[4, 5]), ("c", &[3, 3]), ("d", &[8])],
+    )
+    .unwrap();
+    let k = jit::compile(&f, DType::F32).unwrap();
+    let text = k.to_string();
+    assert!(text.contains("sum v"), "{text}");
+    assert!(text.contains("load c["), "{text}");
+}
