@@ -1,0 +1,91 @@
+"""PyTorch eager and numpy side of bench/compare.sh: the same workloads as
+examples/peers.rs, one JSON line each with the median time in ms.
+
+Usage: python bench/peers.py THREADS   (run under taskset with as many cores)
+"""
+import json
+import sys
+import time
+
+threads = int(sys.argv[1])
+import os  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+torch.set_num_threads(threads)
+rng = np.random.default_rng(0)
+
+
+def median_ms(reps, f):
+    f()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def report(system, workload, size, ms):
+    print(json.dumps({"system": system, "workload": workload, "size": size, "threads": threads, "median_ms": round(ms, 4)}))
+
+
+def chain(n):
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+    xg = x.clone().requires_grad_(True)
+
+    def fwd():
+        with torch.no_grad():
+            return torch.tanh(x) * torch.sigmoid(2 * x) + x ** 2 / (1 + torch.exp(-x))
+
+    def vg():
+        y = (torch.tanh(xg) * torch.sigmoid(2 * xg) + xg ** 2 / (1 + torch.exp(-xg))).sum()
+        (g,) = torch.autograd.grad(y, xg)
+        return y, g
+
+    report("torch", "elementwise_forward", f"n={n}", median_ms(7, fwd))
+    report("torch", "elementwise_chain", f"n={n}", median_ms(7, vg))
+
+
+def urban(I, K=64):
+    a, b = (torch.from_numpy((rng.standard_normal((I, K)) * 0.1).astype(np.float32)) for _ in range(2))
+    c = torch.from_numpy((rng.random((I, I)) * 0.1).astype(np.float32))
+    d = torch.from_numpy((rng.standard_normal(I + K - 1) * 0.1).astype(np.float32))
+    G = torch.from_numpy(rng.standard_normal((I, I)).astype(np.float32))
+    idx = torch.arange(I)[:, None] + torch.arange(K)[None, :]
+
+    def f(a, b, c, d):
+        s = ((a[:, None, :] + b[None, :, :]) ** 2 * torch.diagonal(c)[:, None, None] + (d[idx] ** 3)[:, None, :]).sum(-1)
+        return torch.exp(-s)
+
+    def fwd():
+        with torch.no_grad():
+            return f(a, b, c, d)
+
+    leaves = [t.clone().requires_grad_(True) for t in (a, b, c, d)]
+
+    def vg():
+        v = (f(*leaves) * G).sum()
+        return v, torch.autograd.grad(v, leaves)
+
+    report("torch", "urban_forward", f"I=J={I},K={K}", median_ms(7, fwd))
+    report("torch", "urban_value_grad", f"I=J={I},K={K}", median_ms(5, vg))
+
+
+def matmul(m, k, n):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    with threadpool_limits(limits=threads):
+        report("numpy", "matmul", f"{m}x{k}x{n}", median_ms(21, lambda: a @ b))
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    report("torch", "matmul", f"{m}x{k}x{n}", median_ms(21, lambda: ta @ tb))
+
+
+chain(1 << 24)
+urban(256)
+matmul(512, 512, 512)
+matmul(256, 784, 512)

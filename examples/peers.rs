@@ -1,0 +1,121 @@
+//! tenjin's side of the side-by-side comparisons in `bench/compare.sh`:
+//! prints one JSON line per workload with the median time in ms.
+//!
+//! `TENJIN_NUM_THREADS=1 cargo run --release --example peers`
+
+use std::time::Instant;
+use tenjin::jit::{self, DType};
+use tenjin::symbolic::IndexFn;
+
+const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
+const URBAN: &str = "f[i; j] = exp (-sum{k}_0^63 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
+
+/// Deterministic values in [-scale, scale).
+fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Median wall time in ms of `reps` calls after one warm-up call.
+fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+fn report(workload: &str, size: &str, ms: f64) {
+    let threads = jit::num_threads();
+    println!(r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {threads}, "median_ms": {ms:.4}}}"#);
+}
+
+fn chain(n: usize) -> Result<(), tenjin::Error> {
+    let f = IndexFn::parse(CHAIN, &[("x", &[n][..])])?;
+    let df = f.derive("x")?;
+    let (kf, kd) = (jit::compile(&f, DType::F32)?, jit::compile(&df, DType::F32)?);
+    let x = data(n, 1, 1.0);
+    let ones = vec![1f32; n];
+    let (mut y, mut g) = (vec![0f32; n], vec![0f32; n]);
+    let size = format!("n={n}");
+    report("elementwise_forward", &size, median_ms(7, || kf.run_into_f32(&[&x], &mut y).unwrap()));
+    report(
+        "elementwise_chain",
+        &size,
+        median_ms(7, || {
+            kf.run_into_f32(&[&x], &mut y).unwrap();
+            std::hint::black_box(y.iter().sum::<f32>());
+            kd.run_into_f32(&[&x, &ones], &mut g).unwrap();
+        }),
+    );
+    Ok(())
+}
+
+fn urban(i: usize) -> Result<(), tenjin::Error> {
+    let k = 64;
+    let shapes = [("a", vec![i, k]), ("b", vec![i, k]), ("c", vec![i, i]), ("d", vec![i + k - 1])];
+    let args: Vec<(&str, &[usize])> = shapes.iter().map(|(n, s)| (*n, s.as_slice())).collect();
+    let f = IndexFn::parse(URBAN, &args)?;
+    let kf = jit::compile(&f, DType::F32)?;
+    let grads = ["a", "b", "c", "d"]
+        .iter()
+        .map(|a| jit::compile(&f.derive(a)?, DType::F32))
+        .collect::<Result<Vec<_>, _>>()?;
+    let inputs: Vec<Vec<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(s, (_, shape))| data(shape.iter().product(), s as u64 + 2, 0.1))
+        .collect();
+    let g = data(i * i, 9, 1.0);
+    let mut out = vec![0f32; i * i];
+    let mut grad_out: Vec<Vec<f32>> = shapes.iter().map(|(_, s)| vec![0f32; s.iter().product()]).collect();
+    let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
+    let size = format!("I=J={i},K={k}");
+    report("urban_forward", &size, median_ms(7, || kf.run_into_f32(&refs, &mut out).unwrap()));
+    let mut with_g = refs.clone();
+    with_g.push(&g);
+    report(
+        "urban_value_grad",
+        &size,
+        median_ms(5, || {
+            kf.run_into_f32(&refs, &mut out).unwrap();
+            std::hint::black_box(out.iter().zip(&g).map(|(a, b)| a * b).sum::<f32>());
+            for (kd, buf) in grads.iter().zip(grad_out.iter_mut()) {
+                kd.run_into_f32(&with_g, buf).unwrap();
+            }
+        }),
+    );
+    Ok(())
+}
+
+fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
+    let f = IndexFn::parse(
+        &format!("f[i; j] = sum{{k}}_0^{} (a[i; k] * b[k; j])", k - 1),
+        &[("a", &[m, k][..]), ("b", &[k, n][..])],
+    )?;
+    let kf = jit::compile(&f, DType::F32)?;
+    let (a, b) = (data(m * k, 3, 1.0), data(k * n, 4, 1.0));
+    let mut c = vec![0f32; m * n];
+    report("matmul", &format!("{m}x{k}x{n}"), median_ms(21, || kf.run_into_f32(&[&a, &b], &mut c).unwrap()));
+    Ok(())
+}
+
+fn main() -> Result<(), tenjin::Error> {
+    chain(1 << 24)?;
+    urban(256)?;
+    matmul(512, 512, 512)?;
+    matmul(256, 784, 512)?;
+    Ok(())
+}
