@@ -8,7 +8,8 @@ use tenjin::jit::{self, DType};
 use tenjin::symbolic::IndexFn;
 
 const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
-const URBAN: &str = "f[i; j] = exp (-sum{k}_0^63 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
+const URBAN: &str =
+    "f[i; j] = exp (-sum{k}_0^63 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
 
 /// Deterministic values in [-scale, scale).
 fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -39,18 +40,27 @@ fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn report(workload: &str, size: &str, ms: f64) {
     let threads = jit::num_threads();
-    println!(r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {threads}, "median_ms": {ms:.4}}}"#);
+    println!(
+        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {threads}, "median_ms": {ms:.4}}}"#
+    );
 }
 
 fn chain(n: usize) -> Result<(), tenjin::Error> {
     let f = IndexFn::parse(CHAIN, &[("x", &[n][..])])?;
     let df = f.derive("x")?;
-    let (kf, kd) = (jit::compile(&f, DType::F32)?, jit::compile(&df, DType::F32)?);
+    let (kf, kd) = (
+        jit::compile(&f, DType::F32)?,
+        jit::compile(&df, DType::F32)?,
+    );
     let x = data(n, 1, 1.0);
     let ones = vec![1f32; n];
     let (mut y, mut g) = (vec![0f32; n], vec![0f32; n]);
     let size = format!("n={n}");
-    report("elementwise_forward", &size, median_ms(7, || kf.run_into_f32(&[&x], &mut y).unwrap()));
+    report(
+        "elementwise_forward",
+        &size,
+        median_ms(7, || kf.run_into_f32(&[&x], &mut y).unwrap()),
+    );
     report(
         "elementwise_chain",
         &size,
@@ -65,7 +75,12 @@ fn chain(n: usize) -> Result<(), tenjin::Error> {
 
 fn urban(i: usize) -> Result<(), tenjin::Error> {
     let k = 64;
-    let shapes = [("a", vec![i, k]), ("b", vec![i, k]), ("c", vec![i, i]), ("d", vec![i + k - 1])];
+    let shapes = [
+        ("a", vec![i, k]),
+        ("b", vec![i, k]),
+        ("c", vec![i, i]),
+        ("d", vec![i + k - 1]),
+    ];
     let args: Vec<(&str, &[usize])> = shapes.iter().map(|(n, s)| (*n, s.as_slice())).collect();
     let f = IndexFn::parse(URBAN, &args)?;
     let kf = jit::compile(&f, DType::F32)?;
@@ -80,10 +95,17 @@ fn urban(i: usize) -> Result<(), tenjin::Error> {
         .collect();
     let g = data(i * i, 9, 1.0);
     let mut out = vec![0f32; i * i];
-    let mut grad_out: Vec<Vec<f32>> = shapes.iter().map(|(_, s)| vec![0f32; s.iter().product()]).collect();
+    let mut grad_out: Vec<Vec<f32>> = shapes
+        .iter()
+        .map(|(_, s)| vec![0f32; s.iter().product()])
+        .collect();
     let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
     let size = format!("I=J={i},K={k}");
-    report("urban_forward", &size, median_ms(7, || kf.run_into_f32(&refs, &mut out).unwrap()));
+    report(
+        "urban_forward",
+        &size,
+        median_ms(7, || kf.run_into_f32(&refs, &mut out).unwrap()),
+    );
     let mut with_g = refs.clone();
     with_g.push(&g);
     report(
@@ -108,7 +130,11 @@ fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
     let kf = jit::compile(&f, DType::F32)?;
     let (a, b) = (data(m * k, 3, 1.0), data(k * n, 4, 1.0));
     let mut c = vec![0f32; m * n];
-    report("matmul", &format!("{m}x{k}x{n}"), median_ms(21, || kf.run_into_f32(&[&a, &b], &mut c).unwrap()));
+    report(
+        "matmul",
+        &format!("{m}x{k}x{n}"),
+        median_ms(21, || kf.run_into_f32(&[&a, &b], &mut c).unwrap()),
+    );
     Ok(())
 }
 
