@@ -86,7 +86,7 @@ fn urban(i: usize) -> Result<(), tenjin::Error> {
     let kf = jit::compile(&f, DType::F32)?;
     let grads = ["a", "b", "c", "d"]
         .iter()
-        .map(|a| jit::compile(&f.derive(a)?, DType::F32))
+        .map(|a| jit::compile(&f.derive_reusing_output(a)?, DType::F32))
         .collect::<Result<Vec<_>, _>>()?;
     let inputs: Vec<Vec<f32>> = shapes
         .iter()
@@ -106,16 +106,18 @@ fn urban(i: usize) -> Result<(), tenjin::Error> {
         &size,
         median_ms(7, || kf.run_into_f32(&refs, &mut out).unwrap()),
     );
-    let mut with_g = refs.clone();
-    with_g.push(&g);
     report(
         "urban_value_grad",
         &size,
         median_ms(5, || {
             kf.run_into_f32(&refs, &mut out).unwrap();
             std::hint::black_box(out.iter().zip(&g).map(|(a, b)| a * b).sum::<f32>());
+            // Derivative kernels read the incoming gradient and the saved output.
+            let mut ins = refs.clone();
+            ins.push(&g);
+            ins.push(&out);
             for (kd, buf) in grads.iter().zip(grad_out.iter_mut()) {
-                kd.run_into_f32(&with_g, buf).unwrap();
+                kd.run_into_f32(&ins, buf).unwrap();
             }
         }),
     );

@@ -117,3 +117,11 @@ fn forward_value_at_a_known_point() {
         assert!((v - (-0.005f64).exp()).abs() < 1e-15);
     }
 }
+
+#[test]
+fn dd_reads_the_saved_forward_output_instead_of_recomputing_it() {
+    let f = paper_case().parse();
+    let dd = f.derive_reusing_output("d").unwrap().to_string();
+    assert!(!dd.contains("exp"), "{dd}");
+    assert!(dd.contains("f[dd_0 + -dd_z1; dd_z0]"), "{dd}");
+}

@@ -114,3 +114,38 @@ impl Substitution<'_> {
         Ok(out)
     }
 }
+
+/// Rewrites `root` with every occurrence of node `target` replaced by node
+/// `with` (which must have the same free variables, so no binding changes).
+pub(crate) fn replace(g: &mut Graph, root: NodeId, target: NodeId, with: NodeId) -> NodeId {
+    fn go(
+        g: &mut Graph,
+        n: NodeId,
+        target: NodeId,
+        with: NodeId,
+        memo: &mut HashMap<NodeId, NodeId>,
+    ) -> NodeId {
+        // Children have smaller ids than their parents: nothing below
+        // `target` can contain it.
+        if n == target {
+            return with;
+        }
+        if n < target {
+            return n;
+        }
+        if let Some(&done) = memo.get(&n) {
+            return done;
+        }
+        let node = g.node(n).clone();
+        let children = node.children();
+        let mut mapped = HashMap::new();
+        for c in children {
+            let r = go(g, c, target, with, memo);
+            mapped.insert(c, r);
+        }
+        let out = g.intern(node.map_children(&|c| mapped[&c]));
+        memo.insert(n, out);
+        out
+    }
+    go(g, root, target, with, &mut HashMap::new())
+}
