@@ -115,13 +115,20 @@ fn derivatives_reusing_the_saved_output_agree() {
         let mut rng = StdRng::seed_from_u64(3);
         let inputs = random_inputs(&f, &mut rng, c.positive);
         let n_out: usize = f.output_shape().iter().product();
-        let base = with(&inputs, &format!("d{}", f.name()), random_vec(&mut rng, n_out, false));
+        let base = with(
+            &inputs,
+            &format!("d{}", f.name()),
+            random_vec(&mut rng, n_out, false),
+        );
         let saved = with(&base, f.name(), eval(&f, &inputs));
         for a in f.args() {
             let plain = f.derive(&a.name).unwrap();
             let reusing = f.derive_reusing_output(&a.name).unwrap();
             reusing.check_bounds().unwrap();
-            assert!(reusing.node_count() <= plain.node_count() + 1, "{name}: {reusing}");
+            assert!(
+                reusing.node_count() <= plain.node_count() + 1,
+                "{name}: {reusing}"
+            );
             let what = format!("{name} d/d{}: {reusing}", a.name);
             assert_close(&what, &eval(&reusing, &saved), &eval(&plain, &base), 1e-12);
         }

@@ -74,10 +74,12 @@ impl IndexFn {
         let overflow = |_: Overflow| Error::Overflow {
             op: format!("derive {} with respect to {arg}", self.name),
         };
-        Derivation::new(self, p, reuse_output)?.run().map_err(|e| match e {
-            DeriveError::Overflow => overflow(Overflow),
-            DeriveError::Other(e) => e,
-        })
+        Derivation::new(self, p, reuse_output)?
+            .run()
+            .map_err(|e| match e {
+                DeriveError::Overflow => overflow(Overflow),
+                DeriveError::Other(e) => e,
+            })
     }
 }
 
