@@ -347,3 +347,142 @@ fn kernels_print_their_loop_nest() {
     assert!(text.contains("sum v"), "{text}");
     assert!(text.contains("load c["), "{text}");
 }
+
+/// Element-wise bodies whose innermost loop runs as f32x4 code, with
+/// whether their inputs must be positive.
+const VECTOR_BODIES: [(&str, bool); 9] = [
+    (
+        "tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))",
+        false,
+    ),
+    ("log x[i] + log10 (y[i]) * sqrt (x[i]) - x[i] ** (-3)", true),
+    (
+        "max (x[i], y[i]) - min (x[i], 0.5) * sgn (y[i]) + abs (x[i])",
+        false,
+    ),
+    (
+        "if {x[i] > y[i]} then (exp x[i]) else (0.1 * y[i] - tanh y[i])",
+        false,
+    ),
+    ("sin x[i] * cos (y[i]) + x[i] ** y[i]", true),
+    ("x[i] * y[0] + exp (y[2]) * sigmoid x[i]", false),
+    ("exp (-x[i] * x[i]) / (1 + y[i] * y[i])", false),
+    (
+        "if {x[i] >= 0} then (x[i] * y[i]) else (0.01 * x[i])",
+        false,
+    ),
+    ("sigmoid (x[i] * 8) - tanh (y[i] * 8)", false),
+];
+
+/// Inputs spread wide enough to reach every branch of the vector
+/// functions: (-12, 12), or (1e-3, 40) when positive.
+fn wide_inputs(f: &IndexFn, seed: u64, positive: bool) -> Inputs {
+    let mut rng = StdRng::seed_from_u64(seed);
+    random_inputs(f, &mut rng, positive)
+        .into_iter()
+        .map(|(n, d)| {
+            let d = d
+                .into_iter()
+                .map(|x| {
+                    if positive {
+                        (x - 0.5) * 40.0 + 1e-3
+                    } else {
+                        x * 12.0
+                    }
+                })
+                .collect();
+            (n, d)
+        })
+        .collect()
+}
+
+#[test]
+fn vectorised_kernels_match_the_interpreter_at_every_length() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    for (b, &(body, positive)) in VECTOR_BODIES.iter().enumerate() {
+        for n in 0..=70usize {
+            let src = format!("f[i] = {body}");
+            let m = n.max(3);
+            let f = IndexFn::parse(&src, &[("x", &[n][..]), ("y", &[m][..])])
+                .or_else(|_| IndexFn::parse(&src, &[("x", &[n][..]), ("y", &[n][..])]))
+                .unwrap_or_else(|e| panic!("{src}: {e}"));
+            if n > 0 {
+                let k = jit::compile(&f, DType::F32).unwrap();
+                assert!(k.is_vectorized(), "not vectorised: {k}");
+            }
+            check(&f, &wide_inputs(&f, (b * 100 + n) as u64, positive));
+            // Derivatives (element-wise too) on the inputs of the tests above.
+            if n % 7 == 3 {
+                check_with_derivatives(&f, (b * 1000 + n) as u64, positive);
+            }
+        }
+    }
+}
+
+#[test]
+fn vectorised_kernels_on_large_inputs_at_odd_offsets() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let mut rng = StdRng::seed_from_u64(77);
+    for (b, &(body, positive)) in VECTOR_BODIES.iter().enumerate().step_by(2) {
+        use rand::Rng;
+        let n = (1usize << 18) + rng.gen_range(0..64usize);
+        let src = format!("f[i] = {body}");
+        let f = IndexFn::parse(&src, &[("x", &[n][..]), ("y", &[n][..])])
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+        check(&f, &wide_inputs(&f, b as u64, positive));
+    }
+    // A 2-D kernel: each row is a vector loop with a tail, rows split
+    // across threads; a broadcast along i.
+    for (m, n) in [(3, 1000), (67, 35), (1000, 17), (5, 16)] {
+        let f = IndexFn::parse(
+            "f[i; j] = x[i; j] * y[j] + exp (x[i; j]) - tanh (y[j]) ** 3",
+            &[("x", &[m, n][..]), ("y", &[n][..])],
+        )
+        .unwrap();
+        assert!(jit::compile(&f, DType::F32).unwrap().is_vectorized());
+        check_with_derivatives(&f, (m * n) as u64, false);
+        // A guard invariant in the inner loop, with loads in its branches.
+        let g = IndexFn::parse(
+            "f[i; j] = if {i - 1 >= 0} then (x[i; j] * 2) else (exp x[i; j])",
+            &[("x", &[m, n][..])],
+        )
+        .unwrap();
+        let k = jit::compile(&g, DType::F32).unwrap();
+        assert!(k.is_vectorized(), "{k}");
+        check(&g, &wide_inputs(&g, m as u64, false));
+    }
+}
+
+#[test]
+fn only_contiguous_f32_loops_are_vectorised() {
+    let _s = serial();
+    const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
+    let chain = IndexFn::parse(CHAIN, &[("x", &[1 << 10][..])]).unwrap();
+    assert!(jit::compile(&chain, DType::F32).unwrap().is_vectorized());
+    assert!(!jit::compile(&chain, DType::F64).unwrap().is_vectorized());
+    let back = chain.derive("x").unwrap();
+    let k = jit::compile(&back, DType::F32).unwrap();
+    assert!(k.is_vectorized(), "the chain's derivative: {k}");
+    let no = [
+        // A transpose: stride 3 along the inner loop.
+        ("f[i; j] = exp (x[j; i])", vec![("x", vec![3usize, 3])]),
+        // A reduction in the inner loop.
+        (
+            "f[i; j] = sum{k}_0^2 (x[i; k] * x[k; j])",
+            vec![("x", vec![3, 3])],
+        ),
+        // A guard protecting loads.
+        (
+            "f[i] = if {i - 2 >= 0} then (x[i]) else (y[i])",
+            vec![("x", vec![9]), ("y", vec![9])],
+        ),
+    ];
+    for (src, args) in no {
+        let args: Vec<(&str, &[usize])> = args.iter().map(|(n, s)| (*n, s.as_slice())).collect();
+        let f = IndexFn::parse(src, &args).unwrap();
+        let k = jit::compile(&f, DType::F32).unwrap();
+        assert!(!k.is_vectorized(), "{src} should stay scalar: {k}");
+    }
+}

@@ -11,7 +11,9 @@
 //! and computes the output rows `start..end` of the parallel loop. Loops are
 //! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
 //! block parameters; guards become branches, so a load only executes on the
-//! path where the IR has it.
+//! path where the IR has it. In f32 kernels, innermost output loops that
+//! `super::simd::vectorizable` accepts are emitted as f32x4 code by
+//! `super::simd` instead.
 
 use super::math::{MathFn, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
@@ -37,6 +39,8 @@ pub(crate) type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, i64, 
 pub(crate) struct Code {
     pub(crate) entry: KernelFn,
     pub(crate) module: JITModule,
+    /// Whether some loop runs as f32x4 code (`super::simd`).
+    pub(crate) vectorized: bool,
 }
 
 fn host_isa() -> Result<OwnedTargetIsa, String> {
@@ -80,6 +84,11 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         builder.symbol(name, ptr);
     }
     let mut module = JITModule::new(builder);
+    let fma = module
+        .isa()
+        .isa_flags()
+        .iter()
+        .any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
     let config = module.target_config();
     let ptr = config.pointer_type();
     let mut ctx = module.make_context();
@@ -88,6 +97,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
     }
     let sig = ctx.func.signature.clone();
     let mut fctx = FunctionBuilderContext::new();
+    let vectorized;
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
@@ -97,10 +107,14 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         let mut e = Emitter {
             b,
             module: &mut module,
+            kernel: k,
             width,
             ty,
             elem: ty.bytes() as i64,
             regs: vec![None; k.num_regs as usize],
+            vregs: vec![None; k.num_regs as usize],
+            fma,
+            vectorized: false,
             ivars: vec![None; k.num_ivars as usize],
             bases: Vec::new(),
             out: None,
@@ -108,6 +122,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         };
         e.function(k)
             .map_err(|m| fail("translate the kernel", format!("{m}\n{k}")))?;
+        vectorized = e.vectorized;
         e.b.finalize(config);
     }
     let id = module
@@ -126,24 +141,36 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
     // SAFETY: `code` is the entry of the function just defined with
     // exactly this signature (two pointers, two i64, no result).
     let entry = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
-    Ok(Code { entry, module })
+    Ok(Code {
+        entry,
+        module,
+        vectorized,
+    })
 }
 
-struct Emitter<'a> {
-    b: FunctionBuilder<'a>,
+pub(super) struct Emitter<'a> {
+    pub(super) b: FunctionBuilder<'a>,
     module: &'a mut JITModule,
+    kernel: &'a Kernel,
     width: Width,
     ty: Type,
-    elem: i64,
+    pub(super) elem: i64,
     regs: Vec<Option<Value>>,
-    ivars: Vec<Option<Value>>,
+    /// f32x4 values of the registers defined in the vector loop being
+    /// emitted (`super::simd`).
+    pub(super) vregs: Vec<Option<Value>>,
+    pub(super) ivars: Vec<Option<Value>>,
     /// Base pointer of each argument buffer, loaded in the entry block.
-    bases: Vec<Value>,
-    out: Option<Value>,
+    pub(super) bases: Vec<Value>,
+    pub(super) out: Option<Value>,
     funcs: HashMap<MathFn, FuncRef>,
+    /// The host has fused multiply-add (used by `super::vmath`).
+    pub(super) fma: bool,
+    /// Some loop was vectorised.
+    pub(super) vectorized: bool,
 }
 
-type R<T> = Result<T, String>;
+pub(super) type R<T> = Result<T, String>;
 
 fn int_cc(op: CmpOp) -> IntCC {
     match op {
@@ -158,7 +185,7 @@ fn int_cc(op: CmpOp) -> IntCC {
 
 /// IEEE comparisons as Rust's `PartialOrd` operators: only `!=` holds for
 /// NaN operands.
-fn float_cc(op: CmpOp) -> FloatCC {
+pub(super) fn float_cc(op: CmpOp) -> FloatCC {
     match op {
         CmpOp::Eq => FloatCC::Equal,
         CmpOp::Ne => FloatCC::NotEqual,
@@ -206,7 +233,7 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn reg(&self, r: Reg) -> R<Value> {
+    pub(super) fn reg(&self, r: Reg) -> R<Value> {
         self.regs
             .get(r.0 as usize)
             .copied()
@@ -235,7 +262,7 @@ impl Emitter<'_> {
     /// `lin · scale` (scale: 1 for indices, the element size for byte
     /// offsets). Outer variables are added first, so the part invariant in
     /// an inner loop is one value that Cranelift can hoist.
-    fn lin(&mut self, l: &Lin, scale: i64) -> R<Value> {
+    pub(super) fn lin(&mut self, l: &Lin, scale: i64) -> R<Value> {
         let mut acc: Option<Value> = None;
         for &(v, c) in &l.terms {
             let x = self.ivar(v)?;
@@ -284,7 +311,7 @@ impl Emitter<'_> {
         Ok(self.b.ins().iadd(q, adjust))
     }
 
-    fn range(&mut self, l: &Loop) -> R<(Value, Value)> {
+    pub(super) fn range(&mut self, l: &Loop) -> R<(Value, Value)> {
         let mut lo: Option<Value> = None;
         for b in &l.lower {
             let v = self.bound(b, true)?;
@@ -314,7 +341,7 @@ impl Emitter<'_> {
         }
     }
 
-    fn call(&mut self, f: MathFn, xs: &[Value]) -> R<Value> {
+    pub(super) fn call(&mut self, f: MathFn, xs: &[Value]) -> R<Value> {
         let fref = match self.funcs.get(&f) {
             Some(&r) => r,
             None => {
@@ -446,7 +473,7 @@ impl Emitter<'_> {
         })
     }
 
-    fn cond(&mut self, c: &Cond) -> R<Value> {
+    pub(super) fn cond(&mut self, c: &Cond) -> R<Value> {
         Ok(match c {
             Cond::Index(l, op) => {
                 let v = self.lin(l, 1)?;
@@ -512,6 +539,11 @@ impl Emitter<'_> {
                 }
                 self.b.switch_to_block(merge);
                 self.set(*result, res)
+            }
+            Stmt::For(l)
+                if self.width == Width::F32 && super::simd::vectorizable(self.kernel, l) =>
+            {
+                self.vector_loop(l)
             }
             Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
             Stmt::Reduce {

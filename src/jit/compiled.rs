@@ -63,6 +63,7 @@ pub(crate) enum Exec {
 pub(crate) struct JitCode {
     entry: KernelFn,
     module: Option<JITModule>,
+    vectorized: bool,
 }
 
 // SAFETY: the module is never used after `finalize_definitions` except to
@@ -77,6 +78,7 @@ impl JitCode {
         JitCode {
             entry: code.entry,
             module: Some(code.module),
+            vectorized: code.vectorized,
         }
     }
 }
@@ -151,6 +153,14 @@ impl CompiledKernel {
 
     pub fn output_shape(&self) -> &[usize] {
         &self.out_shape
+    }
+
+    /// Whether some loop of the generated code runs as f32x4 vector code
+    /// (f32 kernels whose innermost output loop is contiguous; see the
+    /// `jit` module documentation). For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn is_vectorized(&self) -> bool {
+        matches!(&self.exec, Exec::Jit(code) if code.vectorized)
     }
 
     /// The lowered loop nest (printable with `{}`).

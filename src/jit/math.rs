@@ -4,7 +4,9 @@
 //! registered with `JITBuilder::symbol`, and their names. `sqrt`, `abs`,
 //! `neg`, `sgn`, `max`/`min` and integer powers are inlined by the code
 //! generator instead; `sigmoid` is inlined as `1 / (1 + exp(-x))` with a
-//! call to `exp`, exactly as the interpreter computes it.
+//! call to `exp`, exactly as the interpreter computes it. Vectorised f32
+//! loops (`super::simd`) call only `sin`, `cos` and `pow` from here, lane
+//! by lane; their other functions are inline (`super::vmath`).
 //!
 //! **Accuracy.** The f64 functions are Rust's `std` functions (the ones the
 //! reference interpreter uses), so f64 kernels agree with the interpreter

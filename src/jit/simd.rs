@@ -1,0 +1,377 @@
+//! Vectorised f32 output loops: the decision and the f32x4 code.
+//!
+//! Owns which innermost output loops run as vector code ([`vectorizable`])
+//! and their translation (`Emitter::vector_loop`). Must not lower index
+//! functions nor decide anything for f64 kernels (they stay scalar).
+//!
+//! A loop qualifies when it is an output loop (`Stmt::For`) with no loop
+//! inside, every load and store in it is contiguous (coefficient 1 of the
+//! loop variable) or invariant (coefficient 0, a broadcast), every index
+//! value and index guard is invariant, and the loads inside its guards are
+//! provably in bounds on every lane (same offset as a store, from an
+//! argument at least as long as the output): both branches then run on
+//! every lane and a `bitselect` picks the result, so nothing is read out of
+//! bounds.
+//!
+//! The loop runs as three strips over `[lo, hi]`: 16 elements per iteration
+//! (four f32x4 copies of the body), then 4, then 1. The one-element strip
+//! runs the *same* f32x4 code on a splatted scalar and keeps lane 0, and all
+//! transcendental functions are inline (`super::vmath`) or per-lane calls,
+//! so an element's bits do not depend on the strip it falls in; hence not on
+//! where the thread pool cuts the parallel loop either.
+
+use super::codegen::{float_cc, Emitter, R};
+use super::math::MathFn;
+use super::vmath::VMath;
+use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::symbolic::{BinaryOp, UnaryOp};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
+
+const V: types::Type = types::F32X4;
+
+/// Elements per vector.
+const LANES: i64 = 4;
+
+/// Whether a strip computes four elements or one (in lane 0).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lanes {
+    Four,
+    One,
+}
+
+fn coef(l: &Lin, v: IVar) -> i64 {
+    l.terms.iter().find(|(x, _)| *x == v).map_or(0, |&(_, c)| c)
+}
+
+/// Whether the output loop `l` of `k` can run as f32x4 code (see the
+/// module documentation).
+pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
+    let stores: Vec<&Lin> = l
+        .body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Store { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    let out_len = k.out_len();
+    // A load in a branch may run on every lane when it reads an argument
+    // at least as long as the output, at the offset of a store: the store
+    // is in bounds of the output, so the load is in bounds of the argument.
+    let speculable = |arg: usize, offset: &Lin| {
+        k.args
+            .get(arg)
+            .is_some_and(|a| a.shape.iter().product::<usize>() >= out_len)
+            && stores.contains(&offset)
+    };
+    let cx = Check {
+        var: l.var,
+        speculable: &speculable,
+    };
+    !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
+}
+
+struct Check<'a> {
+    var: IVar,
+    speculable: &'a dyn Fn(usize, &Lin) -> bool,
+}
+
+impl Check<'_> {
+    fn stmt_ok(&self, s: &Stmt, top: bool) -> bool {
+        let v = self.var;
+        match s {
+            Stmt::Let(_, e) => match e {
+                Expr::Load { arg, offset } => {
+                    matches!(coef(offset, v), 0 | 1) && (top || (self.speculable)(*arg, offset))
+                }
+                Expr::Index(l) => coef(l, v) == 0,
+                _ => true,
+            },
+            Stmt::Store { offset, .. } => top && coef(offset, v) == 1,
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                let cond_ok = match cond {
+                    Cond::Value(..) => true,
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => coef(l, v) == 0,
+                };
+                cond_ok
+                    && then.iter().all(|s| self.stmt_ok(s, false))
+                    && otherwise.iter().all(|s| self.stmt_ok(s, false))
+            }
+            Stmt::For(_) | Stmt::Reduce { .. } => false,
+        }
+    }
+}
+
+impl<'f> Emitter<'f> {
+    /// The vectorised form of the output loop `l` (see the module
+    /// documentation).
+    pub(super) fn vector_loop(&mut self, l: &Loop) -> R<()> {
+        let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
+        let (lo, hi) = self.range(l)?;
+        let saved = self.ivars[slot];
+        let k = self.strip(l, lo, hi, 4, Lanes::Four)?;
+        let k = self.strip(l, k, hi, 1, Lanes::Four)?;
+        self.strip(l, k, hi, 1, Lanes::One)?;
+        self.ivars[slot] = saved;
+        self.vectorized = true;
+        Ok(())
+    }
+
+    /// A rotated loop from `k0` while a whole step fits before `hi`
+    /// (inclusive), each iteration running `copies` copies of the body on
+    /// consecutive groups of `lanes`. Returns the first index not done.
+    fn strip(&mut self, l: &Loop, k0: Value, hi: Value, copies: i64, lanes: Lanes) -> R<Value> {
+        let width = if lanes == Lanes::Four { LANES } else { 1 };
+        let step = width * copies;
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(body, types::I64);
+        let done = self.b.append_block_param(exit, types::I64);
+        let last = self.b.ins().iadd_imm_s(hi, 1 - step);
+        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k0, last);
+        let a0 = [BlockArg::Value(k0)];
+        self.b.ins().brif(enter, body, &a0, exit, &a0);
+        self.b.switch_to_block(body);
+        for u in 0..copies {
+            let ku = if u == 0 {
+                k
+            } else {
+                self.b.ins().iadd_imm_s(k, u * width)
+            };
+            self.ivars[l.var.0 as usize] = Some(ku);
+            self.vregs.iter_mut().for_each(|r| *r = None);
+            for s in &l.body {
+                self.vstmt(s, l.var, lanes)?;
+            }
+        }
+        let k1 = self.b.ins().iadd_imm_s(k, step);
+        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, last);
+        let a1 = [BlockArg::Value(k1)];
+        self.b.ins().brif(again, body, &a1, exit, &a1);
+        self.b.switch_to_block(exit);
+        Ok(done)
+    }
+
+    fn vm(&mut self) -> VMath<'_, 'f> {
+        VMath {
+            b: &mut self.b,
+            fma: self.fma,
+        }
+    }
+
+    fn splat(&mut self, x: Value) -> Value {
+        self.b.ins().splat(V, x)
+    }
+
+    /// The vector value of `r`: defined in the loop body, or a splatted
+    /// scalar defined outside it.
+    fn vreg(&mut self, r: Reg) -> R<Value> {
+        if let Some(Some(v)) = self.vregs.get(r.0 as usize) {
+            return Ok(*v);
+        }
+        let s = self.reg(r)?;
+        Ok(self.splat(s))
+    }
+
+    fn vset(&mut self, r: Reg, v: Value) -> R<()> {
+        match self.vregs.get_mut(r.0 as usize) {
+            Some(slot) => {
+                *slot = Some(v);
+                Ok(())
+            }
+            None => Err(format!("register {r} out of range")),
+        }
+    }
+
+    fn vstmt(&mut self, s: &Stmt, var: IVar, lanes: Lanes) -> R<()> {
+        match s {
+            Stmt::Let(r, e) => {
+                let v = self.vexpr(e, var, lanes)?;
+                self.vset(*r, v)
+            }
+            Stmt::Store { offset, value } => {
+                let v = self.vreg(*value)?;
+                let off = self.lin(offset, self.elem)?;
+                let out = self.out.ok_or("store before the entry block")?;
+                let addr = self.b.ins().iadd(out, off);
+                if lanes == Lanes::Four {
+                    let flags = MemFlagsData::new().with_notrap();
+                    self.b.ins().store(flags, v, addr, 0);
+                } else {
+                    let x = self.b.ins().extractlane(v, 0);
+                    self.b.ins().store(MemFlagsData::trusted(), x, addr, 0);
+                }
+                Ok(())
+            }
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => {
+                // Both branches are safe to run (see `vectorizable`).
+                for st in then.iter().chain(otherwise) {
+                    self.vstmt(st, var, lanes)?;
+                }
+                let t = self.vreg(*then_value)?;
+                let o = self.vreg(*otherwise_value)?;
+                let v = match cond {
+                    Cond::Value(a, op, b) => {
+                        let (a, b) = (self.vreg(*a)?, self.vreg(*b)?);
+                        let mut vm = self.vm();
+                        let m = vm.mask(float_cc(*op), a, b);
+                        vm.sel(m, t, o)
+                    }
+                    _ => {
+                        let c = self.cond(cond)?;
+                        self.b.ins().select(c, t, o)
+                    }
+                };
+                self.vset(*result, v)
+            }
+            Stmt::For(_) | Stmt::Reduce { .. } => Err("a loop inside a vectorised loop".into()),
+        }
+    }
+
+    fn vexpr(&mut self, e: &Expr, var: IVar, lanes: Lanes) -> R<Value> {
+        Ok(match e {
+            Expr::Const(c) => self.vm().c(*c as f32),
+            Expr::Load { arg, offset } => {
+                let off = self.lin(offset, self.elem)?;
+                let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
+                let addr = self.b.ins().iadd(base, off);
+                if lanes == Lanes::Four && coef(offset, var) == 1 {
+                    // Unaligned: no `aligned` flag.
+                    let flags = MemFlagsData::new().with_notrap().with_readonly();
+                    self.b.ins().load(V, flags, addr, 0)
+                } else {
+                    let flags = MemFlagsData::trusted().with_readonly();
+                    let x = self.b.ins().load(types::F32, flags, addr, 0);
+                    self.splat(x)
+                }
+            }
+            Expr::Index(l) => {
+                let v = self.lin(l, 1)?;
+                let x = self.b.ins().fcvt_from_sint(types::F32, v);
+                self.splat(x)
+            }
+            Expr::Unary(op, a) => {
+                let a = self.vreg(*a)?;
+                self.vunary(*op, a, lanes)?
+            }
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.vreg(*a)?, self.vreg(*b)?);
+                self.vbinary(*op, a, b, lanes)?
+            }
+            Expr::PowI(a, n) => {
+                let a = self.vreg(*a)?;
+                self.vpowi(a, *n)
+            }
+        })
+    }
+
+    fn vunary(&mut self, op: UnaryOp, x: Value, lanes: Lanes) -> R<Value> {
+        let mut vm = self.vm();
+        Ok(match op {
+            UnaryOp::Neg => vm.b.ins().fneg(x),
+            UnaryOp::Abs => vm.b.ins().fabs(x),
+            UnaryOp::Sqrt => vm.b.ins().sqrt(x),
+            UnaryOp::Sgn => {
+                // As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x.
+                let zero = vm.c(0.0);
+                let one = vm.c(1.0);
+                let minus = vm.c(-1.0);
+                let zx = vm.b.ins().fmul(zero, x);
+                let lt = vm.mask(FloatCC::LessThan, x, zero);
+                let neg = vm.sel(lt, minus, zx);
+                let gt = vm.mask(FloatCC::GreaterThan, x, zero);
+                vm.sel(gt, one, neg)
+            }
+            UnaryOp::Exp => vm.exp(x),
+            UnaryOp::Tanh => vm.tanh(x),
+            UnaryOp::Sigmoid => vm.sigmoid(x),
+            UnaryOp::Log => vm.log(x),
+            UnaryOp::Log10 => vm.log10(x),
+            UnaryOp::Sin => return self.per_lane(MathFn::Sin, &[x], lanes),
+            UnaryOp::Cos => return self.per_lane(MathFn::Cos, &[x], lanes),
+        })
+    }
+
+    fn vbinary(&mut self, op: BinaryOp, a: Value, b: Value, lanes: Lanes) -> R<Value> {
+        let mut vm = self.vm();
+        Ok(match op {
+            BinaryOp::Add => vm.b.ins().fadd(a, b),
+            BinaryOp::Sub => vm.b.ins().fsub(a, b),
+            BinaryOp::Mul => vm.b.ins().fmul(a, b),
+            BinaryOp::Div => vm.b.ins().fdiv(a, b),
+            // As the scalar code: the first operand wins ties, a NaN
+            // second operand wins.
+            BinaryOp::Max => {
+                let m = vm.mask(FloatCC::GreaterThanOrEqual, a, b);
+                vm.sel(m, a, b)
+            }
+            BinaryOp::Min => {
+                let m = vm.mask(FloatCC::LessThanOrEqual, a, b);
+                vm.sel(m, a, b)
+            }
+            BinaryOp::Pow => return self.per_lane(MathFn::Pow, &[a, b], lanes),
+        })
+    }
+
+    /// Calls the scalar f32 function on each lane (on lane 0 only, splatted,
+    /// for a one-lane strip).
+    fn per_lane(&mut self, f: MathFn, xs: &[Value], lanes: Lanes) -> R<Value> {
+        let n = if lanes == Lanes::Four { LANES as u8 } else { 1 };
+        let mut acc: Option<Value> = None;
+        for i in 0..n {
+            let args: Vec<Value> = xs.iter().map(|&x| self.b.ins().extractlane(x, i)).collect();
+            let y = self.call(f, &args)?;
+            acc = Some(match acc {
+                None => self.splat(y),
+                Some(v) => self.b.ins().insertlane(v, y, i),
+            });
+        }
+        acc.ok_or_else(|| "no lanes".to_string())
+    }
+
+    /// `x ** n` with the same multiplications as the scalar `powi`.
+    fn vpowi(&mut self, x: Value, n: i32) -> Value {
+        let mut p = n.unsigned_abs();
+        let mut base = x;
+        let mut acc: Option<Value> = None;
+        loop {
+            if p & 1 == 1 {
+                acc = Some(match acc {
+                    None => base,
+                    Some(a) => self.b.ins().fmul(a, base),
+                });
+            }
+            p >>= 1;
+            if p == 0 {
+                break;
+            }
+            base = self.b.ins().fmul(base, base);
+        }
+        let r = match acc {
+            Some(r) => r,
+            None => self.vm().c(1.0),
+        };
+        if n < 0 {
+            let one = self.vm().c(1.0);
+            self.b.ins().fdiv(one, r)
+        } else {
+            r
+        }
+    }
+}
