@@ -22,3 +22,8 @@ pub mod kernel;
 pub mod symbolic;
 
 pub use error::Error;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
