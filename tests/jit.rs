@@ -486,3 +486,98 @@ fn only_contiguous_f32_loops_are_vectorised() {
         assert!(!k.is_vectorized(), "{src} should stay scalar: {k}");
     }
 }
+
+/// Sums whose reduction loop reads contiguous memory run as f32x4 code in
+/// a fixed order: every range length from 0 to 40, constant and dependent
+/// bounds, loads broadcast along an output index, and a guard invariant in
+/// the reduction; within tolerance of the interpreter and bitwise equal
+/// across thread counts (`check`).
+#[test]
+fn contiguous_f32_sums_are_vectorised_at_every_length() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        // A row sum.
+        ("f[i] = sum{k}_0^(N) (x[i; k])", 1usize),
+        // A dependent lower bound; y broadcast along i.
+        ("f[i] = sum{k}_(i)^(N) (x[i; k] * y[k] + exp (y[k]))", 1),
+        // Two output indices, not a contraction; z[i] invariant in k.
+        (
+            "f[i; j] = sum{k}_0^(N) ((x[i; k] - x[j; k]) ** 2 * z[i] + tanh y[k])",
+            1,
+        ),
+        // A guard invariant in k, and a value guard, without loads inside.
+        (
+            "f[i] = sum{k}_0^(N) (if {i - 1 >= 0} then (x[i; k] * 2) else (y[k]) + max (x[i; k], 0))",
+            1,
+        ),
+        // A dependent upper bound.
+        ("f[i] = sum{k}_0^(N - i) (x[i; k] * y[k])", 0),
+    ];
+    for (b, &(body, min_len)) in bodies.iter().enumerate() {
+        for n in 0..=40usize {
+            let src = body
+                .replace("(N)", &format!("({})", n as i64 - 1))
+                .replace("(N - i)", &format!("({} - i)", n as i64 - 1));
+            let m = 5;
+            let sizes = [("i", m), ("j", m)];
+            let f = IndexFn::parse_with_sizes(
+                &src,
+                &[("x", &[m, n][..]), ("y", &[n][..]), ("z", &[m][..])],
+                &sizes[..if src.contains("f[i; j]") { 2 } else { 1 }],
+            )
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+            let k = jit::compile(&f, DType::F32).unwrap();
+            let loop_ok = jit::compile(&f, DType::F64)
+                .unwrap()
+                .vectorized_reductions()
+                == 0;
+            assert!(loop_ok, "f64 sums stay scalar: {src}");
+            if n >= 4 + min_len {
+                assert!(
+                    k.vectorized_reductions() >= 1,
+                    "not vectorised at n = {n}: {k}"
+                );
+                assert!(k.is_vectorized());
+            }
+            let mut rng = StdRng::seed_from_u64((b * 100 + n) as u64);
+            let inputs = random_inputs(&f, &mut rng, false);
+            check(&f, &inputs);
+        }
+    }
+}
+
+#[test]
+fn the_paper_function_sums_vectorised_in_f32() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let src = "f[i; j] = exp (-sum{k}_0^36 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
+    let f = IndexFn::parse(
+        src,
+        &[
+            ("a", &[17, 37]),
+            ("b", &[17, 37]),
+            ("c", &[17, 17]),
+            ("d", &[53]),
+        ],
+    )
+    .unwrap();
+    let k = jit::compile(&f, DType::F32).unwrap();
+    assert_eq!(k.vectorized_reductions(), 1, "{k}");
+    // Small values, so that exp(-sum) is not 0 everywhere.
+    let mut rng = StdRng::seed_from_u64(17);
+    let inputs: Inputs = random_inputs(&f, &mut rng, false)
+        .into_iter()
+        .map(|(n, d)| (n, d.into_iter().map(|x| x * 0.2).collect()))
+        .collect();
+    check(&f, &inputs);
+    check_with_derivatives(&f, 37, false);
+    // A strided sum (a transpose along k) stays scalar.
+    let t = IndexFn::parse("f[i] = sum{k}_0^8 (exp (x[k; i]))", &[("x", &[9, 9][..])]).unwrap();
+    assert_eq!(
+        jit::compile(&t, DType::F32)
+            .unwrap()
+            .vectorized_reductions(),
+        0
+    );
+}

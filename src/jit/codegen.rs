@@ -12,8 +12,9 @@
 //! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
 //! block parameters; guards become branches, so a load only executes on the
 //! path where the IR has it. In f32 kernels, innermost output loops that
-//! `super::simd::vectorizable` accepts are emitted as f32x4 code by
-//! `super::simd` instead.
+//! `super::simd::vectorizable` accepts, and sums that
+//! `super::simd::reduction_vectorizable` accepts, are emitted as f32x4 code
+//! by `super::simd` instead.
 
 use super::math::{MathFn, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
@@ -41,6 +42,8 @@ pub(crate) struct Code {
     pub(crate) module: JITModule,
     /// Whether some loop runs as f32x4 code (`super::simd`).
     pub(crate) vectorized: bool,
+    /// How many sums run as f32x4 code (`super::simd`).
+    pub(crate) vectorized_reductions: u32,
 }
 
 fn host_isa() -> Result<OwnedTargetIsa, String> {
@@ -97,7 +100,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
     }
     let sig = ctx.func.signature.clone();
     let mut fctx = FunctionBuilderContext::new();
-    let vectorized;
+    let (vectorized, vectorized_reductions);
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
@@ -115,6 +118,8 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
             vregs: vec![None; k.num_regs as usize],
             fma,
             vectorized: false,
+            vectorized_reductions: 0,
+            vbranch: false,
             ivars: vec![None; k.num_ivars as usize],
             bases: Vec::new(),
             out: None,
@@ -123,6 +128,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         e.function(k)
             .map_err(|m| fail("translate the kernel", format!("{m}\n{k}")))?;
         vectorized = e.vectorized;
+        vectorized_reductions = e.vectorized_reductions;
         e.b.finalize(config);
     }
     let id = module
@@ -145,6 +151,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         entry,
         module,
         vectorized,
+        vectorized_reductions,
     })
 }
 
@@ -166,8 +173,13 @@ pub(super) struct Emitter<'a> {
     funcs: HashMap<MathFn, FuncRef>,
     /// The host has fused multiply-add (used by `super::vmath`).
     pub(super) fma: bool,
-    /// Some loop was vectorised.
+    /// Some output loop was vectorised.
     pub(super) vectorized: bool,
+    /// Number of sums vectorised.
+    pub(super) vectorized_reductions: u32,
+    /// Vector code is being emitted for a sum: index guards become
+    /// branches rather than selects (`super::simd`).
+    pub(super) vbranch: bool,
 }
 
 pub(super) type R<T> = Result<T, String>;
@@ -546,6 +558,15 @@ impl Emitter<'_> {
                 self.vector_loop(l)
             }
             Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                body,
+            } if self.width == Width::F32 && super::simd::reduction_vectorizable(*op, body) => {
+                let s = self.vector_sum(body, *value)?;
+                self.set(*result, s)
+            }
             Stmt::Reduce {
                 op,
                 value,

@@ -57,6 +57,26 @@ pub(crate) enum Exec {
     Jit(JitCode),
     /// A contraction computed by the `gemm` crate (see `jit::gemm`).
     Gemm(Contraction),
+    /// A contraction into a temporary of the output's shape, then generated
+    /// code for the element-wise work around it, reading the temporary as
+    /// one more argument (see `jit::epilogue`).
+    GemmThenJit(Contraction, JitCode),
+}
+
+impl Exec {
+    fn code(&self) -> Option<&JitCode> {
+        match self {
+            Exec::Jit(code) | Exec::GemmThenJit(_, code) => Some(code),
+            Exec::Gemm(_) => None,
+        }
+    }
+}
+
+/// A copy of the plan that uses the pool's current thread count.
+fn with_threads(plan: &Contraction) -> Contraction {
+    let mut plan = plan.clone();
+    plan.set_threads(pool::num_threads());
+    plan
 }
 
 /// Generated code and the module that owns its memory.
@@ -64,6 +84,7 @@ pub(crate) struct JitCode {
     entry: KernelFn,
     module: Option<JITModule>,
     vectorized: bool,
+    vectorized_reductions: u32,
 }
 
 // SAFETY: the module is never used after `finalize_definitions` except to
@@ -79,6 +100,7 @@ impl JitCode {
             entry: code.entry,
             module: Some(code.module),
             vectorized: code.vectorized,
+            vectorized_reductions: code.vectorized_reductions,
         }
     }
 }
@@ -156,11 +178,33 @@ impl CompiledKernel {
     }
 
     /// Whether some loop of the generated code runs as f32x4 vector code
-    /// (f32 kernels whose innermost output loop is contiguous; see the
+    /// (f32 kernels whose innermost output loop, or a sum, is contiguous; see the
     /// `jit` module documentation). For tests and diagnostics.
     #[doc(hidden)]
     pub fn is_vectorized(&self) -> bool {
-        matches!(&self.exec, Exec::Jit(code) if code.vectorized)
+        matches!(self.exec.code(), Some(code) if code.vectorized || code.vectorized_reductions > 0)
+    }
+
+    /// How many sums of the generated code run as f32x4 vector code (f32
+    /// sums whose innermost loop reads contiguous memory, in a fixed
+    /// order; see `jit::simd`). For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn vectorized_reductions(&self) -> usize {
+        self.exec
+            .code()
+            .map_or(0, |code| code.vectorized_reductions as usize)
+    }
+
+    /// How the kernel runs: `"jit"` (generated code), `"gemm"` (a
+    /// contraction), or `"gemm+jit"` (a contraction, then generated code for
+    /// the element-wise work around it). For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn route(&self) -> &'static str {
+        match &self.exec {
+            Exec::Jit(_) => "jit",
+            Exec::Gemm(_) => "gemm",
+            Exec::GemmThenJit(..) => "gemm+jit",
+        }
     }
 
     /// The lowered loop nest (printable with `{}`).
@@ -278,32 +322,39 @@ impl CompiledKernel {
             return Ok(());
         }
         match &self.exec {
-            Exec::Jit(code) => {
-                let launch = Launch {
-                    entry: code.entry,
-                    args: inputs.iter().map(|s| s.as_ptr() as *const u8).collect(),
-                    out: out.as_mut_ptr() as *mut u8,
-                };
-                let launch = &launch;
-                // SAFETY: the buffers have the declared lengths (checked
-                // above) and outlive the launch; the kernel reads only
-                // elements the index function reads (its accesses are in
-                // bounds on their domains, `IndexFn::check_bounds`, and
-                // lowering keeps every load under its guards and loops) and
-                // writes only the output rows `start..end`, which no other
-                // chunk writes.
-                let body = move |start: usize, end: usize| unsafe { launch.call(start, end) };
-                let work = MIN_PARALLEL_WORK.load(Relaxed);
-                let min_chunk = work.div_ceil(self.cost_per_iteration.max(1)).max(1);
-                pool::parallel_for(self.kernel.extent, min_chunk as usize, &body);
-            }
-            Exec::Gemm(plan) => {
-                let mut plan = plan.clone();
-                plan.set_threads(pool::num_threads());
-                T::run_contraction(&plan, inputs, out);
+            Exec::Jit(code) => self.launch(code, inputs, out),
+            Exec::Gemm(plan) => T::run_contraction(&with_threads(plan), inputs, out),
+            Exec::GemmThenJit(plan, code) => {
+                let mut product = vec![T::default(); out.len()];
+                T::run_contraction(&with_threads(plan), inputs, &mut product);
+                let mut all = inputs.to_vec();
+                all.push(&product);
+                self.launch(code, &all, out);
             }
         }
         Ok(())
+    }
+
+    /// Runs generated code over the pool. `inputs` must have the lengths
+    /// the code was generated for (checked by the caller).
+    fn launch<T: Element>(&self, code: &JitCode, inputs: &[&[T]], out: &mut [T]) {
+        let launch = Launch {
+            entry: code.entry,
+            args: inputs.iter().map(|s| s.as_ptr() as *const u8).collect(),
+            out: out.as_mut_ptr() as *mut u8,
+        };
+        let launch = &launch;
+        // SAFETY: the buffers have the declared lengths (checked
+        // above) and outlive the launch; the kernel reads only
+        // elements the index function reads (its accesses are in
+        // bounds on their domains, `IndexFn::check_bounds`, and
+        // lowering keeps every load under its guards and loops) and
+        // writes only the output rows `start..end`, which no other
+        // chunk writes.
+        let body = move |start: usize, end: usize| unsafe { launch.call(start, end) };
+        let work = MIN_PARALLEL_WORK.load(Relaxed);
+        let min_chunk = work.div_ceil(self.cost_per_iteration.max(1)).max(1);
+        pool::parallel_for(self.kernel.extent, min_chunk as usize, &body);
     }
 }
 

@@ -35,6 +35,7 @@
 mod cache;
 mod codegen;
 mod compiled;
+mod epilogue;
 pub mod gemm;
 mod math;
 mod pool;
@@ -93,18 +94,36 @@ fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {
         kernel: kernel.clone(),
         exec,
     };
-    // Contractions big enough to pay for a GEMM call go to `gemm`; the
-    // generic kernel below is the fallback for everything else.
-    if let Some(plan) = gemm::detect(f) {
-        let [calls, m, n, k] = plan.gemm_shape();
-        if calls > 0 && m * n * k >= MIN_GEMM_VOLUME {
-            return Ok(base(compiled::Exec::Gemm(plan)));
-        }
-    }
     let width = match dtype {
         DType::F32 => math::Width::F32,
         DType::F64 => math::Width::F64,
     };
+    // Contractions big enough to pay for a GEMM call go to `gemm`, alone or
+    // followed by one fused kernel for the element-wise work around them;
+    // the generic kernel is the fallback for everything else.
+    let worth_gemm = |plan: &gemm::Contraction| {
+        let [calls, m, n, k] = plan.gemm_shape();
+        calls > 0 && m * n * k >= MIN_GEMM_VOLUME
+    };
+    if let Some(plan) = gemm::detect(f) {
+        if worth_gemm(&plan) {
+            return Ok(base(compiled::Exec::Gemm(plan)));
+        }
+    }
+    if let Some(split) = epilogue::split(f) {
+        if worth_gemm(&split.contraction) {
+            let epilogue = crate::kernel::lower(&split.epilogue)?;
+            let code = codegen::compile(&epilogue, width)?;
+            return Ok(CompiledKernel {
+                cost_per_iteration: epilogue.cost_per_iteration(),
+                kernel: epilogue,
+                ..base(compiled::Exec::GemmThenJit(
+                    split.contraction,
+                    compiled::JitCode::new(code),
+                ))
+            });
+        }
+    }
     let code = codegen::compile(&kernel, width)?;
     Ok(base(compiled::Exec::Jit(compiled::JitCode::new(code))))
 }

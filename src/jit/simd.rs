@@ -1,8 +1,11 @@
-//! Vectorised f32 output loops: the decision and the f32x4 code.
+//! Vectorised f32 output loops and sums: the decision and the f32x4 code.
 //!
 //! Owns which innermost output loops run as vector code ([`vectorizable`])
-//! and their translation (`Emitter::vector_loop`). Must not lower index
-//! functions nor decide anything for f64 kernels (they stay scalar).
+//! and their translation (`Emitter::vector_loop`), and likewise for sums
+//! whose reduction loop reads contiguous memory
+//! ([`reduction_vectorizable`], `Emitter::vector_sum`). Must not lower
+//! index functions nor decide anything for f64 kernels (they stay scalar,
+//! sums strictly in index order).
 //!
 //! A loop qualifies when it is an output loop (`Stmt::For`) with no loop
 //! inside, every load and store in it is contiguous (coefficient 1 of the
@@ -19,11 +22,19 @@
 //! transcendental functions are inline (`super::vmath`) or per-lane calls,
 //! so an element's bits do not depend on the strip it falls in; hence not on
 //! where the thread pool cuts the parallel loop either.
+//!
+//! A vectorised sum is reordered: partial sums per lane, combined in a
+//! fixed order (see `Emitter::vector_sum`) that depends only on the sum's
+//! range, never on threads (which split only the outermost output loop).
+//! It therefore differs from the interpreter's left-to-right sum by
+//! rounding, within the f32 tolerance, but is bitwise identical for any
+//! thread count. Max/min/arg reductions stay scalar.
 
 use super::codegen::{float_cc, Emitter, R};
 use super::math::MathFn;
 use super::vmath::VMath;
 use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::symbolic::ReduceOp;
 use crate::symbolic::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
@@ -105,6 +116,150 @@ impl Check<'_> {
             }
             Stmt::For(_) | Stmt::Reduce { .. } => false,
         }
+    }
+}
+
+/// Whether the f32 reduction `op` over `l` can run as f32x4 code: a sum
+/// whose body has no loop and no store, whose loads are contiguous or
+/// invariant in the reduction variable, and whose index values and index
+/// guards are invariant. Index guards become branches (taken by all four
+/// lanes alike), so loads may sit in them; both branches of a value guard
+/// run on every lane, so those must load nothing.
+pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
+    fn ok(s: &Stmt, v: IVar, may_load: bool) -> bool {
+        match s {
+            Stmt::Let(_, e) => match e {
+                Expr::Load { offset, .. } => may_load && matches!(coef(offset, v), 0 | 1),
+                Expr::Index(l) => coef(l, v) == 0,
+                _ => true,
+            },
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                let (cond_ok, may_load) = match cond {
+                    Cond::Value(..) => (true, false),
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => (coef(l, v) == 0, may_load),
+                };
+                cond_ok && then.iter().chain(otherwise).all(|s| ok(s, v, may_load))
+            }
+            Stmt::Store { .. } | Stmt::For(_) | Stmt::Reduce { .. } => false,
+        }
+    }
+    op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| ok(s, l.var, true))
+}
+
+impl<'f> Emitter<'f> {
+    /// The vectorised sum over `l` of the register `value` (see
+    /// [`reduction_vectorizable`]), in a fixed order that depends only on
+    /// the loop's range: four f32x4 partial sums over 16 elements per
+    /// iteration (only when the loop may run 16 times), combined as
+    /// `(p0 + p1) + (p2 + p3)`; then one f32x4 partial sum over 4 elements
+    /// per iteration; its lanes combined as `(l0 + l1) + (l2 + l3)`; then
+    /// the remaining elements added one by one in index order.
+    pub(super) fn vector_sum(&mut self, l: &Loop, value: Reg) -> R<Value> {
+        let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
+        let (lo, hi) = self.range(l)?;
+        let saved = self.ivars[slot];
+        self.vbranch = true;
+        let zero = self.vm().c(0.0);
+        let (k, acc) = if l.max_trips >= 4 * LANES as u64 {
+            let (k, p) = self.sum_strip(l, value, lo, hi, 4, Lanes::Four, &[zero; 4])?;
+            let p01 = self.b.ins().fadd(p[0], p[1]);
+            let p23 = self.b.ins().fadd(p[2], p[3]);
+            (k, self.b.ins().fadd(p01, p23))
+        } else {
+            (lo, zero)
+        };
+        let (k, p) = self.sum_strip(l, value, k, hi, 1, Lanes::Four, &[acc])?;
+        let lane: Vec<Value> = (0..LANES as u8)
+            .map(|i| self.b.ins().extractlane(p[0], i))
+            .collect();
+        let s01 = self.b.ins().fadd(lane[0], lane[1]);
+        let s23 = self.b.ins().fadd(lane[2], lane[3]);
+        let s = self.b.ins().fadd(s01, s23);
+        let (_, s) = self.sum_strip(l, value, k, hi, 1, Lanes::One, &[s])?;
+        self.ivars[slot] = saved;
+        self.vbranch = false;
+        self.vectorized_reductions += 1;
+        Ok(s[0])
+    }
+
+    /// A rotated loop from `k0` while a whole step fits before `hi`
+    /// (inclusive), each iteration adding `copies` copies of the body's
+    /// `value` on consecutive groups of `lanes` into the accumulators
+    /// `init` (one per copy: f32x4 for four lanes, f32 for one). Returns
+    /// the first index not done and the accumulators.
+    #[allow(clippy::too_many_arguments)]
+    fn sum_strip(
+        &mut self,
+        l: &Loop,
+        value: Reg,
+        k0: Value,
+        hi: Value,
+        copies: i64,
+        lanes: Lanes,
+        init: &[Value],
+    ) -> R<(Value, Vec<Value>)> {
+        let width = if lanes == Lanes::Four { LANES } else { 1 };
+        let step = width * copies;
+        let ty = if lanes == Lanes::Four { V } else { types::F32 };
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(body, types::I64);
+        let acc: Vec<Value> = init
+            .iter()
+            .map(|_| self.b.append_block_param(body, ty))
+            .collect();
+        let done = self.b.append_block_param(exit, types::I64);
+        let out: Vec<Value> = init
+            .iter()
+            .map(|_| self.b.append_block_param(exit, ty))
+            .collect();
+        let last = self.b.ins().iadd_imm_s(hi, 1 - step);
+        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k0, last);
+        let a0: Vec<BlockArg> = std::iter::once(k0)
+            .chain(init.iter().copied())
+            .map(BlockArg::Value)
+            .collect();
+        self.b.ins().brif(enter, body, &a0, exit, &a0);
+        self.b.switch_to_block(body);
+        let mut next = Vec::with_capacity(acc.len());
+        for u in 0..copies {
+            let ku = if u == 0 {
+                k
+            } else {
+                self.b.ins().iadd_imm_s(k, u * width)
+            };
+            self.ivars[l.var.0 as usize] = Some(ku);
+            self.vregs.iter_mut().for_each(|r| *r = None);
+            for s in &l.body {
+                self.vstmt(s, l.var, lanes)?;
+            }
+            let v = self.vreg(value)?;
+            let a = *acc.get(u as usize).ok_or("too few accumulators")?;
+            next.push(if lanes == Lanes::Four {
+                self.b.ins().fadd(a, v)
+            } else {
+                let x = self.b.ins().extractlane(v, 0);
+                self.b.ins().fadd(a, x)
+            });
+        }
+        self.vregs.iter_mut().for_each(|r| *r = None);
+        let k1 = self.b.ins().iadd_imm_s(k, step);
+        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, last);
+        let a1: Vec<BlockArg> = std::iter::once(k1)
+            .chain(next.iter().copied())
+            .map(BlockArg::Value)
+            .collect();
+        self.b.ins().brif(again, body, &a1, exit, &a1);
+        self.b.switch_to_block(exit);
+        Ok((done, out))
     }
 }
 
@@ -213,6 +368,36 @@ impl<'f> Emitter<'f> {
                 Ok(())
             }
             Stmt::If {
+                cond: cond @ (Cond::Index(..) | Cond::Divisible(..)),
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } if self.vbranch => {
+                // Invariant in the vector loop: all lanes take one branch.
+                let c = self.cond(cond)?;
+                let (tb, eb, merge) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                let res = self.b.append_block_param(merge, V);
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                for (block, list, value) in
+                    [(tb, then, then_value), (eb, otherwise, otherwise_value)]
+                {
+                    self.b.switch_to_block(block);
+                    for st in list {
+                        self.vstmt(st, var, lanes)?;
+                    }
+                    let v = self.vreg(*value)?;
+                    self.b.ins().jump(merge, &[BlockArg::Value(v)]);
+                }
+                self.b.switch_to_block(merge);
+                self.vset(*result, res)
+            }
+            Stmt::If {
                 cond,
                 then,
                 then_value,
@@ -220,7 +405,8 @@ impl<'f> Emitter<'f> {
                 otherwise_value,
                 result,
             } => {
-                // Both branches are safe to run (see `vectorizable`).
+                // Both branches are safe to run (see `vectorizable` and
+                // `reduction_vectorizable`).
                 for st in then.iter().chain(otherwise) {
                     self.vstmt(st, var, lanes)?;
                 }

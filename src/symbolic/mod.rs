@@ -28,7 +28,7 @@ mod lexer;
 mod parse;
 mod print;
 mod rules;
-mod subst;
+pub(crate) mod subst;
 
 pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};
 pub use index_fn::{ArgDecl, IndexFn};

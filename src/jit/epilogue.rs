@@ -1,0 +1,90 @@
+//! Contractions with element-wise work after them (`max(Σ_k a·b, 0)`,
+//! `exp(Σ_k a·b) / 2 + c[i]`, ...): one GEMM, then one fused element-wise
+//! kernel.
+//!
+//! Owns [`split`]: finding the outermost sum that `gemm::detect` accepts
+//! inside a function that is not itself a contraction, and rewriting the
+//! function into the contraction (over the output's indices) and an
+//! epilogue that reads it from a temporary. Must not generate code: the
+//! caller compiles both halves.
+
+use super::gemm::{self, Contraction};
+use crate::symbolic::expr::{Node, ReduceOp};
+use crate::symbolic::subst::replace;
+use crate::symbolic::{Affine, ArgDecl, IndexFn};
+
+/// A function split into a GEMM stage and an element-wise stage.
+pub(crate) struct Split {
+    /// Computes the contraction for every output index (as a broadcast over
+    /// the indices it does not use).
+    pub contraction: Contraction,
+    /// The original function with the sum replaced by a read of the
+    /// contraction's result, passed as one more argument (the last).
+    pub epilogue: IndexFn,
+}
+
+/// `Some` when a sum inside `f` (not `f` itself) is a contraction whose
+/// result depends only on the output indices.
+pub(crate) fn split(f: &IndexFn) -> Option<Split> {
+    let g = &f.graph;
+    let mut candidates: Vec<_> = g
+        .reachable(f.root)
+        .into_iter()
+        .filter(|&n| n != f.root)
+        .filter(|&n| {
+            matches!(
+                g.node(n),
+                Node::Reduce {
+                    op: ReduceOp::Sum,
+                    ..
+                }
+            )
+        })
+        .filter(|&n| g.free_vars(n).iter().all(|v| f.out_vars.contains(v)))
+        .collect();
+    // The outermost candidate first: it covers the most work.
+    candidates.sort_by(|a, b| b.cmp(a));
+    for n in candidates {
+        let (graph, root) = g.extract(n);
+        let inner = IndexFn {
+            graph,
+            root,
+            ..f.clone()
+        };
+        let Some(contraction) = gemm::detect(&inner) else {
+            continue;
+        };
+        let name = fresh_arg_name(f, &format!("{}_contraction", f.name));
+        let mut graph = f.graph.clone();
+        let index = f.out_vars.iter().map(|v| Affine::var(*v)).collect();
+        let read = graph.access(f.args.len(), index);
+        let body = replace(&mut graph, f.root, n, read);
+        let (graph, root) = graph.extract(body);
+        let mut args = f.args.clone();
+        args.push(ArgDecl {
+            name,
+            shape: f.out_shape.clone(),
+        });
+        let epilogue = IndexFn {
+            args,
+            graph,
+            root,
+            ..f.clone()
+        };
+        return Some(Split {
+            contraction,
+            epilogue,
+        });
+    }
+    None
+}
+
+fn fresh_arg_name(f: &IndexFn, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut k = 1;
+    while f.args().iter().any(|a| a.name == name) {
+        name = format!("{base}_{k}");
+        k += 1;
+    }
+    name
+}
