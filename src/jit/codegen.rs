@@ -428,23 +428,7 @@ impl Emitter<'_> {
     /// `x ** n` in the order of compiler-rt's `__powidf2` (what `powi`
     /// calls), so f64 results equal the interpreter's bit for bit.
     fn powi(&mut self, x: Value, n: i32) -> Value {
-        let mut p = n.unsigned_abs();
-        let mut base = x;
-        let mut acc: Option<Value> = None;
-        loop {
-            if p & 1 == 1 {
-                acc = Some(match acc {
-                    None => base,
-                    Some(a) => self.b.ins().fmul(a, base),
-                });
-            }
-            p >>= 1;
-            if p == 0 {
-                break;
-            }
-            base = self.b.ins().fmul(base, base);
-        }
-        let r = match acc {
+        let r = match square_and_multiply(&mut self.b, x, n.unsigned_abs()) {
             Some(r) => r,
             None => self.fconst(1.0),
         };
@@ -702,5 +686,26 @@ mod tests {
         assert_eq!(out, [0.0, 4.0, 6.0, 0.0]);
         // SAFETY: the entry is not used afterwards.
         unsafe { code.module.free_memory() };
+    }
+}
+
+/// `x ** p` for `p ≥ 1` by repeated squaring, in the order of compiler-rt's
+/// `__powidf2` (what Rust's `powi` calls), for scalars and vectors alike;
+/// `None` for `p = 0`.
+pub(super) fn square_and_multiply(b: &mut FunctionBuilder, x: Value, mut p: u32) -> Option<Value> {
+    let mut base = x;
+    let mut acc: Option<Value> = None;
+    loop {
+        if p & 1 == 1 {
+            acc = Some(match acc {
+                None => base,
+                Some(a) => b.ins().fmul(a, base),
+            });
+        }
+        p >>= 1;
+        if p == 0 {
+            return acc;
+        }
+        base = b.ins().fmul(base, base);
     }
 }

@@ -533,23 +533,7 @@ impl<'f> Emitter<'f> {
 
     /// `x ** n` with the same multiplications as the scalar `powi`.
     fn vpowi(&mut self, x: Value, n: i32) -> Value {
-        let mut p = n.unsigned_abs();
-        let mut base = x;
-        let mut acc: Option<Value> = None;
-        loop {
-            if p & 1 == 1 {
-                acc = Some(match acc {
-                    None => base,
-                    Some(a) => self.b.ins().fmul(a, base),
-                });
-            }
-            p >>= 1;
-            if p == 0 {
-                break;
-            }
-            base = self.b.ins().fmul(base, base);
-        }
-        let r = match acc {
+        let r = match super::codegen::square_and_multiply(&mut self.b, x, n.unsigned_abs()) {
             Some(r) => r,
             None => self.vm().c(1.0),
         };
