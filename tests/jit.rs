@@ -86,14 +86,8 @@ fn check(f: &IndexFn, inputs: &Inputs) {
         match &first {
             None => first = Some((got, got32)),
             Some((g64, g32)) => {
-                let same64 = g64
-                    .iter()
-                    .zip(&got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                let same32 = g32
-                    .iter()
-                    .zip(&got32)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let same64 = common::same_bits(g64, &got);
+                let same32 = common::same_bits(g32, &got32);
                 assert!(same64 && same32, "{f}: results differ at {threads} threads");
             }
         }

@@ -225,3 +225,25 @@ pub fn check_hvp(c: &Case, arg: &str, seed: u64, tol: f64) {
         tol,
     );
 }
+
+/// A float whose bit pattern can be compared.
+pub trait Bits: Copy {
+    fn bits(self) -> u64;
+}
+
+impl Bits for f32 {
+    fn bits(self) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+impl Bits for f64 {
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+/// Whether two results are equal bit for bit (thread-count independence).
+pub fn same_bits<T: Bits>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.bits() == y.bits())
+}
