@@ -30,6 +30,15 @@ pub enum Error {
     Shape { op: String, message: String },
     /// Exact integer arithmetic overflowed i64.
     Overflow { op: String },
+    /// An allocation was refused, by the configured memory limit or by the
+    /// system, even after the allocator emptied its cache and retried.
+    /// Byte counts are the allocator's at the moment of refusal.
+    OutOfMemory {
+        requested: usize,
+        in_use: usize,
+        reserved: usize,
+        limit: Option<usize>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -57,6 +66,18 @@ impl fmt::Display for Error {
             ),
             Error::Shape { op, message } => write!(f, "{op}: {message}"),
             Error::Overflow { op } => write!(f, "{op}: integer overflow in exact index arithmetic"),
+            Error::OutOfMemory {
+                requested,
+                in_use,
+                reserved,
+                limit,
+            } => {
+                write!(f, "out of memory: requested {requested} bytes with {in_use} in use and {reserved} reserved")?;
+                match limit {
+                    Some(l) => write!(f, " (limit {l})"),
+                    None => write!(f, " (no limit; the system refused)"),
+                }
+            }
         }
     }
 }

@@ -16,6 +16,7 @@
 //! # Ok::<(), tenjin::Error>(())
 //! ```
 
+pub mod alloc;
 pub mod error;
 pub mod jit;
 pub mod kernel;

@@ -252,7 +252,7 @@ const SMALL_TRANSFORM: u128 = 1 << 12;
 /// with the Bézout step of Alg. 2 (Alg. 1 steps 30–37). Arithmetic is checked
 /// `i64`, redone in [`BigInt`] on overflow. Transforms with large entries are
 /// then shrunk by lattice reduction inside the set of valid `(U, V)` pairs
-/// ([`SmithTransforms::reduce`]), which keeps 8×8 inputs with entries up to
+/// (`SmithTransforms::reduce`), which keeps 8×8 inputs with entries up to
 /// ±30 around 2⁴⁵. Fails only when a final entry does not fit in an `i64`.
 ///
 /// ```
