@@ -72,11 +72,9 @@ impl Exec {
     }
 }
 
-/// A copy of the plan that uses the pool's current thread count.
-fn with_threads(plan: &Contraction) -> Contraction {
-    let mut plan = plan.clone();
-    plan.set_threads(pool::num_threads());
-    plan
+/// Runs a contraction with the pool's current thread count.
+fn run_contraction<T: Element>(plan: &Contraction, inputs: &[&[T]], out: &mut [T]) {
+    plan.run_with_threads(inputs, out, pool::num_threads())
 }
 
 /// Generated code and the module that owns its memory.
@@ -116,23 +114,16 @@ impl Drop for JitCode {
 }
 
 /// The element types a kernel can be compiled for.
-pub(crate) trait Element: Copy + Default {
+pub(crate) trait Element: Copy + Default + super::gemm::Elem {
     const DTYPE: DType;
-    fn run_contraction(plan: &Contraction, inputs: &[&[Self]], out: &mut [Self]);
 }
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
-    fn run_contraction(plan: &Contraction, inputs: &[&[f32]], out: &mut [f32]) {
-        plan.run_f32(inputs, out)
-    }
 }
 
 impl Element for f64 {
     const DTYPE: DType = DType::F64;
-    fn run_contraction(plan: &Contraction, inputs: &[&[f64]], out: &mut [f64]) {
-        plan.run_f64(inputs, out)
-    }
 }
 
 /// Raw buffer addresses, shared read-only by the threads of one launch.
@@ -323,10 +314,10 @@ impl CompiledKernel {
         }
         match &self.exec {
             Exec::Jit(code) => self.launch(code, inputs, out),
-            Exec::Gemm(plan) => T::run_contraction(&with_threads(plan), inputs, out),
+            Exec::Gemm(plan) => run_contraction(plan, inputs, out),
             Exec::GemmThenJit(plan, code) => {
                 let mut product = vec![T::default(); out.len()];
-                T::run_contraction(&with_threads(plan), inputs, &mut product);
+                run_contraction(plan, inputs, &mut product);
                 let mut all = inputs.to_vec();
                 all.push(&product);
                 self.launch(code, &all, out);

@@ -501,7 +501,7 @@ fn pick(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
 }
 
 /// The element types gemm runs for us.
-trait Elem: Copy + 'static {
+pub(crate) trait Elem: Copy + 'static {
     const ZERO: Self;
     const ONE: Self;
     fn from_f64(x: f64) -> Self;
@@ -543,12 +543,18 @@ impl Contraction {
     /// lengths against the declared shapes (a mismatch is a bug: it fails a
     /// debug assertion, and in release builds nothing is written).
     pub fn run_f32(&self, inputs: &[&[f32]], out: &mut [f32]) {
-        self.run(inputs, out)
+        self.run(inputs, out, self.threads)
     }
 
     /// Computes the function in f64; see [`Contraction::run_f32`].
     pub fn run_f64(&self, inputs: &[&[f64]], out: &mut [f64]) {
-        self.run(inputs, out)
+        self.run(inputs, out, self.threads)
+    }
+
+    /// As `run_f32`/`run_f64` with an explicit thread count (the JIT passes
+    /// the pool's current one without copying the plan).
+    pub(crate) fn run_with_threads<T: Elem>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
+        self.run(inputs, out, threads.max(1))
     }
 
     /// Floating-point operations of one run: `2 · |output| · |summed range|`.
@@ -588,7 +594,7 @@ impl Contraction {
             && out.len() == self.out_len
     }
 
-    fn run<T: Elem>(&self, inputs: &[&[T]], out: &mut [T]) {
+    fn run<T: Elem>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
         if !self.lengths_match(inputs, out) {
             debug_assert!(
                 false,
@@ -607,8 +613,8 @@ impl Contraction {
             out.fill(T::ZERO);
             return;
         }
-        let parallelism = if self.threads > 1 {
-            gemm::Parallelism::Rayon(self.threads)
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
         } else {
             gemm::Parallelism::None
         };
