@@ -30,6 +30,12 @@ pub enum Error {
     Shape { op: String, message: String },
     /// Exact integer arithmetic overflowed i64.
     Overflow { op: String },
+    /// Tensors of different element types met in one operation.
+    DType { op: String, message: String },
+    /// Differentiation was asked for something it cannot do: `backward` on
+    /// a non-scalar without a gradient, the gradient of a tensor that does
+    /// not require one, a graph already released by an earlier `backward`.
+    Autograd { op: String, message: String },
     /// An allocation was refused, by the configured memory limit or by the
     /// system, even after the allocator emptied its cache and retried.
     /// Byte counts are the allocator's at the moment of refusal.
@@ -65,6 +71,9 @@ impl fmt::Display for Error {
                 "{function}: access {access} leaves dimension {dimension} (size {size}): {message}"
             ),
             Error::Shape { op, message } => write!(f, "{op}: {message}"),
+            Error::DType { op, message } | Error::Autograd { op, message } => {
+                write!(f, "{op}: {message}")
+            }
             Error::Overflow { op } => write!(f, "{op}: integer overflow in exact index arithmetic"),
             Error::OutOfMemory {
                 requested,

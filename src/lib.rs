@@ -18,11 +18,20 @@
 
 pub mod alloc;
 pub mod error;
+mod exec;
 pub mod jit;
 pub mod kernel;
+mod ops;
 pub mod symbolic;
+mod tensor;
+pub mod trace;
 
+pub use alloc::Device;
 pub use error::Error;
+pub use jit::DType;
+pub use ops::{index_fn, index_fn_with_sizes};
+pub use tensor::Tensor;
+pub use trace::{no_grad, stats, NoGradGuard, Stats};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -307,7 +307,7 @@ impl CompiledKernel {
         Ok(())
     }
 
-    fn run_into<T: Element>(&self, inputs: &[&[T]], out: &mut [T]) -> Result<(), Error> {
+    pub(crate) fn run_into<T: Element>(&self, inputs: &[&[T]], out: &mut [T]) -> Result<(), Error> {
         self.check(inputs, out)?;
         if out.is_empty() {
             return Ok(());
@@ -326,13 +326,49 @@ impl CompiledKernel {
         Ok(())
     }
 
+    /// Runs an element-wise kernel that overwrites its argument `aliased`
+    /// with its output (in-place reuse of a buffer whose last use this is).
+    /// Refused (`Ok(false)`, nothing run) for GEMM routes, which read whole
+    /// rows.
+    ///
+    /// # Safety
+    /// The function must read argument `aliased` only at the output index
+    /// itself (`x[i; j]` in `f[i; j]`), so every element is read before it is
+    /// written and by the same thread, and no other reference to that buffer
+    /// may be used while this runs.
+    pub(crate) unsafe fn run_in_place<T: Element>(
+        &self,
+        inputs: &[&[T]],
+        aliased: usize,
+    ) -> Result<bool, Error> {
+        let target = inputs.get(aliased).copied().unwrap_or(&[]);
+        self.check(inputs, target)?;
+        let Exec::Jit(code) = &self.exec else {
+            return Ok(false);
+        };
+        if target.is_empty() {
+            return Ok(true);
+        }
+        // SAFETY: as in `launch`; the caller guarantees that the aliased
+        // argument is read element-wise only.
+        unsafe { self.launch_raw(code, inputs, target.as_ptr() as *mut u8) };
+        Ok(true)
+    }
+
     /// Runs generated code over the pool. `inputs` must have the lengths
     /// the code was generated for (checked by the caller).
     fn launch<T: Element>(&self, code: &JitCode, inputs: &[&[T]], out: &mut [T]) {
+        // SAFETY: `out` is a unique, checked-length buffer.
+        unsafe { self.launch_raw(code, inputs, out.as_mut_ptr() as *mut u8) }
+    }
+
+    /// # Safety
+    /// `out` holds the output's length and nothing else writes it meanwhile.
+    unsafe fn launch_raw<T: Element>(&self, code: &JitCode, inputs: &[&[T]], out: *mut u8) {
         let launch = Launch {
             entry: code.entry,
             args: inputs.iter().map(|s| s.as_ptr() as *const u8).collect(),
-            out: out.as_mut_ptr() as *mut u8,
+            out,
         };
         let launch = &launch;
         // SAFETY: the buffers have the declared lengths (checked

@@ -44,6 +44,7 @@ mod vmath;
 
 pub use cache::{JitStats, MissReason};
 pub use compiled::CompiledKernel;
+pub(crate) use compiled::Element;
 pub use pool::{num_threads, set_num_threads};
 
 use crate::symbolic::IndexFn;

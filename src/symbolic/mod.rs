@@ -11,6 +11,7 @@
 //! It must not know about tensors, buffers, devices or threads.
 
 pub mod affine;
+pub mod compose;
 pub mod fourier_motzkin;
 pub mod intlinalg;
 pub mod lattice;

@@ -1,0 +1,105 @@
+//! Running compiled kernels on tensor storages.
+//!
+//! Owns the bridge between [`Storage`] (locked, typed memory) and
+//! [`CompiledKernel`] (slices in argument order), for both dtypes. Used by
+//! the forward path (`ops`), the backward driver (`trace`) and optimizers.
+//! It must not decide what to run.
+
+use crate::jit::{CompiledKernel, DType};
+use crate::tensor::{Float, Storage};
+use crate::Error;
+use std::sync::Arc;
+
+/// Runs `kernel` on `inputs` (ordered like its arguments) into a new
+/// storage of the kernel's output size.
+pub(crate) fn run_new(
+    kernel: &CompiledKernel,
+    inputs: &[&Arc<Storage>],
+) -> Result<Arc<Storage>, Error> {
+    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
+    run_into(kernel, inputs, &out)?;
+    Ok(out)
+}
+
+/// Runs `kernel` on `inputs` into `out` (which must not be among them).
+pub(crate) fn run_into(
+    kernel: &CompiledKernel,
+    inputs: &[&Arc<Storage>],
+    out: &Storage,
+) -> Result<(), Error> {
+    fn go<T: Float>(
+        k: &CompiledKernel,
+        inputs: &[&Arc<Storage>],
+        out: &Storage,
+    ) -> Result<(), Error> {
+        let guards: Vec<_> = inputs.iter().map(|s| s.read()).collect();
+        let slices: Vec<&[T]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, s)| s.slice::<T>(g))
+            .collect();
+        let mut o = out.write();
+        let n = out.len();
+        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])
+    }
+    check_dtypes(kernel, inputs)?;
+    match kernel.dtype() {
+        DType::F32 => go::<f32>(kernel, inputs, out),
+        DType::F64 => go::<f64>(kernel, inputs, out),
+    }
+}
+
+/// Runs an element-wise `kernel` writing its output over `inputs[aliased]`
+/// (see `CompiledKernel::run_in_place` for when that is sound). Returns
+/// `false`, having run nothing, when the kernel's route cannot run in place.
+///
+/// # Safety
+/// The kernel reads argument `aliased` only at the output index.
+pub(crate) unsafe fn run_in_place(
+    kernel: &CompiledKernel,
+    inputs: &[&Arc<Storage>],
+    aliased: usize,
+) -> Result<bool, Error> {
+    unsafe fn go<T: Float>(
+        k: &CompiledKernel,
+        inputs: &[&Arc<Storage>],
+        aliased: usize,
+    ) -> Result<bool, Error> {
+        let target = inputs[aliased];
+        // The aliased storage is write-locked (nobody else may read it
+        // meanwhile); the others are read-locked, each once.
+        let w = target.write();
+        let guards: Vec<_> = inputs
+            .iter()
+            .map(|s| (!Arc::ptr_eq(s, target)).then(|| s.read()))
+            .collect();
+        let slices: Vec<&[T]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, s)| match g {
+                Some(g) => s.slice::<T>(g),
+                None => target.slice::<T>(&w),
+            })
+            .collect();
+        unsafe { k.run_in_place(&slices, aliased) }
+    }
+    check_dtypes(kernel, inputs)?;
+    match kernel.dtype() {
+        DType::F32 => unsafe { go::<f32>(kernel, inputs, aliased) },
+        DType::F64 => unsafe { go::<f64>(kernel, inputs, aliased) },
+    }
+}
+
+fn check_dtypes(kernel: &CompiledKernel, inputs: &[&Arc<Storage>]) -> Result<(), Error> {
+    match inputs.iter().find(|s| s.dtype() != kernel.dtype()) {
+        Some(s) => Err(Error::DType {
+            op: kernel.name().to_string(),
+            message: format!(
+                "the kernel runs on {:?}, an input is {:?}",
+                kernel.dtype(),
+                s.dtype()
+            ),
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,280 @@
+//! Element-wise operations: unary maths, operations with a scalar, binary
+//! operations with NumPy broadcasting, comparisons and `where`.
+//!
+//! Each op is one line of index-function text over the full index `I` of
+//! its output, listed in a table; broadcasting is a view (no copy), so
+//! `a + b` with `b` of shape `[n]` and `a` of `[m, n]` is
+//! `f[i0; i1] = a[i0; i1] + b[i1]` after composition.
+
+use super::{apply, lit, shape_error};
+use crate::tensor::view::index_list;
+use crate::tensor::Tensor;
+use crate::Error;
+
+/// Unary ops: method name and body over `{x}` (the element of the input).
+const UNARY: &[(&str, &str)] = &[
+    ("neg", "-{x}"),
+    ("exp", "exp ({x})"),
+    ("log", "log ({x})"),
+    ("log10", "log10 ({x})"),
+    ("sqrt", "sqrt ({x})"),
+    ("tanh", "tanh ({x})"),
+    ("sin", "sin ({x})"),
+    ("cos", "cos ({x})"),
+    ("abs", "abs ({x})"),
+    ("sign", "sgn ({x})"),
+    ("sigmoid", "sigmoid ({x})"),
+    ("relu", "max({x}, 0)"),
+    ("square", "{x} ** 2"),
+    ("recip", "1 / {x}"),
+];
+
+/// Binary ops with broadcasting: method name and body over `{a}`, `{b}`.
+const BINARY: &[(&str, &str)] = &[
+    ("add", "{a} + {b}"),
+    ("sub", "{a} - {b}"),
+    ("mul", "{a} * {b}"),
+    ("div", "{a} / {b}"),
+    ("pow", "{a} ** {b}"),
+    ("maximum", "max({a}, {b})"),
+    ("minimum", "min({a}, {b})"),
+];
+
+/// Comparisons: method name and the condition between `{a}` and `{b}`.
+const COMPARE: &[(&str, &str)] = &[
+    ("gt", ">"),
+    ("ge", ">="),
+    ("lt", "<"),
+    ("le", "<="),
+    ("eq", "="),
+    ("ne", "!="),
+];
+
+fn body_of(table: &[(&str, &'static str)], name: &str) -> &'static str {
+    table
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .expect("op listed in its table")
+}
+
+/// The NumPy broadcast of two shapes, or an error naming the dimension.
+pub(crate) fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>, Error> {
+    let r = a.len().max(b.len());
+    let at = |s: &[usize], d: usize| {
+        if d + s.len() >= r {
+            s[d + s.len() - r]
+        } else {
+            1
+        }
+    };
+    (0..r)
+        .map(|d| match (at(a, d), at(b, d)) {
+            (x, y) if x == y || y == 1 => Ok(x),
+            (1, y) => Ok(y),
+            (x, y) => Err(shape_error(
+                op,
+                format!(
+                    "lhs {a:?} and rhs {b:?} do not broadcast: dimension {d} of the result would need {x} (lhs) and {y} (rhs) to match or one of them to be 1"
+                ),
+            )),
+        })
+        .collect()
+}
+
+impl Tensor {
+    fn unary(&self, name: &str) -> Result<Tensor, Error> {
+        let ix = index_list("i", self.rank());
+        let body = body_of(UNARY, name).replace("{x}", &format!("x[{ix}]"));
+        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &[])
+    }
+
+    fn binary(&self, name: &str, other: &Tensor) -> Result<Tensor, Error> {
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let a = self.broadcast_to(&shape)?;
+        let b = other.broadcast_to(&shape)?;
+        let ix = index_list("i", shape.len());
+        let body = body_of(BINARY, name)
+            .replace("{a}", &format!("a[{ix}]"))
+            .replace("{b}", &format!("b[{ix}]"));
+        apply(
+            name,
+            &format!("f[{ix}] = {body}"),
+            &[("a", &a), ("b", &b)],
+            &[],
+        )
+    }
+
+    fn with_scalar(&self, name: &str, template: &str, c: f64) -> Result<Tensor, Error> {
+        let ix = index_list("i", self.rank());
+        let body = template
+            .replace("{x}", &format!("x[{ix}]"))
+            .replace("{c}", &lit(name, c)?);
+        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &[])
+    }
+
+    /// `x + c` element-wise.
+    pub fn add_scalar(&self, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar("add_scalar", "{x} + {c}", c)
+    }
+
+    /// `x - c` element-wise.
+    pub fn sub_scalar(&self, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar("sub_scalar", "{x} - {c}", c)
+    }
+
+    /// `c - x` element-wise.
+    pub fn rsub_scalar(&self, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar("rsub_scalar", "{c} - {x}", c)
+    }
+
+    /// `x · c` element-wise.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![1., -2.], &[2])?;
+    /// assert_eq!(x.mul_scalar(3.0)?.to_vec()?, vec![3., -6.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn mul_scalar(&self, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar("mul_scalar", "{x} * {c}", c)
+    }
+
+    /// `x / c` element-wise.
+    pub fn div_scalar(&self, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar("div_scalar", "{x} / {c}", c)
+    }
+
+    /// `x ** p` element-wise.
+    pub fn pow_scalar(&self, p: f64) -> Result<Tensor, Error> {
+        self.with_scalar("pow_scalar", "{x} ** {c}", p)
+    }
+
+    /// Values limited to `[lo, hi]` (the gradient is zero where clamped).
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![-2., 0.5, 3.], &[3])?;
+    /// assert_eq!(x.clamp(-1.0, 1.0)?.to_vec()?, vec![-1., 0.5, 1.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn clamp(&self, lo: f64, hi: f64) -> Result<Tensor, Error> {
+        if lo > hi {
+            return Err(shape_error(
+                "clamp",
+                format!("the lower bound {lo} exceeds the upper bound {hi}"),
+            ));
+        }
+        let template = format!("min(max({{x}}, {}), {{c}})", lit("clamp", lo)?);
+        self.with_scalar("clamp", &template, hi)
+    }
+
+    /// `max(x, slope · x)`: leaky ReLU (`slope` < 1).
+    pub fn leaky_relu(&self, slope: f64) -> Result<Tensor, Error> {
+        self.with_scalar("leaky_relu", "max({x}, {x} * {c})", slope)
+    }
+
+    /// `where(cond, a, b)`: `a` where `cond` is non-zero, else `b`, with
+    /// broadcasting. The condition carries no gradient.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec(vec![-1., 2., -3.], &[3])?;
+    /// let zero = Tensor::zeros(&[1], tenjin::DType::F32)?;
+    /// let relu = Tensor::where_(&x.gt(&zero)?, &x, &zero)?;
+    /// assert_eq!(relu.to_vec()?, vec![0., 2., 0.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor, Error> {
+        let ab = broadcast_shapes("where", a.shape(), b.shape())?;
+        let shape = broadcast_shapes("where", cond.shape(), &ab)?;
+        let c = cond.detach().broadcast_to(&shape)?;
+        let (a, b) = (a.broadcast_to(&shape)?, b.broadcast_to(&shape)?);
+        let ix = index_list("i", shape.len());
+        let src = format!("f[{ix}] = if {{c[{ix}] != 0}} then (a[{ix}]) else (b[{ix}])");
+        apply("where", &src, &[("c", &c), ("a", &a), ("b", &b)], &[])
+    }
+
+    fn compare(&self, name: &str, other: &Tensor) -> Result<Tensor, Error> {
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let a = self.detach().broadcast_to(&shape)?;
+        let b = other.detach().broadcast_to(&shape)?;
+        let ix = index_list("i", shape.len());
+        let cmp = body_of(COMPARE, name);
+        let src = format!("f[{ix}] = if {{a[{ix}] {cmp} b[{ix}]}} then (1) else (0)");
+        apply(name, &src, &[("a", &a), ("b", &b)], &[])
+    }
+}
+
+macro_rules! unary_methods {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                pub fn $name(&self) -> Result<Tensor, Error> {
+                    self.unary(stringify!($name))
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! binary_methods {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor, Error> {
+                    self.binary(stringify!($name), other)
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! compare_methods {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                pub fn $name(&self, other: &Tensor) -> Result<Tensor, Error> {
+                    self.compare(stringify!($name), other)
+                }
+            )*
+        }
+    };
+}
+
+unary_methods! {
+    neg: "`-x` element-wise.",
+    exp: "`exp(x)` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec_f64(vec![0., 1.], &[2])?;\nassert_eq!(x.exp()?.to_vec_f64()?, vec![1., 1f64.exp()]);\n# Ok::<(), tenjin::Error>(())\n```",
+    log: "Natural logarithm element-wise.",
+    log10: "Base-10 logarithm element-wise.",
+    sqrt: "Square root element-wise.",
+    tanh: "`tanh(x)` element-wise.",
+    sin: "`sin(x)` element-wise.",
+    cos: "`cos(x)` element-wise.",
+    abs: "`|x|` element-wise.",
+    sign: "The sign (−1, 0, 1) element-wise; its gradient is zero.",
+    sigmoid: "`1 / (1 + exp(-x))` element-wise.",
+    relu: "`max(x, 0)` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec(vec![-1., 2.], &[2])?;\nassert_eq!(x.relu()?.to_vec()?, vec![0., 2.]);\n# Ok::<(), tenjin::Error>(())\n```",
+    square: "`x²` element-wise.",
+    recip: "`1 / x` element-wise.",
+}
+
+binary_methods! {
+    add: "`a + b` with NumPy broadcasting.\n\n```\nuse tenjin::Tensor;\nlet a = Tensor::from_vec(vec![1., 2., 3., 4.], &[2, 2])?;\nlet b = Tensor::from_vec(vec![10., 20.], &[2])?;\nassert_eq!(a.add(&b)?.to_vec()?, vec![11., 22., 13., 24.]);\nassert!(a.add(&Tensor::ones(&[3], tenjin::DType::F32)?).is_err());\n# Ok::<(), tenjin::Error>(())\n```",
+    sub: "`a - b` with broadcasting.",
+    mul: "`a · b` with broadcasting.",
+    div: "`a / b` with broadcasting.",
+    pow: "`a ** b` with broadcasting.",
+    maximum: "`max(a, b)` with broadcasting (ties send the gradient to `a`).",
+    minimum: "`min(a, b)` with broadcasting (ties send the gradient to `a`).",
+}
+
+compare_methods! {
+    gt: "`1` where `a > b`, else `0` (a mask: no gradient).",
+    ge: "`1` where `a >= b`, else `0` (no gradient).",
+    lt: "`1` where `a < b`, else `0` (no gradient).",
+    le: "`1` where `a <= b`, else `0` (no gradient).",
+    eq: "`1` where `a == b`, else `0` (no gradient).",
+    ne: "`1` where `a != b`, else `0` (no gradient).",
+}

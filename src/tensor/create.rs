@@ -1,0 +1,266 @@
+//! Creating tensors and reading their data back.
+//!
+//! Owns constructors (`zeros ones full from_vec arange eye rand randn`),
+//! the seeded random generator behind `rand`/`randn`, and `to_vec`,
+//! `item`, `to_dtype`. Created tensors are constants (no trace) until
+//! `requires_grad()`.
+
+use super::{Float, Origin, Storage, Tensor};
+use crate::jit::DType;
+use crate::Error;
+
+fn shape_error(op: &str, message: String) -> Error {
+    Error::Shape {
+        op: op.to_string(),
+        message,
+    }
+}
+
+fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            shape_error(
+                op,
+                format!("the shape {shape:?} has more elements than fit in memory"),
+            )
+        })
+}
+
+impl Tensor {
+    fn from_f64_fn(
+        op: &str,
+        shape: &[usize],
+        dtype: DType,
+        value: impl Fn(usize) -> f64,
+    ) -> Result<Tensor, Error> {
+        let n = numel_of(op, shape)?;
+        let storage = Storage::uninit(dtype, n)?;
+        {
+            let mut b = storage.write();
+            match dtype {
+                DType::F32 => fill(&mut b.as_mut_slice::<f32>()[..n], value),
+                DType::F64 => fill(&mut b.as_mut_slice::<f64>()[..n], value),
+            }
+        }
+        Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
+    }
+
+    /// An f32 tensor holding `data` (row-major) with `shape`.
+    ///
+    /// ```
+    /// let t = tenjin::Tensor::from_vec(vec![1., 2., 3., 4., 5., 6.], &[2, 3])?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// assert!(tenjin::Tensor::from_vec(vec![1., 2.], &[3]).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor, Error> {
+        Tensor::from_slice_of("from_vec", &data, shape)
+    }
+
+    /// An f64 tensor holding `data` (row-major) with `shape`.
+    pub fn from_vec_f64(data: Vec<f64>, shape: &[usize]) -> Result<Tensor, Error> {
+        Tensor::from_slice_of("from_vec_f64", &data, shape)
+    }
+
+    fn from_slice_of<T: Float>(op: &str, data: &[T], shape: &[usize]) -> Result<Tensor, Error> {
+        let n = numel_of(op, shape)?;
+        if n != data.len() {
+            return Err(shape_error(
+                op,
+                format!(
+                    "{} values cannot fill the shape {shape:?} ({n} elements)",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(Tensor::dense(
+            shape.to_vec(),
+            Storage::from_slice(data)?,
+            Origin::Constant,
+        ))
+    }
+
+    /// A scalar (shape `[]`) tensor.
+    ///
+    /// ```
+    /// let s = tenjin::Tensor::scalar(2.5, tenjin::DType::F64)?;
+    /// assert_eq!(s.item()?, 2.5);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn scalar(value: f64, dtype: DType) -> Result<Tensor, Error> {
+        Tensor::full(&[], value, dtype)
+    }
+
+    /// Zeros of `shape`.
+    ///
+    /// ```
+    /// let z = tenjin::Tensor::zeros(&[2, 2], tenjin::DType::F32)?;
+    /// assert_eq!(z.to_vec()?, vec![0.; 4]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
+        let n = numel_of("zeros", shape)?;
+        Ok(Tensor::dense(
+            shape.to_vec(),
+            Storage::zeros(dtype, n)?,
+            Origin::Constant,
+        ))
+    }
+
+    /// Ones of `shape`.
+    pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
+        Tensor::full(shape, 1.0, dtype)
+    }
+
+    /// `value` everywhere in `shape`.
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor, Error> {
+        Tensor::from_f64_fn("full", shape, dtype, |_| value)
+    }
+
+    /// `[0, 1, ..., n - 1]`.
+    ///
+    /// ```
+    /// let r = tenjin::Tensor::arange(4, tenjin::DType::F64)?;
+    /// assert_eq!(r.to_vec_f64()?, vec![0., 1., 2., 3.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn arange(n: usize, dtype: DType) -> Result<Tensor, Error> {
+        Tensor::from_f64_fn("arange", &[n], dtype, |i| i as f64)
+    }
+
+    /// The `n × n` identity matrix.
+    ///
+    /// ```
+    /// let e = tenjin::Tensor::eye(2, tenjin::DType::F32)?;
+    /// assert_eq!(e.to_vec()?, vec![1., 0., 0., 1.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn eye(n: usize, dtype: DType) -> Result<Tensor, Error> {
+        Tensor::from_f64_fn("eye", &[n, n], dtype, |k| {
+            f64::from(u8::from(k / n.max(1) == k % n.max(1)))
+        })
+    }
+
+    /// Uniform values in `[0, 1)`, reproducible from `seed`.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let a = Tensor::rand(&[100], DType::F32, 7)?.to_vec()?;
+    /// assert_eq!(a, Tensor::rand(&[100], DType::F32, 7)?.to_vec()?);
+    /// assert!(a.iter().all(|&x| (0.0..1.0).contains(&x)));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn rand(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, Error> {
+        let mut rng = SplitMix64::new(seed);
+        // f32 gets 24 random bits, so no value rounds up to 1.
+        let draw = |r: &mut SplitMix64| match dtype {
+            DType::F32 => (r.next_u64() >> 40) as f64 / (1u64 << 24) as f64,
+            DType::F64 => r.uniform(),
+        };
+        let values: Vec<f64> = (0..numel_of("rand", shape)?)
+            .map(|_| draw(&mut rng))
+            .collect();
+        Tensor::from_f64_fn("rand", shape, dtype, |i| values[i])
+    }
+
+    /// Standard normal values, reproducible from `seed`.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::randn(&[10000], DType::F64, 1)?.to_vec_f64()?;
+    /// let mean = x.iter().sum::<f64>() / 1e4;
+    /// let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 1e4;
+    /// assert!(mean.abs() < 0.05 && (var - 1.0).abs() < 0.05);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, Error> {
+        let mut rng = SplitMix64::new(seed);
+        let values: Vec<f64> = (0..numel_of("randn", shape)?)
+            .map(|_| rng.normal())
+            .collect();
+        Tensor::from_f64_fn("randn", shape, dtype, |i| values[i])
+    }
+
+    /// The elements in row-major order, as f32 (f64 tensors are rounded).
+    pub fn to_vec(&self) -> Result<Vec<f32>, Error> {
+        Ok(self.to_vec_f64()?.into_iter().map(|x| x as f32).collect())
+    }
+
+    /// The elements in row-major order, as f64.
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>, Error> {
+        Ok(self.contiguous_detached()?.dense_storage()?.to_f64_vec())
+    }
+
+    /// The value of a one-element tensor.
+    ///
+    /// ```
+    /// let t = tenjin::Tensor::from_vec(vec![3.0], &[1, 1])?;
+    /// assert_eq!(t.item()?, 3.0);
+    /// assert!(tenjin::Tensor::from_vec(vec![1., 2.], &[2])?.item().is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn item(&self) -> Result<f64, Error> {
+        if self.numel() != 1 {
+            return Err(shape_error(
+                "item",
+                format!(
+                    "item needs a one-element tensor, this one has shape {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(self.to_vec_f64()?[0])
+    }
+
+    /// The data converted to `dtype`, as a new constant tensor (conversion
+    /// is not recorded on the trace: convert before `requires_grad`).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![0.5, 1.5], &[2])?.to_dtype(DType::F64)?;
+    /// assert_eq!(x.dtype(), DType::F64);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor, Error> {
+        let v = self.to_vec_f64()?;
+        Tensor::from_f64_fn("to_dtype", self.shape(), dtype, |i| v[i])
+    }
+}
+
+fn fill<T: Float>(out: &mut [T], value: impl Fn(usize) -> f64) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = <T as Float>::from_f64(value(i));
+    }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): small, fast, reproducible across
+/// platforms; good enough for initialisation and shuffling.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub(crate) fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller, one value per call).
+    pub(crate) fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]: log is finite
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}

@@ -1,0 +1,323 @@
+//! The user-facing [`Tensor`]: dense storage or an affine view of it, a
+//! dtype, a device and, when it takes part in differentiation, its place on
+//! the trace.
+//!
+//! Owns the tensor record, creation (`create`), views (`view`) and reading
+//! data back. Operations live in [`crate::ops`]; the tape in
+//! [`crate::trace`]. No per-op backward code lives here or anywhere: every
+//! derivative comes from [`crate::symbolic`].
+
+mod create;
+pub(crate) mod storage;
+pub(crate) mod view;
+
+use crate::alloc::Device;
+use crate::jit::DType;
+use crate::symbolic::compose::AffineMap;
+use crate::trace::{self, Leaf, Node};
+use crate::Error;
+use std::sync::Arc;
+pub(crate) use storage::{Float, Storage};
+
+/// An n-dimensional array of `f32` or `f64` on a device, recorded on the
+/// trace when it depends on a tensor that requires a gradient.
+///
+/// Cloning a `Tensor` is cheap: clones share data and trace position.
+///
+/// ```
+/// use tenjin::Tensor;
+/// let a = Tensor::from_vec_f64(vec![1., 2., 3., 4.], &[2, 2])?.requires_grad();
+/// let loss = a.mul(&a)?.sum()?;
+/// loss.backward()?;
+/// assert_eq!(a.grad().unwrap().to_vec_f64()?, vec![2., 4., 6., 8.]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
+    pub(crate) layout: Layout,
+}
+
+/// Where a tensor's elements live.
+pub(crate) enum Layout {
+    /// Row-major, contiguous elements of its own (possibly shared with
+    /// tensors that alias it, like reshapes).
+    Dense {
+        storage: Arc<Storage>,
+        origin: Origin,
+    },
+    /// `self[v] = base[map(v)]`; `base` is always `Dense`.
+    View { base: Tensor, map: AffineMap },
+}
+
+/// How a dense tensor came to be, for differentiation.
+#[derive(Clone)]
+pub(crate) enum Origin {
+    /// Data with no gradient: created, detached, or computed without any
+    /// input that requires one.
+    Constant,
+    /// A leaf that requires a gradient; gradients accumulate into it.
+    Leaf(Arc<Leaf>),
+    /// The output of a recorded operation.
+    Op(Arc<Node>),
+}
+
+impl Origin {
+    pub(crate) fn requires_grad(&self) -> bool {
+        !matches!(self, Origin::Constant)
+    }
+}
+
+impl Tensor {
+    pub(crate) fn dense(shape: Vec<usize>, storage: Arc<Storage>, origin: Origin) -> Tensor {
+        Tensor(Arc::new(Inner {
+            shape,
+            dtype: storage.dtype(),
+            layout: Layout::Dense { storage, origin },
+        }))
+    }
+
+    pub(crate) fn view_of(base: &Tensor, shape: Vec<usize>, map: AffineMap) -> Tensor {
+        Tensor(Arc::new(Inner {
+            shape,
+            dtype: base.dtype(),
+            layout: Layout::View {
+                base: base.clone(),
+                map,
+            },
+        }))
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.shape.iter().product()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// The device holding the data (the CPU today).
+    pub fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    /// Whether this tensor is a view (transpose, slice, broadcast, ...) of
+    /// another tensor's data rather than dense data of its own.
+    pub fn is_view(&self) -> bool {
+        matches!(self.0.layout, Layout::View { .. })
+    }
+
+    /// The dense tensor holding this tensor's data and the map from this
+    /// tensor's indices into it (the identity for dense tensors).
+    pub(crate) fn base_and_map(&self) -> (&Tensor, Option<&AffineMap>) {
+        match &self.0.layout {
+            Layout::Dense { .. } => (self, None),
+            Layout::View { base, map } => (base, Some(map)),
+        }
+    }
+
+    /// Storage and origin of a dense tensor (of the base of a view).
+    pub(crate) fn storage_and_origin(&self) -> (&Arc<Storage>, &Origin) {
+        match &self.base_and_map().0 .0.layout {
+            Layout::Dense { storage, origin } => (storage, origin),
+            Layout::View { .. } => unreachable!("the base of a view is dense"),
+        }
+    }
+
+    pub(crate) fn origin(&self) -> &Origin {
+        self.storage_and_origin().1
+    }
+
+    /// Whether a gradient flows into this tensor: it is a leaf that requires
+    /// one or depends on such a leaf.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::ones(&[2], tenjin::DType::F64)?;
+    /// assert!(!x.is_requires_grad());
+    /// let w = x.clone().requires_grad();
+    /// assert!(w.is_requires_grad() && w.exp()?.is_requires_grad());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn is_requires_grad(&self) -> bool {
+        self.origin().requires_grad()
+    }
+
+    /// Whether this tensor is a leaf of the trace (not computed by a
+    /// recorded operation).
+    pub fn is_leaf(&self) -> bool {
+        !matches!(self.origin(), Origin::Op(_))
+    }
+
+    /// This tensor's data as a leaf that requires a gradient. A tensor that
+    /// is already such a leaf is returned as is; the data of any other
+    /// tensor (a computed result, a view) is shared, or copied for views,
+    /// into a new leaf, detached from the trace.
+    pub fn requires_grad(self) -> Tensor {
+        if let Origin::Leaf(_) = self.origin() {
+            if !self.is_view() {
+                return self;
+            }
+        }
+        let dense = match self.contiguous_detached() {
+            Ok(t) => t,
+            // Copying a view can only fail for lack of memory; keep the data
+            // shared through the view in that case rather than lose it.
+            Err(_) => return self,
+        };
+        let (storage, _) = dense.storage_and_origin();
+        Tensor::dense(
+            self.shape().to_vec(),
+            storage.clone(),
+            Origin::Leaf(Arc::new(Leaf::new())),
+        )
+    }
+
+    /// The same data with no trace: gradients do not flow through the
+    /// result. Views stay views.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let w = Tensor::ones(&[3], tenjin::DType::F32)?.requires_grad();
+    /// assert!(!w.detach().is_requires_grad());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn detach(&self) -> Tensor {
+        match &self.0.layout {
+            Layout::Dense { storage, .. } => {
+                Tensor::dense(self.shape().to_vec(), storage.clone(), Origin::Constant)
+            }
+            Layout::View { base, map } => {
+                Tensor::view_of(&base.detach(), self.shape().to_vec(), map.clone())
+            }
+        }
+    }
+
+    /// The gradient accumulated into this leaf by `backward`, if any.
+    /// `None` for tensors that do not require a gradient, for non-leaves and
+    /// before the first `backward`; [`Tensor::try_grad`] says which.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.try_grad().ok().flatten()
+    }
+
+    /// As [`Tensor::grad`], with an error for a tensor that does not require
+    /// a gradient or is not a leaf.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::ones(&[2], tenjin::DType::F64)?;
+    /// assert!(matches!(x.try_grad(), Err(tenjin::Error::Autograd { .. })));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn try_grad(&self) -> Result<Option<Tensor>, Error> {
+        if self.is_view() {
+            return Err(trace::autograd_error(
+                "grad",
+                format!(
+                    "a view of shape {:?} has no gradient of its own; read the gradient of the tensor it views",
+                    self.shape()
+                ),
+            ));
+        }
+        match self.origin() {
+            Origin::Leaf(leaf) => Ok(leaf
+                .grad()
+                .map(|s| Tensor::dense(self.shape().to_vec(), s, Origin::Constant))),
+            Origin::Constant => Err(trace::autograd_error(
+                "grad",
+                format!(
+                    "the tensor of shape {:?} does not require a gradient (call .requires_grad() on it before using it)",
+                    self.shape()
+                ),
+            )),
+            Origin::Op(node) => Err(trace::autograd_error(
+                "grad",
+                format!(
+                    "the tensor of shape {:?} is the result of {}, not a leaf; gradients accumulate into leaves only",
+                    self.shape(),
+                    node.op_name()
+                ),
+            )),
+        }
+    }
+
+    /// Clears the gradient of this leaf (the next `backward` starts from
+    /// zero). A no-op on tensors without a gradient.
+    pub fn zero_grad(&self) {
+        if let Origin::Leaf(leaf) = self.origin() {
+            leaf.clear();
+        }
+    }
+
+    /// Differentiates this one-element tensor (a loss) with respect to
+    /// every leaf that requires a gradient, accumulating into their
+    /// `grad()`. Saved values are released as backward goes; a second
+    /// `backward` through the same graph is an error (see
+    /// [`Tensor::backward_retaining_graph`]).
+    pub fn backward(&self) -> Result<(), Error> {
+        trace::backward(self, None, false)
+    }
+
+    /// As [`Tensor::backward`] for an output of any shape, with `grad` the
+    /// gradient flowing into it (same shape and dtype).
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec_f64(vec![1., 2.], &[2])?.requires_grad();
+    /// let y = x.mul_scalar(3.0)?;
+    /// assert!(y.backward().is_err()); // two elements: which gradient?
+    /// y.backward_with(&Tensor::from_vec_f64(vec![1., 10.], &[2])?)?;
+    /// assert_eq!(x.grad().unwrap().to_vec_f64()?, vec![3., 30.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn backward_with(&self, grad: &Tensor) -> Result<(), Error> {
+        trace::backward(self, Some(grad), false)
+    }
+
+    /// As [`Tensor::backward`] (or `backward_with` when `grad` is given),
+    /// keeping the saved values so backward can run through this graph
+    /// again.
+    pub fn backward_retaining_graph(&self, grad: Option<&Tensor>) -> Result<(), Error> {
+        trace::backward(self, grad, true)
+    }
+
+    /// Whether two tensors share their data (dense storage or view base).
+    pub fn shares_data_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(self.storage_and_origin().0, other.storage_and_origin().0)
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({:?}, {:?}", self.shape(), self.dtype())?;
+        if self.is_view() {
+            write!(f, ", view")?;
+        }
+        match self.origin() {
+            Origin::Constant => {}
+            Origin::Leaf(_) => write!(f, ", requires_grad")?,
+            Origin::Op(n) => write!(f, ", from {}", n.op_name())?,
+        }
+        if self.numel() <= 16 {
+            if let Ok(v) = self.to_vec_f64() {
+                write!(f, ", {v:?}")?;
+            }
+        }
+        write!(f, ")")
+    }
+}

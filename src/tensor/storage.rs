@@ -1,0 +1,180 @@
+//! [`Storage`]: the dense, typed memory behind tensors.
+//!
+//! Owns one allocator [`Buffer`] with its element count, dtype and a
+//! version counter that in-place writes bump (the tape refuses to use a
+//! saved value that was overwritten after it was saved). It must not know
+//! about shapes, views or the trace.
+
+use crate::alloc::{self, Buffer};
+use crate::jit::{DType, Element};
+use crate::Error;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The element types of tensors: `f32` and `f64`.
+pub(crate) trait Float: Element + alloc::Element + Send + Sync {
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn add(self, other: Self) -> Self;
+}
+
+impl Float for f32 {
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn add(self, other: f32) -> f32 {
+        self + other
+    }
+}
+
+impl Float for f64 {
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn add(self, other: f64) -> f64 {
+        self + other
+    }
+}
+
+/// Bytes per element.
+pub(crate) fn dtype_size(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 4,
+        DType::F64 => 8,
+    }
+}
+
+/// Dense memory of `len` elements of one dtype.
+pub(crate) struct Storage {
+    buf: RwLock<Buffer>,
+    len: usize,
+    dtype: DType,
+    version: AtomicU64,
+}
+
+impl Storage {
+    /// `len` elements with unspecified contents (every kernel writes its
+    /// whole output).
+    pub(crate) fn uninit(dtype: DType, len: usize) -> Result<Arc<Storage>, Error> {
+        Self::with(dtype, len, false)
+    }
+
+    /// `len` zeros.
+    pub(crate) fn zeros(dtype: DType, len: usize) -> Result<Arc<Storage>, Error> {
+        Self::with(dtype, len, true)
+    }
+
+    fn with(dtype: DType, len: usize, zeroed: bool) -> Result<Arc<Storage>, Error> {
+        let bytes = len
+            .checked_mul(dtype_size(dtype))
+            .ok_or(Error::OutOfMemory {
+                requested: usize::MAX,
+                in_use: alloc::stats().bytes_in_use,
+                reserved: alloc::stats().bytes_reserved,
+                limit: alloc::memory_limit(),
+            })?;
+        let buf = if zeroed {
+            alloc::allocate_zeroed(bytes)?
+        } else {
+            alloc::allocate(bytes)?
+        };
+        Ok(Arc::new(Storage {
+            buf: RwLock::new(buf),
+            len,
+            dtype,
+            version: AtomicU64::new(0),
+        }))
+    }
+
+    /// A copy of `data`.
+    pub(crate) fn from_slice<T: Float>(data: &[T]) -> Result<Arc<Storage>, Error> {
+        let s = Storage::uninit(T::DTYPE, data.len())?;
+        s.write().as_mut_slice::<T>()[..data.len()].copy_from_slice(data);
+        Ok(s)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of the underlying block (what the allocator counts).
+    pub(crate) fn block_bytes(&self) -> usize {
+        self.read().block_bytes()
+    }
+
+    /// Bumped by every [`Storage::write`].
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(Relaxed)
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Buffer> {
+        self.buf.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
+        self.version.fetch_add(1, Relaxed);
+        self.buf.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The elements as `T` (must be this storage's dtype).
+    pub(crate) fn slice<'a, T: Float>(&self, guard: &'a Buffer) -> &'a [T] {
+        debug_assert_eq!(T::DTYPE, self.dtype);
+        &guard.as_slice::<T>()[..self.len]
+    }
+
+    /// A copy of the elements converted to f64.
+    pub(crate) fn to_f64_vec(&self) -> Vec<f64> {
+        let g = self.read();
+        match self.dtype {
+            DType::F32 => self
+                .slice::<f32>(&g)
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect(),
+            DType::F64 => self.slice::<f64>(&g).to_vec(),
+        }
+    }
+
+    /// Overwrites the elements with those of `other` (same dtype and length).
+    pub(crate) fn copy_from(&self, other: &Storage) {
+        let b = other.read();
+        let mut a = self.write();
+        let n = self.len.min(other.len);
+        match self.dtype {
+            DType::F32 => a.as_mut_slice::<f32>()[..n].copy_from_slice(&b.as_slice::<f32>()[..n]),
+            DType::F64 => a.as_mut_slice::<f64>()[..n].copy_from_slice(&b.as_slice::<f64>()[..n]),
+        }
+    }
+
+    /// `self += other`, element-wise (gradient accumulation).
+    pub(crate) fn add_assign(&self, other: &Storage) {
+        fn add<T: Float>(a: &mut [T], b: &[T]) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.add(*y);
+            }
+        }
+        let b = other.read();
+        let mut a = self.write();
+        let n = self.len;
+        match self.dtype {
+            DType::F32 => add(&mut a.as_mut_slice::<f32>()[..n], other.slice::<f32>(&b)),
+            DType::F64 => add(&mut a.as_mut_slice::<f64>()[..n], other.slice::<f64>(&b)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({:?}, {} elements)", self.dtype, self.len)
+    }
+}

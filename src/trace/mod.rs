@@ -1,0 +1,246 @@
+//! The tape: which operation produced which tensor, what it saved for its
+//! derivatives, and the `backward` driver.
+//!
+//! Owns trace nodes ([`Node`]: one recorded operation, owning its inputs'
+//! nodes through `Arc`, so a graph nobody holds frees itself), leaves'
+//! gradient slots ([`Leaf`]), the thread-local no-grad scope, the plan cache
+//! that makes the second iteration of a training loop free of symbolic work
+//! (`plan`), and backward (`backward`). It derives through
+//! [`crate::symbolic`] and runs what `jit` compiled; it must not generate
+//! code or contain a derivative rule of its own.
+
+mod backward;
+pub(crate) mod plan;
+
+pub(crate) use backward::backward;
+pub use plan::{stats, Stats};
+
+use crate::tensor::{Origin, Storage};
+use crate::Error;
+use plan::OpPlan;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Number of trace nodes alive in the process (recorded operations whose
+/// outputs, or whose dependants' outputs, are still held somewhere).
+///
+/// ```
+/// use tenjin::Tensor;
+/// let before = tenjin::trace::live_nodes();
+/// let w = Tensor::ones(&[3], tenjin::DType::F64)?.requires_grad();
+/// let y = w.exp()?.sum()?;
+/// assert!(tenjin::trace::live_nodes() >= before + 2);
+/// drop(y); // nothing was kept: the graph frees itself
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn live_nodes() -> usize {
+    LIVE_NODES.load(Relaxed)
+}
+
+/// Whether operations on this thread are recorded.
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Runs `f` with recording switched off on this thread (like
+/// `torch.no_grad()`): results of operations inside are constants.
+///
+/// ```
+/// use tenjin::Tensor;
+/// let w = Tensor::ones(&[2], tenjin::DType::F32)?.requires_grad();
+/// let y = tenjin::no_grad(|| w.mul_scalar(2.0))?;
+/// assert!(!y.is_requires_grad());
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// Switches recording off on this thread until dropped (restoring the
+/// previous state).
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+impl NoGradGuard {
+    pub fn new() -> NoGradGuard {
+        let previous = GRAD_ENABLED.with(|g| g.replace(false));
+        NoGradGuard { previous }
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        NoGradGuard::new()
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+pub(crate) fn autograd_error(op: &str, message: String) -> Error {
+    Error::Autograd {
+        op: op.to_string(),
+        message,
+    }
+}
+
+/// The gradient slot of a leaf that requires a gradient.
+pub(crate) struct Leaf {
+    grad: Mutex<Option<Arc<Storage>>>,
+}
+
+impl Leaf {
+    pub(crate) fn new() -> Leaf {
+        Leaf {
+            grad: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn grad(&self) -> Option<Arc<Storage>> {
+        self.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn clear(&self) {
+        *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Adds `g` to the gradient. The sum is formed in place when nobody
+    /// else holds the current gradient, otherwise in a new buffer (a
+    /// gradient tensor the user holds never changes under them).
+    pub(crate) fn accumulate(&self, g: Arc<Storage>) -> Result<(), Error> {
+        add_into(&mut self.grad.lock().unwrap_or_else(|e| e.into_inner()), g)
+    }
+}
+
+/// `slot += g`: in place when nobody else holds the current value,
+/// otherwise into a new buffer (memory a user or a saved value shares never
+/// changes under them).
+pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Result<(), Error> {
+    match slot.as_mut() {
+        None => *slot = Some(g),
+        Some(current) if Arc::strong_count(current) == 1 => current.add_assign(&g),
+        Some(current) => {
+            let sum = Storage::uninit(current.dtype(), current.len())?;
+            sum.copy_from(current);
+            sum.add_assign(&g);
+            *slot = Some(sum);
+        }
+    }
+    Ok(())
+}
+
+/// What a node keeps for its derivatives: the inputs and the output they
+/// read, with the version each had when saved.
+struct Saved {
+    args: Vec<Option<(Arc<Storage>, u64)>>,
+    out: Option<(Arc<Storage>, u64)>,
+    released: bool,
+}
+
+/// One recorded operation.
+pub(crate) struct Node {
+    id: u64,
+    pub(crate) plan: Arc<OpPlan>,
+    /// Per argument of `plan.f`: where its gradient goes.
+    pub(crate) edges: Vec<Origin>,
+    saved: Mutex<Saved>,
+}
+
+impl Node {
+    /// Records `plan` applied to `inputs` (storages ordered like the
+    /// plan's arguments) giving `out`. Derivatives for the arguments that
+    /// need a gradient are derived now (or found in the plan's cache), and
+    /// exactly what they read is saved.
+    pub(crate) fn record(
+        plan: Arc<OpPlan>,
+        edges: Vec<Origin>,
+        inputs: &[&Arc<Storage>],
+        out: &Arc<Storage>,
+    ) -> Result<Arc<Node>, Error> {
+        let mut save_args = vec![false; inputs.len()];
+        let mut save_out = false;
+        for (a, edge) in edges.iter().enumerate() {
+            if !edge.requires_grad() {
+                continue;
+            }
+            for input in &plan.grad(a)?.inputs {
+                match input {
+                    plan::GradInput::Arg(k) => save_args[*k] = true,
+                    plan::GradInput::Out => save_out = true,
+                    plan::GradInput::Df => {}
+                }
+            }
+        }
+        let keep = |s: &Arc<Storage>| (s.clone(), s.version());
+        let saved = Saved {
+            args: inputs
+                .iter()
+                .zip(&save_args)
+                .map(|(s, &k)| k.then(|| keep(s)))
+                .collect(),
+            out: save_out.then(|| keep(out)),
+            released: false,
+        };
+        LIVE_NODES.fetch_add(1, Relaxed);
+        Ok(Arc::new(Node {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            plan,
+            edges,
+            saved: Mutex::new(saved),
+        }))
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn op_name(&self) -> &str {
+        &self.plan.op
+    }
+
+    /// Bytes this node holds for backward (saved inputs and output).
+    pub(crate) fn saved_storages(&self) -> Vec<Arc<Storage>> {
+        let s = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        s.args
+            .iter()
+            .flatten()
+            .chain(s.out.iter())
+            .map(|(st, _)| st.clone())
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        LIVE_NODES.fetch_sub(1, Relaxed);
+        // Free the chain of inputs iteratively: a long trace must not
+        // recurse once per node.
+        let mut stack: Vec<Arc<Node>> = Vec::new();
+        let take = |edges: &mut Vec<Origin>, stack: &mut Vec<Arc<Node>>| {
+            for e in std::mem::take(edges) {
+                if let Origin::Op(n) = e {
+                    stack.push(n);
+                }
+            }
+        };
+        take(&mut self.edges, &mut stack);
+        while let Some(n) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(n) {
+                take(&mut node.edges, &mut stack);
+            }
+        }
+    }
+}
