@@ -19,6 +19,7 @@
 pub mod alloc;
 pub mod error;
 mod exec;
+mod gradcheck;
 pub mod jit;
 pub mod kernel;
 mod ops;
@@ -28,6 +29,7 @@ pub mod trace;
 
 pub use alloc::Device;
 pub use error::Error;
+pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions, GradcheckReport};
 pub use jit::DType;
 pub use ops::{index_fn, index_fn_with_sizes};
 pub use tensor::Tensor;
