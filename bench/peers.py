@@ -85,6 +85,28 @@ def matmul(m, k, n):
     report("torch", "matmul", f"{m}x{k}x{n}", median_ms(21, lambda: ta @ tb))
 
 
+def mlp(B, first_only=False):
+    """One SGD step of the MLP 784-512-512-10 (as ../shared/bench/workloads.py)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    x = torch.from_numpy(rng.standard_normal((B, 784)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, size=B))
+    m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+    t = time.perf_counter()
+    step()
+    report("torch", "mlp_first_step", f"batch={B}", (time.perf_counter() - t) * 1e3)
+    report("torch", "mlp_step", f"batch={B}", median_ms(41, step))
+
+
+mlp(64)
+mlp(256)
 chain(1 << 24)
 urban(256)
 matmul(512, 512, 512)

@@ -7,10 +7,13 @@
 //! when an input requires a gradient. No op has backward code: derivatives
 //! are derived from the op's index function by `trace`.
 
+mod conv;
 mod custom;
 mod elementwise;
 mod linalg;
+mod loss;
 mod reduce;
+mod shape;
 
 pub use custom::{index_fn, index_fn_with_sizes};
 

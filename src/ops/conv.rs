@@ -1,0 +1,495 @@
+//! Convolutions and pooling: `conv1d conv2d` (stride, zero padding,
+//! dilation, groups, optional bias) and `avg_pool1d max_pool1d avg_pool2d
+//! max_pool2d`.
+//!
+//! A convolution is one index function:
+//! `y[n; o; t] = sum{c}_0^2 (sum{k}_0^2 (if {2*t + k - 1 >= 0} then (x[n; c; 2*t + k - 1] * w[o; c; k]) else (0))) + b[o]`.
+//! Zero padding is a guard, so no padded copy is made. With groups the
+//! output channel `o` reads input channels `g·Cg + c` with `g = o / Q`
+//! (`Q = O / groups`), which is not affine in `o`; the function writes the
+//! channel as two indices `(g, q)`, giving `[N, groups, Q, ...]`, and the
+//! result is a free reshape of that to `[N, O, ...]`.
+
+use super::shape::empty_like;
+use super::{apply, lit, shape_error};
+use crate::tensor::Tensor;
+use crate::Error;
+
+/// `c·v`, or `v` when `c` is 1, or nothing when `c` is 0.
+fn term(c: usize, v: &str) -> Option<String> {
+    match c {
+        0 => None,
+        1 => Some(v.to_string()),
+        _ => Some(format!("{c}*{v}")),
+    }
+}
+
+/// `a·t + b·k - p` as index text.
+fn position(stride: usize, t: &str, dilation: usize, k: &str, pad: usize) -> String {
+    let mut s: Vec<String> = [term(stride, t), term(dilation, k)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if s.is_empty() {
+        s.push("0".into());
+    }
+    let mut out = s.join(" + ");
+    if pad > 0 {
+        out = format!("{out} - {pad}");
+    }
+    out
+}
+
+/// Validated hyper-parameters of an `S`-dimensional convolution.
+struct ConvGeometry {
+    n: usize,
+    o: usize,
+    cg: usize,
+    q: usize,
+    groups: usize,
+    input: Vec<usize>,
+    kernel: Vec<usize>,
+    stride: Vec<usize>,
+    padding: Vec<usize>,
+    dilation: Vec<usize>,
+    out: Vec<usize>,
+}
+
+fn spatial_out(
+    op: &str,
+    what: &str,
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    dim: usize,
+) -> Result<usize, Error> {
+    let checked = || -> Option<(usize, usize)> {
+        let padded = size.checked_add(padding.checked_mul(2)?)?;
+        let span = dilation
+            .checked_mul(kernel.checked_sub(1)?)?
+            .checked_add(1)?;
+        Some((padded, span))
+    };
+    let Some((padded, span)) = checked() else {
+        return Err(shape_error(
+            op,
+            format!("{what}: the sizes of spatial dimension {dim} overflow"),
+        ));
+    };
+    if span > padded {
+        return Err(shape_error(
+            op,
+            format!(
+                "{what}: the kernel spans {span} elements (size {kernel}, dilation {dilation}) along spatial dimension {dim}, more than the padded input's {padded} (size {size}, padding {padding} on each side)"
+            ),
+        ));
+    }
+    Ok((padded - span) / stride + 1)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Result<ConvGeometry, Error> {
+    let s = stride.len();
+    let (xs, ws) = (x.shape(), w.shape());
+    let what = format!("input {xs:?} and weight {ws:?}");
+    let layout = if s == 1 { "[N, C, L]" } else { "[N, C, H, W]" };
+    let wlayout = if s == 1 {
+        "[O, C/groups, K]"
+    } else {
+        "[O, C/groups, KH, KW]"
+    };
+    if xs.len() != s + 2 {
+        return Err(shape_error(
+            op,
+            format!("{what}: the input must have rank {} ({layout})", s + 2),
+        ));
+    }
+    if ws.len() != s + 2 {
+        return Err(shape_error(
+            op,
+            format!("{what}: the weight must have rank {} ({wlayout})", s + 2),
+        ));
+    }
+    for (name, v) in [("stride", stride), ("dilation", dilation)] {
+        if let Some(d) = v.iter().position(|&v| v == 0) {
+            return Err(shape_error(
+                op,
+                format!("{what}: {name} {v:?} is 0 in spatial dimension {d} (must be ≥ 1)"),
+            ));
+        }
+    }
+    if groups == 0 {
+        return Err(shape_error(
+            op,
+            format!("{what}: groups must be ≥ 1, not 0"),
+        ));
+    }
+    let (n, c, o, cg) = (xs[0], xs[1], ws[0], ws[1]);
+    if c == 0 {
+        return Err(shape_error(
+            op,
+            format!("{what}: the input has no channels (dimension 1 is 0)"),
+        ));
+    }
+    if c % groups != 0 {
+        return Err(shape_error(
+            op,
+            format!(
+                "{what}: dimension 1 of input ({c} channels) is not divisible by groups ({groups})"
+            ),
+        ));
+    }
+    if o % groups != 0 {
+        return Err(shape_error(
+            op,
+            format!("{what}: dimension 0 of weight ({o} output channels) is not divisible by groups ({groups})"),
+        ));
+    }
+    if cg != c / groups {
+        return Err(shape_error(
+            op,
+            format!(
+                "{what}: dimension 1 of weight ({cg}) must equal dimension 1 of input ({c}) / groups ({groups}) = {}",
+                c / groups
+            ),
+        ));
+    }
+    if let Some(b) = b {
+        if b.shape() != [o] {
+            return Err(shape_error(
+                op,
+                format!(
+                    "weight {ws:?} and bias {:?}: the bias must have shape [{o}]",
+                    b.shape()
+                ),
+            ));
+        }
+    }
+    let mut out = Vec::with_capacity(s);
+    for d in 0..s {
+        if xs[2 + d] == 0 {
+            return Err(shape_error(
+                op,
+                format!("{what}: dimension {} of input (spatial) is 0", 2 + d),
+            ));
+        }
+        if ws[2 + d] == 0 {
+            return Err(shape_error(
+                op,
+                format!("{what}: dimension {} of weight (kernel size) is 0", 2 + d),
+            ));
+        }
+        out.push(spatial_out(
+            op,
+            &what,
+            xs[2 + d],
+            ws[2 + d],
+            stride[d],
+            padding[d],
+            dilation[d],
+            d,
+        )?);
+    }
+    Ok(ConvGeometry {
+        n,
+        o,
+        cg,
+        q: o / groups,
+        groups,
+        input: xs[2..].to_vec(),
+        kernel: ws[2..].to_vec(),
+        stride: stride.to_vec(),
+        padding: padding.to_vec(),
+        dilation: dilation.to_vec(),
+        out,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_nd(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Result<Tensor, Error> {
+    let g = geometry(op, x, w, b, stride, padding, dilation, groups)?;
+    let s = g.out.len();
+    let final_shape: Vec<usize> = [&[g.n, g.o][..], &g.out].concat();
+    if final_shape.contains(&0) {
+        return empty_like(&final_shape, x);
+    }
+    let grouped = g.groups > 1;
+    let (out_ch, in_ch) = if grouped {
+        (format!("{}*g + q", g.q), format!("{}*g + c", g.cg))
+    } else {
+        ("o".to_string(), "c".to_string())
+    };
+    let t: Vec<String> = (0..s).map(|d| format!("t{d}")).collect();
+    let k: Vec<String> = (0..s).map(|d| format!("k{d}")).collect();
+    let mut pos = Vec::with_capacity(s);
+    let mut guards = Vec::new();
+    for d in 0..s {
+        let p = position(g.stride[d], &t[d], g.dilation[d], &k[d], g.padding[d]);
+        if g.padding[d] > 0 {
+            guards.push(format!("{p} >= 0"));
+        }
+        let last = g.stride[d] * (g.out[d] - 1) + g.dilation[d] * (g.kernel[d] - 1);
+        if last > g.padding[d] + g.input[d] - 1 {
+            guards.push(format!("{p} <= {}", g.input[d] - 1));
+        }
+        pos.push(p);
+    }
+    let mut body = format!(
+        "x[n; {in_ch}; {}] * w[{out_ch}; c; {}]",
+        pos.join("; "),
+        k.join("; ")
+    );
+    for guard in guards.iter().rev() {
+        body = format!("if {{{guard}}} then ({body}) else (0)");
+    }
+    for d in (0..s).rev() {
+        body = format!("sum{{{}}}_0^{} ({body})", k[d], g.kernel[d] - 1);
+    }
+    body = format!("sum{{c}}_0^{} ({body})", g.cg - 1);
+    if b.is_some() {
+        body = format!("{body} + b[{out_ch}]");
+    }
+    let mut out_idx = vec!["n".to_string()];
+    let mut sizes: Vec<(String, usize)> = vec![("n".into(), g.n)];
+    if grouped {
+        out_idx.extend(["g".to_string(), "q".to_string()]);
+        sizes.extend([("g".to_string(), g.groups), ("q".to_string(), g.q)]);
+    } else {
+        out_idx.push("o".into());
+        sizes.push(("o".into(), g.o));
+    }
+    for d in 0..s {
+        out_idx.push(t[d].clone());
+        sizes.push((t[d].clone(), g.out[d]));
+    }
+    let src = format!("y[{}] = {body}", out_idx.join("; "));
+    let sizes: Vec<(&str, usize)> = sizes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let y = match b {
+        Some(b) => apply(op, &src, &[("x", x), ("w", w), ("b", b)], &sizes)?,
+        None => apply(op, &src, &[("x", x), ("w", w)], &sizes)?,
+    };
+    if grouped {
+        y.reshape(&final_shape)
+    } else {
+        Ok(y)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Pool {
+    Avg,
+    Max,
+}
+
+/// Pooling over the last `kernel.len()` dimensions, no padding.
+fn pool_nd(
+    op: &str,
+    x: &Tensor,
+    kernel: &[usize],
+    stride: &[usize],
+    kind: Pool,
+) -> Result<Tensor, Error> {
+    let s = kernel.len();
+    let xs = x.shape();
+    if xs.len() < s {
+        return Err(shape_error(
+            op,
+            format!(
+                "input of shape {xs:?}: pooling over {s} dimension(s) needs rank ≥ {s} (e.g. [N, C{}])",
+                if s == 1 { ", L" } else { ", H, W" }
+            ),
+        ));
+    }
+    let lead = xs.len() - s;
+    let mut out_shape = xs[..lead].to_vec();
+    for d in 0..s {
+        if kernel[d] == 0 || stride[d] == 0 {
+            return Err(shape_error(
+                op,
+                format!(
+                    "input of shape {xs:?}: kernel {kernel:?} and stride {stride:?} must be ≥ 1 (spatial dimension {d})"
+                ),
+            ));
+        }
+        let size = xs[lead + d];
+        if kernel[d] > size {
+            return Err(shape_error(
+                op,
+                format!(
+                    "input of shape {xs:?}: kernel size {} exceeds dimension {} ({size})",
+                    kernel[d],
+                    lead + d
+                ),
+            ));
+        }
+        out_shape.push((size - kernel[d]) / stride[d] + 1);
+    }
+    if out_shape.contains(&0) {
+        return empty_like(&out_shape, x);
+    }
+    let mut out_idx: Vec<String> = (0..lead).map(|d| format!("a{d}")).collect();
+    let mut access = out_idx.clone();
+    for d in 0..s {
+        out_idx.push(format!("t{d}"));
+        access.push(position(
+            stride[d],
+            &format!("t{d}"),
+            1,
+            &format!("k{d}"),
+            0,
+        ));
+    }
+    let red = match kind {
+        Pool::Avg => "sum",
+        Pool::Max => "max",
+    };
+    let mut body = format!("x[{}]", access.join("; "));
+    for d in (0..s).rev() {
+        body = format!("{red}{{k{d}}}_0^{} ({body})", kernel[d] - 1);
+    }
+    if let Pool::Avg = kind {
+        let count: usize = kernel.iter().product();
+        body = format!("{body} * {}", lit(op, 1.0 / count as f64)?);
+    }
+    let sizes: Vec<(String, usize)> = out_idx
+        .iter()
+        .cloned()
+        .zip(out_shape.iter().copied())
+        .collect();
+    let sizes: Vec<(&str, usize)> = sizes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let src = format!("y[{}] = {body}", out_idx.join("; "));
+    apply(op, &src, &[("x", x)], &sizes)
+}
+
+impl Tensor {
+    /// 1-D convolution (cross-correlation, as `torch.nn.functional.conv1d`)
+    /// of `self` `[N, C, L]` with `w` `[O, C/groups, K]` and an optional
+    /// bias `[O]`, giving `[N, O, ⌊(L + 2·padding − dilation·(K − 1) − 1) /
+    /// stride⌋ + 1]`. Zero padding is a guard inside the one index function.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec(vec![1., 2., 3., 4.], &[1, 1, 4])?;
+    /// let w = Tensor::from_vec(vec![1., 0., -1.], &[1, 1, 3])?;
+    /// let y = x.conv1d(&w, None, 1, 1, 1, 1)?;
+    /// assert_eq!(y.to_vec()?, vec![-2., -2., -2., 3.]);
+    /// let e = x.conv1d(&w, None, 1, 0, 1, 2).unwrap_err().to_string();
+    /// assert!(e.contains("not divisible by groups"), "{e}");
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn conv1d(
+        &self,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Result<Tensor, Error> {
+        conv_nd(
+            "conv1d",
+            self,
+            w,
+            b,
+            &[stride],
+            &[padding],
+            &[dilation],
+            groups,
+        )
+    }
+
+    /// 2-D convolution (as `torch.nn.functional.conv2d`) of `self`
+    /// `[N, C, H, W]` with `w` `[O, C/groups, KH, KW]` and an optional bias
+    /// `[O]`; `stride`, `padding`, `dilation` are per spatial dimension.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 1, 4, 4])?;
+    /// let w = Tensor::ones(&[2, 1, 2, 2], DType::F32)?;
+    /// let b = Tensor::from_vec(vec![0., 100.], &[2])?;
+    /// let y = x.conv2d(&w, Some(&b), [2, 2], [0, 0], [1, 1], 1)?;
+    /// assert_eq!(y.shape(), &[1, 2, 2, 2]);
+    /// assert_eq!(y.to_vec()?, vec![10., 18., 42., 50., 110., 118., 142., 150.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn conv2d(
+        &self,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<Tensor, Error> {
+        conv_nd("conv2d", self, w, b, &stride, &padding, &dilation, groups)
+    }
+
+    /// Average pooling over the last dimension (`[.., L]`, e.g. `[N, C, L]`)
+    /// with windows of `kernel` elements every `stride`, no padding.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 7., 9.], &[1, 1, 5])?;
+    /// assert_eq!(x.avg_pool1d(2, 2)?.to_vec()?, vec![2., 6.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
+        pool_nd("avg_pool1d", self, &[kernel], &[stride], Pool::Avg)
+    }
+
+    /// Max pooling over the last dimension (the gradient goes to the first
+    /// maximiser of each window).
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 2., 9.], &[1, 5])?;
+    /// assert_eq!(x.max_pool1d(3, 1)?.to_vec()?, vec![5., 5., 9.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
+        pool_nd("max_pool1d", self, &[kernel], &[stride], Pool::Max)
+    }
+
+    /// Average pooling over the last two dimensions (`[.., H, W]`).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 1, 4, 4])?;
+    /// assert_eq!(x.avg_pool2d([2, 2], [2, 2])?.to_vec()?, vec![2.5, 4.5, 10.5, 12.5]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
+        pool_nd("avg_pool2d", self, &kernel, &stride, Pool::Avg)
+    }
+
+    /// Max pooling over the last two dimensions (`[.., H, W]`).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 4, 4])?;
+    /// assert_eq!(x.max_pool2d([2, 2], [2, 2])?.to_vec()?, vec![5., 7., 13., 15.]);
+    /// assert!(x.max_pool2d([5, 1], [1, 1]).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
+        pool_nd("max_pool2d", self, &kernel, &stride, Pool::Max)
+    }
+}

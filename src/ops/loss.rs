@@ -1,0 +1,275 @@
+//! Normalisations and losses: `softmax log_softmax cross_entropy
+//! cross_entropy_soft mse_loss`.
+//!
+//! Each is one index function, numerically stable where it exponentiates
+//! (the maximum over the normalised dimension is subtracted inside, as in
+//! `logsumexp`). A loss is a single kernel per step, log-sum-exp included;
+//! its gradient is derived like every other.
+
+use super::shape::empty_like;
+use super::{apply, lit, shape_error};
+use crate::jit::DType;
+use crate::tensor::Tensor;
+use crate::Error;
+
+/// Index text for a normalisation of `shape` along `dim`.
+struct Along {
+    /// `i0; i1; ...`: the output indices.
+    out: String,
+    /// `x[i0; {v}; i2]`: the input access with `dim` read through `{v}`.
+    access: String,
+    /// Size of `dim`.
+    n: usize,
+}
+
+impl Along {
+    fn new(op: &str, x: &Tensor, dim: usize) -> Result<Along, Error> {
+        if dim >= x.rank() {
+            return Err(shape_error(
+                op,
+                format!(
+                    "input of shape {:?}: dimension {dim} does not exist (rank {})",
+                    x.shape(),
+                    x.rank()
+                ),
+            ));
+        }
+        let mut idx: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
+        let out = idx.join("; ");
+        idx[dim] = "{v}".into();
+        Ok(Along {
+            out,
+            access: format!("x[{}]", idx.join("; ")),
+            n: x.shape()[dim],
+        })
+    }
+
+    fn at(&self, v: &str) -> String {
+        self.access.replace("{v}", v)
+    }
+
+    /// `max{v}_0^{n-1} (x[..v..])`.
+    fn max(&self, v: &str) -> String {
+        format!("max{{{v}}}_0^{} ({})", self.n - 1, self.at(v))
+    }
+
+    /// `log Σ_v exp(x[..v..] − max)`, the max computed inside.
+    fn log_sum_exp_shifted(&self) -> String {
+        format!(
+            "log (sum{{s}}_0^{} (exp ({} - {})))",
+            self.n - 1,
+            self.at("s"),
+            self.max("m")
+        )
+    }
+}
+
+/// `targets` as a one-hot `[B, C]` constant in `dtype`.
+fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Error> {
+    let shape = [targets.len(), classes];
+    let mut v = vec![0.0f64; targets.len() * classes];
+    for (i, &t) in targets.iter().enumerate() {
+        v[i * classes + t] = 1.0;
+    }
+    match dtype {
+        DType::F64 => Tensor::from_vec_f64(v, &shape),
+        DType::F32 => Tensor::from_vec(v.into_iter().map(|x| x as f32).collect(), &shape),
+    }
+}
+
+/// `Σ_i Σ_c y[i; c] (lse_i − x[i; c]) / B` over logits `x` `[B, C]` and
+/// targets `y` of the same shape, `lse_i` computed stably once per row.
+fn cross_entropy_fn(op: &str, x: &Tensor, y: &Tensor) -> Result<Tensor, Error> {
+    let (b, c) = (x.shape()[0], x.shape()[1]);
+    let last = c - 1;
+    let lse = format!(
+        "max{{m}}_0^{last} (x[i; m]) + log (sum{{k}}_0^{last} (exp (x[i; k] - max{{m}}_0^{last} (x[i; m]))))"
+    );
+    let src = format!(
+        "l[] = sum{{i}}_0^{} (sum{{c}}_0^{last} (y[i; c] * ({lse} - x[i; c]))) * {}",
+        b - 1,
+        lit(op, 1.0 / b as f64)?
+    );
+    apply(op, &src, &[("x", x), ("y", y)], &[])
+}
+
+fn check_logits(op: &str, x: &Tensor, what: &str) -> Result<(usize, usize), Error> {
+    let s = x.shape();
+    if s.len() != 2 {
+        return Err(shape_error(
+            op,
+            format!("logits {s:?} and {what}: the logits must be [batch, classes]"),
+        ));
+    }
+    if s[0] == 0 || s[1] == 0 {
+        return Err(shape_error(
+            op,
+            format!("logits {s:?} and {what}: the mean over an empty batch or over no classes is undefined"),
+        ));
+    }
+    Ok((s[0], s[1]))
+}
+
+impl Tensor {
+    /// `exp(x) / Σ exp(x)` along `dim`, computed stably (the maximum along
+    /// `dim` is subtracted first).
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec_f64(vec![1000., 1000., 0., 2f64.ln()], &[2, 2])?;
+    /// let p = x.softmax(1)?.to_vec_f64()?;
+    /// assert!((p[0] - 0.5).abs() < 1e-12 && (p[3] - 2. / 3.).abs() < 1e-12);
+    /// assert!(x.softmax(2).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn softmax(&self, dim: usize) -> Result<Tensor, Error> {
+        let a = Along::new("softmax", self, dim)?;
+        if self.numel() == 0 {
+            return empty_like(self.shape(), self);
+        }
+        let ix = a.out.clone();
+        let src = format!(
+            "f[{ix}] = exp (x[{ix}] - {}) / sum{{s}}_0^{} (exp ({} - {}))",
+            a.max("m"),
+            a.n - 1,
+            a.at("s"),
+            a.max("m")
+        );
+        apply("softmax", &src, &[("x", self)], &[])
+    }
+
+    /// `x − log Σ exp(x)` along `dim`, computed stably.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec_f64(vec![0., 0., 0., 0.], &[4])?;
+    /// let l = x.log_softmax(0)?.to_vec_f64()?;
+    /// assert!(l.iter().all(|v| (v + 4f64.ln()).abs() < 1e-12));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn log_softmax(&self, dim: usize) -> Result<Tensor, Error> {
+        let a = Along::new("log_softmax", self, dim)?;
+        if self.numel() == 0 {
+            return empty_like(self.shape(), self);
+        }
+        let ix = a.out.clone();
+        let src = format!(
+            "f[{ix}] = x[{ix}] - {} - {}",
+            a.max("m"),
+            a.log_sum_exp_shifted()
+        );
+        apply("log_softmax", &src, &[("x", self)], &[])
+    }
+
+    /// The cross-entropy of logits `[B, C]` with class labels (one per
+    /// row, each `< C`), averaged over the batch: the mean of
+    /// `−log_softmax(x)[i, targets[i]]`, as `torch.nn.functional.cross_entropy`.
+    /// One index function (log-sum-exp inside) over the logits and a
+    /// constant one-hot matrix.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec_f64(vec![0., 0., 5., 1., 1., 1.], &[2, 3])?;
+    /// let l = x.cross_entropy(&[2, 0])?.item()?;
+    /// let want = ((1. + 1. + 5f64.exp()).ln() - 5. + 3f64.ln()) / 2.;
+    /// assert!((l - want).abs() < 1e-12);
+    /// assert!(x.cross_entropy(&[3, 0]).is_err()); // label out of range
+    /// assert!(x.cross_entropy(&[0]).is_err()); // one label per row
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn cross_entropy(&self, targets: &[usize]) -> Result<Tensor, Error> {
+        let what = format!("{} targets", targets.len());
+        let (b, c) = check_logits("cross_entropy", self, &what)?;
+        if targets.len() != b {
+            return Err(shape_error(
+                "cross_entropy",
+                format!(
+                    "logits {:?} and {what}: one target per row of the logits ({b}) is needed",
+                    self.shape()
+                ),
+            ));
+        }
+        if let Some(i) = targets.iter().position(|&t| t >= c) {
+            return Err(shape_error(
+                "cross_entropy",
+                format!(
+                    "logits {:?}: target {i} is class {}, but there are only {c} classes (0..{c})",
+                    self.shape(),
+                    targets[i]
+                ),
+            ));
+        }
+        let y = one_hot(targets, c, self.dtype())?;
+        cross_entropy_fn("cross_entropy", self, &y)
+    }
+
+    /// The cross-entropy of logits `[B, C]` with target probabilities of
+    /// the same shape, averaged over the batch:
+    /// `mean_i Σ_c −p[i, c] · log_softmax(x)[i, c]`. Gradients flow into
+    /// both arguments.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let x = Tensor::from_vec_f64(vec![0., 0.], &[1, 2])?;
+    /// let p = Tensor::from_vec_f64(vec![0.25, 0.75], &[1, 2])?;
+    /// assert!((x.cross_entropy_soft(&p)?.item()? - 2f64.ln()).abs() < 1e-12);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn cross_entropy_soft(&self, probs: &Tensor) -> Result<Tensor, Error> {
+        let what = format!("targets {:?}", probs.shape());
+        check_logits("cross_entropy_soft", self, &what)?;
+        if probs.shape() != self.shape() {
+            return Err(shape_error(
+                "cross_entropy_soft",
+                format!(
+                    "logits {:?} and {what}: the target probabilities must have the shape of the logits",
+                    self.shape()
+                ),
+            ));
+        }
+        cross_entropy_fn("cross_entropy_soft", self, probs)
+    }
+
+    /// The mean squared difference of two tensors of one shape (no
+    /// broadcasting), as `torch.nn.functional.mse_loss`.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let p = Tensor::from_vec(vec![1., 2., 3.], &[3])?;
+    /// let t = Tensor::from_vec(vec![1., 0., 0.], &[3])?;
+    /// assert_eq!(p.mse_loss(&t)?.item()?, 13. / 3.);
+    /// assert!(p.mse_loss(&Tensor::from_vec(vec![1.], &[1])?).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor, Error> {
+        if self.shape() != target.shape() {
+            return Err(shape_error(
+                "mse_loss",
+                format!(
+                    "lhs {:?} and rhs {:?}: the prediction and the target must have the same shape (mse_loss does not broadcast)",
+                    self.shape(),
+                    target.shape()
+                ),
+            ));
+        }
+        let n = self.numel();
+        if n == 0 {
+            return Err(shape_error(
+                "mse_loss",
+                format!(
+                    "lhs {:?} and rhs {:?}: the mean over no elements is undefined",
+                    self.shape(),
+                    target.shape()
+                ),
+            ));
+        }
+        let ix: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();
+        let ixs = ix.join("; ");
+        let mut body = format!("(a[{ixs}] - b[{ixs}]) ** 2");
+        for (d, &s) in self.shape().iter().enumerate().rev() {
+            body = format!("sum{{{}}}_0^{} ({body})", ix[d], s - 1);
+        }
+        let src = format!("l[] = {body} * {}", lit("mse_loss", 1.0 / n as f64)?);
+        apply("mse_loss", &src, &[("a", self), ("b", target)], &[])
+    }
+}

@@ -1,0 +1,295 @@
+//! Adam (Kingma & Ba 2015) with L2 weight decay, and AdamW (Loshchilov &
+//! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
+//! `torch.optim.AdamW` (without `amsgrad`).
+
+use super::{check_non_negative, invalid, Optimizer, Param, Scalars, Update};
+use crate::tensor::{Storage, Tensor};
+use crate::Error;
+use std::sync::Arc;
+
+/// Hyperparameters of [`Adam`] and [`AdamW`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// Learning rate (default `1e-3`).
+    pub lr: f64,
+    /// Decay rates of the first and second moment estimates (default
+    /// `(0.9, 0.999)`).
+    pub betas: (f64, f64),
+    /// Added to the denominator for numerical stability (default `1e-8`).
+    pub eps: f64,
+    /// Weight decay: an L2 penalty added to the gradient for `Adam`
+    /// (default 0), decoupled `p ← p·(1 − lr·wd)` for `AdamW` (default
+    /// `1e-2`, see [`AdamConfig::adamw`]).
+    pub weight_decay: f64,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+    }
+}
+
+impl AdamConfig {
+    /// PyTorch's `AdamW` defaults: as `Adam`'s with `weight_decay = 1e-2`.
+    pub fn adamw() -> AdamConfig {
+        AdamConfig {
+            weight_decay: 1e-2,
+            ..AdamConfig::default()
+        }
+    }
+}
+
+/// Adam, with PyTorch's semantics. At step `t` (counted per parameter),
+/// with `d = g + weight_decay·p`:
+///
+/// ```text
+/// m ← β₁·m + (1 − β₁)·d
+/// v ← β₂·v + (1 − β₂)·d²
+/// p ← p − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + eps)
+/// ```
+///
+/// `m` and `v` live in one `[2, n]` state buffer per parameter. Per
+/// parameter and step: one fused kernel in place over the state, then one in
+/// place over `p`. The bias corrections change every step; they are scalar
+/// tensor arguments, so nothing is recompiled.
+///
+/// ```
+/// use tenjin::optim::{Adam, AdamConfig, Optimizer};
+/// use tenjin::Tensor;
+/// let w = Tensor::from_vec_f64(vec![3.0, -1.0], &[2])?.requires_grad();
+/// let mut opt = Adam::new(vec![w.clone()], AdamConfig { lr: 0.1, ..Default::default() })?;
+/// opt.zero_grad();
+/// w.mul(&w)?.sum()?.backward()?;
+/// opt.step()?;
+/// // The first step of Adam moves each weight by about lr against its gradient's sign.
+/// let v = w.to_vec_f64()?;
+/// assert!((v[0] - 2.9).abs() < 1e-6 && (v[1] + 0.9).abs() < 1e-6);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct Adam {
+    inner: AdamCore,
+}
+
+/// AdamW: Adam with decoupled weight decay, with PyTorch's semantics. At
+/// step `t`, with the gradient `g` (no L2 term):
+///
+/// ```text
+/// p ← p·(1 − lr·weight_decay)
+/// m ← β₁·m + (1 − β₁)·g
+/// v ← β₂·v + (1 − β₂)·g²
+/// p ← p − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + eps)
+/// ```
+///
+/// The decay is fused into the parameter's kernel: two kernels per
+/// parameter and step, as [`Adam`].
+///
+/// ```
+/// use tenjin::optim::{AdamConfig, AdamW, Optimizer};
+/// use tenjin::Tensor;
+/// let w = Tensor::from_vec_f64(vec![1.0], &[1])?.requires_grad();
+/// let mut opt = AdamW::new(vec![w.clone()], AdamConfig { lr: 0.1, weight_decay: 0.5, ..Default::default() })?;
+/// w.mul_scalar(0.0)?.sum()?.backward()?; // a zero gradient: only the decay acts
+/// opt.step()?;
+/// assert!((w.item()? - 0.95).abs() < 1e-12);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct AdamW {
+    inner: AdamCore,
+}
+
+struct AdamCore {
+    name: &'static str,
+    decoupled: bool,
+    params: Vec<Param>,
+    config: AdamConfig,
+    state: Vec<Option<State>>,
+    scalars: Scalars,
+}
+
+/// Per parameter: `m` and `v` stacked, the compiled updates, the step count.
+struct State {
+    moments: Arc<Storage>,
+    moments_update: Update,
+    param_update: Update,
+    steps: u64,
+}
+
+/// Scalar arguments, in the order `Scalars` holds them.
+/// For AdamW, `wd` holds `1 − lr·weight_decay`; `step` is `lr / (1 − β₁ᵗ)`
+/// and `bc2` is `√(1 − β₂ᵗ)`.
+const SCALARS: [&str; 8] = ["b1", "c1", "b2", "c2", "wd", "step", "bc2", "eps"];
+
+impl AdamCore {
+    fn new(
+        name: &'static str,
+        decoupled: bool,
+        params: Vec<Tensor>,
+        config: AdamConfig,
+    ) -> Result<AdamCore, Error> {
+        check_config(name, &config)?;
+        let params = params
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Param::new(name, i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AdamCore {
+            name,
+            decoupled,
+            state: params.iter().map(|_| None).collect(),
+            params,
+            config,
+            scalars: Scalars::new(SCALARS.len()),
+        })
+    }
+
+    fn build_state(&self, param: &Param) -> Result<State, Error> {
+        let n = param.numel();
+        let dtype = param.dtype();
+        let v1: &[usize] = &[n];
+        let s0: &[usize] = &[];
+        let l2 = !self.decoupled && self.config.weight_decay != 0.0;
+        let (d, extra) = if l2 {
+            ("(g[i] + wd[] * p[i])", vec![("p", v1), ("wd", s0)])
+        } else {
+            ("g[i]", vec![])
+        };
+        // Row 0 is m, row 1 is v; each row reads only its own element.
+        let src = format!(
+            "moments[j; i] = if {{j = 0}} then (b1[] * s[j; i] + c1[] * {d}) else (b2[] * s[j; i] + c2[] * ({d} * {d}))"
+        );
+        let mut args = vec![
+            ("s", &[2, n][..]),
+            ("g", v1),
+            ("b1", s0),
+            ("c1", s0),
+            ("b2", s0),
+            ("c2", s0),
+        ];
+        args.extend(extra);
+        let moments_update = Update::new(&src, &args, "s", dtype)?;
+        let step = "step[] * s[0; i] / (sqrt(s[1; i]) / bc2[] + eps[])";
+        let decoupled = self.decoupled && self.config.weight_decay != 0.0;
+        let src = if decoupled {
+            format!("adamw[i] = p[i] * wd[] - {step}")
+        } else {
+            format!("adam[i] = p[i] - {step}")
+        };
+        let mut args = vec![
+            ("p", v1),
+            ("s", &[2, n][..]),
+            ("step", s0),
+            ("bc2", s0),
+            ("eps", s0),
+        ];
+        if decoupled {
+            args.push(("wd", s0));
+        }
+        let param_update = Update::new(&src, &args, "p", dtype)?;
+        Ok(State {
+            moments: Storage::zeros(dtype, 2 * n)?,
+            moments_update,
+            param_update,
+            steps: 0,
+        })
+    }
+
+    fn step(&mut self) -> Result<(), Error> {
+        let c = self.config;
+        let (b1, b2) = c.betas;
+        for k in 0..self.params.len() {
+            let param = &self.params[k];
+            let Some(g) = param.grad(self.name)? else {
+                continue;
+            };
+            if param.numel() == 0 {
+                continue;
+            }
+            if self.state[k].is_none() {
+                self.state[k] = Some(self.build_state(param)?);
+            }
+            let state = self.state[k].as_mut().expect("state built above");
+            state.steps += 1;
+            let t = state.steps.min(i32::MAX as u64) as i32;
+            let bc1 = 1.0 - b1.powi(t);
+            let bc2 = (1.0 - b2.powi(t)).sqrt();
+            let wd = if self.decoupled {
+                1.0 - c.lr * c.weight_decay
+            } else {
+                c.weight_decay
+            };
+            let values = [b1, 1.0 - b1, b2, 1.0 - b2, wd, c.lr / bc1, bc2, c.eps];
+            let s = self.scalars.set(param.dtype(), &values)?;
+            let p = param.storage();
+            let arg = |name: &str| match name {
+                "p" => Some(p),
+                "g" => Some(&g),
+                "s" => Some(&state.moments),
+                _ => SCALARS.iter().position(|n| *n == name).map(|i| &s[i]),
+            };
+            state.moments_update.run(arg)?;
+            state.param_update.run(arg)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_config(name: &str, c: &AdamConfig) -> Result<(), Error> {
+    check_non_negative(name, "lr", c.lr)?;
+    check_non_negative(name, "eps", c.eps)?;
+    check_non_negative(name, "weight_decay", c.weight_decay)?;
+    for (i, beta) in [c.betas.0, c.betas.1].into_iter().enumerate() {
+        if !(0.0..1.0).contains(&beta) {
+            return Err(invalid(
+                name,
+                format!("betas.{i} must be in [0, 1), got {beta}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+macro_rules! adam_impls {
+    ($ty:ident, $name:literal, $decoupled:expr) => {
+        impl $ty {
+            /// An optimizer for `params` (leaves that require a gradient).
+            pub fn new(params: Vec<Tensor>, config: AdamConfig) -> Result<$ty, Error> {
+                Ok($ty {
+                    inner: AdamCore::new($name, $decoupled, params, config)?,
+                })
+            }
+
+            /// The hyperparameters.
+            pub fn config(&self) -> &AdamConfig {
+                &self.inner.config
+            }
+        }
+
+        impl Optimizer for $ty {
+            fn step(&mut self) -> Result<(), Error> {
+                self.inner.step()
+            }
+
+            fn zero_grad(&self) {
+                self.inner.params.iter().for_each(Param::zero_grad);
+            }
+
+            fn learning_rate(&self) -> f64 {
+                self.inner.config.lr
+            }
+
+            fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
+                check_non_negative($name, "lr", lr)?;
+                self.inner.config.lr = lr;
+                Ok(())
+            }
+        }
+    };
+}
+
+adam_impls!(Adam, "Adam", false);
+adam_impls!(AdamW, "AdamW", true);

@@ -1,0 +1,254 @@
+//! Optimizers: [`SGD`] (momentum, dampening, Nesterov, weight decay),
+//! [`Adam`] and [`AdamW`], with PyTorch's update formulas.
+//!
+//! Every update is an index function like any op's, compiled once per
+//! parameter size and run **in place**: the parameter's storage keeps its
+//! identity (tensors sharing it see the new values; its version is bumped,
+//! so a graph that saved the old values refuses a second backward).
+//! Hyperparameters that vary (the learning rate, Adam's bias corrections)
+//! are scalar tensors (`lr[]`) the optimizer owns and overwrites each step,
+//! never text baked into the source: after the first step, `step` parses,
+//! derives and compiles nothing and allocates no buffer.
+//!
+//! Kernels per parameter per step (each one fused element-wise pass):
+//!
+//! | optimizer | kernels | written in place |
+//! | --- | --- | --- |
+//! | `SGD`, no momentum | 1 | parameter |
+//! | `SGD` with momentum (also Nesterov) | 2 | velocity, then parameter |
+//! | `Adam`, `AdamW` | 2 | the stacked `[2, n]` state (`m`, `v`), then parameter |
+//!
+//! ```
+//! use tenjin::optim::{Optimizer, SgdConfig, SGD};
+//! use tenjin::{DType, Tensor};
+//! let w = Tensor::from_vec_f64(vec![1.0, -2.0], &[2])?.requires_grad();
+//! let mut opt = SGD::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() })?;
+//! for _ in 0..3 {
+//!     opt.zero_grad();
+//!     w.mul(&w)?.sum()?.backward()?; // d/dw = 2w
+//!     opt.step()?;                   // w ← w − 0.1·2w = 0.8·w
+//! }
+//! let v = w.to_vec_f64()?;
+//! assert!((v[0] - 0.512).abs() < 1e-12 && (v[1] + 1.024).abs() < 1e-12);
+//! # Ok::<(), tenjin::Error>(())
+//! ```
+
+mod adam;
+mod sgd;
+
+pub use adam::{Adam, AdamConfig, AdamW};
+pub use sgd::{SgdConfig, SGD};
+
+use crate::jit::{self, CompiledKernel, DType};
+use crate::symbolic::IndexFn;
+use crate::tensor::{Origin, Storage, Tensor};
+use crate::{exec, Error};
+use std::sync::Arc;
+
+/// Updates parameters from their gradients.
+///
+/// A training step is `zero_grad`, forward, `backward`, `step`.
+pub trait Optimizer {
+    /// Updates every parameter that has a gradient, in place. Parameters
+    /// without a gradient (not reached by `backward`) are left alone.
+    fn step(&mut self) -> Result<(), Error>;
+
+    /// Clears the gradients of all parameters (they become `None`, as
+    /// PyTorch's `set_to_none=True`).
+    fn zero_grad(&self);
+
+    /// The current learning rate.
+    fn learning_rate(&self) -> f64;
+
+    /// Changes the learning rate used by the following steps (a schedule).
+    /// No kernel is recompiled: the rate is a scalar tensor argument.
+    fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error>;
+}
+
+pub(crate) fn invalid(op: &str, message: String) -> Error {
+    Error::Invalid {
+        function: op.to_string(),
+        message,
+    }
+}
+
+/// `value` must be finite and at least zero.
+pub(crate) fn check_non_negative(op: &str, name: &str, value: f64) -> Result<(), Error> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(
+            op,
+            format!("{name} must be finite and >= 0, got {value}"),
+        ))
+    }
+}
+
+/// A parameter an optimizer updates: a dense leaf that requires a gradient.
+pub(crate) struct Param {
+    tensor: Tensor,
+    leaf: Arc<crate::trace::Leaf>,
+}
+
+impl Param {
+    pub(crate) fn new(op: &str, index: usize, t: Tensor) -> Result<Param, Error> {
+        if t.is_view() {
+            return Err(invalid(
+                op,
+                format!(
+                    "parameter {index} (shape {:?}) is a view; pass the leaf tensor itself",
+                    t.shape()
+                ),
+            ));
+        }
+        let leaf = match t.origin() {
+            Origin::Leaf(leaf) => leaf.clone(),
+            _ => {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "parameter {index} (shape {:?}) is not a leaf that requires a gradient; create it with .requires_grad()",
+                        t.shape()
+                    ),
+                ))
+            }
+        };
+        Ok(Param { tensor: t, leaf })
+    }
+
+    pub(crate) fn storage(&self) -> &Arc<Storage> {
+        self.tensor.storage_and_origin().0
+    }
+
+    pub(crate) fn numel(&self) -> usize {
+        self.storage().len()
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.tensor.dtype()
+    }
+
+    /// The accumulated gradient, checked against the parameter.
+    pub(crate) fn grad(&self, op: &str) -> Result<Option<Arc<Storage>>, Error> {
+        let Some(g) = self.leaf.grad() else {
+            return Ok(None);
+        };
+        if g.len() != self.numel() || g.dtype() != self.dtype() {
+            return Err(invalid(
+                op,
+                format!(
+                    "the gradient of a parameter of shape {:?} ({:?}) has {} {:?} elements",
+                    self.tensor.shape(),
+                    self.dtype(),
+                    g.len(),
+                    g.dtype()
+                ),
+            ));
+        }
+        Ok(Some(g))
+    }
+
+    pub(crate) fn zero_grad(&self) {
+        self.leaf.clear();
+    }
+}
+
+/// Scalar hyperparameter tensors (`lr[]`, ...), one storage per name and
+/// dtype, created on first use and overwritten in place afterwards.
+pub(crate) struct Scalars {
+    count: usize,
+    f32: Vec<Arc<Storage>>,
+    f64: Vec<Arc<Storage>>,
+}
+
+impl Scalars {
+    pub(crate) fn new(count: usize) -> Scalars {
+        Scalars {
+            count,
+            f32: Vec::new(),
+            f64: Vec::new(),
+        }
+    }
+
+    /// The storages for `dtype`, holding `values` (as many as `count`).
+    pub(crate) fn set(&mut self, dtype: DType, values: &[f64]) -> Result<&[Arc<Storage>], Error> {
+        debug_assert_eq!(values.len(), self.count);
+        let slots = match dtype {
+            DType::F32 => &mut self.f32,
+            DType::F64 => &mut self.f64,
+        };
+        if slots.is_empty() {
+            for _ in 0..self.count {
+                slots.push(Storage::zeros(dtype, 1)?);
+            }
+        }
+        for (s, &v) in slots.iter().zip(values) {
+            let mut b = s.write();
+            match dtype {
+                DType::F32 => b.as_mut_slice::<f32>()[0] = v as f32,
+                DType::F64 => b.as_mut_slice::<f64>()[0] = v,
+            }
+        }
+        Ok(slots)
+    }
+}
+
+/// One compiled element-wise update that overwrites one of its arguments.
+pub(crate) struct Update {
+    kernel: Arc<CompiledKernel>,
+    /// The kernel argument written over.
+    aliased: usize,
+}
+
+impl Update {
+    /// Compiles `src`, whose arguments are `args` (name, shape), to be run
+    /// over the argument named `target`. `src` must read `target` only at
+    /// the output index: every update in this module is written that way.
+    pub(crate) fn new(
+        src: &str,
+        args: &[(&str, &[usize])],
+        target: &str,
+        dtype: DType,
+    ) -> Result<Update, Error> {
+        let f = IndexFn::parse_with_sizes(src, args, &[])?;
+        let kernel = jit::compile(&f, dtype)?;
+        let aliased = kernel
+            .args()
+            .iter()
+            .position(|a| a.name == target)
+            .ok_or_else(|| invalid("optimizer", format!("`{target}` is not read by {src}")))?;
+        Ok(Update { kernel, aliased })
+    }
+
+    /// Runs the update, `arg` giving the storage of each argument by name,
+    /// writing over the target.
+    pub(crate) fn run<'a>(
+        &self,
+        arg: impl Fn(&str) -> Option<&'a Arc<Storage>>,
+    ) -> Result<(), Error> {
+        let inputs = self
+            .kernel
+            .args()
+            .iter()
+            .map(|a| {
+                arg(&a.name).ok_or_else(|| {
+                    invalid(
+                        self.kernel.name(),
+                        format!("no storage for argument `{}`", a.name),
+                    )
+                })
+            })
+            .collect::<Result<Vec<&Arc<Storage>>, Error>>()?;
+        // SAFETY: every update function reads its target only at the output
+        // index (see the sources in `sgd` and `adam`), and `run_in_place`
+        // write-locks the target for the whole launch.
+        let done = unsafe { exec::run_in_place(&self.kernel, &inputs, self.aliased)? };
+        if !done {
+            // Not an element-wise route (never the case for these
+            // functions): compute into a temporary and copy it back.
+            let out = exec::run_new(&self.kernel, &inputs)?;
+            inputs[self.aliased].copy_from(&out);
+        }
+        Ok(())
+    }
+}
