@@ -140,7 +140,53 @@ fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
     Ok(())
 }
 
+/// One SGD step of the MLP 784-512-512-10 (ReLU, softmax cross-entropy),
+/// as `../shared/bench/workloads.py` writes it for PyTorch.
+fn mlp(batch: usize) -> Result<(), tenjin::Error> {
+    use tenjin::nn::{Linear, Module, ReLU, Sequential};
+    use tenjin::optim::{Optimizer, SgdConfig, SGD};
+    use tenjin::Tensor;
+    let x = Tensor::from_vec(data(batch * 784, 3, 1.0), &[batch, 784])?;
+    let y: Vec<usize> = (0..batch).map(|i| (i * 7 + 3) % 10).collect();
+    let model = Sequential::new()
+        .add(Linear::new(784, 512, 1)?)
+        .add(ReLU)
+        .add(Linear::new(512, 512, 2)?)
+        .add(ReLU)
+        .add(Linear::new(512, 10, 3)?);
+    let mut opt = SGD::new(
+        model.parameters(),
+        SgdConfig {
+            lr: 1e-3,
+            ..Default::default()
+        },
+    )?;
+    let mut step = || -> Result<(), tenjin::Error> {
+        opt.zero_grad();
+        let loss = model.forward(&x)?.cross_entropy(&y)?;
+        loss.backward()?;
+        opt.step()
+    };
+    let size = format!("batch={batch}");
+    let t = Instant::now();
+    step()?;
+    report("mlp_first_step", &size, t.elapsed().as_secs_f64() * 1e3);
+    let mut failed = None;
+    let ms = median_ms(41, || {
+        if let Err(e) = step() {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    report("mlp_step", &size, ms);
+    Ok(())
+}
+
 fn main() -> Result<(), tenjin::Error> {
+    mlp(64)?;
+    mlp(256)?;
     chain(1 << 24)?;
     urban(256)?;
     matmul(512, 512, 512)?;
