@@ -90,11 +90,16 @@ pub fn fans(shape: &[usize]) -> Result<(usize, usize), Error> {
     if shape.len() < 2 {
         return Err(config_error(
             "init",
-            format!("fan in and fan out need a weight of rank >= 2 ([out, in, ...]), got {shape:?}"),
+            format!(
+                "fan in and fan out need a weight of rank >= 2 ([out, in, ...]), got {shape:?}"
+            ),
         ));
     }
-    let receptive: usize = shape[2..].iter().product();
-    Ok((shape[1] * receptive, shape[0] * receptive))
+    let receptive = shape[2..].iter().fold(1usize, |a, &d| a.saturating_mul(d));
+    Ok((
+        shape[1].saturating_mul(receptive),
+        shape[0].saturating_mul(receptive),
+    ))
 }
 
 /// Glorot/Xavier uniform: `U(-a, a)` with `a = √(6 / (fan_in + fan_out))`.

@@ -103,6 +103,7 @@ impl Sequential {
     }
 
     /// `self` with `layer` appended (a builder).
+    #[allow(clippy::should_implement_trait)] // PyTorch's and the tutorials' name
     pub fn add<M: Module + Send + Sync + 'static>(mut self, layer: M) -> Sequential {
         self.push(layer);
         self

@@ -55,6 +55,7 @@ struct ConvGeometry {
     out: Vec<usize>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spatial_out(
     op: &str,
     what: &str,
@@ -278,9 +279,9 @@ fn conv_nd(
         out_idx.push("o".into());
         sizes.push(("o".into(), g.o));
     }
-    for d in 0..s {
-        out_idx.push(t[d].clone());
-        sizes.push((t[d].clone(), g.out[d]));
+    for (td, &n) in t.iter().zip(&g.out) {
+        out_idx.push(td.clone());
+        sizes.push((td.clone(), n));
     }
     let src = format!("y[{}] = {body}", out_idx.join("; "));
     let sizes: Vec<(&str, usize)> = sizes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
@@ -349,15 +350,9 @@ fn pool_nd(
     }
     let mut out_idx: Vec<String> = (0..lead).map(|d| format!("a{d}")).collect();
     let mut access = out_idx.clone();
-    for d in 0..s {
+    for (d, &st) in stride.iter().enumerate() {
         out_idx.push(format!("t{d}"));
-        access.push(position(
-            stride[d],
-            &format!("t{d}"),
-            1,
-            &format!("k{d}"),
-            0,
-        ));
+        access.push(position(st, &format!("t{d}"), 1, &format!("k{d}"), 0));
     }
     let red = match kind {
         Pool::Avg => "sum",

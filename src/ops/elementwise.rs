@@ -110,7 +110,15 @@ impl Tensor {
         let body = template
             .replace("{x}", &format!("x[{ix}]"))
             .replace("{c}", &lit(name, c)?);
-        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &[])
+        // The constant can fold the body to a constant (`x * 0`, `x ** 0`),
+        // leaving no access to size the output by: give the sizes.
+        let names: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();
+        let sizes: Vec<(&str, usize)> = names
+            .iter()
+            .map(String::as_str)
+            .zip(self.shape().iter().copied())
+            .collect();
+        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &sizes)
     }
 
     /// `x + c` element-wise.

@@ -1,68 +1,29 @@
 //! Normalisations and losses: `softmax log_softmax cross_entropy
 //! cross_entropy_soft mse_loss`.
 //!
-//! Each is one index function, numerically stable where it exponentiates
-//! (the maximum over the normalised dimension is subtracted inside, as in
-//! `logsumexp`). A loss is a single kernel per step, log-sum-exp included;
-//! its gradient is derived like every other.
+//! Numerically stable where they exponentiate: log-sum-exp subtracts the
+//! row maximum `m` first (`m + log Σ exp(x − m)`, exact for any `m`).
+//!
+//! The losses are one index function each (log-sum-exp inside): one kernel
+//! per step, and because their output is a scalar, every per-row quantity
+//! of the derivative (the row's log-sum-exp, its maximiser) is computed once
+//! per row. `softmax` and `log_softmax` are `logsumexp` along the dimension
+//! and one element-wise function of the input and it: fused into one
+//! function, the derivative of each element would re-sum the whole row
+//! (quadratic per row) where this is linear.
+//!
+//! Differentiating through an inline `max` adds, per element, a scan over
+//! the row that tests "is this the maximiser" (its terms cancel; cheap for
+//! short rows). Rows longer than [`INLINE_MAX_UP_TO`] use the maximum as a
+//! constant argument instead, computed by its own kernel without a trace:
+//! one more kernel, and derivatives that stay linear in the row length.
 
 use super::shape::empty_like;
 use super::{apply, lit, shape_error};
 use crate::jit::DType;
+use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::Error;
-
-/// Index text for a normalisation of `shape` along `dim`.
-struct Along {
-    /// `i0; i1; ...`: the output indices.
-    out: String,
-    /// `x[i0; {v}; i2]`: the input access with `dim` read through `{v}`.
-    access: String,
-    /// Size of `dim`.
-    n: usize,
-}
-
-impl Along {
-    fn new(op: &str, x: &Tensor, dim: usize) -> Result<Along, Error> {
-        if dim >= x.rank() {
-            return Err(shape_error(
-                op,
-                format!(
-                    "input of shape {:?}: dimension {dim} does not exist (rank {})",
-                    x.shape(),
-                    x.rank()
-                ),
-            ));
-        }
-        let mut idx: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
-        let out = idx.join("; ");
-        idx[dim] = "{v}".into();
-        Ok(Along {
-            out,
-            access: format!("x[{}]", idx.join("; ")),
-            n: x.shape()[dim],
-        })
-    }
-
-    fn at(&self, v: &str) -> String {
-        self.access.replace("{v}", v)
-    }
-
-    /// `max{v}_0^{n-1} (x[..v..])`.
-    fn max(&self, v: &str) -> String {
-        format!("max{{{v}}}_0^{} ({})", self.n - 1, self.at(v))
-    }
-
-    /// `log Σ_v exp(x[..v..] − max)`, the max computed inside.
-    fn log_sum_exp_shifted(&self) -> String {
-        format!(
-            "log (sum{{s}}_0^{} (exp ({} - {})))",
-            self.n - 1,
-            self.at("s"),
-            self.max("m")
-        )
-    }
-}
 
 /// `targets` as a one-hot `[B, C]` constant in `dtype`.
 fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Error> {
@@ -77,20 +38,100 @@ fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Er
     }
 }
 
-/// `Σ_i Σ_c y[i; c] (lse_i − x[i; c]) / B` over logits `x` `[B, C]` and
-/// targets `y` of the same shape, `lse_i` computed stably once per row.
-fn cross_entropy_fn(op: &str, x: &Tensor, y: &Tensor) -> Result<Tensor, Error> {
+/// Rows up to this length take their maximum inline (one kernel); longer
+/// ones take it as a constant argument (see the module documentation).
+const INLINE_MAX_UP_TO: usize = 64;
+
+/// The cross-entropy of logits `x` `[B, C]` with targets `y` of the same
+/// shape, `mean_i (lse_i · Σ_c y[i; c] − Σ_c y[i; c] · x[i; c])` with
+/// `lse_i` the stable log-sum-exp of row `i`; `Σ_c y[i; c]` is dropped for
+/// one-hot targets (`rows_sum_to_one`). Written with every per-row term
+/// outside the sums over classes, so the derivative computes each once per
+/// row.
+fn cross_entropy_fn(
+    op: &str,
+    x: &Tensor,
+    y: &Tensor,
+    rows_sum_to_one: bool,
+) -> Result<Tensor, Error> {
     let (b, c) = (x.shape()[0], x.shape()[1]);
     let last = c - 1;
-    let lse = format!(
-        "max{{m}}_0^{last} (x[i; m]) + log (sum{{k}}_0^{last} (exp (x[i; k] - max{{m}}_0^{last} (x[i; m]))))"
-    );
+    let row_max;
+    let (max, args): (String, Vec<(&str, &Tensor)>) = if c <= INLINE_MAX_UP_TO {
+        (
+            format!("max{{m}}_0^{last} (x[i; m])"),
+            vec![("x", x), ("y", y)],
+        )
+    } else {
+        row_max = x.detach().max_dims(&[1], false)?;
+        ("m[i]".into(), vec![("x", x), ("y", y), ("m", &row_max)])
+    };
+    let lse = format!("({max} + log (sum{{k}}_0^{last} (exp (x[i; k] - {max}))))");
+    let weighted = if rows_sum_to_one {
+        lse
+    } else {
+        format!("{lse} * sum{{c}}_0^{last} (y[i; c])")
+    };
     let src = format!(
-        "l[] = sum{{i}}_0^{} (sum{{c}}_0^{last} (y[i; c] * ({lse} - x[i; c]))) * {}",
+        "l[] = sum{{i}}_0^{} ({weighted} - sum{{c}}_0^{last} (y[i; c] * x[i; c])) * {}",
         b - 1,
         lit(op, 1.0 / b as f64)?
     );
-    apply(op, &src, &[("x", x), ("y", y)], &[])
+    apply(op, &src, &args, &[])
+}
+
+/// The log-sum-exp of `x` along `dim`, kept as a size-1 dimension.
+fn logsumexp_keepdim(x: &Tensor, dim: usize) -> Result<Tensor, Error> {
+    let n = x.shape()[dim];
+    if n <= INLINE_MAX_UP_TO {
+        return x.logsumexp(&[dim], true);
+    }
+    let m = x.detach().max_dims(&[dim], true)?;
+    let mut out: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
+    let mut access = out.clone();
+    out[dim] = format!("j{dim}");
+    access[dim] = "k".into();
+    let (out, access) = (out.join("; "), access.join("; "));
+    let src = format!(
+        "l[{out}] = m[{out}] + log (sum{{k}}_0^{} (exp (x[{access}] - m[{out}])))",
+        n - 1
+    );
+    let j = format!("j{dim}");
+    apply(
+        "logsumexp",
+        &src,
+        &[("x", x), ("m", &m)],
+        &[(j.as_str(), 1)],
+    )
+}
+
+/// `f[i..] = body` over `x` and its log-sum-exp along `dim` (broadcast
+/// back to `x`'s shape), `body` a template over `{x}` and `{l}`.
+fn with_logsumexp(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> {
+    if dim >= x.rank() {
+        return Err(shape_error(
+            op,
+            format!(
+                "input of shape {:?}: dimension {dim} does not exist (rank {})",
+                x.shape(),
+                x.rank()
+            ),
+        ));
+    }
+    if x.numel() == 0 {
+        return empty_like(x.shape(), x);
+    }
+    let l = logsumexp_keepdim(x, dim)?.broadcast_to(x.shape())?;
+    let ix = index_list("i", x.rank());
+    let body = body
+        .replace("{x}", &format!("x[{ix}]"))
+        .replace("{l}", &format!("l[{ix}]"));
+    apply(
+        op,
+        &format!("f[{ix}] = {body}"),
+        &[("x", x), ("l", &l)],
+        &[],
+    )
 }
 
 fn check_logits(op: &str, x: &Tensor, what: &str) -> Result<(usize, usize), Error> {
@@ -123,19 +164,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn softmax(&self, dim: usize) -> Result<Tensor, Error> {
-        let a = Along::new("softmax", self, dim)?;
-        if self.numel() == 0 {
-            return empty_like(self.shape(), self);
-        }
-        let ix = a.out.clone();
-        let src = format!(
-            "f[{ix}] = exp (x[{ix}] - {}) / sum{{s}}_0^{} (exp ({} - {}))",
-            a.max("m"),
-            a.n - 1,
-            a.at("s"),
-            a.max("m")
-        );
-        apply("softmax", &src, &[("x", self)], &[])
+        with_logsumexp("softmax", self, dim, "exp ({x} - {l})")
     }
 
     /// `x − log Σ exp(x)` along `dim`, computed stably.
@@ -148,24 +177,15 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor, Error> {
-        let a = Along::new("log_softmax", self, dim)?;
-        if self.numel() == 0 {
-            return empty_like(self.shape(), self);
-        }
-        let ix = a.out.clone();
-        let src = format!(
-            "f[{ix}] = x[{ix}] - {} - {}",
-            a.max("m"),
-            a.log_sum_exp_shifted()
-        );
-        apply("log_softmax", &src, &[("x", self)], &[])
+        with_logsumexp("log_softmax", self, dim, "{x} - {l}")
     }
 
     /// The cross-entropy of logits `[B, C]` with class labels (one per
     /// row, each `< C`), averaged over the batch: the mean of
     /// `−log_softmax(x)[i, targets[i]]`, as `torch.nn.functional.cross_entropy`.
     /// One index function (log-sum-exp inside) over the logits and a
-    /// constant one-hot matrix.
+    /// constant one-hot matrix (with more than 64 classes, the row maxima
+    /// come from a kernel of their own).
     ///
     /// ```
     /// use tenjin::Tensor;
@@ -200,7 +220,7 @@ impl Tensor {
             ));
         }
         let y = one_hot(targets, c, self.dtype())?;
-        cross_entropy_fn("cross_entropy", self, &y)
+        cross_entropy_fn("cross_entropy", self, &y, true)
     }
 
     /// The cross-entropy of logits `[B, C]` with target probabilities of
@@ -227,7 +247,7 @@ impl Tensor {
                 ),
             ));
         }
-        cross_entropy_fn("cross_entropy_soft", self, probs)
+        cross_entropy_fn("cross_entropy_soft", self, probs, false)
     }
 
     /// The mean squared difference of two tensors of one shape (no
@@ -235,10 +255,10 @@ impl Tensor {
     ///
     /// ```
     /// use tenjin::Tensor;
-    /// let p = Tensor::from_vec(vec![1., 2., 3.], &[3])?;
-    /// let t = Tensor::from_vec(vec![1., 0., 0.], &[3])?;
-    /// assert_eq!(p.mse_loss(&t)?.item()?, 13. / 3.);
-    /// assert!(p.mse_loss(&Tensor::from_vec(vec![1.], &[1])?).is_err());
+    /// let p = Tensor::from_vec_f64(vec![1., 2., 3.], &[3])?;
+    /// let t = Tensor::from_vec_f64(vec![1., 0., 0.], &[3])?;
+    /// assert!((p.mse_loss(&t)?.item()? - 13. / 3.).abs() < 1e-12);
+    /// assert!(p.mse_loss(&Tensor::from_vec_f64(vec![1.], &[1])?).is_err());
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor, Error> {

@@ -107,6 +107,7 @@ struct AdamCore {
     decoupled: bool,
     params: Vec<Param>,
     config: AdamConfig,
+    /// Per parameter (`None` for parameters without elements).
     state: Vec<Option<State>>,
     scalars: Scalars,
 }
@@ -119,10 +120,19 @@ struct State {
     steps: u64,
 }
 
-/// Scalar arguments, in the order `Scalars` holds them.
-/// For AdamW, `wd` holds `1 − lr·weight_decay`; `step` is `lr / (1 − β₁ᵗ)`
-/// and `bc2` is `√(1 − β₂ᵗ)`.
-const SCALARS: [&str; 8] = ["b1", "c1", "b2", "c2", "wd", "step", "bc2", "eps"];
+/// Hyperparameter tensors. `beta`, `lin`, `quad` (shape `[2]`, one entry
+/// per state row) are `[β₁, β₂]`, `[1 − β₁, 0]`, `[0, 1 − β₂]`; `wd` is
+/// `1 − lr·weight_decay` for AdamW; `step` is `lr / (1 − β₁ᵗ)`; `bc2` is
+/// `√(1 − β₂ᵗ)`.
+const SCALARS: &[(&str, usize)] = &[
+    ("beta", 2),
+    ("lin", 2),
+    ("quad", 2),
+    ("wd", 1),
+    ("step", 1),
+    ("bc2", 1),
+    ("eps", 1),
+];
 
 impl AdamCore {
     fn new(
@@ -132,19 +142,23 @@ impl AdamCore {
         config: AdamConfig,
     ) -> Result<AdamCore, Error> {
         check_config(name, &config)?;
-        let params = params
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| Param::new(name, i, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(AdamCore {
+        let params = Param::collect(name, params)?;
+        let mut core = AdamCore {
             name,
             decoupled,
-            state: params.iter().map(|_| None).collect(),
+            state: Vec::with_capacity(params.len()),
             params,
             config,
-            scalars: Scalars::new(SCALARS.len()),
-        })
+            scalars: Scalars::new(SCALARS),
+        };
+        // State and kernels now, before any forward pass: the first
+        // step then takes no cached block the next forward pass needs.
+        for p in &core.params {
+            let state = (p.numel() > 0).then(|| core.build_state(p)).transpose()?;
+            core.state.push(state);
+            core.scalars.prepare(p.dtype())?;
+        }
+        Ok(core)
     }
 
     fn build_state(&self, param: &Param) -> Result<State, Error> {
@@ -152,23 +166,25 @@ impl AdamCore {
         let dtype = param.dtype();
         let v1: &[usize] = &[n];
         let s0: &[usize] = &[];
+        let stacked: &[usize] = &[2, n];
         let l2 = !self.decoupled && self.config.weight_decay != 0.0;
         let (d, extra) = if l2 {
             ("(g[i] + wd[] * p[i])", vec![("p", v1), ("wd", s0)])
         } else {
             ("g[i]", vec![])
         };
-        // Row 0 is m, row 1 is v; each row reads only its own element.
-        let src = format!(
-            "moments[j; i] = if {{j = 0}} then (b1[] * s[j; i] + c1[] * {d}) else (b2[] * s[j; i] + c2[] * ({d} * {d}))"
-        );
+        // Row 0 is m ← β₁·m + (1 − β₁)·d, row 1 is v ← β₂·v + (1 − β₂)·d²,
+        // as one expression with per-row coefficients (no branch: the
+        // inner loop is contiguous and runs as vector code); each row
+        // reads only its own element of `s`.
+        let src = format!("moments[j; i] = beta[j] * s[j; i] + {d} * (lin[j] + quad[j] * {d})");
+        let r2: &[usize] = &[2];
         let mut args = vec![
-            ("s", &[2, n][..]),
+            ("s", stacked),
             ("g", v1),
-            ("b1", s0),
-            ("c1", s0),
-            ("b2", s0),
-            ("c2", s0),
+            ("beta", r2),
+            ("lin", r2),
+            ("quad", r2),
         ];
         args.extend(extra);
         let moments_update = Update::new(&src, &args, "s", dtype)?;
@@ -181,7 +197,7 @@ impl AdamCore {
         };
         let mut args = vec![
             ("p", v1),
-            ("s", &[2, n][..]),
+            ("s", stacked),
             ("step", s0),
             ("bc2", s0),
             ("eps", s0),
@@ -206,13 +222,9 @@ impl AdamCore {
             let Some(g) = param.grad(self.name)? else {
                 continue;
             };
-            if param.numel() == 0 {
-                continue;
-            }
-            if self.state[k].is_none() {
-                self.state[k] = Some(self.build_state(param)?);
-            }
-            let state = self.state[k].as_mut().expect("state built above");
+            let Some(state) = self.state[k].as_mut() else {
+                continue; // no elements
+            };
             state.steps += 1;
             let t = state.steps.min(i32::MAX as u64) as i32;
             let bc1 = 1.0 - b1.powi(t);
@@ -222,14 +234,25 @@ impl AdamCore {
             } else {
                 c.weight_decay
             };
-            let values = [b1, 1.0 - b1, b2, 1.0 - b2, wd, c.lr / bc1, bc2, c.eps];
-            let s = self.scalars.set(param.dtype(), &values)?;
-            let p = param.storage();
+            let values = [
+                b1,
+                b2,
+                1.0 - b1,
+                0.0,
+                0.0,
+                1.0 - b2,
+                wd,
+                c.lr / bc1,
+                bc2,
+                c.eps,
+            ];
+            self.scalars.set(param.dtype(), &values)?;
+            let (p, dtype, scalars) = (param.storage(), param.dtype(), &self.scalars);
             let arg = |name: &str| match name {
                 "p" => Some(p),
                 "g" => Some(&g),
                 "s" => Some(&state.moments),
-                _ => SCALARS.iter().position(|n| *n == name).map(|i| &s[i]),
+                _ => scalars.get(dtype, name),
             };
             state.moments_update.run(arg)?;
             state.param_update.run(arg)?;

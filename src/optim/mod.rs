@@ -7,8 +7,11 @@
 //! so a graph that saved the old values refuses a second backward).
 //! Hyperparameters that vary (the learning rate, Adam's bias corrections)
 //! are scalar tensors (`lr[]`) the optimizer owns and overwrites each step,
-//! never text baked into the source: after the first step, `step` parses,
-//! derives and compiles nothing and allocates no buffer.
+//! never text baked into the source. Optimizer state (velocities, moments)
+//! and the update kernels are created by the constructor, so `step` parses,
+//! derives and compiles nothing and allocates no buffer, from the first
+//! step on (the forward and backward passes around it allocate from the
+//! caching pool: no system allocation after their first iteration).
 //!
 //! Kernels per parameter per step (each one fused element-wise pass):
 //!
@@ -20,7 +23,7 @@
 //!
 //! ```
 //! use tenjin::optim::{Optimizer, SgdConfig, SGD};
-//! use tenjin::{DType, Tensor};
+//! use tenjin::Tensor;
 //! let w = Tensor::from_vec_f64(vec![1.0, -2.0], &[2])?.requires_grad();
 //! let mut opt = SGD::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() })?;
 //! for _ in 0..3 {
@@ -91,7 +94,24 @@ pub(crate) struct Param {
 }
 
 impl Param {
-    pub(crate) fn new(op: &str, index: usize, t: Tensor) -> Result<Param, Error> {
+    /// Validates `params`: dense leaves that require a gradient, each
+    /// listed once (a parameter listed twice would be updated twice).
+    pub(crate) fn collect(op: &str, params: Vec<Tensor>) -> Result<Vec<Param>, Error> {
+        let mut out: Vec<Param> = Vec::with_capacity(params.len());
+        for (i, t) in params.into_iter().enumerate() {
+            let p = Param::new(op, i, t)?;
+            if let Some(j) = out.iter().position(|q| Arc::ptr_eq(&q.leaf, &p.leaf)) {
+                return Err(invalid(
+                    op,
+                    format!("parameter {i} is parameter {j} again; list each parameter once"),
+                ));
+            }
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    fn new(op: &str, index: usize, t: Tensor) -> Result<Param, Error> {
         if t.is_view() {
             return Err(invalid(
                 op,
@@ -153,43 +173,70 @@ impl Param {
     }
 }
 
-/// Scalar hyperparameter tensors (`lr[]`, ...), one storage per name and
-/// dtype, created on first use and overwritten in place afterwards.
+/// Hyperparameter tensors (scalars `lr[]`, small vectors `beta[j]`), one
+/// storage per name and dtype, created once and overwritten in place
+/// before each update.
 pub(crate) struct Scalars {
-    count: usize,
+    /// Name and number of elements of each tensor.
+    layout: &'static [(&'static str, usize)],
     f32: Vec<Arc<Storage>>,
     f64: Vec<Arc<Storage>>,
 }
 
 impl Scalars {
-    pub(crate) fn new(count: usize) -> Scalars {
+    pub(crate) fn new(layout: &'static [(&'static str, usize)]) -> Scalars {
         Scalars {
-            count,
+            layout,
             f32: Vec::new(),
             f64: Vec::new(),
         }
     }
 
-    /// The storages for `dtype`, holding `values` (as many as `count`).
-    pub(crate) fn set(&mut self, dtype: DType, values: &[f64]) -> Result<&[Arc<Storage>], Error> {
-        debug_assert_eq!(values.len(), self.count);
+    /// Allocates the storages for `dtype` (once).
+    pub(crate) fn prepare(&mut self, dtype: DType) -> Result<&mut Vec<Arc<Storage>>, Error> {
         let slots = match dtype {
             DType::F32 => &mut self.f32,
             DType::F64 => &mut self.f64,
         };
         if slots.is_empty() {
-            for _ in 0..self.count {
-                slots.push(Storage::zeros(dtype, 1)?);
-            }
-        }
-        for (s, &v) in slots.iter().zip(values) {
-            let mut b = s.write();
-            match dtype {
-                DType::F32 => b.as_mut_slice::<f32>()[0] = v as f32,
-                DType::F64 => b.as_mut_slice::<f64>()[0] = v,
+            for &(_, len) in self.layout {
+                slots.push(Storage::zeros(dtype, len)?);
             }
         }
         Ok(slots)
+    }
+
+    /// Writes `values` (all tensors' elements, in layout order) into the
+    /// storages for `dtype`.
+    pub(crate) fn set(&mut self, dtype: DType, values: &[f64]) -> Result<(), Error> {
+        let layout = self.layout;
+        debug_assert_eq!(values.len(), layout.iter().map(|(_, n)| n).sum::<usize>());
+        let slots = self.prepare(dtype)?;
+        let mut at = 0;
+        for (s, &(_, len)) in slots.iter().zip(layout) {
+            let v = &values[at..at + len];
+            at += len;
+            let mut b = s.write();
+            match dtype {
+                DType::F32 => {
+                    for (o, &x) in b.as_mut_slice::<f32>().iter_mut().zip(v) {
+                        *o = x as f32;
+                    }
+                }
+                DType::F64 => b.as_mut_slice::<f64>()[..len].copy_from_slice(v),
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage of the tensor called `name` for `dtype` (after `set`).
+    pub(crate) fn get(&self, dtype: DType, name: &str) -> Option<&Arc<Storage>> {
+        let slots = match dtype {
+            DType::F32 => &self.f32,
+            DType::F64 => &self.f64,
+        };
+        let k = self.layout.iter().position(|(n, _)| *n == name)?;
+        slots.get(k)
     }
 }
 

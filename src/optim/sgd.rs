@@ -67,6 +67,7 @@ impl Default for SgdConfig {
 pub struct SGD {
     params: Vec<Param>,
     config: SgdConfig,
+    /// Per parameter (`None` for parameters without elements).
     state: Vec<Option<State>>,
     scalars: Scalars,
 }
@@ -80,24 +81,28 @@ struct State {
     started: bool,
 }
 
-/// Scalar arguments, in the order `Scalars` holds them.
-const SCALARS: [&str; 5] = ["lr", "wd", "mu", "a", "c"];
+/// Scalar arguments (all of shape `[]`).
+const SCALARS: &[(&str, usize)] = &[("lr", 1), ("wd", 1), ("mu", 1), ("a", 1), ("c", 1)];
 
 impl SGD {
     /// An optimizer for `params` (leaves that require a gradient).
     pub fn new(params: Vec<Tensor>, config: SgdConfig) -> Result<SGD, Error> {
         check_config(&config)?;
-        let params = params
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| Param::new("SGD", i, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(SGD {
-            state: params.iter().map(|_| None).collect(),
+        let params = Param::collect("SGD", params)?;
+        let mut sgd = SGD {
+            state: Vec::with_capacity(params.len()),
             params,
             config,
-            scalars: Scalars::new(SCALARS.len()),
-        })
+            scalars: Scalars::new(SCALARS),
+        };
+        // State and kernels now, before any forward pass: the first
+        // step then takes no cached block the next forward pass needs.
+        for p in &sgd.params {
+            let state = (p.numel() > 0).then(|| sgd.build_state(p)).transpose()?;
+            sgd.state.push(state);
+            sgd.scalars.prepare(p.dtype())?;
+        }
+        Ok(sgd)
     }
 
     /// The hyperparameters.
@@ -113,7 +118,10 @@ impl SGD {
         let s0: &[usize] = &[];
         // The gradient with weight decay, `d` in the documentation.
         let (d, mut d_args) = if c.weight_decay != 0.0 {
-            ("(g[i] + wd[] * p[i])", vec![("g", v1), ("p", v1), ("wd", s0)])
+            (
+                "(g[i] + wd[] * p[i])",
+                vec![("g", v1), ("p", v1), ("wd", s0)],
+            )
         } else {
             ("g[i]", vec![("g", v1)])
         };
@@ -184,26 +192,22 @@ impl Optimizer for SGD {
             let Some(g) = param.grad("SGD")? else {
                 continue;
             };
-            if param.numel() == 0 {
-                continue;
-            }
-            if self.state[k].is_none() {
-                self.state[k] = Some(self.build_state(param)?);
-            }
-            let state = self.state[k].as_mut().expect("state built above");
+            let Some(state) = self.state[k].as_mut() else {
+                continue; // no elements
+            };
             let (a, damp) = if state.started {
                 (c.momentum, 1.0 - c.dampening)
             } else {
                 (0.0, 1.0)
             };
             let values = [c.lr, c.weight_decay, c.momentum, a, damp];
-            let s = self.scalars.set(param.dtype(), &values)?;
-            let p = param.storage();
+            self.scalars.set(param.dtype(), &values)?;
+            let (p, dtype, scalars) = (param.storage(), param.dtype(), &self.scalars);
             let arg = |name: &str| match name {
                 "p" => Some(p),
                 "g" => Some(&g),
                 "v" => state.velocity.as_ref(),
-                _ => SCALARS.iter().position(|n| *n == name).map(|i| &s[i]),
+                _ => scalars.get(dtype, name),
             };
             if let Some(u) = &state.velocity_update {
                 u.run(arg)?;

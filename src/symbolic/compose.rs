@@ -124,7 +124,10 @@ impl IndexFn {
             .args
             .get(arg)
             .ok_or_else(|| self.invalid(format!("no argument number {arg}")))?;
-        if map.view_rank() != decl.shape.len() || map.base_rank() != base_shape.len() {
+        // A map into a rank-0 base has no rows to tell its view rank: every
+        // view index reads the one element, whatever the view's rank.
+        let view_rank_ok = map.base_rank() == 0 || map.view_rank() == decl.shape.len();
+        if !view_rank_ok || map.base_rank() != base_shape.len() {
             return Err(self.invalid(format!(
                 "a map from rank {} to rank {} cannot compose argument `{}` of rank {} with a base of rank {}",
                 map.view_rank(),

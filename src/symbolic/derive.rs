@@ -388,25 +388,24 @@ impl<'a> Derivation<'a> {
 
     /// Drops bounds that another bound dominates on the whole β box (for a
     /// lower bound: another one is never smaller), keeping the first of
-    /// equal ones.
+    /// bounds equal on the box (each dominating the other, like `0` and
+    /// `β` when β's range is `0..=0`: dropping both would unbound the sum).
     fn prune(&self, bounds: &[RatAffine], lower: bool) -> Vec<RatAffine> {
+        // Whether bound `j` is never weaker than bound `k` on the box.
+        let dominates = |j: usize, k: usize| {
+            // j − k (scaled by both denominators) ≥ 0 on the box.
+            let (other, this) = (&bounds[j], &bounds[k]);
+            let diff = other
+                .num
+                .scale(this.den)
+                .and_then(|o| o.sub(&this.num.scale(other.den)?));
+            let Ok(diff) = diff else { return false };
+            let diff = if lower { Ok(diff) } else { diff.scale(-1) };
+            let Ok(diff) = diff else { return false };
+            self.box_min(&diff).is_some_and(|m| m >= 0)
+        };
         let dominated = |k: usize| {
-            bounds.iter().enumerate().any(|(j, other)| {
-                if j == k {
-                    return false;
-                }
-                // other − this (scaled by both denominators) ≥ 0 on the box.
-                let this = &bounds[k];
-                let diff = other
-                    .num
-                    .scale(this.den)
-                    .and_then(|o| o.sub(&this.num.scale(other.den)?));
-                let Ok(diff) = diff else { return false };
-                let diff = if lower { Ok(diff) } else { diff.scale(-1) };
-                let Ok(diff) = diff else { return false };
-                let equal = diff.is_constant() && diff.constant == 0;
-                self.box_min(&diff).is_some_and(|m| m >= 0) && (!equal || j < k)
-            })
+            (0..bounds.len()).any(|j| j != k && dominates(j, k) && (j < k || !dominates(k, j)))
         };
         bounds
             .iter()

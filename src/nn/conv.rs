@@ -1,0 +1,209 @@
+//! [`Conv2d`]: a 2-D convolution layer.
+
+use super::{config_error, init, Module};
+use crate::{DType, Error, Tensor};
+
+/// Stride, zero padding, dilation, groups and bias of a [`Conv2d`]
+/// (PyTorch's defaults: 1, 0, 1, 1, with a bias).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Input and output channels are split into `groups` independent
+    /// groups (both counts must be divisible by it).
+    pub groups: usize,
+    pub bias: bool,
+}
+
+impl Default for Conv2dConfig {
+    fn default() -> Self {
+        Conv2dConfig {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+        }
+    }
+}
+
+/// A 2-D convolution layer, as `torch.nn.Conv2d`: input `[N, C, H, W]`,
+/// weight `[O, C/groups, KH, KW]`, bias `[O]`, both initialised from
+/// `U(-1/√fan_in, 1/√fan_in)` with `fan_in = C/groups·KH·KW`. The forward
+/// pass is [`Tensor::conv2d`]: one index function, zero padding as a guard.
+///
+/// ```
+/// use tenjin::nn::{Conv2d, Conv2dConfig, Module};
+/// use tenjin::{DType, Tensor};
+/// let conv = Conv2d::with_config(
+///     4, 8, [3, 3],
+///     Conv2dConfig { padding: [1, 1], stride: [2, 2], groups: 2, ..Default::default() },
+///     DType::F32, 0)?;
+/// assert_eq!(conv.weight().shape(), &[8, 2, 3, 3]);
+/// let y = conv.forward(&Tensor::randn(&[2, 4, 9, 9], DType::F32, 1)?)?;
+/// assert_eq!(y.shape(), &[2, 8, 5, 5]);
+/// assert!(Conv2d::with_config(3, 8, [3, 3], Conv2dConfig { groups: 2, ..Default::default() },
+///                             DType::F32, 0).is_err()); // 3 channels, 2 groups
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Conv2d {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    config: Conv2dConfig,
+}
+
+impl Conv2d {
+    /// An f32 layer with PyTorch's default configuration, initialised from
+    /// `seed`.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: [usize; 2],
+        seed: u64,
+    ) -> Result<Conv2d, Error> {
+        Conv2d::with_config(
+            in_channels,
+            out_channels,
+            kernel_size,
+            Conv2dConfig::default(),
+            DType::F32,
+            seed,
+        )
+    }
+
+    /// A layer with `config`, of `dtype`, initialised from `seed`.
+    pub fn with_config(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: [usize; 2],
+        config: Conv2dConfig,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Conv2d, Error> {
+        check_config(&config)?;
+        let g = config.groups;
+        if !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
+            return Err(config_error(
+                "Conv2d",
+                format!(
+                    "{in_channels} input and {out_channels} output channels are not both divisible by groups = {g}"
+                ),
+            ));
+        }
+        let shape = [
+            out_channels,
+            in_channels / g,
+            kernel_size[0],
+            kernel_size[1],
+        ];
+        let fan_in = shape[1] * shape[2] * shape[3];
+        let w = init::fan_in_uniform(&shape, fan_in, dtype, seed)?;
+        let b = if config.bias {
+            Some(init::fan_in_uniform(
+                &[out_channels],
+                fan_in,
+                dtype,
+                init::sub_seed(seed),
+            )?)
+        } else {
+            None
+        };
+        Ok(Conv2d {
+            weight: w.requires_grad(),
+            bias: b.map(Tensor::requires_grad),
+            config,
+        })
+    }
+
+    /// A layer with the given weight `[O, C/groups, KH, KW]` and bias `[O]`
+    /// (made leaves that require a gradient); `config.bias` is ignored.
+    pub fn from_parameters(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        config: Conv2dConfig,
+    ) -> Result<Conv2d, Error> {
+        check_config(&config)?;
+        let ws = weight.shape().to_vec();
+        if ws.len() != 4 || !ws[0].is_multiple_of(config.groups) {
+            return Err(config_error(
+                "Conv2d",
+                format!(
+                    "the weight must have shape [O, C/groups, KH, KW] with O divisible by groups = {}, got {ws:?}",
+                    config.groups
+                ),
+            ));
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [ws[0]] || b.dtype() != weight.dtype() {
+                return Err(config_error(
+                    "Conv2d",
+                    format!(
+                        "the bias ({:?} {:?}) must have shape [{}] and the weight's dtype {:?}",
+                        b.shape(),
+                        b.dtype(),
+                        ws[0],
+                        weight.dtype()
+                    ),
+                ));
+            }
+        }
+        Ok(Conv2d {
+            weight: weight.requires_grad(),
+            config: Conv2dConfig {
+                bias: bias.is_some(),
+                ..config
+            },
+            bias: bias.map(Tensor::requires_grad),
+        })
+    }
+
+    /// The weight, `[O, C/groups, KH, KW]`.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The bias, `[O]`.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// Stride, padding, dilation, groups.
+    pub fn config(&self) -> &Conv2dConfig {
+        &self.config
+    }
+}
+
+fn check_config(c: &Conv2dConfig) -> Result<(), Error> {
+    if c.groups == 0 || c.stride.contains(&0) || c.dilation.contains(&0) {
+        return Err(config_error(
+            "Conv2d",
+            format!(
+                "groups ({}), stride ({:?}) and dilation ({:?}) must be at least 1",
+                c.groups, c.stride, c.dilation
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Module for Conv2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        let c = &self.config;
+        x.conv2d(
+            &self.weight,
+            self.bias.as_ref(),
+            c.stride,
+            c.padding,
+            c.dilation,
+            c.groups,
+        )
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        std::iter::once(self.weight.clone())
+            .chain(self.bias.clone())
+            .collect()
+    }
+}
