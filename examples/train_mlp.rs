@@ -17,7 +17,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
-use tenjin::{DType, Error, Tensor};
+use tenjin::{Error, Tensor};
 
 const DIGITS: &[u8] = include_bytes!("../data/digits.csv.gz");
 const FEATURES: usize = 64;

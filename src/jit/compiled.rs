@@ -57,9 +57,10 @@ pub(crate) enum Exec {
     Jit(JitCode),
     /// A contraction computed by the `gemm` crate (see `jit::gemm`).
     Gemm(Contraction),
-    /// A contraction into a temporary of the output's shape, then generated
-    /// code for the element-wise work around it, reading the temporary as
-    /// one more argument (see `jit::epilogue`).
+    /// A contraction into the output buffer, then generated code for the
+    /// element-wise work around it, reading the contraction as one more
+    /// argument (see `jit::epilogue`) at the output index only, so it runs
+    /// in place over the output: no temporary, no allocation per call.
     GemmThenJit(Contraction, JitCode),
 }
 
@@ -316,11 +317,21 @@ impl CompiledKernel {
             Exec::Jit(code) => self.launch(code, inputs, out),
             Exec::Gemm(plan) => run_contraction(plan, inputs, out),
             Exec::GemmThenJit(plan, code) => {
-                let mut product = vec![T::default(); out.len()];
-                run_contraction(plan, inputs, &mut product);
-                let mut all = inputs.to_vec();
-                all.push(&product);
-                self.launch(code, &all, out);
+                // No temporary: the contraction is written into `out`, and
+                // the epilogue, which reads it as its last argument only at
+                // the output index itself (`epilogue::split` reads it as
+                // `t[i…]` with the output's own indices), overwrites it
+                // element by element, each element read before it is
+                // written and by the thread that writes it.
+                run_contraction(plan, inputs, out);
+                let dst = out.as_mut_ptr() as *mut u8;
+                let mut args: Vec<*const u8> =
+                    inputs.iter().map(|s| s.as_ptr() as *const u8).collect();
+                args.push(dst as *const u8);
+                // SAFETY: `out` is a unique buffer of the output's checked
+                // length; the inputs have their checked lengths; the only
+                // argument aliasing `out` is read element-wise (above).
+                unsafe { self.launch_ptrs(code, args, dst) };
             }
         }
         Ok(())
@@ -365,9 +376,18 @@ impl CompiledKernel {
     /// # Safety
     /// `out` holds the output's length and nothing else writes it meanwhile.
     unsafe fn launch_raw<T: Element>(&self, code: &JitCode, inputs: &[&[T]], out: *mut u8) {
+        let args = inputs.iter().map(|s| s.as_ptr() as *const u8).collect();
+        unsafe { self.launch_ptrs(code, args, out) }
+    }
+
+    /// # Safety
+    /// `args` are buffers of the lengths the code was generated for, `out`
+    /// holds the output's length, nothing else writes them meanwhile, and
+    /// an argument that aliases `out` is read only at the output index.
+    unsafe fn launch_ptrs(&self, code: &JitCode, args: Vec<*const u8>, out: *mut u8) {
         let launch = Launch {
             entry: code.entry,
-            args: inputs.iter().map(|s| s.as_ptr() as *const u8).collect(),
+            args,
             out,
         };
         let launch = &launch;

@@ -14,16 +14,12 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// The element types of tensors: `f32` and `f64`.
 pub(crate) trait Float: Element + alloc::Element + Send + Sync {
     fn from_f64(x: f64) -> Self;
-    fn to_f64(self) -> f64;
     fn add(self, other: Self) -> Self;
 }
 
 impl Float for f32 {
     fn from_f64(x: f64) -> f32 {
         x as f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
     }
     fn add(self, other: f32) -> f32 {
         self + other
@@ -33,9 +29,6 @@ impl Float for f32 {
 impl Float for f64 {
     fn from_f64(x: f64) -> f64 {
         x
-    }
-    fn to_f64(self) -> f64 {
-        self
     }
     fn add(self, other: f64) -> f64 {
         self + other

@@ -9,7 +9,7 @@
 //! shares the storage and is recorded as an alias whose derivative, like
 //! every other, is derived.
 
-use super::{Layout, Origin, Tensor};
+use super::{Layout, Tensor};
 use crate::symbolic::compose::AffineMap;
 use crate::Error;
 
@@ -360,14 +360,5 @@ impl Tensor {
                 "a view has no dense storage of its own".into(),
             )),
         }
-    }
-
-    /// A dense tensor with `storage` and the same origin as `self`'s data.
-    pub(crate) fn with_origin(
-        shape: &[usize],
-        storage: std::sync::Arc<super::Storage>,
-        origin: Origin,
-    ) -> Tensor {
-        Tensor::dense(shape.to_vec(), storage, origin)
     }
 }

@@ -10,9 +10,11 @@
 //! code or contain a derivative rule of its own.
 
 mod backward;
+mod memory_plan;
 pub(crate) mod plan;
 
 pub(crate) use backward::backward;
+pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub use plan::{stats, Stats};
 
 use crate::tensor::{Origin, Storage};
@@ -20,7 +22,7 @@ use crate::Error;
 use plan::OpPlan;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
@@ -157,6 +159,15 @@ pub(crate) struct Node {
     /// Per argument of `plan.f`: where its gradient goes.
     pub(crate) edges: Vec<Origin>,
     saved: Mutex<Saved>,
+    /// The storages of the inputs (ordered like the plan's arguments) and
+    /// of the output, weakly: their identity and size for the static memory
+    /// plan (`memory_plan`); they keep no data alive.
+    storages: Storages,
+}
+
+struct Storages {
+    inputs: Vec<Weak<Storage>>,
+    out: Weak<Storage>,
 }
 
 impl Node {
@@ -200,6 +211,10 @@ impl Node {
             plan,
             edges,
             saved: Mutex::new(saved),
+            storages: Storages {
+                inputs: inputs.iter().map(|s| Arc::downgrade(s)).collect(),
+                out: Arc::downgrade(out),
+            },
         }))
     }
 
@@ -209,17 +224,6 @@ impl Node {
 
     pub(crate) fn op_name(&self) -> &str {
         &self.plan.op
-    }
-
-    /// Bytes this node holds for backward (saved inputs and output).
-    pub(crate) fn saved_storages(&self) -> Vec<Arc<Storage>> {
-        let s = self.saved.lock().unwrap_or_else(|e| e.into_inner());
-        s.args
-            .iter()
-            .flatten()
-            .chain(s.out.iter())
-            .map(|(st, _)| st.clone())
-            .collect()
     }
 }
 

@@ -8,6 +8,7 @@
 //! front of it and also keeps the derivatives.
 
 use crate::jit::{self, CompiledKernel, DType};
+use crate::symbolic::expr::Node;
 use crate::symbolic::IndexFn;
 use crate::Error;
 use dashmap::DashMap;
@@ -104,9 +105,38 @@ pub(crate) enum GradInput {
 /// The derivative of a plan with respect to one argument, pruned to the
 /// arguments it reads, compiled.
 pub(crate) struct GradPlan {
-    pub(crate) f: IndexFn,
     pub(crate) kernel: Arc<CompiledKernel>,
     pub(crate) inputs: Vec<GradInput>,
+    /// Per entry of `inputs`: whether the derivative reads that argument
+    /// only at its own output index and the argument has the output's
+    /// shape ([`reads_only_at_output`]), so the kernel may write its result
+    /// over that argument's buffer when this is its last use.
+    pub(crate) elementwise: Vec<bool>,
+}
+
+/// Whether every access of argument `arg` in `f` has as index exactly the
+/// output indices, in order (`x[i; j]` in `f[i; j] = ...`), and the
+/// argument has the output's shape: then each output element is computed
+/// from that argument's element at the same position only, and an
+/// element-wise kernel may overwrite the argument with its output
+/// (`exec::run_in_place`).
+pub(crate) fn reads_only_at_output(f: &IndexFn, arg: usize) -> bool {
+    if f.args().get(arg).map(|a| &a.shape[..]) != Some(f.output_shape()) {
+        return false;
+    }
+    f.graph
+        .reachable(f.root)
+        .into_iter()
+        .all(|n| match f.graph.node(n) {
+            Node::Access { arg: a, index } if *a == arg => {
+                index.len() == f.out_vars.len()
+                    && index
+                        .iter()
+                        .zip(&f.out_vars)
+                        .all(|(form, v)| form.as_single_var() == Some(*v))
+            }
+            _ => true,
+        })
 }
 
 impl OpPlan {
@@ -147,8 +177,15 @@ impl OpPlan {
                 _ => GradInput::Out,
             })
             .collect();
+        let elementwise = (0..f.args().len())
+            .map(|k| reads_only_at_output(&f, k))
+            .collect();
         let kernel = jit::compile(&f, self.dtype)?;
-        Ok(GradPlan { f, kernel, inputs })
+        Ok(GradPlan {
+            kernel,
+            inputs,
+            elementwise,
+        })
     }
 }
 
