@@ -462,9 +462,9 @@ fn only_contiguous_f32_loops_are_vectorised() {
     let no = [
         // A transpose: stride 3 along the inner loop.
         ("f[i; j] = exp (x[j; i])", vec![("x", vec![3usize, 3])]),
-        // A reduction in the inner loop.
+        // A reduction in the inner loop reading strided memory along it.
         (
-            "f[i; j] = sum{k}_0^2 (x[i; k] * x[k; j])",
+            "f[i; j] = sum{k}_0^2 (x[k; i] * x[j; k])",
             vec![("x", vec![3, 3])],
         ),
         // A guard protecting loads.
@@ -478,6 +478,51 @@ fn only_contiguous_f32_loops_are_vectorised() {
         let f = IndexFn::parse(src, &args).unwrap();
         let k = jit::compile(&f, DType::F32).unwrap();
         assert!(!k.is_vectorized(), "{src} should stay scalar: {k}");
+    }
+}
+
+/// Reductions inside a contiguous output loop whose own loads are strided
+/// (column sums `Σ_i x[i; j]`, a bias gradient; max/min over a column; a
+/// small matmul) run with one accumulator per lane in index order: the
+/// same bits as the scalar loop, for every length, strip and thread count.
+#[test]
+fn strided_reductions_run_per_lane_in_contiguous_output_loops() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        "f[j] = sum{i}_0^(N) (x[i; j])",
+        "f[j] = max{i}_0^(N) (x[i; j] * 2)",
+        "f[j] = min{i}_0^(N) (x[i; j]) + sum{i}_0^(N) (if {i - 1 >= 0} then (x[i; j]) else (0))",
+        "f[i; j] = sum{k}_0^(N) (y[k; i] * x[k; j])",
+    ];
+    for body in bodies {
+        for n in [0usize, 1, 3, 7, 33] {
+            let src = body.replace("(N)", &format!("({})", n as i64 - 1));
+            let (m, w) = (3, 21); // 21 columns: 16 + 4 + 1 lanes
+            let f = IndexFn::parse_with_sizes(
+                &src,
+                &[("x", &[n, w][..]), ("y", &[n, m][..])],
+                &[("i", m), ("j", w)][usize::from(!src.starts_with("f[i;"))..],
+            )
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+            let k = jit::compile(&f, DType::F32).unwrap();
+            assert!(n == 0 || k.is_vectorized(), "{src}: {k}");
+            let mut rng = StdRng::seed_from_u64(n as u64);
+            let inputs = random_inputs(&f, &mut rng, false);
+            check(&f, &inputs);
+            if body == bodies[0] {
+                // The column sum is the scalar loop's, bit for bit: each
+                // lane adds its column in index order, in f32.
+                let x: Vec<f32> = inputs[0].1.iter().map(|&v| v as f32).collect();
+                let got = k
+                    .run_f32(&[("x", &x[..]), ("y", &vec![0f32; n * m][..])])
+                    .unwrap();
+                for (j, g) in got.iter().enumerate() {
+                    let want = (0..n).fold(0f32, |acc, i| acc + x[i * w + j]);
+                    assert_eq!(g.to_bits(), want.to_bits(), "{src}: column {j}");
+                }
+            }
+        }
     }
 }
 

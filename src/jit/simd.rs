@@ -79,13 +79,19 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
     let cx = Check {
         var: l.var,
         speculable: &speculable,
+        branching: false,
     };
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
+#[derive(Clone, Copy)]
 struct Check<'a> {
     var: IVar,
     speculable: &'a dyn Fn(usize, &Lin) -> bool,
+    /// Index guards become branches that all lanes take alike (inside a
+    /// per-lane reduction, see `Emitter::lane_reduction`), so loads under
+    /// them need no speculation.
+    branching: bool,
 }
 
 impl Check<'_> {
@@ -106,15 +112,35 @@ impl Check<'_> {
                 otherwise,
                 ..
             } => {
-                let cond_ok = match cond {
-                    Cond::Value(..) => true,
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => coef(l, v) == 0,
+                let (cond_ok, inner_top) = match cond {
+                    Cond::Value(..) => (true, false),
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => {
+                        (coef(l, v) == 0, top && self.branching)
+                    }
                 };
                 cond_ok
-                    && then.iter().all(|s| self.stmt_ok(s, false))
-                    && otherwise.iter().all(|s| self.stmt_ok(s, false))
+                    && then.iter().all(|s| self.stmt_ok(s, inner_top))
+                    && otherwise.iter().all(|s| self.stmt_ok(s, inner_top))
             }
-            Stmt::For(_) | Stmt::Reduce { .. } => false,
+            // A strided reduction (a column sum `Σ_i x[i; j]` in a loop over
+            // `j`) runs once per lane with a vector accumulator, in index
+            // order: its trip range must be the same on every lane. A
+            // reduction that is contiguous in its own variable keeps the
+            // scalar loop with a vectorised sum (`vector_sum`).
+            Stmt::Reduce { op, body, .. } => {
+                let invariant = |b: &crate::kernel::Bound| coef(&b.num, v) == 0;
+                matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
+                    && !reduction_vectorizable(*op, body)
+                    && body.lower.iter().chain(&body.upper).all(invariant)
+                    && body.body.iter().all(|s| {
+                        let inner = Check {
+                            branching: true,
+                            ..*self
+                        };
+                        inner.stmt_ok(s, top)
+                    })
+            }
+            Stmt::For(_) => false,
         }
     }
 }
@@ -426,8 +452,88 @@ impl<'f> Emitter<'f> {
                 };
                 self.vset(*result, v)
             }
-            Stmt::For(_) | Stmt::Reduce { .. } => Err("a loop inside a vectorised loop".into()),
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                body,
+            } => {
+                let r = self.lane_reduction(*op, *value, body, var, lanes)?;
+                self.vset(*result, r)
+            }
+            Stmt::For(_) => Err("a loop inside a vectorised loop".into()),
         }
+    }
+
+    /// A reduction inside a vectorised output loop (see `Check::stmt_ok`):
+    /// every lane folds its own values in index order, exactly as the
+    /// scalar loop does, so the bits do not depend on the strip.
+    fn lane_reduction(
+        &mut self,
+        op: ReduceOp,
+        value: Reg,
+        l: &Loop,
+        var: IVar,
+        lanes: Lanes,
+    ) -> R<Value> {
+        let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
+        let init = match op {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+            _ => return Err(format!("{op:?} inside a vectorised loop")),
+        };
+        let init = self.vm().c(init);
+        let (lo, hi) = self.range(l)?;
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(body, types::I64);
+        let acc = self.b.append_block_param(body, V);
+        let result = self.b.append_block_param(exit, V);
+        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, lo, hi);
+        self.b.ins().brif(
+            enter,
+            body,
+            &[BlockArg::Value(lo), BlockArg::Value(init)],
+            exit,
+            &[BlockArg::Value(init)],
+        );
+        self.b.switch_to_block(body);
+        let saved = self.ivars[slot].replace(k);
+        let branch = std::mem::replace(&mut self.vbranch, true);
+        for s in &l.body {
+            self.vstmt(s, var, lanes)?;
+        }
+        self.vbranch = branch;
+        let x = self.vreg(value)?;
+        let next = match op {
+            ReduceOp::Sum => self.b.ins().fadd(acc, x),
+            _ => {
+                let cc = if op == ReduceOp::Max {
+                    FloatCC::GreaterThanOrEqual
+                } else {
+                    FloatCC::LessThanOrEqual
+                };
+                let mut vm = self.vm();
+                let keep = vm.mask(cc, acc, x);
+                vm.sel(keep, acc, x)
+            }
+        };
+        self.ivars[slot] = saved;
+        let k1 = self.b.ins().iadd_imm_s(k, 1);
+        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, hi);
+        self.b.ins().brif(
+            again,
+            body,
+            &[BlockArg::Value(k1), BlockArg::Value(next)],
+            exit,
+            &[BlockArg::Value(next)],
+        );
+        self.b.switch_to_block(exit);
+        Ok(result)
     }
 
     fn vexpr(&mut self, e: &Expr, var: IVar, lanes: Lanes) -> R<Value> {
