@@ -501,7 +501,7 @@ fn pick(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
 }
 
 /// The element types gemm runs for us.
-pub(crate) trait Elem: Copy + 'static {
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
     fn from_f64(x: f64) -> Self;
@@ -536,6 +536,27 @@ fn offsets(dims: &[Dim], mut flat: usize) -> (isize, isize, isize) {
     }
     (a, b, o)
 }
+
+/// Tile edges are multiples of this (elements of m or n).
+const TILE_ALIGN: usize = 16;
+
+/// Products are cut into tiles of at least this many rows or columns ...
+const MIN_TILE: usize = 128;
+
+/// ... and into at most this many tiles.
+const MAX_TILES: usize = 8;
+
+/// The operand and output addresses of one run, shared by the threads
+/// computing its tiles.
+struct Operands<T> {
+    a: *const T,
+    b: *const T,
+    dst: *mut T,
+}
+
+// SAFETY: the threads only read `a` and `b` and write disjoint tiles of
+// `dst` (see `Contraction::run`), all within one `run` call that outlives them.
+unsafe impl<T> Sync for Operands<T> {}
 
 impl Contraction {
     /// Computes the function in f32. `inputs` are ordered like `f.args()`
@@ -613,52 +634,90 @@ impl Contraction {
             out.fill(T::ZERO);
             return;
         }
-        let parallelism = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
         let beta = T::from_f64(self.scale);
         let n_batch: usize = self.batch.iter().map(|d| d.len).product();
         let n_k: usize = self.k_outer.iter().map(|d| d.len).product();
         let (m, n, k) = (self.m, self.n, self.k);
-        // SAFETY: `detect` proved that every element the loop nest reads is
-        // inside its argument's declared shape (offsets from `base_*` stay in
-        // `0..len`), the lengths were checked above, and distinct output
-        // variables have distinct row-major strides, so every write lands in
-        // `out` and no two writes of one gemm call alias. Inputs are shared
-        // borrows and `out` is exclusive, so operands never alias the output.
-        unsafe {
-            let a = inputs[self.arg_a].as_ptr().add(self.base_a);
-            let b = inputs[self.arg_b].as_ptr().add(self.base_b);
-            let dst = out.as_mut_ptr();
-            for bi in 0..n_batch {
-                let (ba, bb, bo) = offsets(&self.batch, bi);
-                for ki in 0..n_k {
-                    let (ka, kb, _) = offsets(&self.k_outer, ki);
-                    gemm::gemm(
-                        m.len,
-                        n.len,
-                        k.len,
-                        dst.offset(bo),
-                        n.out,
-                        m.out,
-                        ki > 0,
-                        a.offset(ba + ka),
-                        k.a,
-                        m.a,
-                        b.offset(bb + kb),
-                        n.b,
-                        k.b,
-                        T::ONE,
-                        beta,
-                        false,
-                        false,
-                        false,
-                        parallelism,
-                    );
+        // The larger of m and n is cut into contiguous tiles, each computed
+        // by a single-threaded gemm call; threads share the tiles through
+        // tenjin's own pool (a dispatch costs about a microsecond; gemm's
+        // rayon parallelism cost tens of microseconds per call and scaled
+        // poorly on two cores). The tiling depends on the shape only, never
+        // on the thread count: gemm's blocking (and so the rounding of each
+        // element) depends on the sizes of a call, so results stay bitwise
+        // identical for any number of threads. Tile edges are multiples of
+        // 16 (whole micro-kernel columns).
+        let split_n = n.len >= m.len;
+        let total = if split_n { n.len } else { m.len };
+        let parts = (total / MIN_TILE).clamp(1, MAX_TILES);
+        let edge = |p: usize| ((total * p / parts).div_ceil(TILE_ALIGN) * TILE_ALIGN).min(total);
+        let ptrs = Operands {
+            a: inputs[self.arg_a].as_ptr().wrapping_add(self.base_a),
+            b: inputs[self.arg_b].as_ptr().wrapping_add(self.base_b),
+            dst: out.as_mut_ptr(),
+        };
+        let ptrs = &ptrs;
+        let tile = |p0: usize, p1: usize| {
+            for p in p0..p1 {
+                let (lo, hi) = (edge(p), edge(p + 1));
+                if lo >= hi {
+                    continue;
+                }
+                let (mut mt, mut nt) = (m, n);
+                let (mut a_off, mut b_off) = (0isize, 0isize);
+                let o_off = if split_n {
+                    nt.len = hi - lo;
+                    b_off = lo as isize * n.b;
+                    lo as isize * n.out
+                } else {
+                    mt.len = hi - lo;
+                    a_off = lo as isize * m.a;
+                    lo as isize * m.out
+                };
+                // SAFETY: `detect` proved that every element the loop nest
+                // reads is inside its argument's declared shape (offsets from
+                // `base_*` stay in `0..len`), the lengths were checked above,
+                // and distinct output variables have distinct row-major
+                // strides, so every write lands in `out` and no two writes of
+                // one gemm call alias; tiles cover disjoint output rows or
+                // columns, so concurrent calls write disjoint elements. Inputs
+                // are shared borrows and `out` is exclusive, so operands never
+                // alias the output.
+                unsafe {
+                    for bi in 0..n_batch {
+                        let (ba, bb, bo) = offsets(&self.batch, bi);
+                        for ki in 0..n_k {
+                            let (ka, kb, _) = offsets(&self.k_outer, ki);
+                            gemm::gemm(
+                                mt.len,
+                                nt.len,
+                                k.len,
+                                ptrs.dst.offset(bo + o_off),
+                                n.out,
+                                m.out,
+                                ki > 0,
+                                ptrs.a.offset(ba + ka + a_off),
+                                k.a,
+                                m.a,
+                                ptrs.b.offset(bb + kb + b_off),
+                                n.b,
+                                k.b,
+                                T::ONE,
+                                beta,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                        }
+                    }
                 }
             }
+        };
+        if parts > 1 && threads > 1 {
+            super::pool::parallel_for(parts, 1, &tile);
+        } else {
+            tile(0, parts);
         }
     }
 }
