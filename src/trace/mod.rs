@@ -1,9 +1,9 @@
 //! The tape: which operation produced which tensor, what it saved for its
 //! derivatives, and the `backward` driver.
 //!
-//! Owns trace nodes ([`Node`]: one recorded operation, owning its inputs'
+//! Owns trace nodes (`Node`: one recorded operation, owning its inputs'
 //! nodes through `Arc`, so a graph nobody holds frees itself), leaves'
-//! gradient slots ([`Leaf`]), the thread-local no-grad scope, the plan cache
+//! gradient slots (`Leaf`), the thread-local no-grad scope, the plan cache
 //! that makes the second iteration of a training loop free of symbolic work
 //! (`plan`), and backward (`backward`). It derives through
 //! [`crate::symbolic`] and runs what `jit` compiled; it must not generate
