@@ -1,6 +1,6 @@
 //! [`Conv2d`]: a 2-D convolution layer.
 
-use super::{config_error, init, Module};
+use super::{check_bias, config_error, init, Module};
 use crate::{DType, Error, Tensor};
 
 /// Stride, zero padding, dilation, groups and bias of a [`Conv2d`]
@@ -135,20 +135,7 @@ impl Conv2d {
                 ),
             ));
         }
-        if let Some(b) = &bias {
-            if b.shape() != [ws[0]] || b.dtype() != weight.dtype() {
-                return Err(config_error(
-                    "Conv2d",
-                    format!(
-                        "the bias ({:?} {:?}) must have shape [{}] and the weight's dtype {:?}",
-                        b.shape(),
-                        b.dtype(),
-                        ws[0],
-                        weight.dtype()
-                    ),
-                ));
-            }
-        }
+        check_bias("Conv2d", &weight, bias.as_ref())?;
         Ok(Conv2d {
             weight: weight.requires_grad(),
             config: Conv2dConfig {

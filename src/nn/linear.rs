@@ -1,6 +1,6 @@
 //! [`Linear`]: `y = x·Wᵀ + b`.
 
-use super::{config_error, init, Module};
+use super::{check_bias, config_error, init, Module};
 use crate::{DType, Error, Tensor};
 
 /// A fully connected layer, `y = x·Wᵀ + b` for `x` of shape `[.., in]`, as
@@ -74,20 +74,7 @@ impl Linear {
                 format!("the weight must have shape [out, in], got {ws:?}"),
             ));
         }
-        if let Some(b) = &bias {
-            if b.shape() != [ws[0]] || b.dtype() != weight.dtype() {
-                return Err(config_error(
-                    "Linear",
-                    format!(
-                        "the bias ({:?} {:?}) must have shape [{}] and the weight's dtype {:?}",
-                        b.shape(),
-                        b.dtype(),
-                        ws[0],
-                        weight.dtype()
-                    ),
-                ));
-            }
-        }
+        check_bias("Linear", &weight, bias.as_ref())?;
         Ok(Linear {
             weight: weight.requires_grad(),
             bias: bias.map(Tensor::requires_grad),

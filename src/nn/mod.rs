@@ -172,6 +172,24 @@ pub(crate) fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
 }
 
 /// An error naming the layer for a bad configuration.
+/// A layer's bias must be `[out]` (the weight's dimension 0) in the
+/// weight's dtype.
+pub(crate) fn check_bias(layer: &str, weight: &Tensor, bias: Option<&Tensor>) -> Result<(), Error> {
+    let out = weight.shape().first().copied().unwrap_or(0);
+    match bias {
+        Some(b) if b.shape() != [out] || b.dtype() != weight.dtype() => Err(config_error(
+            layer,
+            format!(
+                "the bias ({:?} {:?}) must have shape [{out}] and the weight's dtype {:?}",
+                b.shape(),
+                b.dtype(),
+                weight.dtype()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn config_error(layer: &str, message: String) -> Error {
     Error::Invalid {
         function: layer.to_string(),

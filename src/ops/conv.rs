@@ -90,17 +90,27 @@ fn spatial_out(
     Ok((padded - span) / stride + 1)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A convolution's hyperparameters, one entry per spatial dimension.
+struct ConvSpec<'a> {
+    stride: &'a [usize],
+    padding: &'a [usize],
+    dilation: &'a [usize],
+    groups: usize,
+}
+
 fn geometry(
     op: &str,
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
-    stride: &[usize],
-    padding: &[usize],
-    dilation: &[usize],
-    groups: usize,
+    spec: &ConvSpec,
 ) -> Result<ConvGeometry, Error> {
+    let ConvSpec {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = *spec;
     let s = stride.len();
     let (xs, ws) = (x.shape(), w.shape());
     let what = format!("input {xs:?} and weight {ws:?}");
@@ -217,18 +227,14 @@ fn geometry(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn conv_nd(
     op: &str,
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
-    stride: &[usize],
-    padding: &[usize],
-    dilation: &[usize],
-    groups: usize,
+    spec: &ConvSpec,
 ) -> Result<Tensor, Error> {
-    let g = geometry(op, x, w, b, stride, padding, dilation, groups)?;
+    let g = geometry(op, x, w, b, spec)?;
     let s = g.out.len();
     let final_shape: Vec<usize> = [&[g.n, g.o][..], &g.out].concat();
     if final_shape.contains(&0) {
@@ -401,16 +407,13 @@ impl Tensor {
         dilation: usize,
         groups: usize,
     ) -> Result<Tensor, Error> {
-        conv_nd(
-            "conv1d",
-            self,
-            w,
-            b,
-            &[stride],
-            &[padding],
-            &[dilation],
+        let spec = ConvSpec {
+            stride: &[stride],
+            padding: &[padding],
+            dilation: &[dilation],
             groups,
-        )
+        };
+        conv_nd("conv1d", self, w, b, &spec)
     }
 
     /// 2-D convolution (as `torch.nn.functional.conv2d`) of `self`
@@ -436,7 +439,13 @@ impl Tensor {
         dilation: [usize; 2],
         groups: usize,
     ) -> Result<Tensor, Error> {
-        conv_nd("conv2d", self, w, b, &stride, &padding, &dilation, groups)
+        let spec = ConvSpec {
+            stride: &stride,
+            padding: &padding,
+            dilation: &dilation,
+            groups,
+        };
+        conv_nd("conv2d", self, w, b, &spec)
     }
 
     /// Average pooling over the last dimension (`[.., L]`, e.g. `[N, C, L]`)
