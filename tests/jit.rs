@@ -481,6 +481,34 @@ fn only_contiguous_f32_loops_are_vectorised() {
     }
 }
 
+/// A guard on an outer index (concatenation along rows, a stacked
+/// update's row selector) is a branch all lanes take alike: the inner loop
+/// still runs as vector code, loads under the guard included.
+#[test]
+fn guards_on_outer_indices_keep_the_inner_loop_vectorised() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    for (src, args, sizes) in [
+        (
+            "f[i; j] = if {i - 2 >= 0} then (x[i - 2; j] * 2) else (y[i; j])",
+            vec![("x", [3usize, 21]), ("y", [2, 21])],
+            vec![("i", 5usize)],
+        ),
+        (
+            "f[r; j] = if {r = 0} then (s[0; j] - s[1; j] * g[0; j]) else (s[1; j] * 0.9 + g[0; j])",
+            vec![("s", [2, 37]), ("g", [1, 37])],
+            vec![("r", 2)],
+        ),
+    ] {
+        let args: Vec<(&str, &[usize])> = args.iter().map(|(n, s)| (*n, &s[..])).collect();
+        let f = IndexFn::parse_with_sizes(src, &args, &sizes).unwrap();
+        let k = jit::compile(&f, DType::F32).unwrap();
+        assert!(k.is_vectorized(), "{src}: {k}");
+        let mut rng = StdRng::seed_from_u64(3);
+        check(&f, &random_inputs(&f, &mut rng, false));
+    }
+}
+
 /// Reductions inside a contiguous output loop whose own loads are strided
 /// (column sums `Σ_i x[i; j]`, a bias gradient; max/min over a column; a
 /// small matmul) run with one accumulator per lane in index order: the

@@ -9,12 +9,14 @@
 //!
 //! A loop qualifies when it is an output loop (`Stmt::For`) with no loop
 //! inside, every load and store in it is contiguous (coefficient 1 of the
-//! loop variable) or invariant (coefficient 0, a broadcast), every index
-//! value and index guard is invariant, and the loads inside its guards are
-//! provably in bounds on every lane (same offset as a store, from an
-//! argument at least as long as the output): both branches then run on
-//! every lane and a `bitselect` picks the result, so nothing is read out of
-//! bounds.
+//! loop variable) or invariant (coefficient 0, a broadcast), and every
+//! index value and index guard is invariant. An index guard is then a real
+//! branch that all lanes take alike (`cat` along an outer dimension, the
+//! rows of an optimizer's stacked update), so loads may sit under it. Both
+//! branches of a value guard run on every lane and a `bitselect` picks the
+//! result, so loads under a value guard must be provably in bounds on every
+//! lane (same offset as a store, from an argument at least as long as the
+//! output).
 //!
 //! The loop runs as three strips over `[lo, hi]`: 16 elements per iteration
 //! (four f32x4 copies of the body), then 4, then 1. The one-element strip
@@ -79,19 +81,13 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
     let cx = Check {
         var: l.var,
         speculable: &speculable,
-        branching: false,
     };
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
-#[derive(Clone, Copy)]
 struct Check<'a> {
     var: IVar,
     speculable: &'a dyn Fn(usize, &Lin) -> bool,
-    /// Index guards become branches that all lanes take alike (inside a
-    /// per-lane reduction, see `Emitter::lane_reduction`), so loads under
-    /// them need no speculation.
-    branching: bool,
 }
 
 impl Check<'_> {
@@ -112,11 +108,11 @@ impl Check<'_> {
                 otherwise,
                 ..
             } => {
+                // An index guard (invariant) is a branch all lanes take
+                // alike; both sides of a value guard run on every lane.
                 let (cond_ok, inner_top) = match cond {
                     Cond::Value(..) => (true, false),
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => {
-                        (coef(l, v) == 0, top && self.branching)
-                    }
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => (coef(l, v) == 0, top),
                 };
                 cond_ok
                     && then.iter().all(|s| self.stmt_ok(s, inner_top))
@@ -132,13 +128,7 @@ impl Check<'_> {
                 matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
                     && !reduction_vectorizable(*op, body)
                     && body.lower.iter().chain(&body.upper).all(invariant)
-                    && body.body.iter().all(|s| {
-                        let inner = Check {
-                            branching: true,
-                            ..*self
-                        };
-                        inner.stmt_ok(s, top)
-                    })
+                    && body.body.iter().all(|s| self.stmt_ok(s, top))
             }
             Stmt::For(_) => false,
         }
@@ -299,9 +289,13 @@ impl<'f> Emitter<'f> {
         }
         let (lo, hi) = self.range(l)?;
         let saved = self.ivars[slot];
+        // Index guards are invariant in the loop (see `vectorizable`): real
+        // branches.
+        let branch = std::mem::replace(&mut self.vbranch, true);
         let k = self.strip(l, lo, hi, 4, Lanes::Four)?;
         let k = self.strip(l, k, hi, 1, Lanes::Four)?;
         self.strip(l, k, hi, 1, Lanes::One)?;
+        self.vbranch = branch;
         self.ivars[slot] = saved;
         self.vectorized = true;
         Ok(())
