@@ -21,6 +21,46 @@ pub(crate) fn run_new(
     Ok(out)
 }
 
+/// As [`run_new`], each input read as its first `n` elements where `n`
+/// may exceed the storage's length up to its capacity (a parameter read
+/// together with the optimizer state stored after it).
+pub(crate) fn run_new_extended(
+    kernel: &CompiledKernel,
+    inputs: &[(&Arc<Storage>, usize)],
+) -> Result<Arc<Storage>, Error> {
+    fn go<T: Float>(
+        k: &CompiledKernel,
+        inputs: &[(&Arc<Storage>, usize)],
+        out: &Storage,
+    ) -> Result<(), Error> {
+        let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
+        let mut slices: Vec<&[T]> = Vec::with_capacity(inputs.len());
+        for (g, (s, n)) in guards.iter().zip(inputs) {
+            let all = g.as_slice::<T>();
+            let data = all.get(..*n).ok_or_else(|| Error::Shape {
+                op: k.name().to_string(),
+                message: format!(
+                    "{n} elements read from a block of {} ({:?})",
+                    all.len(),
+                    s.dtype()
+                ),
+            })?;
+            slices.push(data);
+        }
+        let mut o = out.write();
+        let n = out.len();
+        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])
+    }
+    let storages: Vec<&Arc<Storage>> = inputs.iter().map(|(s, _)| *s).collect();
+    check_dtypes(kernel, &storages)?;
+    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
+    match kernel.dtype() {
+        DType::F32 => go::<f32>(kernel, inputs, &out)?,
+        DType::F64 => go::<f64>(kernel, inputs, &out)?,
+    }
+    Ok(out)
+}
+
 /// Runs `kernel` on `inputs` into `out` (which must not be among them).
 pub(crate) fn run_into(
     kernel: &CompiledKernel,

@@ -475,46 +475,94 @@ fn adam_steady_state_is_free() {
 }
 
 /// The optimizer's own work per step: with the gradients in place, a step
-/// compiles nothing, derives nothing and allocates nothing, from the first.
+/// compiles nothing, derives nothing and makes no system allocation, from
+/// the first; plain SGD allocates nothing at all (in place), a stateful
+/// optimizer takes one block per parameter from the pool (its one kernel
+/// writes the parameter and its state into a fresh block).
 #[test]
-fn step_alone_allocates_no_buffer() {
+fn step_alone_compiles_nothing_and_allocates_from_the_pool_only() {
     let _g = serial();
     tenjin::alloc::set_mode(tenjin::alloc::AllocMode::RuntimeEfficient);
-    let w = Tensor::randn(&[64, 64], DType::F32, 1)
-        .unwrap()
-        .requires_grad();
-    let b = Tensor::randn(&[64], DType::F32, 2).unwrap().requires_grad();
-    w.sum()
-        .unwrap()
-        .add(&b.sum().unwrap())
-        .unwrap()
-        .backward()
-        .unwrap();
-    let mut opts: Vec<Box<dyn Optimizer>> = vec![
-        Box::new(
-            SGD::new(
-                vec![w.clone(), b.clone()],
-                SgdConfig {
-                    lr: 0.1,
-                    momentum: 0.5,
-                    ..Default::default()
-                },
-            )
-            .unwrap(),
+    let params = |seed: u64| {
+        let w = Tensor::randn(&[64, 64], DType::F32, seed)
+            .unwrap()
+            .requires_grad();
+        let b = Tensor::randn(&[64], DType::F32, seed + 1)
+            .unwrap()
+            .requires_grad();
+        w.sum()
+            .unwrap()
+            .add(&b.sum().unwrap())
+            .unwrap()
+            .backward()
+            .unwrap();
+        vec![w, b]
+    };
+    let momentum = SgdConfig {
+        lr: 0.1,
+        momentum: 0.5,
+        ..Default::default()
+    };
+    let mut opts: Vec<(Box<dyn Optimizer>, u64)> = vec![
+        (
+            Box::new(
+                SGD::new(
+                    params(1),
+                    SgdConfig {
+                        lr: 0.1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            ),
+            0,
         ),
-        Box::new(Adam::new(vec![w.clone(), b.clone()], AdamConfig::default()).unwrap()),
+        (Box::new(SGD::new(params(3), momentum).unwrap()), 2),
+        (
+            Box::new(Adam::new(params(5), AdamConfig::default()).unwrap()),
+            2,
+        ),
     ];
-    // State and kernels were made by the constructors: from the first step.
-    for opt in &mut opts {
-        for _ in 0..3 {
+    for (opt, blocks) in &mut opts {
+        for step in 0..3 {
             let (s, a) = (tenjin::stats(), tenjin::alloc::stats());
             opt.step().unwrap();
             let (s2, a2) = (tenjin::stats(), tenjin::alloc::stats());
             assert_eq!(s, s2);
-            assert_eq!(a.allocations, a2.allocations);
-            assert_eq!(a.pool_hits + a.pool_misses, a2.pool_hits + a2.pool_misses);
+            let taken = a2.pool_hits + a2.pool_misses - a.pool_hits - a.pool_misses;
+            assert_eq!(taken, *blocks, "step {step}");
+            if step > 0 {
+                assert_eq!(
+                    a.allocations, a2.allocations,
+                    "step {step}: a system allocation"
+                );
+            }
         }
     }
+}
+
+/// A stateful optimizer keeps its state in the parameter's block: a second
+/// one created for the same parameter takes the block over, and the first
+/// then refuses to step (an error, not a silent mix of states).
+#[test]
+fn a_second_stateful_optimizer_takes_the_parameter_over() {
+    let _g = serial();
+    let w = Tensor::from_vec_f64(vec![1.0, 2.0], &[2])
+        .unwrap()
+        .requires_grad();
+    let momentum = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let mut first = SGD::new(vec![w.clone()], momentum).unwrap();
+    let mut second = Adam::new(vec![w.clone()], AdamConfig::default()).unwrap();
+    w.sum().unwrap().backward().unwrap();
+    let e = first.step().unwrap_err();
+    assert!(e.to_string().contains("another optimizer"), "{e}");
+    assert_eq!(w.to_vec_f64().unwrap(), vec![1.0, 2.0]); // untouched
+    second.step().unwrap();
+    assert!(w.to_vec_f64().unwrap()[0] < 1.0);
 }
 
 // ---------------------------------------------------------------------------

@@ -2,10 +2,9 @@
 //! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
 //! `torch.optim.AdamW` (without `amsgrad`).
 
-use super::{check_non_negative, invalid, Optimizer, Param, Scalars, Update};
-use crate::tensor::{Storage, Tensor};
+use super::{check_non_negative, invalid, Optimizer, Param, Scalars, StackedUpdate};
+use crate::tensor::Tensor;
 use crate::Error;
-use std::sync::Arc;
 
 /// Hyperparameters of [`Adam`] and [`AdamW`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,10 +52,10 @@ impl AdamConfig {
 /// p ← p − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + eps)
 /// ```
 ///
-/// `m` and `v` live in one `[2, n]` state buffer per parameter. Per
-/// parameter and step: one fused kernel in place over the state, then one in
-/// place over `p`. The bias corrections change every step; they are scalar
-/// tensor arguments, so nothing is recompiled.
+/// `m` and `v` live in the parameter's block, after its elements. Per
+/// parameter and step: one fused kernel computing the rows `[p; m; v]`
+/// (see the module documentation). The bias corrections change every step;
+/// they are scalar tensor arguments, so nothing is recompiled.
 ///
 /// ```
 /// use tenjin::optim::{Adam, AdamConfig, Optimizer};
@@ -85,8 +84,8 @@ pub struct Adam {
 /// p ← p − (lr / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + eps)
 /// ```
 ///
-/// The decay is fused into the parameter's kernel: two kernels per
-/// parameter and step, as [`Adam`].
+/// The decay is fused into the update: one kernel per parameter and step,
+/// as [`Adam`].
 ///
 /// ```
 /// use tenjin::optim::{AdamConfig, AdamW, Optimizer};
@@ -112,22 +111,21 @@ struct AdamCore {
     scalars: Scalars,
 }
 
-/// Per parameter: `m` and `v` stacked, the compiled updates, the step count.
+/// Per parameter: the one compiled update of the rows `[p; m; v]` of the
+/// parameter's block, and the step count.
 struct State {
-    moments: Arc<Storage>,
-    moments_update: Update,
-    param_update: Update,
+    update: StackedUpdate,
     steps: u64,
 }
 
-/// Hyperparameter tensors. `beta`, `lin`, `quad` (shape `[2]`, one entry
-/// per state row) are `[β₁, β₂]`, `[1 − β₁, 0]`, `[0, 1 − β₂]`; `wd` is
-/// `1 − lr·weight_decay` for AdamW; `step` is `lr / (1 − β₁ᵗ)`; `bc2` is
-/// `√(1 − β₂ᵗ)`.
+/// Hyperparameter tensors (shape `[]`): `b1`, `b2` and `omb1 = 1 − β₁`,
+/// `omb2 = 1 − β₂`; `wd` is the L2 factor for Adam and `1 − lr·weight_decay`
+/// for AdamW; `step` is `lr / (1 − β₁ᵗ)`; `bc2` is `√(1 − β₂ᵗ)`.
 const SCALARS: &[(&str, usize)] = &[
-    ("beta", 2),
-    ("lin", 2),
-    ("quad", 2),
+    ("b1", 1),
+    ("omb1", 1),
+    ("b2", 1),
+    ("omb2", 1),
     ("wd", 1),
     ("step", 1),
     ("bc2", 1),
@@ -163,53 +161,48 @@ impl AdamCore {
 
     fn build_state(&self, param: &Param) -> Result<State, Error> {
         let n = param.numel();
-        let dtype = param.dtype();
-        let v1: &[usize] = &[n];
         let s0: &[usize] = &[];
-        let stacked: &[usize] = &[2, n];
+        let v1: &[usize] = &[n];
+        let stacked: &[usize] = &[3, n];
         let l2 = !self.decoupled && self.config.weight_decay != 0.0;
-        let (d, extra) = if l2 {
-            ("(g[i] + wd[] * p[i])", vec![("p", v1), ("wd", s0)])
+        let decoupled = self.decoupled && self.config.weight_decay != 0.0;
+        // Rows [p; m; v] of the parameter's block, each reading column i:
+        // m ← β₁·m + (1 − β₁)·d, v ← β₂·v + (1 − β₂)·d², and
+        // p ← p − step·m / (√v / bc2 + eps) with the new m and v (AdamW
+        // first scales p by 1 − lr·weight_decay).
+        let d = if l2 {
+            "(g[i] + wd[] * s[0; i])"
         } else {
-            ("g[i]", vec![])
+            "g[i]"
         };
-        // Row 0 is m ← β₁·m + (1 − β₁)·d, row 1 is v ← β₂·v + (1 − β₂)·d²,
-        // as one expression with per-row coefficients (no branch: the
-        // inner loop is contiguous and runs as vector code); each row
-        // reads only its own element of `s`.
-        let src = format!("moments[j; i] = beta[j] * s[j; i] + {d} * (lin[j] + quad[j] * {d})");
-        let r2: &[usize] = &[2];
+        let m = format!("(b1[] * s[1; i] + omb1[] * {d})");
+        let v = format!("(b2[] * s[2; i] + omb2[] * {d} * {d})");
+        let p0 = if decoupled {
+            "s[0; i] * wd[]"
+        } else {
+            "s[0; i]"
+        };
+        let p = format!("{p0} - step[] * {m} / (sqrt ({v}) / bc2[] + eps[])");
+        let name = self.name.to_lowercase();
+        let src = format!(
+            "{name}[r; i] = if {{r = 0}} then ({p}) else (if {{r = 1}} then ({m}) else ({v}))"
+        );
         let mut args = vec![
             ("s", stacked),
             ("g", v1),
-            ("beta", r2),
-            ("lin", r2),
-            ("quad", r2),
-        ];
-        args.extend(extra);
-        let moments_update = Update::new(&src, &args, "s", dtype)?;
-        let step = "step[] * s[0; i] / (sqrt(s[1; i]) / bc2[] + eps[])";
-        let decoupled = self.decoupled && self.config.weight_decay != 0.0;
-        let src = if decoupled {
-            format!("adamw[i] = p[i] * wd[] - {step}")
-        } else {
-            format!("adam[i] = p[i] - {step}")
-        };
-        let mut args = vec![
-            ("p", v1),
-            ("s", stacked),
+            ("b1", s0),
+            ("omb1", s0),
+            ("b2", s0),
+            ("omb2", s0),
             ("step", s0),
             ("bc2", s0),
             ("eps", s0),
         ];
-        if decoupled {
+        if l2 || decoupled {
             args.push(("wd", s0));
         }
-        let param_update = Update::new(&src, &args, "p", dtype)?;
         Ok(State {
-            moments: Storage::zeros(dtype, 2 * n)?,
-            moments_update,
-            param_update,
+            update: StackedUpdate::new(&src, &args, 3, param)?,
             steps: 0,
         })
     }
@@ -234,28 +227,14 @@ impl AdamCore {
             } else {
                 c.weight_decay
             };
-            let values = [
-                b1,
-                b2,
-                1.0 - b1,
-                0.0,
-                0.0,
-                1.0 - b2,
-                wd,
-                c.lr / bc1,
-                bc2,
-                c.eps,
-            ];
+            let values = [b1, 1.0 - b1, b2, 1.0 - b2, wd, c.lr / bc1, bc2, c.eps];
             self.scalars.set(param.dtype(), &values)?;
-            let (p, dtype, scalars) = (param.storage(), param.dtype(), &self.scalars);
+            let (dtype, scalars) = (param.dtype(), &self.scalars);
             let arg = |name: &str| match name {
-                "p" => Some(p),
                 "g" => Some(&g),
-                "s" => Some(&state.moments),
                 _ => scalars.get(dtype, name),
             };
-            state.moments_update.run(arg)?;
-            state.param_update.run(arg)?;
+            state.update.run(param, arg)?;
         }
         Ok(())
     }

@@ -2,24 +2,28 @@
 //! [`Adam`] and [`AdamW`], with PyTorch's update formulas.
 //!
 //! Every update is an index function like any op's, compiled once per
-//! parameter size and run **in place**: the parameter's storage keeps its
-//! identity (tensors sharing it see the new values; its version is bumped,
-//! so a graph that saved the old values refuses a second backward).
-//! Hyperparameters that vary (the learning rate, Adam's bias corrections)
-//! are scalar tensors (`lr[]`) the optimizer owns and overwrites each step,
-//! never text baked into the source. Optimizer state (velocities, moments)
-//! and the update kernels are created by the constructor, so `step` parses,
-//! derives and compiles nothing and allocates no buffer, from the first
-//! step on (the forward and backward passes around it allocate from the
-//! caching pool: no system allocation after their first iteration).
+//! parameter size: **one fused kernel per parameter and step**. The
+//! parameter's storage keeps its identity (tensors sharing it see the new
+//! values; its version is bumped, so a graph that saved the old values
+//! refuses a second backward). Hyperparameters that vary (the learning
+//! rate, Adam's bias corrections) are scalar tensors (`lr[]`) the optimizer
+//! owns and overwrites each step, never text baked into the source.
+//! Optimizer state and the kernels are created by the constructor, so
+//! `step` parses, derives and compiles nothing.
 //!
-//! Kernels per parameter per step (each one fused element-wise pass):
+//! | optimizer | the one kernel per parameter |
+//! | --- | --- |
+//! | `SGD`, no momentum | `p ← p − lr·d`, written in place over `p` |
+//! | `SGD` with momentum (also Nesterov) | rows `[p; v]` of the parameter's block → a fresh block that replaces it |
+//! | `Adam`, `AdamW` | rows `[p; m; v]` of the parameter's block → a fresh block that replaces it |
 //!
-//! | optimizer | kernels | written in place |
-//! | --- | --- | --- |
-//! | `SGD`, no momentum | 1 | parameter |
-//! | `SGD` with momentum (also Nesterov) | 2 | velocity, then parameter |
-//! | `Adam`, `AdamW` | 2 | the stacked `[2, n]` state (`m`, `v`), then parameter |
+//! With state, the state lives in the parameter's own block, after its `n`
+//! elements (the tensor sees only those): the kernel reads the stacked
+//! block and writes all rows of the new one, each row reading only column
+//! `i` of the old block, so no element is read after it was overwritten and
+//! the rows can run on any thread. The old block returns to the allocator
+//! (a cached block in runtime-efficient mode: no system allocation after
+//! the first step).
 //!
 //! ```
 //! use tenjin::optim::{Optimizer, SgdConfig, SGD};
@@ -237,6 +241,87 @@ impl Scalars {
         };
         let k = self.layout.iter().position(|(n, _)| *n == name)?;
         slots.get(k)
+    }
+}
+
+/// One compiled update of a parameter together with its optimizer state:
+/// the parameter's block holds `rows` rows of `n` elements (the parameter,
+/// then the state); the kernel computes all of them from the argument `s`
+/// (the stacked block) into a fresh block that replaces the old one.
+pub(crate) struct StackedUpdate {
+    kernel: Arc<CompiledKernel>,
+    rows: usize,
+    /// This update's mark on the parameter's storage: another optimizer
+    /// that moves the parameter into a block of its own replaces it, and
+    /// this update then refuses to run rather than read foreign state.
+    token: u64,
+}
+
+static NEXT_TOKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl StackedUpdate {
+    /// Compiles `src` (output `[rows, n]` with the row index `r`, the
+    /// stacked block as `s[r; i]`) for `param`, and moves `param` into a
+    /// block with `rows` rows: its values in row 0, zero state after them.
+    pub(crate) fn new(
+        src: &str,
+        args: &[(&str, &[usize])],
+        rows: usize,
+        param: &Param,
+    ) -> Result<StackedUpdate, Error> {
+        let f = IndexFn::parse_with_sizes(src, args, &[("r", rows)])?;
+        let kernel = jit::compile(&f, param.dtype())?;
+        let stacked = Storage::zeros(param.dtype(), rows * param.numel())?;
+        stacked.copy_from(param.storage()); // row 0
+        let block = stacked
+            .into_buffer()
+            .ok_or_else(|| invalid("optimizer", "a fresh block is shared".into()))?;
+        let token = NEXT_TOKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        drop(param.storage().replace_buffer(block, token)?);
+        Ok(StackedUpdate {
+            kernel,
+            rows,
+            token,
+        })
+    }
+
+    /// Runs the update for `param`, `arg` giving the other arguments'
+    /// storages by name.
+    pub(crate) fn run<'a>(
+        &self,
+        param: &'a Param,
+        arg: impl Fn(&str) -> Option<&'a Arc<Storage>>,
+    ) -> Result<(), Error> {
+        let stacked = self.rows * param.numel();
+        if param.storage().owner() != self.token || param.storage().capacity() < stacked {
+            return Err(invalid(
+                self.kernel.name(),
+                format!(
+                    "the parameter of shape {:?} no longer holds this optimizer's state: another optimizer created for the same parameter took it over (use one stateful optimizer per parameter)",
+                    param.tensor.shape()
+                ),
+            ));
+        }
+        let inputs = self
+            .kernel
+            .args()
+            .iter()
+            .map(|a| match a.name.as_str() {
+                "s" => Ok((param.storage(), stacked)),
+                name => arg(name).map(|s| (s, s.len())).ok_or_else(|| {
+                    invalid(
+                        self.kernel.name(),
+                        format!("no storage for argument `{name}`"),
+                    )
+                }),
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let out = exec::run_new_extended(&self.kernel, &inputs)?;
+        let block = out
+            .into_buffer()
+            .ok_or_else(|| invalid(self.kernel.name(), "a fresh block is shared".into()))?;
+        drop(param.storage().replace_buffer(block, self.token)?);
+        Ok(())
     }
 }
 

@@ -1,10 +1,9 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov momentum
 //! and L2 weight decay, as `torch.optim.SGD`.
 
-use super::{check_non_negative, invalid, Optimizer, Param, Scalars, Update};
-use crate::tensor::{Storage, Tensor};
+use super::{check_non_negative, invalid, Optimizer, Param, Scalars, StackedUpdate, Update};
+use crate::tensor::Tensor;
 use crate::Error;
-use std::sync::Arc;
 
 /// Hyperparameters of [`SGD`] (PyTorch's defaults).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,9 +42,9 @@ impl Default for SgdConfig {
 ///                    p ← p − lr·v                   (or, Nesterov: p − lr·(d + momentum·v))
 /// ```
 ///
-/// Per parameter and step: one fused kernel in place over `p` without
-/// momentum; with momentum, one in place over the velocity, then one in
-/// place over `p`.
+/// Per parameter and step: one fused kernel, in place over `p` without
+/// momentum; with momentum, over the rows `[p; v]` of the parameter's
+/// block (see the module documentation).
 ///
 /// ```
 /// use tenjin::optim::{Optimizer, SgdConfig, SGD};
@@ -72,13 +71,18 @@ pub struct SGD {
     scalars: Scalars,
 }
 
-/// Per parameter: the velocity (with momentum), the compiled updates and
-/// whether the velocity was initialised.
+/// Per parameter: its one compiled update and whether the velocity (kept
+/// in the parameter's block, see the module documentation) was initialised.
 struct State {
-    velocity: Option<Arc<Storage>>,
-    velocity_update: Option<Update>,
-    param_update: Update,
+    update: Kernel,
     started: bool,
+}
+
+enum Kernel {
+    /// No momentum: in place over the parameter.
+    InPlace(Update),
+    /// Momentum: rows `[p; v]`.
+    Stacked(StackedUpdate),
 }
 
 /// Scalar arguments (all of shape `[]`).
@@ -130,33 +134,31 @@ impl SGD {
             let mut args = vec![("p", v1), ("lr", s0)];
             args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
             return Ok(State {
-                velocity: None,
-                velocity_update: None,
-                param_update: Update::new(&src, &args, "p", dtype)?,
+                update: Kernel::InPlace(Update::new(&src, &args, "p", dtype)?),
                 started: false,
             });
         }
-        // v ← a·v + c·d, with (a, c) = (0, 1) on the first step and
-        // (momentum, 1 − dampening) afterwards.
-        let src = format!("velocity[i] = a[] * v[i] + c[] * {d}");
-        let mut args = vec![("v", v1), ("a", s0), ("c", s0)];
-        args.extend(d_args.iter());
-        let velocity_update = Update::new(&src, &args, "v", dtype)?;
-        let (src, args) = if c.nesterov {
-            d_args.retain(|(n, _)| *n != "p");
-            let mut args = vec![("p", v1), ("v", v1), ("lr", s0), ("mu", s0)];
-            args.extend(d_args);
-            (format!("sgd[i] = p[i] - lr[] * ({d} + mu[] * v[i])"), args)
+        // Rows [p; v] of the parameter's block: v ← a·v + c·d, with
+        // (a, c) = (0, 1) on the first step and (momentum, 1 − dampening)
+        // afterwards; p ← p − lr·v (Nesterov: p − lr·(d + momentum·v)),
+        // with the new v.
+        let d = d.replace("p[i]", "s[0; i]");
+        let v = format!("(a[] * s[1; i] + c[] * {d})");
+        let p = if c.nesterov {
+            format!("s[0; i] - lr[] * ({d} + mu[] * {v})")
         } else {
-            (
-                "sgd[i] = p[i] - lr[] * v[i]".to_string(),
-                vec![("p", v1), ("v", v1), ("lr", s0)],
-            )
+            format!("s[0; i] - lr[] * {v}")
         };
+        let src = format!("sgd[r; i] = if {{r = 0}} then ({p}) else ({v})");
+        let stacked: &[usize] = &[2, n];
+        d_args.retain(|(n, _)| *n != "p");
+        let mut args = vec![("s", stacked), ("a", s0), ("c", s0), ("lr", s0)];
+        if c.nesterov {
+            args.push(("mu", s0));
+        }
+        args.extend(d_args);
         Ok(State {
-            velocity: Some(Storage::zeros(dtype, n)?),
-            velocity_update: Some(velocity_update),
-            param_update: Update::new(&src, &args, "p", dtype)?,
+            update: Kernel::Stacked(StackedUpdate::new(&src, &args, 2, param)?),
             started: false,
         })
     }
@@ -206,13 +208,12 @@ impl Optimizer for SGD {
             let arg = |name: &str| match name {
                 "p" => Some(p),
                 "g" => Some(&g),
-                "v" => state.velocity.as_ref(),
                 _ => scalars.get(dtype, name),
             };
-            if let Some(u) = &state.velocity_update {
-                u.run(arg)?;
+            match &state.update {
+                Kernel::InPlace(u) => u.run(arg)?,
+                Kernel::Stacked(u) => u.run(param, arg)?,
             }
-            state.param_update.run(arg)?;
             state.started = true;
         }
         Ok(())

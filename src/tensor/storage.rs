@@ -49,6 +49,9 @@ pub(crate) struct Storage {
     len: usize,
     dtype: DType,
     version: AtomicU64,
+    /// Who laid out the block beyond `len` (an optimizer's state), `0` for
+    /// nobody; see [`Storage::replace_buffer`].
+    owner: AtomicU64,
 }
 
 impl Storage {
@@ -82,6 +85,7 @@ impl Storage {
             len,
             dtype,
             version: AtomicU64::new(0),
+            owner: AtomicU64::new(0),
         }))
     }
 
@@ -103,6 +107,45 @@ impl Storage {
     /// Bytes of the underlying block (what the allocator counts).
     pub(crate) fn block_bytes(&self) -> usize {
         self.read().block_bytes()
+    }
+
+    /// Elements the underlying block can hold (at least `len`): an
+    /// optimizer keeps a parameter's state in the same block, after its
+    /// `len` elements (see `optim`).
+    pub(crate) fn capacity(&self) -> usize {
+        self.read().len_bytes() / dtype_size(self.dtype)
+    }
+
+    /// The token of whoever last put a block here with
+    /// [`Storage::replace_buffer`] (`0`: nobody).
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner.load(Relaxed)
+    }
+
+    /// Puts `new` in place of the block (a parameter update computed into a
+    /// fresh buffer), records `owner` as the layout's owner and returns the
+    /// old block; counts as a write. `new` must hold at least `len`
+    /// elements.
+    pub(crate) fn replace_buffer(&self, new: Buffer, owner: u64) -> Result<Buffer, Error> {
+        if new.len_bytes() < self.len * dtype_size(self.dtype) {
+            return Err(Error::Shape {
+                op: "replace_buffer".into(),
+                message: format!(
+                    "a block of {} bytes cannot hold {} {:?} elements",
+                    new.len_bytes(),
+                    self.len,
+                    self.dtype
+                ),
+            });
+        }
+        let mut block = self.write();
+        self.owner.store(owner, Relaxed);
+        Ok(std::mem::replace(&mut *block, new))
+    }
+
+    /// The block of a storage nobody else holds.
+    pub(crate) fn into_buffer(self: Arc<Storage>) -> Option<Buffer> {
+        Arc::into_inner(self).map(|s| s.buf.into_inner().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Bumped by every [`Storage::write`].
