@@ -105,6 +105,21 @@ def mlp(B, first_only=False):
     report("torch", "mlp_step", f"batch={B}", median_ms(41, step))
 
 
+def conv1d():
+    """conv1d value and gradients (as ../shared/bench/workloads.py's conv)."""
+    import torch.nn.functional as F
+    B, C, O, T, K = 32, 64, 64, 1024, 5
+    x = torch.from_numpy(rng.standard_normal((B, C, T)).astype(np.float32)).requires_grad_(True)
+    w = torch.from_numpy((rng.standard_normal((O, C, K)) * 0.05).astype(np.float32)).requires_grad_(True)
+    G = torch.from_numpy(rng.standard_normal((B, O, T - K + 1)).astype(np.float32))
+
+    def vg():
+        v = (F.conv1d(x, w) * G).sum()
+        return v, torch.autograd.grad(v, (x, w))
+    report("torch", "conv1d_value_grad", f"B={B},C=O={C},T={T},K={K}", median_ms(11, vg))
+
+
+conv1d()
 mlp(64)
 mlp(256)
 chain(1 << 24)

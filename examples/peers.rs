@@ -184,7 +184,40 @@ fn mlp(batch: usize) -> Result<(), tenjin::Error> {
     Ok(())
 }
 
+/// conv1d B=32, C=O=64, T=1024, K=5: value and gradients with respect to
+/// the input and the weight of `Σ conv1d(x, w) · G` (as
+/// `../shared/bench/workloads.py`'s `conv`).
+fn conv1d() -> Result<(), tenjin::Error> {
+    use tenjin::Tensor;
+    let (b, c, o, t, k) = (32, 64, 64, 1024, 5);
+    let x = Tensor::from_vec(data(b * c * t, 5, 1.0), &[b, c, t])?.requires_grad();
+    let w = Tensor::from_vec(data(o * c * k, 6, 0.05), &[o, c, k])?.requires_grad();
+    let g = Tensor::from_vec(data(b * o * (t - k + 1), 7, 1.0), &[b, o, t - k + 1])?;
+    let mut failed = None;
+    let ms = median_ms(11, || {
+        let step = || -> Result<(), tenjin::Error> {
+            x.zero_grad();
+            w.zero_grad();
+            let v = x.conv1d(&w, None, 1, 0, 1, 1)?.mul(&g)?.sum()?;
+            v.backward()
+        };
+        if let Err(e) = step() {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    report(
+        "conv1d_value_grad",
+        &format!("B={b},C=O={c},T={t},K={k}"),
+        ms,
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), tenjin::Error> {
+    conv1d()?;
     mlp(64)?;
     mlp(256)?;
     chain(1 << 24)?;

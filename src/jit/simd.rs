@@ -80,6 +80,7 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
     };
     let cx = Check {
         var: l.var,
+        out_trips: l.max_trips,
         speculable: &speculable,
     };
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
@@ -87,6 +88,8 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
 
 struct Check<'a> {
     var: IVar,
+    /// Trip count bound of the output loop.
+    out_trips: u64,
     speculable: &'a dyn Fn(usize, &Lin) -> bool,
 }
 
@@ -118,15 +121,17 @@ impl Check<'_> {
                     && then.iter().all(|s| self.stmt_ok(s, inner_top))
                     && otherwise.iter().all(|s| self.stmt_ok(s, inner_top))
             }
-            // A strided reduction (a column sum `Σ_i x[i; j]` in a loop over
-            // `j`) runs once per lane with a vector accumulator, in index
-            // order: its trip range must be the same on every lane. A
-            // reduction that is contiguous in its own variable keeps the
-            // scalar loop with a vectorised sum (`vector_sum`).
+            // A reduction inside the loop runs once per lane with a vector
+            // accumulator, in index order (a column sum `Σ_i x[i; j]` in a
+            // loop over `j`; the channel and tap sums of a convolution in a
+            // loop over time): its trip range must be the same on every
+            // lane. A reduction contiguous in its own variable and longer
+            // than this loop keeps the scalar loop with a vectorised sum
+            // (`vector_sum`): the longer loop gets the vectors.
             Stmt::Reduce { op, body, .. } => {
                 let invariant = |b: &crate::kernel::Bound| coef(&b.num, v) == 0;
                 matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
-                    && !reduction_vectorizable(*op, body)
+                    && (!reduction_vectorizable(*op, body) || body.max_trips < self.out_trips)
                     && body.lower.iter().chain(&body.upper).all(invariant)
                     && body.body.iter().all(|s| self.stmt_ok(s, top))
             }
