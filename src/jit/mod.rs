@@ -39,6 +39,7 @@ mod epilogue;
 pub mod gemm;
 mod math;
 mod pool;
+mod reorder;
 mod simd;
 mod vmath;
 
@@ -125,8 +126,18 @@ fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {
             });
         }
     }
-    let code = codegen::compile(&kernel, width)?;
-    Ok(base(compiled::Exec::Jit(compiled::JitCode::new(code))))
+    // The generic kernel; in f32, nested sums are first ordered for
+    // contiguous inner loops (`reorder`; f64 keeps the interpreter's order).
+    let generic = match dtype {
+        DType::F32 => crate::kernel::lower(&reorder::interchange_sums(f))?,
+        DType::F64 => kernel.clone(),
+    };
+    let code = codegen::compile(&generic, width)?;
+    Ok(CompiledKernel {
+        cost_per_iteration: generic.cost_per_iteration(),
+        kernel: generic,
+        ..base(compiled::Exec::Jit(compiled::JitCode::new(code)))
+    })
 }
 
 /// Smallest `m·n·k` of one product for which a contraction is sent to GEMM
