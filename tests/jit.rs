@@ -481,6 +481,43 @@ fn only_contiguous_f32_loops_are_vectorised() {
     }
 }
 
+/// Reduction bounds that depend on the output index (the input gradient of
+/// a convolution, a causal window) are split off: scalar boundary
+/// iterations, a vectorised interior; every length, every thread count.
+#[test]
+fn loops_with_index_dependent_sum_bounds_vectorise_their_interior() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        // The input gradient of a 1-D convolution (T outputs, K taps).
+        "f[c; s] = sum{k}_(max [0; s - (T1)])^(min [(K1); s]) (sum{o}_0^1 (dy[o; s - k] * w[o; c; k]))",
+        // A causal window: only the lower bound depends on s.
+        "f[c; s] = sum{k}_(max [0; s - 3])^(min [s; (T1)]) (dy[0; k] * w[0; c; 0])",
+        // A reversed dependence: the upper bound falls with s.
+        "f[c; s] = sum{k}_0^(min [(K1); (T1) - s]) (dy[1; s + k] * 2)",
+    ];
+    for body in bodies {
+        for (t, k) in [(1usize, 1usize), (3, 2), (9, 5), (40, 3), (7, 9)] {
+            let src = body
+                .replace("(T1)", &format!("({})", t as i64 - 1))
+                .replace("(K1)", &format!("({})", k as i64 - 1));
+            let n = t + k - 1;
+            let f = IndexFn::parse_with_sizes(
+                &src,
+                &[("dy", &[2, t][..]), ("w", &[2, 3, k][..])],
+                &[("c", 3), ("s", n)],
+            )
+            .unwrap_or_else(|e| panic!("{src}: {e}"));
+            let kern = jit::compile(&f, DType::F32).unwrap();
+            if n >= 8 {
+                assert!(kern.is_vectorized(), "{src}: {kern}");
+            }
+            let mut rng = StdRng::seed_from_u64((t * 10 + k) as u64);
+            check(&f, &random_inputs(&f, &mut rng, false));
+        }
+    }
+}
+
 /// A guard on an outer index (concatenation along rows, a stacked
 /// update's row selector) is a branch all lanes take alike: the inner loop
 /// still runs as vector code, loads under the guard included.

@@ -541,7 +541,22 @@ impl Emitter<'_> {
             {
                 self.vector_loop(l)
             }
-            Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
+            Stmt::For(l) => {
+                match super::peel::peel(self.kernel, l).filter(|_| self.width == Width::F32) {
+                    // Scalar boundary iterations around a vectorised interior.
+                    Some(p) => {
+                        if let Some(head) = &p.head {
+                            self.looped(head, &[], |_, _, _, _| Ok(vec![]))?;
+                        }
+                        self.vector_loop(&p.interior)?;
+                        if let Some(tail) = &p.tail {
+                            self.looped(tail, &[], |_, _, _, _| Ok(vec![]))?;
+                        }
+                        Ok(())
+                    }
+                    None => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
+                }
+            }
             Stmt::Reduce {
                 op,
                 value,

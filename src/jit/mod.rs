@@ -38,6 +38,7 @@ mod compiled;
 mod epilogue;
 pub mod gemm;
 mod math;
+mod peel;
 mod pool;
 mod reorder;
 mod simd;
