@@ -159,7 +159,9 @@ where
                     .sum();
                 let derived = analytic[d][i][e];
                 let err = (derived - numeric).abs();
-                if !(err <= opts.atol + opts.rtol * numeric.abs()) {
+                // Negated on purpose: a NaN on either side fails the check.
+                let within = err <= opts.atol + opts.rtol * numeric.abs();
+                if !within {
                     return Err(Error::Autograd {
                         op: "gradcheck".into(),
                         message: format!(
