@@ -16,9 +16,8 @@ pub(crate) fn run_new(
     kernel: &CompiledKernel,
     inputs: &[&Arc<Storage>],
 ) -> Result<Arc<Storage>, Error> {
-    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
-    run_into(kernel, inputs, &out)?;
-    Ok(out)
+    let sized: Vec<(&Arc<Storage>, usize)> = inputs.iter().map(|s| (*s, s.len())).collect();
+    run_new_extended(kernel, &sized)
 }
 
 /// As [`run_new`], each input read as its first `n` elements where `n`
@@ -28,6 +27,18 @@ pub(crate) fn run_new_extended(
     kernel: &CompiledKernel,
     inputs: &[(&Arc<Storage>, usize)],
 ) -> Result<Arc<Storage>, Error> {
+    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
+    run_sized(kernel, inputs, &out)?;
+    Ok(out)
+}
+
+/// The one path that locks storages, slices them (each to its given
+/// number of elements, within its block) and runs the kernel into `out`.
+fn run_sized(
+    kernel: &CompiledKernel,
+    inputs: &[(&Arc<Storage>, usize)],
+    out: &Storage,
+) -> Result<(), Error> {
     fn go<T: Float>(
         k: &CompiledKernel,
         inputs: &[(&Arc<Storage>, usize)],
@@ -53,36 +64,6 @@ pub(crate) fn run_new_extended(
     }
     let storages: Vec<&Arc<Storage>> = inputs.iter().map(|(s, _)| *s).collect();
     check_dtypes(kernel, &storages)?;
-    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
-    match kernel.dtype() {
-        DType::F32 => go::<f32>(kernel, inputs, &out)?,
-        DType::F64 => go::<f64>(kernel, inputs, &out)?,
-    }
-    Ok(out)
-}
-
-/// Runs `kernel` on `inputs` into `out` (which must not be among them).
-pub(crate) fn run_into(
-    kernel: &CompiledKernel,
-    inputs: &[&Arc<Storage>],
-    out: &Storage,
-) -> Result<(), Error> {
-    fn go<T: Float>(
-        k: &CompiledKernel,
-        inputs: &[&Arc<Storage>],
-        out: &Storage,
-    ) -> Result<(), Error> {
-        let guards: Vec<_> = inputs.iter().map(|s| s.read()).collect();
-        let slices: Vec<&[T]> = guards
-            .iter()
-            .zip(inputs)
-            .map(|(g, s)| s.slice::<T>(g))
-            .collect();
-        let mut o = out.write();
-        let n = out.len();
-        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])
-    }
-    check_dtypes(kernel, inputs)?;
     match kernel.dtype() {
         DType::F32 => go::<f32>(kernel, inputs, out),
         DType::F64 => go::<f64>(kernel, inputs, out),

@@ -413,13 +413,10 @@ fn constant_range(range: &Range) -> Option<(i64, i64)> {
 }
 
 fn row_major_strides(shape: &[usize]) -> Option<Vec<isize>> {
-    let mut strides = vec![0isize; shape.len()];
-    let mut s: isize = 1;
-    for d in (0..shape.len()).rev() {
-        strides[d] = s;
-        s = s.checked_mul(isize::try_from(shape[d]).ok()?)?;
-    }
-    Some(strides)
+    crate::symbolic::index_fn::row_major_strides(shape)?
+        .into_iter()
+        .map(|s| isize::try_from(s).ok())
+        .collect()
 }
 
 /// The strided view of the access `node`, or `None` when a dimension is not

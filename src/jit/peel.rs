@@ -161,17 +161,17 @@ impl Conditions {
     /// each is dominated by the list's first invariant integer form `N`
     /// where `c·v + r ≤ N·d` (lower) or `c·v + r ≥ N·d` (upper).
     fn list(&mut self, bounds: &[Bound], lower: bool) -> Option<Vec<Bound>> {
-        let dependent = |b: &&Bound| coef(&b.num, self.var) != 0;
+        let dependent = |b: &&Bound| b.num.coeff(self.var) != 0;
         if !bounds.iter().any(|b| dependent(&b)) {
             return Some(bounds.to_vec());
         }
         let invariant: Vec<Bound> = bounds.iter().filter(|b| !dependent(b)).cloned().collect();
         let n = invariant.iter().find(|b| b.den == 1)?.num.clone();
         for b in bounds.iter().filter(dependent) {
-            let c = coef(&b.num, self.var);
-            let r = without(&b.num, self.var);
+            let c = b.num.coeff(self.var);
+            let r = b.num.without(self.var);
             // lower: c·v ≤ N·d − r; upper: c·v ≥ N·d − r.
-            let rhs = sub(&scale(&n, b.den)?, &r)?;
+            let rhs = n.checked_scale(b.den)?.checked_sub(&r)?;
             if rhs.terms.iter().any(|(v, _)| self.bound_inside.contains(v)) {
                 return None;
             }
@@ -179,7 +179,7 @@ impl Conditions {
             let (num, den) = if c > 0 {
                 (rhs, c)
             } else {
-                (scale(&rhs, -1)?, -c)
+                (rhs.checked_scale(-1)?, -c)
             };
             let condition = Bound { num, den };
             let list = if lower == (c > 0) {
@@ -213,48 +213,9 @@ fn collect_loop_vars(body: &[Stmt], out: &mut Vec<IVar>) {
     }
 }
 
-fn coef(l: &Lin, v: IVar) -> i64 {
-    l.terms.iter().find(|(x, _)| *x == v).map_or(0, |&(_, c)| c)
-}
-
-fn without(l: &Lin, v: IVar) -> Lin {
-    Lin {
-        constant: l.constant,
-        terms: l.terms.iter().filter(|(x, _)| *x != v).copied().collect(),
-    }
-}
-
 fn add_const(l: &Lin, c: i64) -> Lin {
     Lin {
         constant: l.constant.wrapping_add(c),
         terms: l.terms.clone(),
     }
-}
-
-fn scale(l: &Lin, k: i64) -> Option<Lin> {
-    Some(Lin {
-        constant: l.constant.checked_mul(k)?,
-        terms: l
-            .terms
-            .iter()
-            .map(|&(v, c)| Some((v, c.checked_mul(k)?)))
-            .collect::<Option<_>>()?,
-    })
-}
-
-/// `a − b`, terms kept sorted by variable and without zeros.
-fn sub(a: &Lin, b: &Lin) -> Option<Lin> {
-    let mut terms: Vec<(IVar, i64)> = a.terms.clone();
-    for &(v, c) in &b.terms {
-        match terms.iter_mut().find(|(x, _)| *x == v) {
-            Some(t) => t.1 = t.1.checked_sub(c)?,
-            None => terms.push((v, c.checked_neg()?)),
-        }
-    }
-    terms.retain(|&(_, c)| c != 0);
-    terms.sort_by_key(|&(v, _)| v);
-    Some(Lin {
-        constant: a.constant.checked_sub(b.constant)?,
-        terms,
-    })
 }

@@ -9,6 +9,7 @@
 //! reordered. It must not change what the function computes otherwise.
 
 use crate::symbolic::expr::{Node, NodeId, ReduceOp};
+use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::{subst, IndexFn, VarId};
 
 /// `f` with nested sums interchanged where that makes the innermost loop
@@ -72,13 +73,14 @@ fn contiguous(f: &IndexFn, n: NodeId, v: VarId) -> bool {
         .into_iter()
         .any(|m| match f.graph.node(m) {
             Node::Access { arg, index } => {
-                let shape = &f.args[*arg].shape;
-                let mut stride = 1i64;
-                let mut flat = 0i64;
-                for (d, form) in index.iter().enumerate().rev() {
-                    flat += form.coeff(v) * stride;
-                    stride *= shape[d] as i64;
-                }
+                let Some(strides) = row_major_strides(&f.args[*arg].shape) else {
+                    return false;
+                };
+                let flat: i128 = index
+                    .iter()
+                    .zip(strides)
+                    .map(|(form, s)| i128::from(form.coeff(v)) * i128::from(s))
+                    .sum();
                 flat.abs() == 1
             }
             _ => false,

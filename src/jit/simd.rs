@@ -53,10 +53,6 @@ enum Lanes {
     One,
 }
 
-fn coef(l: &Lin, v: IVar) -> i64 {
-    l.terms.iter().find(|(x, _)| *x == v).map_or(0, |&(_, c)| c)
-}
-
 /// Whether the output loop `l` of `k` can run as f32x4 code (see the
 /// module documentation).
 pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
@@ -99,12 +95,12 @@ impl Check<'_> {
         match s {
             Stmt::Let(_, e) => match e {
                 Expr::Load { arg, offset } => {
-                    matches!(coef(offset, v), 0 | 1) && (top || (self.speculable)(*arg, offset))
+                    matches!(offset.coeff(v), 0 | 1) && (top || (self.speculable)(*arg, offset))
                 }
-                Expr::Index(l) => coef(l, v) == 0,
+                Expr::Index(l) => l.coeff(v) == 0,
                 _ => true,
             },
-            Stmt::Store { offset, .. } => top && coef(offset, v) == 1,
+            Stmt::Store { offset, .. } => top && offset.coeff(v) == 1,
             Stmt::If {
                 cond,
                 then,
@@ -115,7 +111,7 @@ impl Check<'_> {
                 // alike; both sides of a value guard run on every lane.
                 let (cond_ok, inner_top) = match cond {
                     Cond::Value(..) => (true, false),
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => (coef(l, v) == 0, top),
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => (l.coeff(v) == 0, top),
                 };
                 cond_ok
                     && then.iter().all(|s| self.stmt_ok(s, inner_top))
@@ -129,7 +125,7 @@ impl Check<'_> {
             // than this loop keeps the scalar loop with a vectorised sum
             // (`vector_sum`): the longer loop gets the vectors.
             Stmt::Reduce { op, body, .. } => {
-                let invariant = |b: &crate::kernel::Bound| coef(&b.num, v) == 0;
+                let invariant = |b: &crate::kernel::Bound| b.num.coeff(v) == 0;
                 matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
                     && (!reduction_vectorizable(*op, body) || body.max_trips < self.out_trips)
                     && body.lower.iter().chain(&body.upper).all(invariant)
@@ -150,8 +146,8 @@ pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
     fn ok(s: &Stmt, v: IVar, may_load: bool) -> bool {
         match s {
             Stmt::Let(_, e) => match e {
-                Expr::Load { offset, .. } => may_load && matches!(coef(offset, v), 0 | 1),
-                Expr::Index(l) => coef(l, v) == 0,
+                Expr::Load { offset, .. } => may_load && matches!(offset.coeff(v), 0 | 1),
+                Expr::Index(l) => l.coeff(v) == 0,
                 _ => true,
             },
             Stmt::If {
@@ -162,7 +158,7 @@ pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
             } => {
                 let (cond_ok, may_load) = match cond {
                     Cond::Value(..) => (true, false),
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => (coef(l, v) == 0, may_load),
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => (l.coeff(v) == 0, may_load),
                 };
                 cond_ok && then.iter().chain(otherwise).all(|s| ok(s, v, may_load))
             }
@@ -542,7 +538,7 @@ impl<'f> Emitter<'f> {
                 let off = self.lin(offset, self.elem)?;
                 let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
                 let addr = self.b.ins().iadd(base, off);
-                if lanes == Lanes::Four && coef(offset, var) == 1 {
+                if lanes == Lanes::Four && offset.coeff(var) == 1 {
                     // Unaligned: no `aligned` flag.
                     let flags = MemFlagsData::new().with_notrap().with_readonly();
                     self.b.ins().load(V, flags, addr, 0)

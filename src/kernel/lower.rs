@@ -17,6 +17,7 @@
 //! possibly empty range protects therefore stay where they are.
 
 use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
+use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, VarId};
 use crate::Error;
 use std::collections::HashMap;
@@ -124,22 +125,7 @@ fn overflow(f: &IndexFn) -> Error {
 }
 
 fn lin_add(a: &Lin, b: &Lin) -> Result<Lin, Error> {
-    let mut terms: Vec<(IVar, i64)> = a.terms.clone();
-    for &(v, c) in &b.terms {
-        match terms.iter_mut().find(|(w, _)| *w == v) {
-            Some(t) => t.1 = t.1.checked_add(c).ok_or_else(lin_overflow)?,
-            None => terms.push((v, c)),
-        }
-    }
-    terms.retain(|&(_, c)| c != 0);
-    terms.sort();
-    Ok(Lin {
-        constant: a
-            .constant
-            .checked_add(b.constant)
-            .ok_or_else(lin_overflow)?,
-        terms,
-    })
+    a.checked_add(b).ok_or_else(lin_overflow)
 }
 
 fn lin_add_const(a: &Lin, c: i64) -> Result<Lin, Error> {
@@ -147,14 +133,7 @@ fn lin_add_const(a: &Lin, c: i64) -> Result<Lin, Error> {
 }
 
 fn lin_scale(a: &Lin, k: i64) -> Result<Lin, Error> {
-    let mut out = Lin::constant(a.constant.checked_mul(k).ok_or_else(lin_overflow)?);
-    if k != 0 {
-        for &(v, c) in &a.terms {
-            out.terms
-                .push((v, c.checked_mul(k).ok_or_else(lin_overflow)?));
-        }
-    }
-    Ok(out)
+    a.checked_scale(k).ok_or_else(lin_overflow)
 }
 
 fn lin_overflow() -> Error {
@@ -172,15 +151,7 @@ impl<'a> Lowerer<'a> {
         let strides = f
             .args
             .iter()
-            .map(|a| {
-                let mut s = vec![1i64; a.shape.len()];
-                for d in (0..a.shape.len().saturating_sub(1)).rev() {
-                    s[d] = s[d + 1]
-                        .checked_mul(a.shape[d + 1] as i64)
-                        .ok_or_else(|| overflow(f))?;
-                }
-                Ok(s)
-            })
+            .map(|a| row_major_strides(&a.shape).ok_or_else(|| overflow(f)))
             .collect::<Result<Vec<_>, Error>>()?;
         let mut l = Lowerer {
             f,

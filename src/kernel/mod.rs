@@ -86,6 +86,64 @@ impl Lin {
         }
     }
 
+    /// The coefficient of `v` (0 when absent).
+    pub fn coeff(&self, v: IVar) -> i64 {
+        self.terms
+            .iter()
+            .find(|(x, _)| *x == v)
+            .map_or(0, |&(_, c)| c)
+    }
+
+    /// `self + other`, `None` on overflow.
+    pub fn checked_add(&self, other: &Lin) -> Option<Lin> {
+        let mut terms: Vec<(IVar, i64)> = self.terms.clone();
+        for &(v, c) in &other.terms {
+            match terms.iter_mut().find(|(w, _)| *w == v) {
+                Some(t) => t.1 = t.1.checked_add(c)?,
+                None => terms.push((v, c)),
+            }
+        }
+        terms.retain(|&(_, c)| c != 0);
+        terms.sort();
+        Some(Lin {
+            constant: self.constant.checked_add(other.constant)?,
+            terms,
+        })
+    }
+
+    /// `k · self`, `None` on overflow.
+    pub fn checked_scale(&self, k: i64) -> Option<Lin> {
+        if k == 0 {
+            return Some(Lin::constant(0));
+        }
+        Some(Lin {
+            constant: self.constant.checked_mul(k)?,
+            terms: self
+                .terms
+                .iter()
+                .map(|&(v, c)| Some((v, c.checked_mul(k)?)))
+                .collect::<Option<_>>()?,
+        })
+    }
+
+    /// `self − other`, `None` on overflow.
+    pub fn checked_sub(&self, other: &Lin) -> Option<Lin> {
+        self.checked_add(&other.checked_scale(-1)?)
+    }
+
+    /// `self` without its `v` term.
+    pub fn without(&self, v: IVar) -> Lin {
+        Lin {
+            constant: self.constant,
+            terms: self
+                .terms
+                .iter()
+                .filter(|(x, _)| *x != v)
+                .copied()
+                .collect(),
+        }
+    }
+
     /// The value at integer variable values (wrapping arithmetic, like the
     /// generated code).
     pub fn eval(&self, value: &dyn Fn(IVar) -> i64) -> i64 {

@@ -17,6 +17,7 @@ mod shape;
 
 pub use custom::{index_fn, index_fn_with_sizes};
 
+use crate::symbolic::index_fn::row_major_strides;
 use crate::tensor::{Origin, Storage, Tensor};
 use crate::trace::plan::{self, OpPlan};
 use crate::trace::{self, Node};
@@ -32,6 +33,27 @@ pub(crate) fn apply(
     src: &str,
     args: &[(&str, &Tensor)],
     sizes: &[(&str, usize)],
+) -> Result<Tensor, Error> {
+    apply_as(op, src, args, sizes, Output::Fresh)
+}
+
+/// Where an op's result lives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// A new buffer its kernel writes.
+    Fresh,
+    /// The storage of its one (dense) argument, reinterpreted: nothing
+    /// runs forward; the op is recorded for its derivative.
+    SharesInput,
+}
+
+/// The one path of every op: plan look-up (or build), run, record.
+fn apply_as(
+    op: &str,
+    src: &str,
+    args: &[(&str, &Tensor)],
+    sizes: &[(&str, usize)],
+    output: Output,
 ) -> Result<Tensor, Error> {
     let dtype = common_dtype(op, args)?;
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
@@ -54,11 +76,20 @@ pub(crate) fn apply(
                 f = f.compose_arg(i, base.shape(), map)?;
             }
         }
-        OpPlan::new(op, f, dtype, false)
+        OpPlan::new(op, f, dtype, output == Output::SharesInput)
     })?;
     let inputs: Vec<&Arc<Storage>> = args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
-    let kernel = plan.kernel.as_ref().expect("non-alias plans have a kernel");
-    let out = exec::run_new(kernel, &inputs)?;
+    let out = match (&plan.kernel, output) {
+        (Some(kernel), Output::Fresh) => exec::run_new(kernel, &inputs)?,
+        (None, Output::SharesInput) if inputs.len() == 1 => inputs[0].clone(),
+        _ => {
+            return Err(Error::Invalid {
+                function: op.to_string(),
+                message: "an op sharing its input's storage takes exactly one dense argument"
+                    .into(),
+            })
+        }
+    };
     let shape = plan.f.output_shape().to_vec();
     let origin = record(&plan, args.iter().map(|(_, t)| *t), &inputs, &out)?;
     Ok(Tensor::dense(shape, out, origin))
@@ -83,46 +114,45 @@ fn record<'a>(
 }
 
 /// `x` (dense) with another shape, sharing its storage; recorded as
-/// `y[i…] = x[flat(i…)]` so the gradient is derived like any other.
+/// `y[i…] = x[flat(i…)]` over `x`'s elements read flat, so the gradient is
+/// derived like any other.
 pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error> {
-    let storage = x.storage_and_origin().0.clone();
+    let (storage, origin) = x.storage_and_origin();
     if !(trace::is_grad_enabled() && x.is_requires_grad()) {
-        return Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant));
+        return Ok(Tensor::dense(
+            shape.to_vec(),
+            storage.clone(),
+            Origin::Constant,
+        ));
     }
-    let names: Vec<String> = (0..shape.len()).map(|d| format!("i{d}")).collect();
-    let mut flat = String::new();
-    let mut stride = 1usize;
-    for d in (0..shape.len()).rev() {
-        let term = if stride == 1 {
-            names[d].clone()
-        } else {
-            format!("{stride}*{}", names[d])
-        };
-        flat = if flat.is_empty() {
-            term
-        } else {
-            format!("{term} + {flat}")
-        };
-        stride *= shape[d];
-    }
-    if flat.is_empty() {
-        flat = "0".into();
-    }
-    let src = format!("y[{}] = x[{flat}]", names.join("; "));
-    let n = x.numel();
-    let dtype = x.dtype();
-    let key = format!("reshape\u{1}{src}\u{1}{dtype:?}|{n}");
-    let plan = plan::cached(key, || {
-        let sizes: Vec<(&str, usize)> = names
-            .iter()
-            .map(String::as_str)
-            .zip(shape.iter().copied())
-            .collect();
-        let f = crate::symbolic::IndexFn::parse_with_sizes(&src, &[("x", &[n][..])], &sizes)?;
-        OpPlan::new("reshape", f, dtype, true)
+    let strides = row_major_strides(shape).ok_or_else(|| Error::Overflow {
+        op: format!("reshape to {shape:?}"),
     })?;
-    let origin = record(&plan, std::iter::once(x), &[&storage], &storage)?;
-    Ok(Tensor::dense(shape.to_vec(), storage, origin))
+    let names: Vec<String> = (0..shape.len()).map(|d| format!("i{d}")).collect();
+    let flat: Vec<String> = names
+        .iter()
+        .zip(&strides)
+        .map(|(n, s)| format!("{s}*{n}"))
+        .collect();
+    let flat = if flat.is_empty() {
+        "0".to_string()
+    } else {
+        flat.join(" + ")
+    };
+    let src = format!("y[{}] = x[{flat}]", names.join("; "));
+    let sizes: Vec<(&str, usize)> = names
+        .iter()
+        .map(String::as_str)
+        .zip(shape.iter().copied())
+        .collect();
+    let elements = Tensor::dense(vec![x.numel()], storage.clone(), origin.clone());
+    apply_as(
+        "reshape",
+        &src,
+        &[("x", &elements)],
+        &sizes,
+        Output::SharesInput,
+    )
 }
 
 fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::jit::DType, Error> {

@@ -17,6 +17,20 @@ pub struct ArgDecl {
     pub shape: Vec<usize>,
 }
 
+/// Row-major strides (elements) of a dense `shape`, `None` when they
+/// overflow `i64`.
+///
+/// ```
+/// assert_eq!(tenjin::symbolic::index_fn::row_major_strides(&[2, 3, 4]), Some(vec![12, 4, 1]));
+/// ```
+pub fn row_major_strides(shape: &[usize]) -> Option<Vec<i64>> {
+    let mut strides = vec![1i64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1].checked_mul(i64::try_from(shape[d + 1]).ok()?)?;
+    }
+    Some(strides)
+}
+
 /// An element-wise defined tensor function, e.g.
 /// `f[i; j] = exp (-sum{k}_0^4 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))`.
 ///
