@@ -40,6 +40,16 @@ const BINARY: &[(&str, &str)] = &[
     ("minimum", "min({a}, {b})"),
 ];
 
+/// Operations with a scalar `c`: method name and body over `{x}`, `{c}`.
+const SCALAR: &[(&str, &str)] = &[
+    ("add_scalar", "{x} + {c}"),
+    ("sub_scalar", "{x} - {c}"),
+    ("rsub_scalar", "{c} - {x}"),
+    ("mul_scalar", "{x} * {c}"),
+    ("div_scalar", "{x} / {c}"),
+    ("pow_scalar", "{x} ** {c}"),
+];
+
 /// Comparisons: method name and the condition between `{a}` and `{b}`.
 const COMPARE: &[(&str, &str)] = &[
     ("gt", ">"),
@@ -105,6 +115,10 @@ impl Tensor {
         )
     }
 
+    fn scalar_op(&self, name: &str, c: f64) -> Result<Tensor, Error> {
+        self.with_scalar(name, body_of(SCALAR, name), c)
+    }
+
     fn with_scalar(&self, name: &str, template: &str, c: f64) -> Result<Tensor, Error> {
         let ix = index_list("i", self.rank());
         let body = template
@@ -119,42 +133,6 @@ impl Tensor {
             .zip(self.shape().iter().copied())
             .collect();
         apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &sizes)
-    }
-
-    /// `x + c` element-wise.
-    pub fn add_scalar(&self, c: f64) -> Result<Tensor, Error> {
-        self.with_scalar("add_scalar", "{x} + {c}", c)
-    }
-
-    /// `x - c` element-wise.
-    pub fn sub_scalar(&self, c: f64) -> Result<Tensor, Error> {
-        self.with_scalar("sub_scalar", "{x} - {c}", c)
-    }
-
-    /// `c - x` element-wise.
-    pub fn rsub_scalar(&self, c: f64) -> Result<Tensor, Error> {
-        self.with_scalar("rsub_scalar", "{c} - {x}", c)
-    }
-
-    /// `x · c` element-wise.
-    ///
-    /// ```
-    /// let x = tenjin::Tensor::from_vec(vec![1., -2.], &[2])?;
-    /// assert_eq!(x.mul_scalar(3.0)?.to_vec()?, vec![3., -6.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn mul_scalar(&self, c: f64) -> Result<Tensor, Error> {
-        self.with_scalar("mul_scalar", "{x} * {c}", c)
-    }
-
-    /// `x / c` element-wise.
-    pub fn div_scalar(&self, c: f64) -> Result<Tensor, Error> {
-        self.with_scalar("div_scalar", "{x} / {c}", c)
-    }
-
-    /// `x ** p` element-wise.
-    pub fn pow_scalar(&self, p: f64) -> Result<Tensor, Error> {
-        self.with_scalar("pow_scalar", "{x} ** {c}", p)
     }
 
     /// Values limited to `[lo, hi]` (the gradient is zero where clamped).
@@ -212,46 +190,32 @@ impl Tensor {
     }
 }
 
-macro_rules! unary_methods {
-    ($($name:ident: $doc:literal),* $(,)?) => {
+/// Public methods from a table: each `name` calls `self.via("name")`, or
+/// `self.via("name", arg)` for methods taking one argument.
+macro_rules! table_methods {
+    ($via:ident() { $($name:ident: $doc:literal),* $(,)? }) => {
         impl Tensor {
             $(
                 #[doc = $doc]
                 pub fn $name(&self) -> Result<Tensor, Error> {
-                    self.unary(stringify!($name))
+                    self.$via(stringify!($name))
                 }
             )*
         }
     };
-}
-
-macro_rules! binary_methods {
-    ($($name:ident: $doc:literal),* $(,)?) => {
+    ($via:ident($arg:ident: $ty:ty) { $($name:ident: $doc:literal),* $(,)? }) => {
         impl Tensor {
             $(
                 #[doc = $doc]
-                pub fn $name(&self, other: &Tensor) -> Result<Tensor, Error> {
-                    self.binary(stringify!($name), other)
+                pub fn $name(&self, $arg: $ty) -> Result<Tensor, Error> {
+                    self.$via(stringify!($name), $arg)
                 }
             )*
         }
     };
 }
 
-macro_rules! compare_methods {
-    ($($name:ident: $doc:literal),* $(,)?) => {
-        impl Tensor {
-            $(
-                #[doc = $doc]
-                pub fn $name(&self, other: &Tensor) -> Result<Tensor, Error> {
-                    self.compare(stringify!($name), other)
-                }
-            )*
-        }
-    };
-}
-
-unary_methods! {
+table_methods!(unary() {
     neg: "`-x` element-wise.",
     exp: "`exp(x)` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec_f64(vec![0., 1.], &[2])?;\nassert_eq!(x.exp()?.to_vec_f64()?, vec![1., 1f64.exp()]);\n# Ok::<(), tenjin::Error>(())\n```",
     log: "Natural logarithm element-wise.",
@@ -266,9 +230,9 @@ unary_methods! {
     relu: "`max(x, 0)` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec(vec![-1., 2.], &[2])?;\nassert_eq!(x.relu()?.to_vec()?, vec![0., 2.]);\n# Ok::<(), tenjin::Error>(())\n```",
     square: "`x²` element-wise.",
     recip: "`1 / x` element-wise.",
-}
+});
 
-binary_methods! {
+table_methods!(binary(other: &Tensor) {
     add: "`a + b` with NumPy broadcasting.\n\n```\nuse tenjin::Tensor;\nlet a = Tensor::from_vec(vec![1., 2., 3., 4.], &[2, 2])?;\nlet b = Tensor::from_vec(vec![10., 20.], &[2])?;\nassert_eq!(a.add(&b)?.to_vec()?, vec![11., 22., 13., 24.]);\nassert!(a.add(&Tensor::ones(&[3], tenjin::DType::F32)?).is_err());\n# Ok::<(), tenjin::Error>(())\n```",
     sub: "`a - b` with broadcasting.",
     mul: "`a · b` with broadcasting.",
@@ -276,13 +240,22 @@ binary_methods! {
     pow: "`a ** b` with broadcasting.",
     maximum: "`max(a, b)` with broadcasting (ties send the gradient to `a`).",
     minimum: "`min(a, b)` with broadcasting (ties send the gradient to `a`).",
-}
+});
 
-compare_methods! {
+table_methods!(compare(other: &Tensor) {
     gt: "`1` where `a > b`, else `0` (a mask: no gradient).",
     ge: "`1` where `a >= b`, else `0` (no gradient).",
     lt: "`1` where `a < b`, else `0` (no gradient).",
     le: "`1` where `a <= b`, else `0` (no gradient).",
     eq: "`1` where `a == b`, else `0` (no gradient).",
     ne: "`1` where `a != b`, else `0` (no gradient).",
-}
+});
+
+table_methods!(scalar_op(c: f64) {
+    add_scalar: "`x + c` element-wise.",
+    sub_scalar: "`x - c` element-wise.",
+    rsub_scalar: "`c - x` element-wise.",
+    mul_scalar: "`x · c` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec(vec![1., -2.], &[2])?;\nassert_eq!(x.mul_scalar(3.0)?.to_vec()?, vec![3., -6.]);\n# Ok::<(), tenjin::Error>(())\n```",
+    div_scalar: "`x / c` element-wise.",
+    pow_scalar: "`x ** c` element-wise.",
+});

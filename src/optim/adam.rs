@@ -2,7 +2,7 @@
 //! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
 //! `torch.optim.AdamW` (without `amsgrad`).
 
-use super::{check_non_negative, invalid, Optimizer, Param, Scalars, StackedUpdate};
+use super::{check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -144,18 +144,13 @@ impl AdamCore {
         let mut core = AdamCore {
             name,
             decoupled,
-            state: Vec::with_capacity(params.len()),
+            state: Vec::new(),
             params,
             config,
             scalars: Scalars::new(SCALARS),
         };
-        // State and kernels now, before any forward pass: the first
-        // step then takes no cached block the next forward pass needs.
-        for p in &core.params {
-            let state = (p.numel() > 0).then(|| core.build_state(p)).transpose()?;
-            core.state.push(state);
-            core.scalars.prepare(p.dtype())?;
-        }
+        core.state = per_param(&core.params, |p| core.build_state(p))?;
+        core.scalars.prepare_for(&core.params)?;
         Ok(core)
     }
 

@@ -177,6 +177,20 @@ impl Param {
     }
 }
 
+/// `build(p)` per parameter (`None` for a parameter without elements),
+/// called by the constructors: state and kernels exist before any forward
+/// pass, so the first step takes no cached block the next forward pass
+/// needs.
+pub(crate) fn per_param<S>(
+    params: &[Param],
+    build: impl Fn(&Param) -> Result<S, Error>,
+) -> Result<Vec<Option<S>>, Error> {
+    params
+        .iter()
+        .map(|p| (p.numel() > 0).then(|| build(p)).transpose())
+        .collect()
+}
+
 /// Hyperparameter tensors (scalars `lr[]`, small vectors `beta[j]`), one
 /// storage per name and dtype, created once and overwritten in place
 /// before each update.
@@ -208,6 +222,14 @@ impl Scalars {
             }
         }
         Ok(slots)
+    }
+
+    /// Allocates the storages for the dtypes of `params` (once each).
+    pub(crate) fn prepare_for(&mut self, params: &[Param]) -> Result<(), Error> {
+        for p in params {
+            self.prepare(p.dtype())?;
+        }
+        Ok(())
     }
 
     /// Writes `values` (all tensors' elements, in layout order) into the

@@ -1,7 +1,9 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov momentum
 //! and L2 weight decay, as `torch.optim.SGD`.
 
-use super::{check_non_negative, invalid, Optimizer, Param, Scalars, StackedUpdate, Update};
+use super::{
+    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, Update,
+};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -74,11 +76,11 @@ pub struct SGD {
 /// Per parameter: its one compiled update and whether the velocity (kept
 /// in the parameter's block, see the module documentation) was initialised.
 struct State {
-    update: Kernel,
+    update: UpdateKernel,
     started: bool,
 }
 
-enum Kernel {
+enum UpdateKernel {
     /// No momentum: in place over the parameter.
     InPlace(Update),
     /// Momentum: rows `[p; v]`.
@@ -94,18 +96,13 @@ impl SGD {
         check_config(&config)?;
         let params = Param::collect("SGD", params)?;
         let mut sgd = SGD {
-            state: Vec::with_capacity(params.len()),
+            state: Vec::new(),
             params,
             config,
             scalars: Scalars::new(SCALARS),
         };
-        // State and kernels now, before any forward pass: the first
-        // step then takes no cached block the next forward pass needs.
-        for p in &sgd.params {
-            let state = (p.numel() > 0).then(|| sgd.build_state(p)).transpose()?;
-            sgd.state.push(state);
-            sgd.scalars.prepare(p.dtype())?;
-        }
+        sgd.state = per_param(&sgd.params, |p| sgd.build_state(p))?;
+        sgd.scalars.prepare_for(&sgd.params)?;
         Ok(sgd)
     }
 
@@ -134,7 +131,7 @@ impl SGD {
             let mut args = vec![("p", v1), ("lr", s0)];
             args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
             return Ok(State {
-                update: Kernel::InPlace(Update::new(&src, &args, "p", dtype)?),
+                update: UpdateKernel::InPlace(Update::new(&src, &args, "p", dtype)?),
                 started: false,
             });
         }
@@ -158,7 +155,7 @@ impl SGD {
         }
         args.extend(d_args);
         Ok(State {
-            update: Kernel::Stacked(StackedUpdate::new(&src, &args, 2, param)?),
+            update: UpdateKernel::Stacked(StackedUpdate::new(&src, &args, 2, param)?),
             started: false,
         })
     }
@@ -211,8 +208,8 @@ impl Optimizer for SGD {
                 _ => scalars.get(dtype, name),
             };
             match &state.update {
-                Kernel::InPlace(u) => u.run(arg)?,
-                Kernel::Stacked(u) => u.run(param, arg)?,
+                UpdateKernel::InPlace(u) => u.run(arg)?,
+                UpdateKernel::Stacked(u) => u.run(param, arg)?,
             }
             state.started = true;
         }

@@ -9,12 +9,7 @@ use super::{Float, Origin, Storage, Tensor};
 use crate::jit::DType;
 use crate::Error;
 
-fn shape_error(op: &str, message: String) -> Error {
-    Error::Shape {
-        op: op.to_string(),
-        message,
-    }
-}
+use crate::ops::shape_error;
 
 fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
     shape

@@ -347,7 +347,7 @@ impl Tensor {
 
     /// As [`Tensor::contiguous`], never recorded.
     pub(crate) fn contiguous_detached(&self) -> Result<Tensor, Error> {
-        crate::trace::no_grad(|| self.detach().contiguous())
+        self.detach().contiguous() // a constant: nothing is recorded
     }
 
     /// The storage of a dense tensor.
