@@ -616,41 +616,56 @@ impl Emitter<'_> {
         }
     }
 
-    /// A rotated loop over `l`'s range carrying `init` values; `update`
-    /// computes the carried values of the next iteration after the body.
-    /// Returns the carried values after the loop.
+    /// `for var in range(l)` running `l`'s statements then `update`, with
+    /// values of the element type carried from `init` to the results.
     fn looped(
         &mut self,
         l: &Loop,
         init: &[Value],
         update: impl Fn(&mut Self, Value, Value, &[Value]) -> R<Vec<Value>>,
     ) -> R<Vec<Value>> {
+        let ty = self.ty;
+        self.counted_loop(l, init, ty, |e, k, lo, acc| {
+            e.stmts(&l.body)?;
+            update(e, k, lo, acc)
+        })
+    }
+
+    /// `for var in range(l)` with `l.var` bound to the counter while `body`
+    /// emits an iteration (statements and the next carried values, of type
+    /// `ty`, from the current ones); returns the carried values at the exit.
+    pub(super) fn counted_loop(
+        &mut self,
+        l: &Loop,
+        init: &[Value],
+        ty: types::Type,
+        mut body: impl FnMut(&mut Self, Value, Value, &[Value]) -> R<Vec<Value>>,
+    ) -> R<Vec<Value>> {
         let (lo, hi) = self.range(l)?;
-        let body = self.b.create_block();
+        let block = self.b.create_block();
         let exit = self.b.create_block();
-        let k = self.b.append_block_param(body, types::I64);
+        let k = self.b.append_block_param(block, types::I64);
         let carried: Vec<Value> = init
             .iter()
-            .map(|_| self.b.append_block_param(body, self.ty))
+            .map(|_| self.b.append_block_param(block, ty))
             .collect();
         let results: Vec<Value> = init
             .iter()
-            .map(|_| self.b.append_block_param(exit, self.ty))
+            .map(|_| self.b.append_block_param(exit, ty))
             .collect();
         let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, lo, hi);
         let mut first = vec![lo];
         first.extend_from_slice(init);
         self.b
             .ins()
-            .brif(enter, body, &args(&first), exit, &args(init));
-        self.b.switch_to_block(body);
+            .brif(enter, block, &args(&first), exit, &args(init));
+        self.b.switch_to_block(block);
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
         }
         let saved = self.ivars[slot].replace(k);
-        self.stmts(&l.body)?;
-        let next = update(self, k, lo, &carried)?;
+        let next = body(self, k, lo, &carried)?;
         self.ivars[slot] = saved;
         let k1 = self.b.ins().iadd_imm_s(k, 1);
         let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, hi);
@@ -658,7 +673,7 @@ impl Emitter<'_> {
         back.extend_from_slice(&next);
         self.b
             .ins()
-            .brif(again, body, &args(&back), exit, &args(&next));
+            .brif(again, block, &args(&back), exit, &args(&next));
         self.b.switch_to_block(exit);
         Ok(results)
     }

@@ -76,16 +76,22 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
     };
     let cx = Check {
         var: l.var,
-        out_trips: l.max_trips,
+        output_loop: true,
+        trips: l.max_trips,
         speculable: &speculable,
     };
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
+/// The rules shared by vectorised output loops and vectorised sums.
 struct Check<'a> {
     var: IVar,
-    /// Trip count bound of the output loop.
-    out_trips: u64,
+    /// An output loop (stores and per-lane reductions allowed) rather than
+    /// the body of a vectorised sum.
+    output_loop: bool,
+    /// Trip count bound of the loop.
+    trips: u64,
+    /// Whether a load under a value guard is in bounds on every lane.
     speculable: &'a dyn Fn(usize, &Lin) -> bool,
 }
 
@@ -100,7 +106,7 @@ impl Check<'_> {
                 Expr::Index(l) => l.coeff(v) == 0,
                 _ => true,
             },
-            Stmt::Store { offset, .. } => top && offset.coeff(v) == 1,
+            Stmt::Store { offset, .. } => self.output_loop && top && offset.coeff(v) == 1,
             Stmt::If {
                 cond,
                 then,
@@ -126,8 +132,9 @@ impl Check<'_> {
             // (`vector_sum`): the longer loop gets the vectors.
             Stmt::Reduce { op, body, .. } => {
                 let invariant = |b: &crate::kernel::Bound| b.num.coeff(v) == 0;
-                matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
-                    && (!reduction_vectorizable(*op, body) || body.max_trips < self.out_trips)
+                self.output_loop
+                    && matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
+                    && (!reduction_vectorizable(*op, body) || body.max_trips < self.trips)
                     && body.lower.iter().chain(&body.upper).all(invariant)
                     && body.body.iter().all(|s| self.stmt_ok(s, top))
             }
@@ -143,29 +150,13 @@ impl Check<'_> {
 /// lanes alike), so loads may sit in them; both branches of a value guard
 /// run on every lane, so those must load nothing.
 pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
-    fn ok(s: &Stmt, v: IVar, may_load: bool) -> bool {
-        match s {
-            Stmt::Let(_, e) => match e {
-                Expr::Load { offset, .. } => may_load && matches!(offset.coeff(v), 0 | 1),
-                Expr::Index(l) => l.coeff(v) == 0,
-                _ => true,
-            },
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-                ..
-            } => {
-                let (cond_ok, may_load) = match cond {
-                    Cond::Value(..) => (true, false),
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => (l.coeff(v) == 0, may_load),
-                };
-                cond_ok && then.iter().chain(otherwise).all(|s| ok(s, v, may_load))
-            }
-            Stmt::Store { .. } | Stmt::For(_) | Stmt::Reduce { .. } => false,
-        }
-    }
-    op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| ok(s, l.var, true))
+    let cx = Check {
+        var: l.var,
+        output_loop: false,
+        trips: l.max_trips,
+        speculable: &|_, _| false,
+    };
+    op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
 impl<'f> Emitter<'f> {
@@ -471,10 +462,6 @@ impl<'f> Emitter<'f> {
         var: IVar,
         lanes: Lanes,
     ) -> R<Value> {
-        let slot = l.var.0 as usize;
-        if slot >= self.ivars.len() {
-            return Err(format!("loop variable {} out of range", l.var));
-        }
         let init = match op {
             ReduceOp::Sum => 0.0,
             ReduceOp::Max => f32::NEG_INFINITY,
@@ -482,53 +469,29 @@ impl<'f> Emitter<'f> {
             _ => return Err(format!("{op:?} inside a vectorised loop")),
         };
         let init = self.vm().c(init);
-        let (lo, hi) = self.range(l)?;
-        let body = self.b.create_block();
-        let exit = self.b.create_block();
-        let k = self.b.append_block_param(body, types::I64);
-        let acc = self.b.append_block_param(body, V);
-        let result = self.b.append_block_param(exit, V);
-        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, lo, hi);
-        self.b.ins().brif(
-            enter,
-            body,
-            &[BlockArg::Value(lo), BlockArg::Value(init)],
-            exit,
-            &[BlockArg::Value(init)],
-        );
-        self.b.switch_to_block(body);
-        let saved = self.ivars[slot].replace(k);
-        let branch = std::mem::replace(&mut self.vbranch, true);
-        for s in &l.body {
-            self.vstmt(s, var, lanes)?;
-        }
-        self.vbranch = branch;
-        let x = self.vreg(value)?;
-        let next = match op {
-            ReduceOp::Sum => self.b.ins().fadd(acc, x),
-            _ => {
-                let cc = if op == ReduceOp::Max {
-                    FloatCC::GreaterThanOrEqual
-                } else {
-                    FloatCC::LessThanOrEqual
-                };
-                let mut vm = self.vm();
-                let keep = vm.mask(cc, acc, x);
-                vm.sel(keep, acc, x)
+        let out = self.counted_loop(l, &[init], V, |e, _, _, acc| {
+            // Index guards are invariant across lanes: real branches.
+            let branch = std::mem::replace(&mut e.vbranch, true);
+            for s in &l.body {
+                e.vstmt(s, var, lanes)?;
             }
-        };
-        self.ivars[slot] = saved;
-        let k1 = self.b.ins().iadd_imm_s(k, 1);
-        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, hi);
-        self.b.ins().brif(
-            again,
-            body,
-            &[BlockArg::Value(k1), BlockArg::Value(next)],
-            exit,
-            &[BlockArg::Value(next)],
-        );
-        self.b.switch_to_block(exit);
-        Ok(result)
+            e.vbranch = branch;
+            let x = e.vreg(value)?;
+            Ok(vec![match op {
+                ReduceOp::Sum => e.b.ins().fadd(acc[0], x),
+                _ => {
+                    let cc = if op == ReduceOp::Max {
+                        FloatCC::GreaterThanOrEqual
+                    } else {
+                        FloatCC::LessThanOrEqual
+                    };
+                    let mut vm = e.vm();
+                    let keep = vm.mask(cc, acc[0], x);
+                    vm.sel(keep, acc[0], x)
+                }
+            }])
+        })?;
+        Ok(out[0])
     }
 
     fn vexpr(&mut self, e: &Expr, var: IVar, lanes: Lanes) -> R<Value> {
