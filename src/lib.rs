@@ -17,6 +17,7 @@
 //! ```
 
 pub mod alloc;
+pub mod dtype;
 pub mod error;
 mod exec;
 mod gradcheck;
@@ -25,14 +26,15 @@ pub mod kernel;
 pub mod nn;
 mod ops;
 pub mod optim;
+pub mod planner;
 pub mod symbolic;
 mod tensor;
 pub mod trace;
 
 pub use alloc::Device;
+pub use dtype::DType;
 pub use error::Error;
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions, GradcheckReport};
-pub use jit::DType;
 pub use ops::{index_fn, index_fn_with_sizes};
 pub use tensor::Tensor;
 pub use trace::{no_grad, stats, NoGradGuard, Stats};

@@ -9,7 +9,7 @@ mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenjin::jit::gemm::{detect, Contraction};
+use tenjin::planner::contraction::{detect, Contraction};
 use tenjin::symbolic::IndexFn;
 
 const TOL_F64: f64 = 1e-12;

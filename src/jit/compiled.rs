@@ -6,9 +6,9 @@
 //! to the kernel is dropped). Must not compile anything.
 
 use super::codegen::{Code, KernelFn};
-use super::gemm::Contraction;
 use super::{pool, DType};
 use crate::kernel::Kernel;
+use crate::planner::contraction::Contraction;
 use crate::symbolic::ArgDecl;
 use crate::Error;
 use cranelift_jit::JITModule;

@@ -35,12 +35,10 @@
 mod cache;
 mod codegen;
 mod compiled;
-mod epilogue;
 pub mod gemm;
 mod math;
 mod peel;
 mod pool;
-mod reorder;
 mod simd;
 mod vmath;
 
@@ -49,16 +47,12 @@ pub use compiled::CompiledKernel;
 pub(crate) use compiled::Element;
 pub use pool::{num_threads, set_num_threads};
 
+use crate::planner::Route;
 use crate::symbolic::IndexFn;
 use crate::Error;
 use std::sync::Arc;
 
-/// Element types of compiled kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F64,
-}
+pub use crate::dtype::DType;
 
 /// The kernel computing `f` on `dtype` buffers, compiled on first use and
 /// cached (keyed by the structure of `f` up to index-variable names, the
@@ -81,69 +75,48 @@ pub fn compile(f: &IndexFn, dtype: DType) -> Result<Arc<CompiledKernel>, Error> 
     cache::get_or_compile(key, dtype, || build(f, dtype))
 }
 
-/// Lowers and generates code (the miss path of [`compile`]).
+/// Lowers and generates code for the route the planner chose (the miss
+/// path of [`compile`]).
 fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {
     // Parsing and derivation already guarantee this; generated code does no
     // bounds checks, so it is re-established here, where it is cheap next
     // to code generation (0.2–0.5 ms for the paper's derivatives).
     f.check_bounds()?;
-    let kernel = crate::kernel::lower(f)?;
-    let base = |exec| CompiledKernel {
+    compile_route(f, crate::planner::route(f, dtype), dtype)
+}
+
+/// The compiled form of `route`, which computes `f`.
+fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKernel, Error> {
+    let width = match dtype {
+        DType::F32 => math::Width::F32,
+        DType::F64 => math::Width::F64,
+    };
+    let (kernel, exec) = match route {
+        Route::Gemm(plan) => (crate::kernel::lower(f)?, compiled::Exec::Gemm(plan)),
+        Route::GemmThenLoop {
+            contraction,
+            epilogue,
+        } => {
+            let kernel = crate::kernel::lower(&epilogue)?;
+            let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
+            (kernel, compiled::Exec::GemmThenJit(contraction, code))
+        }
+        Route::Loop(g) => {
+            let kernel = crate::kernel::lower(&g)?;
+            let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
+            (kernel, compiled::Exec::Jit(code))
+        }
+    };
+    Ok(CompiledKernel {
         name: f.name().to_string(),
         args: f.args().to_vec(),
         out_shape: f.output_shape().to_vec(),
         dtype,
         cost_per_iteration: kernel.cost_per_iteration(),
-        kernel: kernel.clone(),
+        kernel,
         exec,
-    };
-    let width = match dtype {
-        DType::F32 => math::Width::F32,
-        DType::F64 => math::Width::F64,
-    };
-    // Contractions big enough to pay for a GEMM call go to `gemm`, alone or
-    // followed by one fused kernel for the element-wise work around them;
-    // the generic kernel is the fallback for everything else.
-    let worth_gemm = |plan: &gemm::Contraction| {
-        let [calls, m, n, k] = plan.gemm_shape();
-        calls > 0 && m * n * k >= MIN_GEMM_VOLUME
-    };
-    if let Some(plan) = gemm::detect(f) {
-        if worth_gemm(&plan) {
-            return Ok(base(compiled::Exec::Gemm(plan)));
-        }
-    }
-    if let Some(split) = epilogue::split(f) {
-        if worth_gemm(&split.contraction) {
-            let epilogue = crate::kernel::lower(&split.epilogue)?;
-            let code = codegen::compile(&epilogue, width)?;
-            return Ok(CompiledKernel {
-                cost_per_iteration: epilogue.cost_per_iteration(),
-                kernel: epilogue,
-                ..base(compiled::Exec::GemmThenJit(
-                    split.contraction,
-                    compiled::JitCode::new(code),
-                ))
-            });
-        }
-    }
-    // The generic kernel; in f32, nested sums are first ordered for
-    // contiguous inner loops (`reorder`; f64 keeps the interpreter's order).
-    let generic = match dtype {
-        DType::F32 => crate::kernel::lower(&reorder::interchange_sums(f))?,
-        DType::F64 => kernel.clone(),
-    };
-    let code = codegen::compile(&generic, width)?;
-    Ok(CompiledKernel {
-        cost_per_iteration: generic.cost_per_iteration(),
-        kernel: generic,
-        ..base(compiled::Exec::Jit(compiled::JitCode::new(code)))
     })
 }
-
-/// Smallest `m·n·k` of one product for which a contraction is sent to GEMM
-/// (below it, packing costs more than the generic kernel's loop).
-const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 
 /// The cache's counters since the process started.
 ///

@@ -2,13 +2,13 @@
 //! `exp(Σ_k a·b) / 2 + c[i]`, ...): one GEMM, then one fused element-wise
 //! kernel.
 //!
-//! Owns [`split`]: finding the outermost sum that `gemm::detect` accepts
+//! Owns [`split`]: finding the outermost sum that `contraction::detect` accepts
 //! inside a function that is not itself a contraction, and rewriting the
 //! function into the contraction (over the output's indices) and an
 //! epilogue that reads it from a temporary. Must not generate code: the
 //! caller compiles both halves.
 
-use super::gemm::{self, Contraction};
+use super::contraction::{self, Contraction};
 use crate::symbolic::expr::{Node, ReduceOp};
 use crate::symbolic::subst::replace;
 use crate::symbolic::{Affine, ArgDecl, IndexFn};
@@ -51,7 +51,7 @@ pub(crate) fn split(f: &IndexFn) -> Option<Split> {
             root,
             ..f.clone()
         };
-        let Some(contraction) = gemm::detect(&inner) else {
+        let Some(contraction) = contraction::detect(&inner) else {
             continue;
         };
         let name = fresh_arg_name(f, &format!("{}_contraction", f.name));

@@ -1,0 +1,517 @@
+//! Contractions: recognising index functions that a (batched) matrix
+//! product computes exactly, and describing that product.
+//!
+//! Owns [`detect`] (pattern matching on the [`IndexFn`] IR: a scaled chain
+//! of sums with constant bounds around a product of exactly two accesses
+//! whose index maps are strided views) and [`Contraction`] (the plan: which
+//! index variables are batch, M, N and K dimensions, their strides in
+//! elements, the scale). It is backend-neutral: the CPU backend runs a
+//! contraction with the `gemm` crate (`crate::jit::gemm`), a GPU backend
+//! with cuBLAS. Must not run anything: a function that is not a
+//! contraction (or not one this module can prove safe) gets `None` and is
+//! left to the generic kernel.
+//!
+//! # What is recognised
+//!
+//! `f[out] = s · Σ_{k₁} … Σ_{kₚ} (c · a[map_a] * b[map_b])` where
+//!
+//! * the sums are plain `sum` reductions (at least one) whose bounds are
+//!   constants (`sum{k}_1^3`, `sum{k}_0^(K-1)`); constant factors (`2 * …`,
+//!   `… / 4`, `-…`) may appear outside, between or inside the sums and are
+//!   folded into one scale (gemm's `beta`);
+//! * the product has exactly two argument accesses (the same argument twice
+//!   is fine, e.g. `a[i;k] * a[j;k]`);
+//! * every dimension of an access is either a constant or exactly one index
+//!   variable with coefficient 1 plus a constant (`a[i; k + 1]`, `a[0; k]`),
+//!   and no variable appears in two dimensions of the same access. The
+//!   access is then a strided view: each variable has one stride per operand
+//!   (0 where it is absent), so permutations, transposes, broadcasts and
+//!   constant-offset sub-ranges need no copies;
+//! * each summed variable appears in both accesses (K); an output variable
+//!   appearing in both (or neither) is a batch dimension, in `a` only an M
+//!   dimension, in `b` only an N dimension;
+//! * every access is in bounds for the whole domain (checked here again, so
+//!   `run_*` never reads outside a buffer of the declared length).
+//!
+//! Rejected (`None`): triangular or index-dependent bounds, diagonals
+//! (`a[i; i]`), coefficients other than 1 (`a[2*i]`, `a[n-1-i]`), several
+//! variables in one dimension (`a[i + k]`), guards, element-wise functions,
+//! products of three accesses, reductions other than `sum`, products with
+//! no sum (outer products are element-wise work).
+//!
+//! # Plan
+//!
+//! Variables of length 1 are dropped (their offset goes into the base
+//! pointer). Within each role, variables whose strides nest in every operand
+//! and the output (`stride(u) == len(v)·stride(v)`) are fused into one
+//! dimension, so `Σ_j Σ_k a[i;j;k]·b[j;k]` is one GEMM with K = J·K and a
+//! batched matmul over contiguous batches needs no fusion at all. The
+//! longest remaining M, N and K dimensions go to gemm; other M/N/batch
+//! dimensions become outer loops over gemm calls, and other K dimensions
+//! become an inner loop that accumulates into the output (`read_dst`).
+//!
+
+use crate::symbolic::affine::VarId;
+use crate::symbolic::expr::{BinaryOp, Node, NodeId, Range, ReduceOp, UnaryOp};
+use crate::symbolic::IndexFn;
+
+/// One (possibly fused) loop dimension: its length and its stride, in
+/// elements, in the first operand, the second operand and the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dim {
+    pub(crate) len: usize,
+    pub(crate) a: isize,
+    pub(crate) b: isize,
+    pub(crate) out: isize,
+}
+
+impl Dim {
+    /// A dimension of length 1 (a role with no variable).
+    pub(crate) const UNIT: Dim = Dim {
+        len: 1,
+        a: 0,
+        b: 0,
+        out: 0,
+    };
+
+    /// `self` as the outer and `inner` as the inner part of one strided
+    /// dimension, when the strides nest in every operand and the output.
+    fn fuse(self, inner: Dim) -> Option<Dim> {
+        let l = isize::try_from(inner.len).ok()?;
+        let nests = |outer: isize, inner: isize| inner.checked_mul(l) == Some(outer);
+        if nests(self.a, inner.a) && nests(self.b, inner.b) && nests(self.out, inner.out) {
+            Some(Dim {
+                len: self.len.checked_mul(inner.len)?,
+                ..inner
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// A plan that computes an [`IndexFn`] recognised by [`detect`] with calls
+/// to a GEMM: `out[batch; m; n] = scale · Σ_k a[batch; m; k] · b[batch; k; n]`
+/// over strided views of the argument buffers.
+#[derive(Clone, Debug)]
+pub struct Contraction {
+    /// Argument numbers (into `f.args()`) of the two factors.
+    pub(crate) arg_a: usize,
+    pub(crate) arg_b: usize,
+    /// Declared length of every argument buffer, and of the output.
+    pub(crate) arg_lens: Vec<usize>,
+    pub(crate) out_len: usize,
+    /// Offset (elements) of the first element each operand reads.
+    pub(crate) base_a: usize,
+    pub(crate) base_b: usize,
+    /// The dimensions handed to gemm (`Dim::UNIT` where a role is empty).
+    pub(crate) m: Dim,
+    pub(crate) n: Dim,
+    pub(crate) k: Dim,
+    /// Outer loops, each iteration writing a distinct output slice.
+    pub(crate) batch: Vec<Dim>,
+    /// Extra summed dimensions, accumulated into the output slice.
+    pub(crate) k_outer: Vec<Dim>,
+    /// Number of terms of each sum (0: the output is all zeros).
+    pub(crate) k_total: usize,
+    /// Constant factor folded from the expression (gemm's `beta`).
+    pub(crate) scale: f64,
+    pub(crate) threads: usize,
+}
+
+/// Inclusive range `lo..=hi` of an index variable (`lo > hi`: empty).
+#[derive(Clone, Copy, Debug)]
+struct VarRange {
+    var: VarId,
+    lo: i64,
+    hi: i64,
+}
+
+impl VarRange {
+    fn len(&self) -> usize {
+        if self.hi < self.lo {
+            0
+        } else {
+            usize::try_from(self.hi as i128 - self.lo as i128 + 1).unwrap_or(usize::MAX)
+        }
+    }
+}
+
+/// Per-variable view of one access: stride (elements) of each variable it
+/// uses, and the offset of the element at the variables' lower bounds.
+struct View {
+    arg: usize,
+    strides: Vec<(VarId, isize)>,
+    base: usize,
+}
+
+impl View {
+    fn stride(&self, v: VarId) -> Option<isize> {
+        self.strides.iter().find(|(w, _)| *w == v).map(|(_, s)| *s)
+    }
+}
+
+/// `Some(plan)` when `f` is a contraction that a (batched) GEMM computes
+/// exactly (see the module documentation for the accepted form), `None`
+/// otherwise. Never panics.
+///
+/// ```
+/// use tenjin::planner::contraction::detect;
+/// use tenjin::symbolic::IndexFn;
+/// let f = IndexFn::parse("f[i; j] = sum{k}_0^2 (a[i; k] * b[k; j])",
+///                        &[("a", &[2, 3][..]), ("b", &[3, 2][..])])?;
+/// let plan = detect(&f).expect("a matmul");
+/// let mut out = vec![0.0; 4];
+/// plan.run_f64(&[&[1., 2., 3., 4., 5., 6.], &[1., 0., 0., 1., 1., 1.]], &mut out);
+/// assert_eq!(out, vec![4., 5., 10., 11.]);
+/// assert_eq!(plan.flops(), 2 * 4 * 3);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn detect(f: &IndexFn) -> Option<Contraction> {
+    let g = &f.graph;
+    let mut scale = 1.0f64;
+
+    // Constant factors and sums, from the root down to the product.
+    let mut sums: Vec<VarRange> = Vec::new();
+    let mut node = f.root;
+    loop {
+        if let Some(inner) = peel_constant(f, node, &mut scale)? {
+            node = inner;
+            continue;
+        }
+        match g.node(node) {
+            Node::Reduce {
+                op: ReduceOp::Sum,
+                var,
+                range,
+                body,
+            } => {
+                let (lo, hi) = constant_range(range)?;
+                sums.push(VarRange { var: *var, lo, hi });
+                node = *body;
+            }
+            _ => break,
+        }
+    }
+    if sums.is_empty() {
+        return None; // no contraction: element-wise work for the generic kernel
+    }
+
+    // The product: exactly two accesses and constant factors.
+    let mut accesses: Vec<NodeId> = Vec::new();
+    let mut stack = vec![node];
+    let mut visits = 0usize;
+    while let Some(n) = stack.pop() {
+        // Constructors fold constant subtrees, so a product of two accesses
+        // is a handful of nodes; the cap only guards against a huge tree
+        // hidden in a shared DAG.
+        visits += 1;
+        if visits > 1024 {
+            return None;
+        }
+        match g.node(n) {
+            Node::Const(_) => scale *= g.const_value(n)?,
+            Node::Access { .. } => {
+                accesses.push(n);
+                if accesses.len() > 2 {
+                    return None;
+                }
+            }
+            Node::Unary(UnaryOp::Neg, x) => {
+                scale = -scale;
+                stack.push(*x);
+            }
+            Node::Binary(BinaryOp::Mul, x, y) => {
+                stack.push(*x);
+                stack.push(*y);
+            }
+            Node::Binary(BinaryOp::Div, x, y) => {
+                let c = g.const_value(*y)?;
+                if c == 0.0 {
+                    return None;
+                }
+                scale /= c;
+                stack.push(*x);
+            }
+            _ => return None,
+        }
+    }
+    if accesses.len() != 2 || !scale.is_finite() || scale == 0.0 {
+        return None;
+    }
+    // `stack` pops right factors first: restore source order.
+    let (acc_a, acc_b) = (accesses[1], accesses[0]);
+
+    // Every variable with its range: outputs first, then the sums.
+    let mut ranges: Vec<VarRange> = Vec::new();
+    if f.out_vars.len() != f.out_shape.len() {
+        return None;
+    }
+    for (&v, &size) in f.out_vars.iter().zip(&f.out_shape) {
+        let hi = i64::try_from(size).ok()? - 1;
+        ranges.push(VarRange { var: v, lo: 0, hi });
+    }
+    ranges.extend(sums.iter().copied());
+    for (i, r) in ranges.iter().enumerate() {
+        if ranges[..i].iter().any(|q| q.var == r.var) {
+            return None; // a name bound twice
+        }
+    }
+    let n_out = f.out_vars.len();
+
+    let out_len = f
+        .out_shape
+        .iter()
+        .try_fold(1usize, |acc, &s| acc.checked_mul(s))?;
+    let k_total = sums
+        .iter()
+        .try_fold(1usize, |acc, r| acc.checked_mul(r.len()))?;
+    // With nothing to write or nothing to sum, no operand is ever read, so
+    // their bounds do not matter.
+    let reads = out_len > 0 && k_total > 0;
+
+    let arg_lens = f
+        .args
+        .iter()
+        .map(|a| {
+            a.shape
+                .iter()
+                .try_fold(1usize, |acc, &s| acc.checked_mul(s))
+        })
+        .collect::<Option<Vec<usize>>>()?;
+    let view_a = view(f, acc_a, &ranges, reads)?;
+    let view_b = view(f, acc_b, &ranges, reads)?;
+
+    // Output strides (row-major over the output shape).
+    let out_strides = row_major_strides(&f.out_shape)?;
+
+    let (mut batch, mut ms, mut ns, mut ks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, r) in ranges.iter().enumerate() {
+        let (sa, sb) = (view_a.stride(r.var), view_b.stride(r.var));
+        let dim = Dim {
+            len: r.len(),
+            a: sa.unwrap_or(0),
+            b: sb.unwrap_or(0),
+            out: if i < n_out { out_strides[i] } else { 0 },
+        };
+        if i >= n_out {
+            if sa.is_none() || sb.is_none() {
+                return None; // a sum over one factor only
+            }
+            ks.push(dim);
+            continue;
+        }
+        match (sa.is_some(), sb.is_some()) {
+            (true, false) => ms.push(dim),
+            (false, true) => ns.push(dim),
+            _ => batch.push(dim),
+        }
+    }
+    // Every variable an access uses must be an output or a sum variable.
+    for v in view_a
+        .strides
+        .iter()
+        .chain(&view_b.strides)
+        .map(|(v, _)| *v)
+    {
+        if !ranges.iter().any(|r| r.var == v) {
+            return None;
+        }
+    }
+
+    let (m, rest_m) = pick(fuse_all(ms));
+    let (n, rest_n) = pick(fuse_all(ns));
+    let (k, k_outer) = pick(fuse_all(ks));
+    batch.extend(rest_m);
+    batch.extend(rest_n);
+    let batch = fuse_all(batch);
+
+    Some(Contraction {
+        arg_a: view_a.arg,
+        arg_b: view_b.arg,
+        arg_lens,
+        out_len,
+        base_a: view_a.base,
+        base_b: view_b.base,
+        m,
+        n,
+        k,
+        batch,
+        k_outer,
+        k_total,
+        scale,
+        threads: 1,
+    })
+}
+
+/// `Some(Some(inner))` when `node` is a constant factor applied to `inner`
+/// (`c * x`, `x * c`, `x / c`, `-x`), folding the factor into `scale`;
+/// `Some(None)` when it is not; `None` for a division by zero.
+fn peel_constant(f: &IndexFn, node: NodeId, scale: &mut f64) -> Option<Option<NodeId>> {
+    let g = &f.graph;
+    Some(match g.node(node) {
+        Node::Unary(UnaryOp::Neg, x) => {
+            *scale = -*scale;
+            Some(*x)
+        }
+        Node::Binary(BinaryOp::Mul, x, y) => match (g.const_value(*x), g.const_value(*y)) {
+            (Some(c), _) => {
+                *scale *= c;
+                Some(*y)
+            }
+            (_, Some(c)) => {
+                *scale *= c;
+                Some(*x)
+            }
+            _ => None,
+        },
+        Node::Binary(BinaryOp::Div, x, y) => match g.const_value(*y) {
+            Some(c) if c != 0.0 => {
+                *scale /= c;
+                Some(*x)
+            }
+            Some(_) => return None,
+            None => None,
+        },
+        _ => None,
+    })
+}
+
+/// `(lo, hi)` of a range whose bounds are all constants.
+fn constant_range(range: &Range) -> Option<(i64, i64)> {
+    let no_vars = |_: VarId| 0i64;
+    let mut lo = i64::MIN;
+    for b in &range.lower {
+        if !b.num.is_constant() {
+            return None;
+        }
+        lo = lo.max(b.eval_ceil(&no_vars).ok()?);
+    }
+    let mut hi = i64::MAX;
+    for b in &range.upper {
+        if !b.num.is_constant() {
+            return None;
+        }
+        hi = hi.min(b.eval_floor(&no_vars).ok()?);
+    }
+    if range.lower.is_empty() || range.upper.is_empty() {
+        return None;
+    }
+    Some((lo, hi))
+}
+
+fn row_major_strides(shape: &[usize]) -> Option<Vec<isize>> {
+    crate::symbolic::index_fn::row_major_strides(shape)?
+        .into_iter()
+        .map(|s| isize::try_from(s).ok())
+        .collect()
+}
+
+/// The strided view of the access `node`, or `None` when a dimension is not
+/// `constant` or `var + constant`, a variable repeats, or (when `reads`) an
+/// index can leave its dimension.
+fn view(f: &IndexFn, node: NodeId, ranges: &[VarRange], reads: bool) -> Option<View> {
+    let Node::Access { arg, index } = f.graph.node(node) else {
+        return None;
+    };
+    let shape = &f.args.get(*arg)?.shape;
+    if index.len() != shape.len() {
+        return None;
+    }
+    let strides = row_major_strides(shape)?;
+    let mut vars: Vec<(VarId, isize)> = Vec::new();
+    let mut base: i128 = 0;
+    for (d, form) in index.iter().enumerate() {
+        let size = shape[d] as i128;
+        let c = form.constant as i128;
+        let lo = match form.terms.as_slice() {
+            [] => c,
+            [(v, 1)] => {
+                if vars.iter().any(|(w, _)| w == v) {
+                    return None; // a diagonal
+                }
+                vars.push((*v, strides[d]));
+                let r = ranges.iter().find(|r| r.var == *v)?;
+                if reads && (r.lo as i128 + c < 0 || r.hi as i128 + c >= size) {
+                    return None;
+                }
+                r.lo as i128 + c
+            }
+            _ => return None,
+        };
+        if reads && (lo < 0 || lo >= size) {
+            return None;
+        }
+        base += lo * strides[d] as i128;
+    }
+    // Unused when nothing is read; keep it a valid offset anyway.
+    let base = if reads {
+        usize::try_from(base).ok()?
+    } else {
+        0
+    };
+    Some(View {
+        arg: *arg,
+        strides: vars,
+        base,
+    })
+}
+
+/// Drops length-1 dimensions and fuses nesting pairs until none is left.
+fn fuse_all(mut dims: Vec<Dim>) -> Vec<Dim> {
+    dims.retain(|d| d.len != 1);
+    'outer: loop {
+        for i in 0..dims.len() {
+            for j in 0..dims.len() {
+                if i == j {
+                    continue;
+                }
+                if let Some(fused) = dims[i].fuse(dims[j]) {
+                    dims[i] = fused;
+                    dims.remove(j);
+                    continue 'outer;
+                }
+            }
+        }
+        return dims;
+    }
+}
+
+/// The longest dimension (for gemm) and the others (for loops).
+fn pick(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
+    let Some(best) = (0..dims.len()).max_by_key(|&i| dims[i].len) else {
+        return (Dim::UNIT, dims);
+    };
+    let d = dims.remove(best);
+    (d, dims)
+}
+
+impl Contraction {
+    /// Floating-point operations of one run: `2 · |output| · |summed range|`.
+    pub fn flops(&self) -> usize {
+        self.out_len.saturating_mul(self.k_total).saturating_mul(2)
+    }
+
+    /// Threads gemm may use per call (see `crate::jit::gemm`);
+    /// `0` is treated as 1.
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n.max(1);
+    }
+
+    /// The thread count set by [`Contraction::set_threads`] (default 1).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// `[calls, m, n, k]`: the number of gemm calls one run makes and the
+    /// size of each, for callers that prefer their own kernel for many tiny
+    /// products.
+    pub fn gemm_shape(&self) -> [usize; 4] {
+        let calls = self
+            .batch
+            .iter()
+            .chain(&self.k_outer)
+            .fold(1usize, |acc, d| acc.saturating_mul(d.len));
+        [calls, self.m.len, self.n.len, self.k.len]
+    }
+}

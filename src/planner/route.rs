@@ -1,0 +1,83 @@
+//! How one stage runs: as a GEMM, as a GEMM followed by a fused
+//! element-wise epilogue, or as a loop nest.
+//!
+//! Owns [`Route`] and [`route`], the decision the backends obey: a
+//! contraction big enough to pay for a GEMM call goes to GEMM (alone, or
+//! followed by one fused kernel for the element-wise work around it); every
+//! other function is a loop nest, in f32 with its nested sums ordered for
+//! contiguous inner loops (`reorder`; f64 keeps the interpreter's order
+//! exactly). Must not generate or run code.
+
+use super::contraction::{self, Contraction};
+use super::{epilogue, reorder};
+use crate::symbolic::IndexFn;
+use crate::DType;
+
+/// The way a backend runs one function.
+#[derive(Clone, Debug)]
+pub enum Route {
+    /// A contraction computed by a GEMM.
+    Gemm(Contraction),
+    /// A contraction computed by a GEMM into the output, then `epilogue`
+    /// over it in place: the epilogue reads the contraction as its last
+    /// argument, only at the output index (see `epilogue::split`).
+    GemmThenLoop {
+        contraction: Contraction,
+        epilogue: IndexFn,
+    },
+    /// A loop nest computing this function (equal in value to the one
+    /// routed; in f32 its sums may be reordered).
+    Loop(IndexFn),
+}
+
+impl Route {
+    /// `"gemm"`, `"gemm+loop"` or `"loop"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Route::Gemm(_) => "gemm",
+            Route::GemmThenLoop { .. } => "gemm+loop",
+            Route::Loop(_) => "loop",
+        }
+    }
+}
+
+/// Smallest `m·n·k` of one product for which a contraction is sent to GEMM
+/// (below it, packing costs more than the generic kernel's loop).
+pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
+
+/// The route of `f` computed in `dtype` (see the module documentation).
+///
+/// ```
+/// use tenjin::planner::route::route;
+/// use tenjin::symbolic::IndexFn;
+/// let mm = IndexFn::parse("f[i; j] = sum{k}_0^63 (a[i; k] * b[k; j])",
+///                         &[("a", &[64, 64][..]), ("b", &[64, 64][..])])?;
+/// assert_eq!(route(&mm, tenjin::DType::F32).name(), "gemm");
+/// let relu = IndexFn::parse("f[i; j] = max(sum{k}_0^63 (a[i; k] * b[k; j]), 0)",
+///                           &[("a", &[64, 64][..]), ("b", &[64, 64][..])])?;
+/// assert_eq!(route(&relu, tenjin::DType::F32).name(), "gemm+loop");
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn route(f: &IndexFn, dtype: DType) -> Route {
+    let worth_gemm = |plan: &Contraction| {
+        let [calls, m, n, k] = plan.gemm_shape();
+        calls > 0 && m * n * k >= MIN_GEMM_VOLUME
+    };
+    if let Some(plan) = contraction::detect(f) {
+        if worth_gemm(&plan) {
+            return Route::Gemm(plan);
+        }
+    }
+    if let Some(split) = epilogue::split(f) {
+        if worth_gemm(&split.contraction) {
+            return Route::GemmThenLoop {
+                contraction: split.contraction,
+                epilogue: split.epilogue,
+            };
+        }
+    }
+    match dtype {
+        DType::F32 => Route::Loop(reorder::interchange_sums(f)),
+        DType::F64 => Route::Loop(f.clone()),
+    }
+}
