@@ -18,6 +18,7 @@
 
 use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::index_fn::row_major_strides;
+use crate::symbolic::intervals::Intervals;
 use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, VarId};
 use crate::Error;
 use std::collections::HashMap;
@@ -142,10 +143,6 @@ fn lin_overflow() -> Error {
     }
 }
 
-/// Closed integer interval; `lo > hi` is empty. `i128` so that products of
-/// extreme values cannot overflow.
-type Interval = (i128, i128);
-
 impl<'a> Lowerer<'a> {
     fn new(f: &'a IndexFn) -> Result<Self, Error> {
         let strides = f
@@ -173,79 +170,13 @@ impl<'a> Lowerer<'a> {
         Ok(l)
     }
 
-    /// Static intervals of every index variable, then speculability of every
-    /// node and trip bounds of every reduction.
+    /// Speculability of every node and the trip bounds and emptiness of
+    /// every reduction (`symbolic::intervals`).
     fn analyse(&mut self) {
-        let f = self.f;
-        let g = &f.graph;
-        let mut iv: HashMap<VarId, Interval> = HashMap::new();
-        for (v, &n) in f.out_vars.iter().zip(&f.out_shape) {
-            iv.insert(*v, (0, n as i128 - 1));
-        }
-        // Parents have larger ids: visiting in decreasing order sees every
-        // enclosing reduction before the ones it contains.
-        for id in (0..g.len() as u32).rev().map(NodeId) {
-            if let Node::Reduce { var, range, .. } = g.node(id) {
-                // Per bound: the interval of its rounded value.
-                let lows: Option<Vec<Interval>> = range
-                    .lower
-                    .iter()
-                    .map(|b| {
-                        let d = b.den as i128;
-                        rat_interval(b, &iv).map(|(l, h)| (div_ceil(l, d), div_ceil(h, d)))
-                    })
-                    .collect();
-                let highs: Option<Vec<Interval>> = range
-                    .upper
-                    .iter()
-                    .map(|b| {
-                        let d = b.den as i128;
-                        rat_interval(b, &iv).map(|(l, h)| (div_floor(l, d), div_floor(h, d)))
-                    })
-                    .collect();
-                let (lo, hi, nonempty) = match (lows, highs) {
-                    (Some(lows), Some(highs)) => {
-                        // The loop variable's values, and whether the largest
-                        // lower bound never exceeds the smallest upper bound.
-                        let lo = lows.iter().map(|i| i.0).max().unwrap_or(i128::MIN);
-                        let hi = highs.iter().map(|i| i.1).min().unwrap_or(i128::MAX);
-                        let worst_lo = lows.iter().map(|i| i.1).max().unwrap_or(i128::MIN);
-                        let worst_hi = highs.iter().map(|i| i.0).min().unwrap_or(i128::MAX);
-                        let boxed = lows.iter().chain(&highs).all(|i| i.0 <= i.1);
-                        (lo, hi, boxed && worst_lo <= worst_hi)
-                    }
-                    _ => (i128::MIN / 4, i128::MAX / 4, false), // unknown: never safe
-                };
-                self.nonempty.insert(id, nonempty);
-                let trips = if hi >= lo {
-                    (hi - lo + 1).min(u64::MAX as i128) as u64
-                } else {
-                    0
-                };
-                self.trips.insert(id, trips);
-                let e = iv.entry(*var).or_insert((lo, hi));
-                *e = hull(*e, (lo, hi));
-            }
-        }
-        let mut spec = vec![true; g.len()];
-        for id in (0..g.len() as u32).map(NodeId) {
-            let node = g.node(id);
-            let own = match node {
-                Node::Access { arg, index } => {
-                    let shape = &f.args[*arg].shape;
-                    index
-                        .iter()
-                        .zip(shape)
-                        .all(|(form, &n)| match affine_interval(form, &iv) {
-                            Some((lo, hi)) => lo > hi || (lo >= 0 && hi < n as i128),
-                            None => false,
-                        })
-                }
-                _ => true,
-            };
-            spec[id.0 as usize] = own && node.children().iter().all(|c| spec[c.0 as usize]);
-        }
-        self.speculable = spec;
+        let iv = Intervals::of(self.f);
+        self.speculable = iv.speculable;
+        self.trips = iv.trips;
+        self.nonempty = iv.nonempty;
     }
 
     fn new_ivar(&mut self) -> IVar {
@@ -447,51 +378,6 @@ impl<'a> Lowerer<'a> {
         self.memo.insert((n, p), r);
         Ok(r)
     }
-}
-
-fn hull(a: Interval, b: Interval) -> Interval {
-    if a.0 > a.1 {
-        b
-    } else if b.0 > b.1 {
-        a
-    } else {
-        (a.0.min(b.0), a.1.max(b.1))
-    }
-}
-
-fn div_floor(a: i128, d: i128) -> i128 {
-    let q = a / d;
-    if (a % d != 0) && ((a < 0) != (d < 0)) {
-        q - 1
-    } else {
-        q
-    }
-}
-
-fn div_ceil(a: i128, d: i128) -> i128 {
-    -div_floor(-a, d)
-}
-
-/// The range of an affine form over the variables' intervals; `None` when a
-/// variable has no interval. An empty variable interval gives an empty one.
-fn affine_interval(a: &Affine, iv: &HashMap<VarId, Interval>) -> Option<Interval> {
-    let (mut lo, mut hi) = (a.constant as i128, a.constant as i128);
-    let mut empty = false;
-    for &(v, c) in &a.terms {
-        let &(vl, vh) = iv.get(&v)?;
-        if vl > vh {
-            empty = true;
-            continue;
-        }
-        let (x, y) = (vl.saturating_mul(c as i128), vh.saturating_mul(c as i128));
-        lo = lo.saturating_add(x.min(y));
-        hi = hi.saturating_add(x.max(y));
-    }
-    Some(if empty { (1, 0) } else { (lo, hi) })
-}
-
-fn rat_interval(r: &RatAffine, iv: &HashMap<VarId, Interval>) -> Option<Interval> {
-    affine_interval(&r.num, iv)
 }
 
 #[cfg(test)]

@@ -10,8 +10,43 @@
 //! code, allocate buffers or know about tensors.
 
 pub mod contraction;
+mod cut;
 pub(crate) mod epilogue;
+mod extract;
+mod normalize;
+mod program;
 pub(crate) mod reorder;
 pub mod route;
 
+pub use normalize::normalize;
+pub use program::{Program, Source, Stage};
 pub use route::{route, Route};
+
+use crate::symbolic::IndexFn;
+use crate::{DType, Error};
+
+/// The stages computing `f` in `dtype`: subexpressions that would be
+/// recomputed per element of a loop they do not depend on become stages of
+/// their own, contractions become GEMMs (see `extract` for the rules).
+///
+/// ```
+/// use tenjin::planner::plan_function;
+/// use tenjin::symbolic::IndexFn;
+/// // Attention in one line: the scores are computed once, then two GEMMs.
+/// let f = IndexFn::parse(
+///     "o[i; d] = sum{j}_0^31 (exp (sum{e}_0^7 (q[i; e] * k[j; e])) / sum{m}_0^31 (exp (sum{e}_0^7 (q[i; e] * k[m; e]))) * v[j; d])",
+///     &[("q", &[32, 8][..]), ("k", &[32, 8][..]), ("v", &[32, 8][..])])?;
+/// let p = plan_function(&f, tenjin::DType::F32)?;
+/// assert!(p.stages.len() >= 3, "{p}");
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn plan_function(f: &IndexFn, dtype: DType) -> Result<Program, Error> {
+    let mut b = extract::Builder::new(dtype);
+    let sources: Vec<Source> = (0..f.args().len()).map(Source::Input).collect();
+    let out = b.add(f, &sources)?;
+    Ok(Program {
+        inputs: f.args().to_vec(),
+        stages: b.stages,
+        outputs: vec![out],
+    })
+}

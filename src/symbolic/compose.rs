@@ -195,24 +195,46 @@ impl IndexFn {
         if kept.len() == self.args.len() {
             return (self.clone(), kept);
         }
-        let renumber: HashMap<usize, usize> = kept
+        let out = self.with_args(&kept);
+        (out, kept)
+    }
+
+    /// This function taking exactly the arguments at positions `order` of
+    /// its current ones, in that order. Every argument the body reads must
+    /// be among them (an argument read but not listed makes the result
+    /// read the first listed argument instead; callers list all of
+    /// [`IndexFn::used_args`]).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = x[i] - y[i]", &[("x", &[4][..]), ("y", &[4][..])])?;
+    /// let g = f.with_args(&[1, 0]);
+    /// assert_eq!(g.args()[0].name, "y");
+    /// assert_eq!(g.eval_f64(&[("x", &[3.; 4][..]), ("y", &[1.; 4][..])])?, vec![2.; 4]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_args(&self, order: &[usize]) -> IndexFn {
+        let renumber: HashMap<usize, usize> = order
             .iter()
             .enumerate()
             .map(|(new, &old)| (old, new))
             .collect();
         let mut out = self.clone();
-        out.args = kept
+        out.args = order
             .iter()
             .map(|&a| self.args[a].clone())
             .collect::<Vec<ArgDecl>>();
         out.root = rewrite_accesses(&mut out.graph, self.root, &mut |a, index| {
-            Ok(Some((renumber[&a], index.to_vec())))
+            Ok(Some((
+                renumber.get(&a).copied().unwrap_or(0),
+                index.to_vec(),
+            )))
         })
         .expect("renumbering arguments does no arithmetic");
         let (graph, root) = out.graph.extract(out.root);
         out.graph = graph;
         out.root = root;
-        (out, kept)
+        out
     }
 }
 

@@ -25,9 +25,10 @@ mod context;
 mod derive;
 mod equality;
 mod eval;
+pub(crate) mod intervals;
 mod lexer;
 mod parse;
-mod print;
+pub(crate) mod print;
 mod rules;
 pub(crate) mod subst;
 

@@ -1,0 +1,610 @@
+//! Deciding what to materialise: a function becomes a DAG of stages.
+//!
+//! Owns [`Builder`], which turns functions into [`Stage`]s of one
+//! [`Program`](super::Program) under construction. For each function it
+//! normalises the body (`normalize`), then repeatedly cuts a subexpression
+//! out as a stage of its own (`cut`) and reads it back, until none is worth
+//! cutting; each stage is planned the same way before it is added. Stages
+//! are shared: a cut equal to one already in the program (the same
+//! function of the same buffers, up to index names) is read, not computed
+//! again, so the derivatives of all arguments of one node share their
+//! common parts.
+//!
+//! **What is cut** (a *heavy* node is one containing a reduction of two or
+//! more terms; the root of a function is never cut):
+//!
+//! | rule | a node is cut when |
+//! | --- | --- |
+//! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on) is over an index it does not depend on: it would be recomputed for every value of that index |
+//! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`) |
+//! | known | it is heavy and equal to a stage already in the program, or to a cut the caller wants (a forward intermediate) |
+//! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
+//!
+//! Nodes are visited top-down, so the largest subexpression that qualifies
+//! is cut. A cut is kept only if the function reading it back passes the
+//! exact bounds check; otherwise that node is left inline.
+//!
+//! Must not compile or run anything.
+
+use super::cut::{cut, Cut};
+use super::normalize::normalize;
+use super::program::{Source, Stage};
+use super::route::route;
+use crate::symbolic::affine::VarId;
+use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
+use crate::symbolic::intervals::Intervals;
+use crate::symbolic::subst::replace;
+use crate::symbolic::{ArgDecl, IndexFn};
+use crate::{DType, Error};
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+
+/// Most cuts made in one function (a guard against a rewrite that never
+/// settles; real functions need a handful).
+const MAX_CUTS: usize = 64;
+
+/// A stage as it was cut: its canonical function (arguments in source
+/// order, named after their sources) and its sources. Two equal keys
+/// compute the same values.
+#[derive(Clone, Debug)]
+pub(crate) struct CutKey {
+    /// A fingerprint independent of how the DAG was built (equal
+    /// functions have equal fingerprints; equality is then checked).
+    pub hash: u64,
+    pub f: IndexFn,
+    pub sources: Vec<Source>,
+}
+
+impl CutKey {
+    fn same(&self, other: &CutKey) -> bool {
+        self.hash == other.hash && self.sources == other.sources && self.f == other.f
+    }
+}
+
+/// The stages of one program under construction.
+pub(crate) struct Builder {
+    pub dtype: DType,
+    pub stages: Vec<Stage>,
+    /// Per stage: the cut it was made from (`None` for a whole function).
+    pub cut_as: Vec<Option<CutKey>>,
+    /// Cuts the caller wants made wherever they occur.
+    pub wanted: Vec<CutKey>,
+}
+
+/// `f` taking only the arguments it reads, merged where two read the same
+/// source, ordered by source and named after it; and those sources.
+pub(crate) fn canonical(f: &IndexFn, sources: &[Source]) -> (IndexFn, Vec<Source>) {
+    let used = f.used_args();
+    let mut order: Vec<usize> = Vec::new();
+    let mut srcs: Vec<Source> = Vec::new();
+    // One argument per source: the first one reading it.
+    for &a in &used {
+        if !srcs.contains(&sources[a]) {
+            srcs.push(sources[a]);
+            order.push(a);
+        }
+    }
+    let mut pairs: Vec<(Source, usize)> = srcs.iter().copied().zip(order).collect();
+    pairs.sort();
+    let mut g = merge_duplicate_args(f, sources);
+    g = g.with_args(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+    for (decl, (src, _)) in g.args.iter_mut().zip(&pairs) {
+        decl.name = source_name(*src);
+    }
+    (g, pairs.into_iter().map(|p| p.0).collect())
+}
+
+/// `f` with every read of a duplicated source redirected to its first
+/// argument.
+fn merge_duplicate_args(f: &IndexFn, sources: &[Source]) -> IndexFn {
+    let first: Vec<usize> = (0..sources.len())
+        .map(|a| sources.iter().position(|s| *s == sources[a]).unwrap_or(a))
+        .collect();
+    if first.iter().enumerate().all(|(a, &b)| a == b) {
+        return f.clone();
+    }
+    let mut g = f.clone();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for n in f.graph.reachable(f.root) {
+        let node = match f.graph.node(n) {
+            Node::Access { arg, index } => Node::Access {
+                arg: first[*arg],
+                index: index.clone(),
+            },
+            other => other.map_children(&|c| map[&c]),
+        };
+        map.insert(n, g.graph.intern(node));
+    }
+    g.root = map[&f.root];
+    g
+}
+
+fn source_name(s: Source) -> String {
+    match s {
+        Source::Input(k) => format!("in{k}"),
+        Source::Stage(k) => format!("s{k}"),
+    }
+}
+
+impl Builder {
+    pub(crate) fn new(dtype: DType) -> Builder {
+        Builder {
+            dtype,
+            stages: Vec::new(),
+            cut_as: Vec::new(),
+            wanted: Vec::new(),
+        }
+    }
+
+    /// Plans `f` (its arguments read from `sources`) into stages; returns
+    /// the stage computing `f`.
+    pub(crate) fn add(&mut self, f: &IndexFn, sources: &[Source]) -> Result<usize, Error> {
+        let (f, sources) = self.extract(normalize(f), sources.to_vec())?;
+        let (fin, srcs) = canonical(&f, &sources);
+        // An equal whole function already planned (two derivatives equal).
+        let anon = |g: &IndexFn| IndexFn {
+            name: "s".into(),
+            ..g.clone()
+        };
+        let probe = anon(&fin);
+        if let Some(j) = self
+            .stages
+            .iter()
+            .position(|s| s.sources == srcs && anon(&s.f) == probe)
+        {
+            return Ok(j);
+        }
+        Ok(self.push(fin, srcs, None))
+    }
+
+    fn push(&mut self, f: IndexFn, sources: Vec<Source>, cut: Option<CutKey>) -> usize {
+        let id = self.stages.len();
+        let f = if cut.is_some() {
+            IndexFn {
+                name: format!("s{id}"),
+                ..f
+            }
+        } else {
+            f
+        };
+        self.stages.push(Stage {
+            route: route(&f, self.dtype),
+            f,
+            sources,
+            forward: None,
+        });
+        self.cut_as.push(cut);
+        id
+    }
+
+    /// The stage for a cut: an existing equal one, or a new one planned
+    /// like any function.
+    fn stage_for(&mut self, key: CutKey) -> Result<usize, Error> {
+        if let Some(j) = self.find(&key) {
+            return Ok(j);
+        }
+        let (f, sources) = self.extract(normalize(&key.f), key.sources.clone())?;
+        let (fin, srcs) = canonical(&f, &sources);
+        Ok(self.push(fin, srcs, Some(key)))
+    }
+
+    fn find(&self, key: &CutKey) -> Option<usize> {
+        self.cut_as
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.same(key)))
+    }
+
+    fn known(&self, key: &CutKey) -> bool {
+        self.find(key).is_some() || self.wanted.iter().any(|w| w.same(key))
+    }
+
+    /// Cuts stages out of `f` until none qualifies (see the module
+    /// documentation); returns the function reading them and its sources.
+    fn extract(
+        &mut self,
+        mut f: IndexFn,
+        mut sources: Vec<Source>,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
+        let mut rejected: HashSet<NodeId> = HashSet::new();
+        for _ in 0..MAX_CUTS {
+            let iv = Intervals::of(&f);
+            let mut keys = Keys::new(&f, &iv, &sources);
+            if let Some(merged) = keys.merge_duplicates() {
+                f = merged;
+                continue;
+            }
+            let mut progress = false;
+            for n in self.candidates(&f, &iv, &mut keys) {
+                if rejected.contains(&n) {
+                    continue;
+                }
+                let Some((key, c)) = keys.get(n).cloned() else {
+                    rejected.insert(n);
+                    continue;
+                };
+                // Every node that is this same cut is read back.
+                let mut occurrences = vec![(n, c.read.clone())];
+                for m in keys.heavy_nodes() {
+                    if m != n {
+                        if let Some((k2, c2)) = keys.get(m) {
+                            if k2.same(&key) {
+                                occurrences.push((m, c2.read.clone()));
+                            }
+                        }
+                    }
+                }
+                let reader = read_back(&f, &occurrences, &key.f);
+                if reader.check_bounds().is_err() {
+                    rejected.insert(n);
+                    continue;
+                }
+                let sid = self.stage_for(key)?;
+                f = reader;
+                sources.push(Source::Stage(sid));
+                progress = true;
+                break;
+            }
+            if !progress {
+                break;
+            }
+        }
+        let (graph, root) = f.graph.extract(f.root);
+        Ok((IndexFn { graph, root, ..f }, sources))
+    }
+
+    /// The nodes that qualify for a cut (see the module documentation):
+    /// first the shared and known ones, top-down and maximal, then the
+    /// rest, top-down.
+    fn candidates(&self, f: &IndexFn, iv: &Intervals, keys: &mut Keys) -> Vec<NodeId> {
+        let g = &f.graph;
+        let (mut first, mut then): (Vec<NodeId>, Vec<NodeId>) = (Vec::new(), Vec::new());
+        let mut seen: HashSet<(NodeId, Vec<VarId>)> = HashSet::new();
+        let out_loops: Vec<(VarId, u64)> = f
+            .out_vars
+            .iter()
+            .zip(&f.out_shape)
+            .map(|(&v, &n)| (v, n as u64))
+            .collect();
+        let many_contractions = keys.contractions(self.dtype) >= 2;
+        let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
+        while let Some((n, ctx)) = stack.pop() {
+            if !keys.heavy(n) {
+                continue;
+            }
+            let vars: Vec<VarId> = ctx.iter().map(|c| c.0).collect();
+            if !seen.insert((n, vars)) {
+                continue;
+            }
+            let eff = placement(g.free_vars(n), &ctx);
+            if n != f.root {
+                let known = keys.get(n).is_some_and(|(k, _)| self.known(k));
+                let shared = keys.shared(n) && keys.point_cost(n) >= SHARED_MIN_COST;
+                if known || shared {
+                    first.push(n);
+                    continue;
+                }
+                let redundant = redundancy(g.free_vars(n), eff) > 1;
+                if redundant || (many_contractions && keys.is_contraction(n, self.dtype)) {
+                    then.push(n);
+                }
+            }
+            let mut inner: Vec<(VarId, u64)> = eff.to_vec();
+            let node = g.node(n).clone();
+            if let Node::Reduce { var, body, op, .. } = &node {
+                inner.push((*var, iv.trips.get(&n).copied().unwrap_or(1)));
+                if *op == ReduceOp::Sum {
+                    if let Some(x) = contraction_operand(f, *body) {
+                        let light = !keys.heavy(x);
+                        if light
+                            && redundancy(g.free_vars(x), placement(g.free_vars(x), &inner)) > 1
+                        {
+                            then.push(x);
+                        }
+                    }
+                }
+            }
+            for c in node.children().into_iter().rev() {
+                stack.push((c, inner.clone()));
+            }
+        }
+        first.extend(then);
+        first
+    }
+}
+
+/// A subexpression met twice is cut only when computing it once per point
+/// costs at least this (roughly, simple operations): `exp(x[i; j] − m[i])`
+/// is cheaper to recompute than to store and load again,
+/// `exp(Σ_e q[i; e] · k[j; e])` is not.
+const SHARED_MIN_COST: u64 = 32;
+
+/// The loops around the place a node with free indices `free` is computed:
+/// `ctx` up to the innermost loop over one of them (hoisting leaves the
+/// loops inside that one).
+fn placement<'a>(free: &[VarId], ctx: &'a [(VarId, u64)]) -> &'a [(VarId, u64)] {
+    let d = ctx.iter().rposition(|(v, _)| free.contains(v));
+    &ctx[..d.map_or(0, |d| d + 1)]
+}
+
+/// How often a node is recomputed for each value of its own indices: the
+/// product of the trip counts of the loops around it over other indices.
+fn redundancy(free: &[VarId], eff: &[(VarId, u64)]) -> u64 {
+    eff.iter()
+        .filter(|(v, _)| !free.contains(v))
+        .fold(1u64, |acc, (_, t)| acc.saturating_mul(*t))
+}
+
+/// In a sum body `a · b` with exactly one side an argument read, the other
+/// side when it is an expression (not a read or a constant).
+fn contraction_operand(f: &IndexFn, body: NodeId) -> Option<NodeId> {
+    let g = &f.graph;
+    let Node::Binary(BinaryOp::Mul, a, b) = g.node(body) else {
+        return None;
+    };
+    let is_read = |n: NodeId| matches!(g.node(n), Node::Access { .. });
+    let is_leaf = |n: NodeId| matches!(g.node(n), Node::Access { .. } | Node::Const(_));
+    match (is_read(*a), is_read(*b)) {
+        (true, false) if !is_leaf(*b) => Some(*b),
+        (false, true) if !is_leaf(*a) => Some(*a),
+        _ => None,
+    }
+}
+
+/// `f` with each listed node replaced by a read of a new argument (the
+/// stage `stage`) at its index.
+fn read_back(
+    f: &IndexFn,
+    occurrences: &[(NodeId, Vec<crate::symbolic::Affine>)],
+    stage: &IndexFn,
+) -> IndexFn {
+    let mut g = f.clone();
+    let arg = g.args.len();
+    g.args.push(ArgDecl {
+        name: fresh_name(f, "stage"),
+        shape: stage.output_shape().to_vec(),
+    });
+    for (n, read) in occurrences {
+        let access = g.graph.access(arg, read.clone());
+        g.root = replace(&mut g.graph, g.root, *n, access);
+    }
+    g
+}
+
+fn fresh_name(f: &IndexFn, base: &str) -> String {
+    (0..)
+        .map(|k| format!("{base}{k}"))
+        .find(|n| f.args().iter().all(|a| &a.name != n))
+        .unwrap_or_else(|| base.to_string())
+}
+
+/// Heavy nodes of one function and their cuts, computed on demand.
+struct Keys<'a> {
+    f: &'a IndexFn,
+    iv: &'a Intervals,
+    sources: &'a [Source],
+    heavy: Vec<bool>,
+    cuts: HashMap<NodeId, Option<(CutKey, Cut)>>,
+    /// How many heavy nodes share each cut hash (computed once).
+    counts: Option<HashMap<u64, usize>>,
+}
+
+impl<'a> Keys<'a> {
+    fn new(f: &'a IndexFn, iv: &'a Intervals, sources: &'a [Source]) -> Keys<'a> {
+        let g = &f.graph;
+        let mut heavy = vec![false; g.len()];
+        for id in (0..g.len() as u32).map(NodeId) {
+            let own = matches!(g.node(id), Node::Reduce { .. })
+                && iv.trips.get(&id).copied().unwrap_or(0) >= 2;
+            heavy[id.0 as usize] = own || g.node(id).children().iter().any(|c| heavy[c.0 as usize]);
+        }
+        Keys {
+            f,
+            iv,
+            sources,
+            heavy,
+            cuts: HashMap::new(),
+            counts: None,
+        }
+    }
+
+    fn heavy(&self, n: NodeId) -> bool {
+        self.heavy[n.0 as usize]
+    }
+
+    /// The heavy nodes reachable from the root, except the root.
+    fn heavy_nodes(&self) -> Vec<NodeId> {
+        self.f
+            .graph
+            .reachable(self.f.root)
+            .into_iter()
+            .filter(|&n| n != self.f.root && self.heavy(n))
+            .collect()
+    }
+
+    fn get(&mut self, n: NodeId) -> Option<&(CutKey, Cut)> {
+        if !self.cuts.contains_key(&n) {
+            let value = cut(self.f, self.iv, n).map(|c| {
+                let (f, sources) = canonical(&c.stage, self.sources);
+                let key = CutKey {
+                    hash: fingerprint(&f, &sources),
+                    f,
+                    sources,
+                };
+                (key, c)
+            });
+            self.cuts.insert(n, value);
+        }
+        self.cuts[&n].as_ref()
+    }
+
+    /// Work per point of `n`'s own indices (roughly, simple operations):
+    /// a reduction costs its trip count times its body; subexpressions
+    /// over fewer of `n`'s indices are computed once per their own points
+    /// (hoisted) and cost nothing here.
+    fn point_cost(&self, n: NodeId) -> u64 {
+        let g = &self.f.graph;
+        let free = g.free_vars(n);
+        let hoisted = |m: NodeId| {
+            let fm = g.free_vars(m);
+            m != n && fm.len() < free.len() && fm.iter().all(|v| free.contains(v))
+        };
+        let mut memo: HashMap<NodeId, u64> = HashMap::new();
+        for m in g.reachable(n) {
+            let node = g.node(m);
+            let cost = if hoisted(m) {
+                0
+            } else {
+                let children: u64 = node
+                    .children()
+                    .iter()
+                    .map(|c| memo.get(c).copied().unwrap_or(0))
+                    .fold(0, u64::saturating_add);
+                match node {
+                    Node::Reduce { .. } => {
+                        let trips = self.iv.trips.get(&m).copied().unwrap_or(1);
+                        trips.saturating_mul(children.saturating_add(1))
+                    }
+                    Node::Unary(op, _) => children + unary_cost(*op),
+                    Node::Binary(BinaryOp::Div, ..) => children + 4,
+                    Node::Binary(BinaryOp::Pow, ..) => children + 40,
+                    Node::Const(_) => 0,
+                    _ => children + 1,
+                }
+            };
+            memo.insert(m, cost);
+        }
+        memo.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Whether `n`'s cut is a contraction worth a GEMM.
+    fn is_contraction(&mut self, n: NodeId, dtype: DType) -> bool {
+        if !matches!(
+            self.f.graph.node(n),
+            Node::Reduce {
+                op: ReduceOp::Sum,
+                ..
+            }
+        ) {
+            return false;
+        }
+        self.get(n)
+            .is_some_and(|(k, _)| matches!(route(&k.f, dtype), super::route::Route::Gemm(_)))
+    }
+
+    /// How many heavy nodes are contractions worth a GEMM.
+    fn contractions(&mut self, dtype: DType) -> usize {
+        self.heavy_nodes()
+            .into_iter()
+            .filter(|&n| self.is_contraction(n, dtype))
+            .count()
+    }
+
+    /// Whether another heavy node is the same cut as `n`, read at another
+    /// index (the same cut read at the same index is merged first).
+    fn shared(&mut self, n: NodeId) -> bool {
+        if self.counts.is_none() {
+            let mut counts: HashMap<u64, usize> = HashMap::new();
+            for m in self.heavy_nodes() {
+                if let Some((k, _)) = self.get(m) {
+                    *counts.entry(k.hash).or_default() += 1;
+                }
+            }
+            self.counts = Some(counts);
+        }
+        let Some(k) = self.get(n).map(|(k, _)| k.hash) else {
+            return false;
+        };
+        if self
+            .counts
+            .as_ref()
+            .and_then(|c| c.get(&k))
+            .copied()
+            .unwrap_or(0)
+            < 2
+        {
+            return false;
+        }
+        let (key, cut) = self.get(n).cloned().expect("computed above");
+        self.heavy_nodes().into_iter().any(|m| {
+            m != n
+                && self
+                    .get(m)
+                    .is_some_and(|(k2, c2)| k2.same(&key) && c2.read != cut.read)
+        })
+    }
+
+    /// `f` with heavy nodes that compute the same values at the same
+    /// points (alpha-equivalent copies, such as a row maximum written twice)
+    /// merged into one node, or `None` when there are none.
+    fn merge_duplicates(&mut self) -> Option<IndexFn> {
+        let nodes = self.heavy_nodes();
+        let mut seen: HashMap<u64, Vec<NodeId>> = HashMap::new();
+        let mut replace_with: Vec<(NodeId, NodeId)> = Vec::new();
+        for &n in &nodes {
+            let Some((key, c)) = self.get(n).cloned() else {
+                continue;
+            };
+            let twin = seen.get(&key.hash).and_then(|list| {
+                list.iter().copied().find(|&m| {
+                    self.cuts[&m]
+                        .as_ref()
+                        .is_some_and(|(k2, c2)| k2.same(&key) && c2.read == c.read)
+                })
+            });
+            match twin {
+                Some(m) if self.f.graph.free_vars(m) == self.f.graph.free_vars(n) => {
+                    replace_with.push((n, m))
+                }
+                _ => seen.entry(key.hash).or_default().push(n),
+            }
+        }
+        if replace_with.is_empty() {
+            return None;
+        }
+        let mut g = self.f.clone();
+        for (n, m) in replace_with {
+            g.root = replace(&mut g.graph, g.root, n, m);
+        }
+        Some(g)
+    }
+}
+
+/// A hash of what does not depend on how a function's DAG was built: its
+/// shapes, sources and how many nodes of each kind its body has.
+fn fingerprint(f: &IndexFn, sources: &[Source]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    f.output_shape().hash(&mut h);
+    sources.hash(&mut h);
+    for a in f.args() {
+        a.shape.hash(&mut h);
+    }
+    let mut kinds: Vec<u64> = f
+        .graph
+        .reachable(f.root)
+        .into_iter()
+        .map(|n| {
+            let mut k = std::collections::hash_map::DefaultHasher::new();
+            match f.graph.node(n) {
+                Node::Const(bits) => (0u8, *bits).hash(&mut k),
+                Node::Access { arg, index } => (1u8, *arg, index.len()).hash(&mut k),
+                Node::Index(_) => 2u8.hash(&mut k),
+                Node::Unary(op, _) => (3u8, format!("{op:?}")).hash(&mut k),
+                Node::Binary(op, _, _) => (4u8, format!("{op:?}")).hash(&mut k),
+                Node::Select { .. } => 5u8.hash(&mut k),
+                Node::Reduce { op, .. } => (6u8, format!("{op:?}")).hash(&mut k),
+            }
+            k.finish()
+        })
+        .collect();
+    kinds.sort_unstable();
+    kinds.hash(&mut h);
+    h.finish()
+}
+
+fn unary_cost(op: UnaryOp) -> u64 {
+    match op {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
+        UnaryOp::Sqrt => 4,
+        _ => 20,
+    }
+}

@@ -1,0 +1,142 @@
+//! A plan: a small DAG of stages, each one index function with its route.
+//!
+//! Owns [`Program`], [`Stage`], [`Source`] and the reference evaluation of
+//! a program ([`Program::eval_f64`], each stage through the symbolic
+//! interpreter), against which the backends and the planner's rewrites are
+//! tested. Must not decide what a stage is (that is `extract`).
+
+use super::route::Route;
+use crate::symbolic::{ArgDecl, IndexFn};
+use crate::Error;
+
+/// Where a stage's argument is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The program's input number `k`.
+    Input(usize),
+    /// The value of stage number `k` of the same program.
+    Stage(usize),
+}
+
+/// One stage: a function computed over its whole domain into a buffer of
+/// its own.
+#[derive(Clone, Debug)]
+pub struct Stage {
+    /// What the stage computes. Its arguments are read from `sources`.
+    pub f: IndexFn,
+    /// Per argument of `f`: where its buffer comes from.
+    pub sources: Vec<Source>,
+    /// How a backend runs it.
+    pub route: Route,
+    /// In a backward program: the stage of the node's forward program that
+    /// computes the same value (read from the tape when the forward pass
+    /// saved it, recomputed by that forward stage otherwise).
+    pub forward: Option<usize>,
+}
+
+impl Stage {
+    /// Elements of the stage's value.
+    pub fn len(&self) -> usize {
+        self.f.output_shape().iter().product()
+    }
+
+    /// Whether the stage's value has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A DAG of stages computing some outputs from some inputs; stages come in
+/// an order where every stage follows the stages it reads.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// The inputs (names and shapes), by position.
+    pub inputs: Vec<ArgDecl>,
+    pub stages: Vec<Stage>,
+    /// The stage giving each output.
+    pub outputs: Vec<usize>,
+}
+
+impl Program {
+    /// Evaluates the program with the reference interpreter, each stage in
+    /// turn (f64); returns the outputs. `inputs` are ordered like
+    /// [`Program::inputs`].
+    ///
+    /// ```
+    /// use tenjin::planner::plan_function;
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i; j] = x[i; j] / sum{k}_0^2 (x[i; k])", &[("x", &[2, 3][..])])?;
+    /// let p = plan_function(&f, tenjin::DType::F64)?;
+    /// let x = [1., 2., 3., 4., 5., 6.];
+    /// assert_eq!(p.eval_f64(&[&x])?[0], f.eval_f64(&[("x", &x[..])])?);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn eval_f64(&self, inputs: &[&[f64]]) -> Result<Vec<Vec<f64>>, Error> {
+        let mut values: Vec<Option<Vec<f64>>> = vec![None; self.stages.len()];
+        for (s, stage) in self.stages.iter().enumerate() {
+            let bufs: Vec<&[f64]> = stage
+                .sources
+                .iter()
+                .map(|src| match *src {
+                    Source::Input(k) => inputs.get(k).copied().ok_or_else(|| missing(k)),
+                    Source::Stage(j) => values[j].as_deref().ok_or_else(|| missing(j)),
+                })
+                .collect::<Result<_, _>>()?;
+            let named: Vec<(&str, &[f64])> = stage
+                .f
+                .args()
+                .iter()
+                .zip(bufs)
+                .map(|(a, b)| (a.name.as_str(), b))
+                .collect();
+            values[s] = Some(stage.f.eval_f64(&named)?);
+        }
+        self.outputs
+            .iter()
+            .map(|&o| values[o].clone().ok_or_else(|| missing(o)))
+            .collect()
+    }
+}
+
+fn missing(k: usize) -> Error {
+    Error::Invalid {
+        function: "program".into(),
+        message: format!("no value for source {k}"),
+    }
+}
+
+impl std::fmt::Display for Program {
+    /// One line per stage: its name, shape and route, where its arguments
+    /// come from, and its function.
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (k, s) in self.stages.iter().enumerate() {
+            let from: Vec<String> =
+                s.f.args()
+                    .iter()
+                    .zip(&s.sources)
+                    .map(|(a, src)| match *src {
+                        Source::Input(i) => format!(
+                            "{} = input {}",
+                            a.name,
+                            self.inputs.get(i).map_or("?", |d| d.name.as_str())
+                        ),
+                        Source::Stage(j) => format!("{} = stage {j}", a.name),
+                    })
+                    .collect();
+            let out_mark = if self.outputs.contains(&k) {
+                " (output)"
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "stage {k}{out_mark}: {:?} by {} [{}]",
+                s.f.output_shape(),
+                s.route.name(),
+                from.join(", ")
+            )?;
+            writeln!(out, "    {}", s.f)?;
+        }
+        Ok(())
+    }
+}
