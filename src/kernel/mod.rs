@@ -261,39 +261,47 @@ impl Kernel {
     /// An estimate of the work (in simple arithmetic operations) of one
     /// iteration of the parallel loop, for choosing how finely to split it.
     pub fn cost_per_iteration(&self) -> u64 {
-        fn cost(stmts: &[Stmt]) -> u64 {
-            stmts
-                .iter()
-                .fold(0u64, |acc, s| acc.saturating_add(stmt_cost(s)))
-        }
-        fn stmt_cost(s: &Stmt) -> u64 {
-            match s {
-                Stmt::Let(_, e) => match e {
-                    Expr::Const(_) => 0,
-                    Expr::Unary(op, _) => match op {
-                        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
-                        UnaryOp::Sqrt => 4,
-                        _ => 20,
-                    },
-                    Expr::Binary(BinaryOp::Pow, _, _) => 40,
-                    Expr::Binary(BinaryOp::Div, _, _) => 4,
-                    _ => 1,
-                },
-                Stmt::If {
-                    then, otherwise, ..
-                } => 1 + cost(then).max(cost(otherwise)),
-                Stmt::Reduce { body, .. } | Stmt::For(body) => {
-                    2 + body
-                        .max_trips
-                        .saturating_mul(cost(&body.body).saturating_add(2))
-                }
-                Stmt::Store { .. } => 1,
-            }
-        }
         let parallel = self.body.iter().find_map(|s| match s {
-            Stmt::For(l) => Some(cost(&l.body)),
+            Stmt::For(l) => Some(stmts_cost(&l.body)),
             _ => None,
         });
         parallel.unwrap_or(1).max(1)
+    }
+
+    /// An estimate of the work of one whole run: every statement, loops
+    /// counted with their largest trip count.
+    pub fn total_cost(&self) -> u64 {
+        stmts_cost(&self.body)
+    }
+}
+
+fn stmts_cost(stmts: &[Stmt]) -> u64 {
+    stmts
+        .iter()
+        .fold(0u64, |acc, s| acc.saturating_add(stmt_cost(s)))
+}
+
+fn stmt_cost(s: &Stmt) -> u64 {
+    match s {
+        Stmt::Let(_, e) => match e {
+            Expr::Const(_) => 0,
+            Expr::Unary(op, _) => match op {
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
+                UnaryOp::Sqrt => 4,
+                _ => 20,
+            },
+            Expr::Binary(BinaryOp::Pow, _, _) => 40,
+            Expr::Binary(BinaryOp::Div, _, _) => 4,
+            _ => 1,
+        },
+        Stmt::If {
+            then, otherwise, ..
+        } => 1 + stmts_cost(then).max(stmts_cost(otherwise)),
+        Stmt::Reduce { body, .. } | Stmt::For(body) => {
+            2 + body
+                .max_trips
+                .saturating_mul(stmts_cost(&body.body).saturating_add(2))
+        }
+        Stmt::Store { .. } => 1,
     }
 }

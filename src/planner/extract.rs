@@ -56,7 +56,15 @@ pub(crate) struct CutKey {
 }
 
 impl CutKey {
-    fn same(&self, other: &CutKey) -> bool {
+    pub(crate) fn new(f: IndexFn, sources: Vec<Source>) -> CutKey {
+        CutKey {
+            hash: fingerprint(&f, &sources),
+            f,
+            sources,
+        }
+    }
+
+    pub(crate) fn same(&self, other: &CutKey) -> bool {
         self.hash == other.hash && self.sources == other.sources && self.f == other.f
     }
 }
@@ -67,6 +75,9 @@ pub(crate) struct Builder {
     pub stages: Vec<Stage>,
     /// Per stage: the cut it was made from (`None` for a whole function).
     pub cut_as: Vec<Option<CutKey>>,
+    /// Per stage: its final function as a key (a cut planned before some
+    /// of its parts became stages is found again by this one).
+    pub final_as: Vec<CutKey>,
     /// Cuts the caller wants made wherever they occur.
     pub wanted: Vec<CutKey>,
 }
@@ -132,6 +143,7 @@ impl Builder {
             dtype,
             stages: Vec::new(),
             cut_as: Vec::new(),
+            final_as: Vec::new(),
             wanted: Vec::new(),
         }
     }
@@ -167,6 +179,13 @@ impl Builder {
         } else {
             f
         };
+        let key = CutKey::new(
+            IndexFn {
+                name: "s".into(),
+                ..f.clone()
+            },
+            sources.clone(),
+        );
         self.stages.push(Stage {
             route: route(&f, self.dtype),
             f,
@@ -174,6 +193,7 @@ impl Builder {
             forward: None,
         });
         self.cut_as.push(cut);
+        self.final_as.push(key);
         id
     }
 
@@ -183,19 +203,31 @@ impl Builder {
         if let Some(j) = self.find(&key) {
             return Ok(j);
         }
-        let (f, sources) = self.extract(normalize(&key.f), key.sources.clone())?;
+        // A stage the forward pass provides is not cut further for the
+        // forward's sake: it comes whole.
+        let wanted = if self.is_wanted(&key) {
+            std::mem::take(&mut self.wanted)
+        } else {
+            Vec::new()
+        };
+        let planned = self.extract(normalize(&key.f), key.sources.clone());
+        if !wanted.is_empty() {
+            self.wanted = wanted;
+        }
+        let (f, sources) = planned?;
         let (fin, srcs) = canonical(&f, &sources);
         Ok(self.push(fin, srcs, Some(key)))
     }
 
-    fn find(&self, key: &CutKey) -> Option<usize> {
+    pub(crate) fn find(&self, key: &CutKey) -> Option<usize> {
         self.cut_as
             .iter()
             .position(|c| c.as_ref().is_some_and(|c| c.same(key)))
+            .or_else(|| self.final_as.iter().position(|c| c.same(key)))
     }
 
-    fn known(&self, key: &CutKey) -> bool {
-        self.find(key).is_some() || self.wanted.iter().any(|w| w.same(key))
+    fn is_wanted(&self, key: &CutKey) -> bool {
+        self.wanted.iter().any(|w| w.same(key))
     }
 
     /// Cuts stages out of `f` until none qualifies (see the module
@@ -277,14 +309,22 @@ impl Builder {
             }
             let eff = placement(g.free_vars(n), &ctx);
             if n != f.root {
-                let known = keys.get(n).is_some_and(|(k, _)| self.known(k));
-                let shared = keys.shared(n) && keys.point_cost(n) >= SHARED_MIN_COST;
+                let costly = keys.point_cost(n) >= SHARED_MIN_COST;
+                let known = keys
+                    .get(n)
+                    .is_some_and(|(k, _)| self.find(k).is_some() || (costly && self.is_wanted(k)));
+                let shared = costly && keys.shared(n);
                 if known || shared {
                     first.push(n);
                     continue;
                 }
                 let redundant = redundancy(g.free_vars(n), eff) > 1;
-                if redundant || (many_contractions && keys.is_contraction(n, self.dtype)) {
+                // A contraction runs as a GEMM of its own unless it is the
+                // one the route fuses with the element-wise work around it.
+                let own_gemm = keys.is_contraction(n, self.dtype)
+                    && (many_contractions
+                        || !g.free_vars(n).iter().all(|v| f.out_vars.contains(v)));
+                if redundant || own_gemm {
                     then.push(n);
                 }
             }
@@ -307,16 +347,40 @@ impl Builder {
                 stack.push((c, inner.clone()));
             }
         }
+        // The costliest first: a row sum that contains a row maximum is cut
+        // whole before the maximum alone (each stays equal to what a
+        // derivative or a forward pass knows it as).
+        let mut cost: HashMap<NodeId, u64> = HashMap::new();
+        for &n in &first {
+            cost.insert(n, keys.point_cost(n));
+        }
+        first.sort_by_key(|n| std::cmp::Reverse(cost[n]));
         first.extend(then);
         first
     }
 }
 
-/// A subexpression met twice is cut only when computing it once per point
-/// costs at least this (roughly, simple operations): `exp(x[i; j] − m[i])`
+/// A subexpression met twice, or one the forward pass could provide, is
+/// cut only when computing it once per point costs at least this (roughly, simple operations): `exp(x[i; j] − m[i])`
 /// is cheaper to recompute than to store and load again,
 /// `exp(Σ_e q[i; e] · k[j; e])` is not.
 const SHARED_MIN_COST: u64 = 32;
+
+/// The cuts of every heavy node of `f` but its root (the forward
+/// subexpressions a derivative may want to read instead of recomputing).
+pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
+    let iv = Intervals::of(f);
+    let mut keys = Keys::new(f, &iv, sources);
+    let mut out: Vec<CutKey> = Vec::new();
+    for n in keys.heavy_nodes() {
+        if let Some((k, _)) = keys.get(n) {
+            if !out.iter().any(|o| o.same(k)) {
+                out.push(k.clone());
+            }
+        }
+    }
+    out
+}
 
 /// The loops around the place a node with free indices `free` is computed:
 /// `ctx` up to the innermost loop over one of them (hoisting leaves the
@@ -425,12 +489,7 @@ impl<'a> Keys<'a> {
         if !self.cuts.contains_key(&n) {
             let value = cut(self.f, self.iv, n).map(|c| {
                 let (f, sources) = canonical(&c.stage, self.sources);
-                let key = CutKey {
-                    hash: fingerprint(&f, &sources),
-                    f,
-                    sources,
-                };
-                (key, c)
+                (CutKey::new(f, sources), c)
             });
             self.cuts.insert(n, value);
         }

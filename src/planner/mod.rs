@@ -13,11 +13,13 @@ pub mod contraction;
 mod cut;
 pub(crate) mod epilogue;
 mod extract;
+mod node;
 mod normalize;
 mod program;
 pub(crate) mod reorder;
 pub mod route;
 
+pub use node::{plan_node, NodePlan};
 pub use normalize::normalize;
 pub use program::{Program, Source, Stage};
 pub use route::{route, Route};

@@ -44,6 +44,21 @@ impl Stage {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// An estimate of the operations the stage executes (loop iterations
+    /// times the simple operations of their bodies, multiply-adds of a
+    /// GEMM), for tests that check asymptotics and for `explain`.
+    pub fn work(&self) -> u64 {
+        let loop_work = |f: &IndexFn| crate::kernel::lower(f).map_or(u64::MAX, |k| k.total_cost());
+        match &self.route {
+            Route::Gemm(c) => (c.flops() / 2) as u64,
+            Route::GemmThenLoop {
+                contraction,
+                epilogue,
+            } => ((contraction.flops() / 2) as u64).saturating_add(loop_work(epilogue)),
+            Route::Loop(f) => loop_work(f),
+        }
+    }
 }
 
 /// A DAG of stages computing some outputs from some inputs; stages come in
@@ -58,6 +73,20 @@ pub struct Program {
 }
 
 impl Program {
+    /// The summed [`Stage::work`] of the stages `run` selects.
+    pub fn work_where(&self, run: impl Fn(usize, &Stage) -> bool) -> u64 {
+        self.stages
+            .iter()
+            .enumerate()
+            .filter(|(k, s)| run(*k, s))
+            .fold(0u64, |acc, (_, s)| acc.saturating_add(s.work()))
+    }
+
+    /// The summed [`Stage::work`] of all stages.
+    pub fn work(&self) -> u64 {
+        self.work_where(|_, _| true)
+    }
+
     /// Evaluates the program with the reference interpreter, each stage in
     /// turn (f64); returns the outputs. `inputs` are ordered like
     /// [`Program::inputs`].

@@ -1,0 +1,304 @@
+//! The planner (issue "Staged execution"): staged programs compute what the
+//! reference interpreter computes, and the functions users write get
+//! derivatives whose work grows like the value's (the cheap-gradient
+//! principle, checked on the plan's estimated work, without timing).
+
+use tenjin::planner::{plan_function, plan_node, NodePlan};
+use tenjin::symbolic::IndexFn;
+use tenjin::DType;
+
+/// One family of user-written functions, parametrised by the length of the
+/// reduced dimension.
+struct Kind {
+    name: &'static str,
+    /// The function's text and argument shapes for a reduced length `n`.
+    build: fn(
+        usize,
+    ) -> (
+        String,
+        Vec<(&'static str, Vec<usize>)>,
+        Vec<(&'static str, usize)>,
+    ),
+}
+
+fn kinds() -> Vec<Kind> {
+    vec![
+        Kind {
+            name: "dense layer, fused bias and relu",
+            build: |k| {
+                (
+                    format!(
+                        "h[b; o] = max(sum{{k}}_0^{} (x[b; k] * w[o; k]) + c[o], 0)",
+                        k - 1
+                    ),
+                    vec![("x", vec![6, k]), ("w", vec![5, k]), ("c", vec![5])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "softmax over rows",
+            build: |n| {
+                let l = n - 1;
+                (
+                    format!("p[i; j] = exp (x[i; j] - max{{m}}_0^{l} (x[i; m])) / sum{{k}}_0^{l} (exp (x[i; k] - max{{m}}_0^{l} (x[i; m])))"),
+                    vec![("x", vec![4, n])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "log-softmax over rows",
+            build: |n| {
+                let l = n - 1;
+                (
+                    format!("p[i; j] = x[i; j] - max{{m}}_0^{l} (x[i; m]) - log (sum{{k}}_0^{l} (exp (x[i; k] - max{{m}}_0^{l} (x[i; m]))))"),
+                    vec![("x", vec![4, n])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "logsumexp over rows",
+            build: |n| {
+                let l = n - 1;
+                (
+                    format!("l[i] = max{{m}}_0^{l} (x[i; m]) + log (sum{{k}}_0^{l} (exp (x[i; k] - max{{m}}_0^{l} (x[i; m]))))"),
+                    vec![("x", vec![4, n])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "layer norm over rows",
+            build: |d| {
+                let l = d - 1;
+                let mean = |v: &str| format!("sum{{{v}}}_0^{l} (x[i; {v}]) / {d}");
+                (
+                    format!(
+                        "y[i; j] = (x[i; j] - {}) / sqrt (sum{{k}}_0^{l} ((x[i; k] - {}) ** 2) / {d} + 0.00001) * g[j] + b[j]",
+                        mean("m"),
+                        mean("q")
+                    ),
+                    vec![("x", vec![3, d]), ("g", vec![d]), ("b", vec![d])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "attention in one expression",
+            build: |n| {
+                let l = n - 1;
+                (
+                    format!("o[i; d] = sum{{j}}_0^{l} (exp (sum{{e}}_0^3 (q[i; e] * k[j; e])) / sum{{m}}_0^{l} (exp (sum{{e}}_0^3 (q[i; e] * k[m; e]))) * v[j; d])"),
+                    vec![("q", vec![16, 4]), ("k", vec![n, 4]), ("v", vec![n, 3])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "convolution with fused bias and relu",
+            build: |c| {
+                (
+                    format!("y[b; o; t] = max(sum{{c}}_0^{} (sum{{k}}_0^2 (x[b; c; t + k] * w[o; c; k])) + bias[o], 0)", c - 1),
+                    vec![("x", vec![2, c, 9]), ("w", vec![3, c, 3]), ("bias", vec![3])],
+                    vec![("t", 7)],
+                )
+            },
+        },
+        Kind {
+            name: "cross-entropy loss in one expression",
+            build: |v| {
+                let l = v - 1;
+                (
+                    format!("l[] = sum{{b}}_0^3 (max{{m}}_0^{l} (y[b; m]) + log (sum{{c}}_0^{l} (exp (y[b; c] - max{{m}}_0^{l} (y[b; m])))) - sum{{c}}_0^{l} (t[b; c] * y[b; c])) / 4"),
+                    vec![("y", vec![4, v]), ("t", vec![4, v])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "mean squared error in one expression",
+            build: |n| {
+                (
+                    format!(
+                        "l[] = sum{{b}}_0^3 (sum{{j}}_0^{} ((y[b; j] - t[b; j]) ** 2)) / {}",
+                        n - 1,
+                        4 * n
+                    ),
+                    vec![("y", vec![4, n]), ("t", vec![4, n])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "Gram matrix",
+            build: |n| {
+                (
+                    format!("g[i; j] = sum{{k}}_0^{} (x[i; k] * x[j; k])", n - 1),
+                    vec![("x", vec![5, n])],
+                    vec![],
+                )
+            },
+        },
+        Kind {
+            name: "RBF kernel matrix",
+            build: |n| {
+                (
+                    format!(
+                        "r[i; j] = exp (-sum{{d}}_0^{} ((x[i; d] - y[j; d]) ** 2) / 2)",
+                        n - 1
+                    ),
+                    vec![("x", vec![5, n]), ("y", vec![4, n])],
+                    vec![],
+                )
+            },
+        },
+    ]
+}
+
+fn function(kind: &Kind, n: usize) -> IndexFn {
+    let (src, args, sizes) = (kind.build)(n);
+    let shapes: Vec<(&str, &[usize])> = args.iter().map(|(a, s)| (*a, &s[..])).collect();
+    IndexFn::parse_with_sizes(&src, &shapes, &sizes)
+        .unwrap_or_else(|e| panic!("{}: {e}", kind.name))
+}
+
+fn data(len: usize, seed: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((i * 7 + seed * 13) as f64 * 0.37).sin() * 0.8 + 0.05)
+        .collect()
+}
+
+fn close(a: &[f64], b: &[f64], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let tol = 1e-12 * x.abs().max(y.abs()).max(1.0);
+        assert!((x - y).abs() <= tol, "{what}: element {i}: {x} vs {y}");
+    }
+}
+
+fn all_args(f: &IndexFn) -> Vec<usize> {
+    (0..f.args().len()).collect()
+}
+
+/// Forward and backward programs, evaluated stage by stage with the
+/// reference interpreter, equal the function and its derivatives.
+#[test]
+fn staged_programs_equal_the_reference_interpreter() {
+    for kind in kinds() {
+        let f = function(&kind, 8);
+        let plan = plan_node(&f, &all_args(&f), DType::F64).unwrap();
+        let inputs: Vec<Vec<f64>> = f
+            .args()
+            .iter()
+            .enumerate()
+            .map(|(k, a)| data(a.shape.iter().product(), k))
+            .collect();
+        let named: Vec<(&str, &[f64])> = f
+            .args()
+            .iter()
+            .zip(&inputs)
+            .map(|(a, d)| (a.name.as_str(), &d[..]))
+            .collect();
+        let value = f.eval_f64(&named).unwrap();
+        let refs: Vec<&[f64]> = inputs.iter().map(|d| &d[..]).collect();
+        let staged = plan.forward.eval_f64(&refs).unwrap();
+        close(
+            &staged[0],
+            &value,
+            &format!("{}: forward\n{}", kind.name, plan.forward),
+        );
+        let plain = plan_function(&f, DType::F64)
+            .unwrap()
+            .eval_f64(&refs)
+            .unwrap();
+        close(&plain[0], &value, &format!("{}: plain forward", kind.name));
+
+        let df = data(value.len(), 99);
+        let mut back_inputs: Vec<&[f64]> = refs.clone();
+        back_inputs.push(&df);
+        back_inputs.push(&value);
+        let grads = plan.backward.eval_f64(&back_inputs).unwrap();
+        for (g, d) in grads.iter().zip(&plan.derivatives) {
+            let mut named = named.clone();
+            named.push((d.args()[f.args().len()].name.as_str(), &df[..]));
+            named.push((f.name(), &value[..]));
+            let want = d.eval_f64(&named).unwrap();
+            close(
+                g,
+                &want,
+                &format!("{}: {}\n{}", kind.name, d.name(), plan.backward),
+            );
+        }
+    }
+}
+
+/// The work of value and gradient together, with forward values the
+/// backward reads counted once (runtime-efficient mode) or recomputed
+/// (memory-efficient mode).
+fn value_and_grad_work(plan: &NodePlan, recompute: bool) -> u64 {
+    let forward = plan.forward.work();
+    let backward = plan
+        .backward
+        .work_where(|_, s| s.forward.is_none() || recompute);
+    forward + backward
+}
+
+/// The cheap-gradient principle on the plan: doubling the reduced
+/// dimension at most about doubles the work of value and gradient, and
+/// the gradient's work stays a small multiple of the value's.
+#[test]
+fn value_and_gradient_work_grows_like_the_value() {
+    for kind in kinds() {
+        let small = function(&kind, 64);
+        let large = function(&kind, 128);
+        let ps = plan_node(&small, &all_args(&small), DType::F32).unwrap();
+        let pl = plan_node(&large, &all_args(&large), DType::F32).unwrap();
+        for recompute in [false, true] {
+            let (ws, wl) = (
+                value_and_grad_work(&ps, recompute),
+                value_and_grad_work(&pl, recompute),
+            );
+            let growth = wl as f64 / ws as f64;
+            assert!(
+                growth <= 2.3,
+                "{} (recompute {recompute}): value+grad work grew {growth:.2}x when the reduced dimension doubled ({ws} -> {wl})\nforward\n{}backward\n{}",
+                kind.name,
+                pl.forward,
+                pl.backward
+            );
+            let value = plan_function(&large, DType::F32).unwrap().work();
+            let ratio = wl as f64 / value as f64;
+            assert!(
+                ratio <= 8.0,
+                "{} (recompute {recompute}): value+grad work is {ratio:.1}x the value's\nforward\n{}backward\n{}",
+                kind.name,
+                pl.forward,
+                pl.backward
+            );
+        }
+    }
+}
+
+/// The estimate sees what staging removes: the dense layer's weight
+/// gradient run as one loop nest (as before the planner) recomputes the
+/// inner sum per gradient element, and its work quadruples when the
+/// reduced dimension doubles.
+#[test]
+fn an_unstaged_derivative_is_quadratic_in_the_estimate() {
+    let kind = &kinds()[0];
+    let work = |n: usize| {
+        let f = function(kind, n);
+        let d = f.derive_reusing_output("w").unwrap();
+        tenjin::planner::Stage {
+            route: tenjin::planner::Route::Loop(d.clone()),
+            f: d,
+            sources: vec![],
+            forward: None,
+        }
+        .work()
+    };
+    let growth = work(128) as f64 / work(64) as f64;
+    assert!(growth > 3.5, "{growth}");
+}
