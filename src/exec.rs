@@ -6,7 +6,9 @@
 //! It must not decide what to run.
 
 use crate::jit::{CompiledKernel, DType};
+use crate::planner::Source;
 use crate::tensor::{Float, Storage};
+use crate::trace::plan::Compiled;
 use crate::Error;
 use std::sync::Arc;
 
@@ -123,4 +125,81 @@ fn check_dtypes(kernel: &CompiledKernel, inputs: &[&Arc<Storage>]) -> Result<(),
         }),
         None => Ok(()),
     }
+}
+
+/// Runs a compiled program on `inputs` (ordered like its inputs): every
+/// stage in order, each into a fresh pooled buffer, each value released
+/// after the last stage reading it unless `keep` marks it. Returns the
+/// program's outputs and the kept values (by stage).
+pub(crate) fn run_program(
+    c: &Compiled,
+    inputs: &[&Arc<Storage>],
+    keep: &[bool],
+) -> Result<(Vec<Arc<Storage>>, Vec<Option<Arc<Storage>>>), Error> {
+    let program = &c.program;
+    if let (Some(kernel), [0]) = (c.single(), &program.outputs[..]) {
+        let picked: Vec<&Arc<Storage>> = program.stages[0]
+            .sources
+            .iter()
+            .map(|s| match *s {
+                Source::Input(k) => inputs[k],
+                Source::Stage(_) => unreachable!("a single stage reads inputs only"),
+            })
+            .collect();
+        let out = run_new(kernel, &picked)?;
+        let kept = vec![keep.first().copied().unwrap_or(false).then(|| out.clone())];
+        return Ok((vec![out], kept));
+    }
+    let mut values: Vec<Option<Arc<Storage>>> = vec![None; program.stages.len()];
+    for (k, stage) in program.stages.iter().enumerate() {
+        let kernel = c.kernels[k].as_ref().ok_or_else(|| Error::Invalid {
+            function: stage.f.name().to_string(),
+            message: "internal: a stage without a kernel was asked to run".into(),
+        })?;
+        let picked: Vec<&Arc<Storage>> = stage
+            .sources
+            .iter()
+            .map(|s| match *s {
+                Source::Input(i) => Ok(inputs[i]),
+                Source::Stage(j) => values[j].as_ref().ok_or_else(|| Error::Invalid {
+                    function: stage.f.name().to_string(),
+                    message: format!("internal: stage {j} was released before stage {k} read it"),
+                }),
+            })
+            .collect::<Result<_, _>>()?;
+        let out = run_new(kernel, &picked)?;
+        drop(picked);
+        values[k] = Some(out);
+        // Release what this stage read for the last time.
+        for s in &stage.sources {
+            if let Source::Stage(j) = *s {
+                if c.last_use[j] == k
+                    && !keep.get(j).copied().unwrap_or(false)
+                    && !program.outputs.contains(&j)
+                {
+                    values[j] = None;
+                }
+            }
+        }
+    }
+    let outputs = program
+        .outputs
+        .iter()
+        .map(|&o| {
+            values[o].clone().ok_or_else(|| Error::Invalid {
+                function: "program".into(),
+                message: format!("internal: output stage {o} has no value"),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let kept = (0..program.stages.len())
+        .map(|k| {
+            if keep.get(k).copied().unwrap_or(false) {
+                values[k].clone()
+            } else {
+                None
+            }
+        })
+        .collect();
+    Ok((outputs, kept))
 }

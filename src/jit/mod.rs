@@ -75,6 +75,21 @@ pub fn compile(f: &IndexFn, dtype: DType) -> Result<Arc<CompiledKernel>, Error> 
     cache::get_or_compile(key, dtype, || build(f, dtype))
 }
 
+/// As [`compile`], for a function whose route the planner already chose
+/// (a stage of a program): the cache key is the same, so a stage equal to
+/// a function compiled before is a cache hit.
+pub fn compile_planned(
+    f: &IndexFn,
+    route: &Route,
+    dtype: DType,
+) -> Result<Arc<CompiledKernel>, Error> {
+    let key = crate::kernel::key::structural_key(f);
+    cache::get_or_compile(key, dtype, || {
+        f.check_bounds()?;
+        compile_route(f, route.clone(), dtype)
+    })
+}
+
 /// Lowers and generates code for the route the planner chose (the miss
 /// path of [`compile`]).
 fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {

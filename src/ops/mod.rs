@@ -79,9 +79,34 @@ fn apply_as(
         OpPlan::new(op, f, dtype, output == Output::SharesInput)
     })?;
     let inputs: Vec<&Arc<Storage>> = args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
-    let out = match (&plan.kernel, output) {
-        (Some(kernel), Output::Fresh) => exec::run_new(kernel, &inputs)?,
-        (None, Output::SharesInput) if inputs.len() == 1 => inputs[0].clone(),
+    let needs_grad: Vec<bool> = args
+        .iter()
+        .map(|(_, t)| t.origin().requires_grad())
+        .collect();
+    let recording = trace::is_grad_enabled() && needs_grad.iter().any(|&g| g);
+    let grad = if recording {
+        Some(plan.grad(&needs_grad)?)
+    } else {
+        None
+    };
+    let mode = crate::alloc::mode();
+    let keep: &[bool] = grad.as_ref().map_or(&[], |g| &g.needs(mode).stages);
+    let (out, kept) = match (output, &plan.plain) {
+        (Output::SharesInput, None) if inputs.len() == 1 => (inputs[0].clone(), Vec::new()),
+        (Output::Fresh, Some(plain)) => {
+            // The recording program when it keeps forward values for
+            // backward, the plain one (fewer stages) otherwise.
+            let program = match &grad {
+                Some(g) if keep.iter().any(|&k| k) => &g.forward,
+                _ => plain,
+            };
+            let (mut outs, kept) = exec::run_program(program, &inputs, keep)?;
+            let out = outs.pop().ok_or_else(|| Error::Invalid {
+                function: op.to_string(),
+                message: "internal: the forward program has no output".into(),
+            })?;
+            (out, kept)
+        }
         _ => {
             return Err(Error::Invalid {
                 function: op.to_string(),
@@ -91,26 +116,22 @@ fn apply_as(
         }
     };
     let shape = plan.f.output_shape().to_vec();
-    let origin = record(&plan, args.iter().map(|(_, t)| *t), &inputs, &out)?;
+    let origin = match grad {
+        Some(grad) => {
+            let edges: Vec<Origin> = args.iter().map(|(_, t)| t.origin().clone()).collect();
+            Origin::Op(Node::record(
+                plan.clone(),
+                grad,
+                edges,
+                &inputs,
+                &out,
+                kept,
+                mode,
+            )?)
+        }
+        None => Origin::Constant,
+    };
     Ok(Tensor::dense(shape, out, origin))
-}
-
-/// The origin of an op's output: a new trace node when recording is on and
-/// an input requires a gradient, otherwise a constant.
-fn record<'a>(
-    plan: &Arc<OpPlan>,
-    args: impl Iterator<Item = &'a Tensor>,
-    inputs: &[&Arc<Storage>],
-    out: &Arc<Storage>,
-) -> Result<Origin, Error> {
-    if !trace::is_grad_enabled() {
-        return Ok(Origin::Constant);
-    }
-    let edges: Vec<Origin> = args.map(|t| t.origin().clone()).collect();
-    if !edges.iter().any(Origin::requires_grad) {
-        return Ok(Origin::Constant);
-    }
-    Ok(Origin::Op(Node::record(plan.clone(), edges, inputs, out)?))
 }
 
 /// `x` (dense) with another shape, sharing its storage; recorded as

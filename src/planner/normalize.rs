@@ -635,7 +635,7 @@ mod tests {
         let g = normalize(&f);
         assert_eq!(
             g.to_string(),
-            "dk[a; b] = sum{i}_0^4 (sum{j}_0^5 (sum{d}_0^2 (do[i; d] * v[j; d]) * e[i; j]) * z[i] * e[i; a] * q[i; b])"
+            "dk[a; b] = sum{i}_0^4 (sum{j}_0^5 (sum{d}_0^2 (do[i; d] * v[j; d]) * e[i; j]) * z[i] * q[i; b] * e[i; a])"
         );
         same_values(&f);
     }

@@ -10,14 +10,15 @@
 //! `backward()` will do; the forward half is a model of what the forward
 //! did (see [`MemoryPlan`]).
 
-use super::backward::{Schedule, Slot};
-use super::{autograd_error, Leaf};
+use super::autograd_error;
+use super::interpret::{replay, Machine};
+use super::schedule::{Prog, Schedule, Slot, Step};
 use crate::alloc::{self, AllocMode};
 use crate::jit::DType;
 use crate::tensor::storage::dtype_size;
 use crate::tensor::{Origin, Storage, Tensor};
 use crate::Error;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -183,27 +184,25 @@ impl Tensor {
     }
 }
 
-/// A buffer the plan tracks.
+/// A buffer the plan tracks, with the references a real one would have.
 struct Buf {
     bytes: usize,
+    /// Elements, for a buffer that may be summed into (a new buffer of the
+    /// same size).
+    len: usize,
+    dtype: DType,
     /// Listed in the live tensors under this name.
     name: Option<String>,
     live: bool,
-}
-
-/// A parameter's gradient slot during the replay.
-#[derive(Clone, Copy)]
-enum LeafGrad {
-    None,
-    /// Held by the slot alone (accumulated into in place).
-    Own,
-    /// Also held outside (a new buffer on the next accumulation).
-    Shared,
+    refs: usize,
 }
 
 struct Planner {
     mode: AllocMode,
     bufs: Vec<Buf>,
+    /// Named buffers now live (kept incrementally: listing them is linear
+    /// in the live ones, not in every buffer of the plan).
+    named_live: BTreeSet<usize>,
     live: usize,
     step_start: usize,
     step_peak: usize,
@@ -218,6 +217,7 @@ impl Planner {
         Planner {
             mode,
             bufs: Vec::new(),
+            named_live: BTreeSet::new(),
             live: 0,
             step_start: 0,
             step_peak: 0,
@@ -238,33 +238,73 @@ impl Planner {
         .unwrap_or(usize::MAX)
     }
 
-    /// A buffer live from the start.
-    fn existing(&mut self, bytes: usize) -> usize {
+    /// A buffer live from the start, with `refs` holders.
+    fn existing(&mut self, bytes: usize, refs: usize) -> usize {
         self.bufs.push(Buf {
             bytes,
+            len: 0,
+            dtype: DType::F32,
             name: None,
             live: true,
+            refs,
         });
         self.live += bytes;
         self.peak = self.peak.max(self.live);
         self.bufs.len() - 1
     }
 
-    fn alloc(&mut self, bytes: usize, name: Option<String>) -> usize {
+    /// A new buffer of `len` elements with one holder.
+    fn alloc(&mut self, len: usize, dtype: DType, name: Option<String>) -> usize {
+        let bytes = self.block(len, dtype);
+        self.alloc_bytes(bytes, len, dtype, name)
+    }
+
+    fn alloc_bytes(
+        &mut self,
+        bytes: usize,
+        len: usize,
+        dtype: DType,
+        name: Option<String>,
+    ) -> usize {
         self.bufs.push(Buf {
             bytes,
+            len,
+            dtype,
             name,
             live: true,
+            refs: 1,
         });
+        let b = self.bufs.len() - 1;
+        if self.bufs[b].name.is_some() {
+            self.named_live.insert(b);
+        }
         self.live = self.live.saturating_add(bytes);
         self.step_alloc = self.step_alloc.saturating_add(bytes);
         self.step_peak = self.step_peak.max(self.live);
-        self.bufs.len() - 1
+        b
     }
 
-    fn free(&mut self, b: usize) {
-        if std::mem::replace(&mut self.bufs[b].live, false) {
-            self.live -= self.bufs[b].bytes;
+    fn name(&mut self, b: usize, name: Option<String>) {
+        self.bufs[b].name = name;
+        if self.bufs[b].name.is_some() && self.bufs[b].live {
+            self.named_live.insert(b);
+        } else {
+            self.named_live.remove(&b);
+        }
+    }
+
+    fn share(&mut self, b: usize) -> usize {
+        self.bufs[b].refs += 1;
+        b
+    }
+
+    /// Drops one reference; the block is freed with the last.
+    fn unref(&mut self, b: usize) {
+        let buf = &mut self.bufs[b];
+        buf.refs = buf.refs.saturating_sub(1);
+        if buf.refs == 0 && std::mem::replace(&mut buf.live, false) {
+            self.live -= buf.bytes;
+            self.named_live.remove(&b);
         }
     }
 
@@ -281,10 +321,9 @@ impl Planner {
             self.peak_step = Some(self.steps.len());
         }
         let live = self
-            .bufs
+            .named_live
             .iter()
-            .filter(|b| b.live)
-            .filter_map(|b| b.name.clone())
+            .filter_map(|&b| self.bufs[b].name.clone())
             .collect();
         self.steps.push(PlanStep {
             phase,
@@ -305,31 +344,40 @@ impl Planner {
         // taken, so the counts below are the caller's.
         let mut saved_at: HashMap<(usize, Slot), usize> = HashMap::new();
         let mut saved_refs: HashMap<usize, usize> = HashMap::new();
+        // Per node: whether its forward ran the recording program (it kept
+        // forward values), and the storage of each kept stage.
+        let mut recorded: Vec<bool> = vec![false; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             let s = n.saved.lock().unwrap_or_else(|e| e.into_inner());
-            let slots = s
+            let mut slots: Vec<(Slot, Option<&Arc<Storage>>)> = s
                 .args
                 .iter()
                 .enumerate()
-                .map(|(k, a)| (Slot::Arg(k), a))
-                .chain(std::iter::once((Slot::Out, &s.out)));
+                .map(|(k, a)| (Slot::Arg(k), a.as_ref().map(|x| &x.0)))
+                .collect();
+            slots.push((Slot::Out, s.out.as_ref().map(|x| &x.0)));
+            for (k, st) in s.stages.iter().enumerate() {
+                slots.push((Slot::Stage(k), st.as_ref()));
+                recorded[i] |= st.is_some();
+            }
             for (slot, v) in slots {
-                if let Some((st, _)) = v {
+                if let Some(st) = v {
                     let p = Arc::as_ptr(st) as usize;
                     saved_at.insert((i, slot), p);
                     *saved_refs.entry(p).or_default() += 1;
                 }
             }
         }
+        let refs_of = |p: usize| saved_refs.get(&p).copied().unwrap_or(0);
         // Held outside the trace's saved slots (by tensors, other traces).
-        let outside = |p: usize, strong: usize| strong > saved_refs.get(&p).copied().unwrap_or(0);
+        let outside = |p: usize, strong: usize| strong > refs_of(p);
 
         // Forward values, by storage address, and the node producing each
         // (an alias shares its input's storage: the input's value, or a
         // baseline storage).
         let mut value_of: HashMap<usize, usize> = HashMap::new(); // ptr -> producing node
         for (j, n) in nodes.iter().enumerate() {
-            if n.plan.kernel.is_some() {
+            if !n.plan.is_alias() {
                 value_of.insert(n.storages.out.as_ptr() as usize, j);
             }
         }
@@ -353,30 +401,30 @@ impl Planner {
         // for itself, like cross_entropy's one-hot targets), they are
         // created just before their first consumer's step.
         let mut buf_of: HashMap<usize, usize> = HashMap::new(); // ptr -> buf
-        let mut held_outside: HashMap<usize, bool> = HashMap::new();
         let mut created_at: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nodes.len()];
+        let mut known: BTreeSet<usize> = BTreeSet::new();
         for (j, n) in nodes.iter().enumerate() {
             for w in &n.storages.inputs {
                 let p = w.as_ptr() as usize;
-                if value_of.contains_key(&p) || held_outside.contains_key(&p) {
+                if value_of.contains_key(&p) || !known.insert(p) {
                     continue;
                 }
                 let strong = w.strong_count();
                 if strong == 0 {
                     continue;
                 }
-                let held = outside(p, strong);
-                held_outside.insert(p, held);
                 let bytes = w.upgrade().map_or(0, |s: Arc<Storage>| s.block_bytes());
-                if held {
-                    let b = self.existing(bytes);
+                if outside(p, strong) {
+                    // Never freed: one reference stands for the outside.
+                    let b = self.existing(bytes, refs_of(p) + 1);
                     buf_of.insert(p, b);
                 } else {
                     created_at[j].push((p, bytes));
                 }
             }
         }
-        let mut leaves: Vec<(Arc<Leaf>, LeafGrad)> = Vec::new();
+        // Leaves' gradients: held by the leaf (and, when shared, outside).
+        let mut leaves: Vec<Option<usize>> = Vec::new();
         let mut leaf_of: HashMap<usize, usize> = HashMap::new(); // Leaf ptr -> index
         for n in nodes.iter() {
             for e in &n.edges {
@@ -385,30 +433,26 @@ impl Planner {
                     if leaf_of.contains_key(&p) {
                         continue;
                     }
-                    let state = match leaf.grad() {
-                        None => LeafGrad::None,
+                    let slot = leaf.grad().map(|g| {
                         // One reference is the one just returned.
-                        Some(g) if Arc::strong_count(&g) > 2 => {
-                            self.existing(g.block_bytes());
-                            LeafGrad::Shared
-                        }
-                        Some(g) => {
-                            self.existing(g.block_bytes());
-                            LeafGrad::Own
-                        }
-                    };
+                        let refs = if Arc::strong_count(&g) > 2 { 2 } else { 1 };
+                        let b = self.existing(g.block_bytes(), refs);
+                        self.bufs[b].len = g.len();
+                        self.bufs[b].dtype = g.dtype();
+                        b
+                    });
                     leaf_of.insert(p, leaves.len());
-                    leaves.push((leaf.clone(), state));
+                    leaves.push(slot);
                 }
             }
         }
         let baseline = self.live;
 
-        // Forward.
+        // Forward: each node's program, its temporaries freed at their
+        // last use, its output and kept values referenced by their holders.
         let mut fwd_height = vec![0usize; nodes.len()];
         for (j, n) in nodes.iter().enumerate() {
             self.begin();
-            let p = n.storages.out.as_ptr() as usize;
             fwd_height[j] = n
                 .edges
                 .iter()
@@ -419,141 +463,110 @@ impl Planner {
                 .max()
                 .unwrap_or(0);
             for &(q, bytes) in &created_at[j] {
-                let b = self.alloc(bytes, None);
+                let b = self.alloc_bytes(bytes, 0, n.plan.dtype, None);
+                self.bufs[b].refs = refs_of(q);
                 buf_of.insert(q, b);
             }
-            let mut dead: Vec<usize> = Vec::new();
+            let p = n.storages.out.as_ptr() as usize;
             let op = if value_of.get(&p) == Some(&j) {
-                let len: usize = n.plan.f.output_shape().iter().product();
-                let bytes = self.block(len, n.plan.dtype);
-                let b = self.alloc(bytes, Some(format!("y{}", j + 1)));
-                buf_of.insert(p, b);
-                let held = outside(p, n.storages.out.strong_count());
-                held_outside.insert(p, held);
-                // Used by no later step, saved by no node, held by no one:
-                // it was dropped at once.
-                if !held && !last_use.contains_key(&p) && !saved_refs.contains_key(&p) {
-                    dead.push(b);
+                let program = match (&n.plan.plain, recorded[j]) {
+                    (Some(plain), false) => plain,
+                    _ => &n.grad.forward,
+                };
+                let kept: Vec<Option<usize>> = (0..program.program.stages.len())
+                    .map(|k| saved_at.get(&(j, Slot::Stage(k))).copied())
+                    .collect();
+                let stages = &program.program.stages;
+                let mut bufs: Vec<Option<usize>> = vec![None; stages.len()];
+                for (k, stage) in stages.iter().enumerate() {
+                    let out_stage = program.program.outputs.contains(&k);
+                    let name = out_stage.then(|| format!("y{}", j + 1));
+                    let b = self.alloc(stage.len(), n.plan.dtype, name);
+                    bufs[k] = Some(b);
+                    // Temporaries whose last reader this was.
+                    for src in &stage.sources {
+                        if let crate::planner::Source::Stage(l) = *src {
+                            if program.last_use[l] == k && !program.program.outputs.contains(&l) {
+                                if let Some(bl) = bufs[l] {
+                                    self.unref(bl);
+                                }
+                            }
+                        }
+                    }
+                    if out_stage {
+                        // The value: its holders are the saved slots, the
+                        // outside, and the forward code until its last
+                        // consumer (the program's own reference).
+                        let held = outside(p, n.storages.out.strong_count());
+                        let mut refs = refs_of(p) + usize::from(held);
+                        if last_use.contains_key(&p) {
+                            refs += 1;
+                        }
+                        buf_of.insert(p, b);
+                        self.bufs[b].refs = refs;
+                        if refs == 0 {
+                            self.bufs[b].refs = 1;
+                            self.unref(b);
+                        }
+                    } else if let Some(q) = kept[k] {
+                        // Kept for backward: held by the node's slot (and
+                        // the program until its last use).
+                        if program.last_use[k] == k {
+                            self.bufs[b].refs = refs_of(q);
+                        } else {
+                            self.bufs[b].refs += refs_of(q);
+                        }
+                        buf_of.insert(q, b);
+                    } else if program.last_use[k] == k {
+                        self.unref(b); // read by nothing
+                    }
                 }
-                format!("y{} = {}", j + 1, n.op_name())
+                if stages.len() > 1 {
+                    format!("y{} = {} ({} stages)", j + 1, n.op_name(), stages.len())
+                } else {
+                    format!("y{} = {}", j + 1, n.op_name())
+                }
             } else {
                 match value_of.get(&p) {
                     Some(k) => format!("y{} = {} (alias of y{})", j + 1, n.op_name(), k + 1),
                     None => format!("y{} = {} (alias of an input)", j + 1, n.op_name()),
                 }
             };
-            // Values whose last forward use this was, saved by no node and
-            // held by no one: freed now.
+            // Values whose last forward use this was: the forward code
+            // drops its reference.
             for q in &last_uses[j] {
-                if !saved_refs.contains_key(q) && !held_outside[q] {
-                    dead.push(buf_of[q]);
+                if let Some(&b) = buf_of.get(q) {
+                    self.unref(b);
                 }
-            }
-            for b in dead {
-                self.free(b);
             }
             self.end(Phase::Forward, op, fwd_height[j]);
         }
 
         // Backward, replayed from the schedule the driver runs.
         let h0 = fwd_height[schedule.root] + 1;
-        let mut pending: Vec<Option<usize>> = vec![None; nodes.len()];
-        let mut released: HashMap<(usize, Slot), bool> = HashMap::new();
         self.begin();
-        let seed = self.block(root.numel(), root.dtype());
-        pending[schedule.root] = Some(self.alloc(seed, Some(format!("z{}", schedule.root + 1))));
+        let seed = self.alloc(
+            root.numel(),
+            root.dtype(),
+            Some(format!("z{}", schedule.root + 1)),
+        );
         self.end(
             Phase::Backward,
             format!("z{} = ones (seed)", schedule.root + 1),
             h0,
         );
-        let mut release = |me: &mut Planner, i: usize, slot: Slot| {
-            if std::mem::replace(released.entry((i, slot)).or_default(), true) {
-                return;
-            }
-            let Some(&p) = saved_at.get(&(i, slot)) else {
-                return;
-            };
-            let r = saved_refs.get_mut(&p).expect("counted above");
-            *r -= 1;
-            if *r == 0 && !held_outside.get(&p).copied().unwrap_or(true) {
-                if let Some(&b) = buf_of.get(&p) {
-                    me.free(b);
-                }
-            }
+        let mut accountant = Accountant {
+            p: &mut self,
+            schedule,
+            saved_at: &saved_at,
+            buf_of: &buf_of,
+            released: BTreeSet::new(),
+            leaves,
+            leaf_of: &leaf_of,
+            new_slot: Vec::new(),
+            h0,
         };
-        for st in &schedule.statements {
-            self.begin();
-            let n = &nodes[st.node];
-            let g = pending[st.node].ok_or_else(|| {
-                autograd_error(
-                    "memory_plan",
-                    "no gradient reached a node (internal scheduling error)".into(),
-                )
-            })?;
-            let kernel = &st.grad.kernel;
-            let len: usize = kernel.output_shape().iter().product();
-            let dname = format!("d{}/d{}", n.op_name(), n.plan.f.args()[st.arg].name);
-            let dx = match st.in_place {
-                Some(_) => g,
-                None => {
-                    let bytes = self.block(len, kernel.dtype());
-                    self.alloc(bytes, None)
-                }
-            };
-            let mut op = match (&n.edges[st.arg], st.target) {
-                (Origin::Leaf(leaf), _) => {
-                    let k = leaf_of[&(Arc::as_ptr(leaf) as usize)];
-                    self.bufs[dx].name = None;
-                    match leaves[k].1 {
-                        LeafGrad::None => leaves[k].1 = LeafGrad::Own,
-                        LeafGrad::Own => self.free(dx),
-                        LeafGrad::Shared => {
-                            let bytes = self.block(len, kernel.dtype());
-                            let sum = self.alloc(bytes, None);
-                            self.free(dx);
-                            self.bufs[sum].name = None;
-                            leaves[k].1 = LeafGrad::Own;
-                        }
-                    }
-                    format!(
-                        "grad {} of {} = {dname}",
-                        n.plan.f.args()[st.arg].name,
-                        n.op_name()
-                    )
-                }
-                (_, Some(t)) => match pending[t] {
-                    None => {
-                        self.bufs[dx].name = Some(format!("z{}", t + 1));
-                        pending[t] = Some(dx);
-                        format!("z{} = {dname}", t + 1)
-                    }
-                    Some(_) => {
-                        self.free(dx);
-                        format!("z{} += {dname}", t + 1)
-                    }
-                },
-                _ => dname,
-            };
-            if st.in_place.is_some() {
-                op.push_str(" [in place]");
-            }
-            for &slot in &st.last_reads {
-                release(&mut self, st.node, slot);
-            }
-            if st.last_of_node {
-                for slot in (0..n.edges.len()).map(Slot::Arg).chain([Slot::Out]) {
-                    release(&mut self, st.node, slot);
-                }
-            }
-            if st.last_df {
-                pending[st.node] = None;
-                if st.in_place.is_none() {
-                    self.free(g);
-                }
-            }
-            self.end(Phase::Backward, op, h0 + 1 + st.height);
-        }
+        replay(schedule, &mut accountant, seed, false)?;
         Ok(MemoryPlan {
             mode: self.mode,
             baseline_bytes: baseline,
@@ -561,6 +574,178 @@ impl Planner {
             peak_step: self.peak_step,
             steps: self.steps,
         })
+    }
+}
+
+/// The [`Machine`] that counts bytes: each action of the backward driver
+/// on buffers of the allocator's block sizes, with modelled references.
+struct Accountant<'a> {
+    p: &'a mut Planner,
+    schedule: &'a Schedule,
+    saved_at: &'a HashMap<(usize, Slot), usize>,
+    buf_of: &'a HashMap<usize, usize>,
+    released: BTreeSet<(usize, Slot)>,
+    /// Per leaf: its gradient's buffer.
+    leaves: Vec<Option<usize>>,
+    leaf_of: &'a HashMap<usize, usize>,
+    /// Per delivery of the current step: whether it created the gradient.
+    new_slot: Vec<bool>,
+    h0: usize,
+}
+
+impl Accountant<'_> {
+    fn slot_buf(&self, node: usize, slot: Slot) -> Option<usize> {
+        let p = self.saved_at.get(&(node, slot))?;
+        self.buf_of.get(p).copied()
+    }
+
+    fn sum_into(&mut self, slot: &mut Option<usize>, g: usize) {
+        match *slot {
+            None => {
+                *slot = Some(g);
+                self.new_slot.push(true);
+            }
+            Some(cur) if self.p.bufs[cur].refs == 1 => {
+                self.p.unref(g);
+                self.new_slot.push(false);
+            }
+            Some(cur) => {
+                let (len, dtype) = (self.p.bufs[cur].len, self.p.bufs[cur].dtype);
+                let sum = self.p.alloc(len, dtype, None);
+                let name = self.p.bufs[cur].name.clone();
+                self.p.unref(cur);
+                self.p.unref(g);
+                self.p.name(sum, name);
+                *slot = Some(sum);
+                self.new_slot.push(false);
+            }
+        }
+    }
+}
+
+impl Machine for Accountant<'_> {
+    type Buf = usize;
+
+    fn share(&mut self, b: &usize) -> usize {
+        self.p.share(*b)
+    }
+
+    fn is_unique(&self, b: &usize) -> bool {
+        self.p.bufs[*b].refs == 1
+    }
+
+    fn drop_buf(&mut self, b: usize) {
+        self.p.unref(b)
+    }
+
+    fn check_node(&mut self, _node: usize) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn saved(&mut self, node: usize, slot: Slot) -> Result<usize, Error> {
+        let b = self.slot_buf(node, slot).ok_or_else(|| {
+            autograd_error(
+                "memory_plan",
+                format!(
+                    "{} did not save a value its derivative reads",
+                    self.schedule.nodes[node].op_name()
+                ),
+            )
+        })?;
+        Ok(self.p.share(b))
+    }
+
+    fn release_saved(&mut self, node: usize, slot: Slot) {
+        if !self.released.insert((node, slot)) {
+            return;
+        }
+        if let Some(b) = self.slot_buf(node, slot) {
+            self.p.unref(b);
+        }
+    }
+
+    fn release_node(&mut self, node: usize) {
+        let slots: Vec<Slot> = self
+            .saved_at
+            .keys()
+            .filter(|(i, _)| *i == node)
+            .map(|(_, s)| *s)
+            .collect();
+        for slot in slots {
+            self.release_saved(node, slot);
+        }
+    }
+
+    fn run(
+        &mut self,
+        step: &Step,
+        _inputs: &[&usize],
+        over: Option<usize>,
+    ) -> Result<Option<usize>, Error> {
+        self.p.begin();
+        self.new_slot.clear();
+        if over.is_some() {
+            return Ok(None);
+        }
+        let len: usize = step.kernel.output_shape().iter().product();
+        Ok(Some(self.p.alloc(len, step.kernel.dtype(), None)))
+    }
+
+    fn accumulate_leaf(&mut self, node: usize, edge: usize, g: usize) -> Result<(), Error> {
+        let k = match &self.schedule.nodes[node].edges[edge] {
+            Origin::Leaf(leaf) => self.leaf_of[&(Arc::as_ptr(leaf) as usize)],
+            _ => {
+                return Err(autograd_error(
+                    "memory_plan",
+                    "internal: a gradient was delivered to an edge that is not a leaf".into(),
+                ))
+            }
+        };
+        let mut slot = self.leaves[k];
+        self.sum_into(&mut slot, g);
+        if let Some(b) = slot {
+            self.p.name(b, None);
+        }
+        self.leaves[k] = slot;
+        Ok(())
+    }
+
+    fn add_into(&mut self, target: usize, slot: &mut Option<usize>, g: usize) -> Result<(), Error> {
+        self.sum_into(slot, g);
+        if let Some(b) = *slot {
+            self.p.name(b, Some(format!("z{}", target + 1)));
+        }
+        Ok(())
+    }
+
+    fn step_done(&mut self, step: &Step, in_place: bool) {
+        let n = &self.schedule.nodes[step.node];
+        let args = n.plan.f.args();
+        let mut parts: Vec<String> = Vec::new();
+        for (d, &e) in step.deliver.iter().enumerate() {
+            let dname = format!("d{}/d{}", n.op_name(), args[e].name);
+            let created = self.new_slot.get(d).copied().unwrap_or(true);
+            parts.push(match self.schedule.targets[step.node][e] {
+                None => format!("grad {} of {} = {dname}", args[e].name, n.op_name()),
+                Some(t) if created => format!("z{} = {dname}", t + 1),
+                Some(t) => format!("z{} += {dname}", t + 1),
+            });
+        }
+        let mut op = if parts.is_empty() {
+            match step.prog {
+                Prog::Forward => {
+                    format!("{}: forward stage {} (recomputed)", n.op_name(), step.stage)
+                }
+                Prog::Backward => format!("{}: stage {}", n.op_name(), step.stage),
+            }
+        } else {
+            parts.join(", ")
+        };
+        if in_place {
+            op.push_str(" [in place]");
+        }
+        let height = self.h0 + 1 + self.schedule.height[step.node];
+        self.p.end(Phase::Backward, op, height);
     }
 }
 

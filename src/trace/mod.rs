@@ -10,16 +10,19 @@
 //! code or contain a derivative rule of its own.
 
 mod backward;
+mod interpret;
 mod memory_plan;
 pub(crate) mod plan;
+mod schedule;
 
 pub(crate) use backward::backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub use plan::{stats, Stats};
 
+use crate::alloc::AllocMode;
 use crate::tensor::{Origin, Storage};
 use crate::Error;
-use plan::OpPlan;
+use plan::{NodeGrad, OpPlan};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -144,11 +147,15 @@ pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Resu
     Ok(())
 }
 
-/// What a node keeps for its derivatives: the inputs and the output they
-/// read, with the version each had when saved.
+/// What a node keeps for its backward program: the inputs and the output
+/// it reads, with the version each had when saved, and the forward values
+/// (stages of the forward program) kept for it in runtime-efficient mode.
 struct Saved {
     args: Vec<Option<(Arc<Storage>, u64)>>,
     out: Option<(Arc<Storage>, u64)>,
+    /// Per stage of the forward program: its value, when kept. Only the
+    /// node holds these, so no version is needed.
+    stages: Vec<Option<Arc<Storage>>>,
     released: bool,
 }
 
@@ -156,6 +163,9 @@ struct Saved {
 pub(crate) struct Node {
     id: u64,
     pub(crate) plan: Arc<OpPlan>,
+    /// The programs for the arguments that needed a gradient when the node
+    /// was recorded.
+    pub(crate) grad: Arc<NodeGrad>,
     /// Per argument of `plan.f`: where its gradient goes.
     pub(crate) edges: Vec<Origin>,
     saved: Mutex<Saved>,
@@ -172,43 +182,48 @@ struct Storages {
 
 impl Node {
     /// Records `plan` applied to `inputs` (storages ordered like the
-    /// plan's arguments) giving `out`. Derivatives for the arguments that
-    /// need a gradient are derived now (or found in the plan's cache), and
-    /// exactly what they read is saved.
+    /// plan's arguments) giving `out`, with the forward values `kept` (by
+    /// forward stage). Exactly what `grad`'s backward program reads in
+    /// `mode` is saved.
     pub(crate) fn record(
         plan: Arc<OpPlan>,
+        grad: Arc<NodeGrad>,
         edges: Vec<Origin>,
         inputs: &[&Arc<Storage>],
         out: &Arc<Storage>,
+        kept: Vec<Option<Arc<Storage>>>,
+        mode: AllocMode,
     ) -> Result<Arc<Node>, Error> {
-        let mut save_args = vec![false; inputs.len()];
-        let mut save_out = false;
-        for (a, edge) in edges.iter().enumerate() {
-            if !edge.requires_grad() {
-                continue;
-            }
-            for input in &plan.grad(a)?.inputs {
-                match input {
-                    plan::GradInput::Arg(k) => save_args[*k] = true,
-                    plan::GradInput::Out => save_out = true,
-                    plan::GradInput::Df => {}
-                }
+        let needs = grad.needs(mode);
+        let keep = |s: &Arc<Storage>| (s.clone(), s.version());
+        let stage_count = grad.forward.program.stages.len();
+        let mut stages: Vec<Option<Arc<Storage>>> = vec![None; stage_count];
+        for (k, v) in kept.into_iter().enumerate() {
+            if needs.stages.get(k).copied().unwrap_or(false) {
+                stages[k] = v;
             }
         }
-        let keep = |s: &Arc<Storage>| (s.clone(), s.version());
+        // The value stage of the forward program is the output itself.
+        for &o in &grad.forward.program.outputs {
+            if needs.stages.get(o).copied().unwrap_or(false) {
+                stages[o] = Some(out.clone());
+            }
+        }
         let saved = Saved {
             args: inputs
                 .iter()
-                .zip(&save_args)
+                .zip(&needs.args)
                 .map(|(s, &k)| k.then(|| keep(s)))
                 .collect(),
-            out: save_out.then(|| keep(out)),
+            out: needs.out.then(|| keep(out)),
+            stages,
             released: false,
         };
         LIVE_NODES.fetch_add(1, Relaxed);
         Ok(Arc::new(Node {
             id: NEXT_ID.fetch_add(1, Relaxed),
             plan,
+            grad,
             edges,
             saved: Mutex::new(saved),
             storages: Storages {

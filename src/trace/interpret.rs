@@ -1,0 +1,213 @@
+//! The one interpreter of a backward [`Schedule`]: the backward driver
+//! runs it on storages, the static memory plan on block sizes.
+//!
+//! Owns [`replay`] and the [`Machine`] interface. Every rule about *when*
+//! (which value is held, when it is released, when a result may overwrite
+//! its input, how gradients are summed) lives here once; a machine only
+//! says *what* an action does: run a kernel, or count the bytes it would
+//! allocate. Whether a buffer is held by anyone else, the condition of
+//! every in-place decision, is asked of the machine, which knows
+//! (reference counts of storages) or models them (the plan's counts).
+
+use super::schedule::{Prog, Schedule, Slot, Step, Val};
+use crate::Error;
+use std::collections::HashMap;
+
+/// The actions of a backward (see the module documentation).
+pub(super) trait Machine {
+    type Buf;
+    /// Another reference to `b`.
+    fn share(&mut self, b: &Self::Buf) -> Self::Buf;
+    /// Whether nobody but the holder of `b` holds its buffer.
+    fn is_unique(&self, b: &Self::Buf) -> bool;
+    /// Drops a reference.
+    fn drop_buf(&mut self, b: Self::Buf);
+    /// Fails when node `node` was released by an earlier backward.
+    fn check_node(&mut self, node: usize) -> Result<(), Error>;
+    /// A reference to what node `node` saved in `slot` (checked unchanged).
+    fn saved(&mut self, node: usize, slot: Slot) -> Result<Self::Buf, Error>;
+    /// Node `node` drops what it saved in `slot`.
+    fn release_saved(&mut self, node: usize, slot: Slot);
+    /// Node `node` drops everything it saved and is marked released.
+    fn release_node(&mut self, node: usize);
+    /// Runs `step` on `inputs`: into a new buffer, or over `inputs[k]` when
+    /// `over` is `Some(k)` (`Ok(None)`: done in place).
+    fn run(
+        &mut self,
+        step: &Step,
+        inputs: &[&Self::Buf],
+        over: Option<usize>,
+    ) -> Result<Option<Self::Buf>, Error>;
+    /// Adds `g` into edge `edge` of node `node`, a leaf's gradient.
+    fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Self::Buf) -> Result<(), Error>;
+    /// `slot += g`, the pending gradient of node `target`: in place when
+    /// the slot's buffer is held by nobody else, otherwise into a new
+    /// buffer.
+    fn add_into(
+        &mut self,
+        target: usize,
+        slot: &mut Option<Self::Buf>,
+        g: Self::Buf,
+    ) -> Result<(), Error>;
+    /// Called after each step (for accounting).
+    fn step_done(&mut self, step: &Step, in_place: bool) {
+        let _ = (step, in_place);
+    }
+}
+
+/// Runs `schedule` on `machine`, starting from `seed`, the gradient
+/// flowing into the output. With `retain_graph`, nothing saved is
+/// released.
+pub(super) fn replay<M: Machine>(
+    schedule: &Schedule,
+    machine: &mut M,
+    seed: M::Buf,
+    retain_graph: bool,
+) -> Result<(), Error> {
+    let mut pending: Vec<Option<M::Buf>> = (0..schedule.nodes.len()).map(|_| None).collect();
+    pending[schedule.root] = Some(seed);
+    // The values of the nodes being run (a node's steps may interleave
+    // with other nodes').
+    let mut state: HashMap<usize, NodeState<M::Buf>> = HashMap::new();
+    for step in &schedule.steps {
+        let i = step.node;
+        if step.first_of_node {
+            machine.check_node(i)?;
+            let df = pending[i].take().ok_or_else(|| {
+                super::autograd_error(
+                    "backward",
+                    format!(
+                        "no gradient reached {} (internal scheduling error)",
+                        schedule.nodes[i].op_name()
+                    ),
+                )
+            })?;
+            state.insert(
+                i,
+                NodeState {
+                    df: Some(df),
+                    temps: HashMap::new(),
+                    saved: HashMap::new(),
+                },
+            );
+        }
+        let st = state.get_mut(&i).ok_or_else(|| {
+            super::autograd_error(
+                "backward",
+                "internal: a node ran before its first step".into(),
+            )
+        })?;
+        for v in &step.inputs {
+            if let Val::Saved(slot) = *v {
+                if !st.saved.contains_key(&slot) {
+                    let b = machine.saved(i, slot)?;
+                    st.saved.insert(slot, b);
+                }
+            }
+        }
+        let over = step.in_place.filter(|&p| {
+            st.value(&step.inputs[p])
+                .is_some_and(|b| machine.is_unique(b))
+        });
+        let inputs: Vec<&M::Buf> = step
+            .inputs
+            .iter()
+            .map(|v| {
+                st.value(v).ok_or_else(|| {
+                    super::autograd_error("backward", format!("internal: {v:?} has no value"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let produced = machine.run(step, &inputs, over)?;
+        drop(inputs);
+        let (result, in_place) = match (produced, over) {
+            (Some(b), _) => (b, false),
+            (None, Some(p)) => {
+                let taken = match step.inputs[p] {
+                    Val::Df => st.df.take(),
+                    Val::Temp(prog, k) => st.temps.remove(&(prog, k)),
+                    Val::Saved(_) => None,
+                };
+                let b = taken.ok_or_else(|| {
+                    super::autograd_error("backward", "internal: in-place target vanished".into())
+                })?;
+                (b, true)
+            }
+            (None, None) => {
+                return Err(super::autograd_error(
+                    "backward",
+                    "internal: a step produced nothing".into(),
+                ))
+            }
+        };
+        for &e in &step.deliver {
+            let g = machine.share(&result);
+            match schedule.targets[i][e] {
+                Some(t) => machine.add_into(t, &mut pending[t], g)?,
+                None => machine.accumulate_leaf(i, e, g)?,
+            }
+        }
+        if step.kept {
+            st.temps.insert((step.prog, step.stage), result);
+        } else {
+            machine.drop_buf(result);
+        }
+        for v in &step.release {
+            match *v {
+                Val::Df => {
+                    if let Some(b) = st.df.take() {
+                        machine.drop_buf(b);
+                    }
+                }
+                Val::Temp(prog, k) => {
+                    if let Some(b) = st.temps.remove(&(prog, k)) {
+                        machine.drop_buf(b);
+                    }
+                }
+                Val::Saved(slot) => {
+                    if let Some(b) = st.saved.remove(&slot) {
+                        machine.drop_buf(b);
+                    }
+                    if !retain_graph {
+                        machine.release_saved(i, slot);
+                    }
+                }
+            }
+        }
+        if step.last_of_node {
+            if let Some(mut st) = state.remove(&i) {
+                if let Some(b) = st.df.take() {
+                    machine.drop_buf(b);
+                }
+                for (_, b) in st.temps.drain() {
+                    machine.drop_buf(b);
+                }
+                for (_, b) in st.saved.drain() {
+                    machine.drop_buf(b);
+                }
+            }
+            if !retain_graph {
+                machine.release_node(i);
+            }
+        }
+        machine.step_done(step, in_place);
+    }
+    Ok(())
+}
+
+/// The values of one node while its steps run.
+struct NodeState<B> {
+    df: Option<B>,
+    temps: HashMap<(Prog, usize), B>,
+    saved: HashMap<Slot, B>,
+}
+
+impl<B> NodeState<B> {
+    fn value(&self, v: &Val) -> Option<&B> {
+        match *v {
+            Val::Df => self.df.as_ref(),
+            Val::Temp(prog, k) => self.temps.get(&(prog, k)),
+            Val::Saved(slot) => self.saved.get(&slot),
+        }
+    }
+}
