@@ -685,3 +685,28 @@ fn the_paper_function_sums_vectorised_in_f32() {
         0
     );
 }
+
+/// An index used as a number may vary along the vectorised loop: each lane
+/// converts its own value (the softmax derivative compares the column with
+/// the row's argmax), at every length and thread count.
+#[test]
+fn index_values_varying_along_the_vector_loop() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        "f[i; j] = x[i; j] * j - i",
+        "f[i; j] = if {idx(j) = argmax{m}_0^(N) (x[i; m])} then (x[i; j]) else (idx(2 * j - 3))",
+    ];
+    for body in bodies {
+        for n in [1usize, 3, 4, 5, 17, 21, 40] {
+            let src = body.replace("(N)", &format!("({})", n as i64 - 1));
+            let f = IndexFn::parse(&src, &[("x", &[3, n][..])])
+                .unwrap_or_else(|e| panic!("{src}: {e}"));
+            let k = jit::compile(&f, DType::F32).unwrap();
+            assert!(k.is_vectorized(), "{src}: {k}");
+            let mut rng = StdRng::seed_from_u64(n as u64 + 7);
+            let inputs = random_inputs(&f, &mut rng, false);
+            check(&f, &inputs);
+        }
+    }
+}

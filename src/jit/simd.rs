@@ -10,7 +10,8 @@
 //! A loop qualifies when it is an output loop (`Stmt::For`) with no loop
 //! inside, every load and store in it is contiguous (coefficient 1 of the
 //! loop variable) or invariant (coefficient 0, a broadcast), and every
-//! index value and index guard is invariant. An index guard is then a real
+//! index guard is invariant (an index used as a number may vary: each lane
+//! converts its own value). An index guard is then a real
 //! branch that all lanes take alike (`cat` along an outer dimension, the
 //! rows of an optimizer's stacked update), so loads may sit under it. Both
 //! branches of a value guard run on every lane and a `bitselect` picks the
@@ -103,7 +104,6 @@ impl Check<'_> {
                 Expr::Load { arg, offset } => {
                     matches!(offset.coeff(v), 0 | 1) && (top || (self.speculable)(*arg, offset))
                 }
-                Expr::Index(l) => l.coeff(v) == 0,
                 _ => true,
             },
             Stmt::Store { offset, .. } => self.output_loop && top && offset.coeff(v) == 1,
@@ -145,8 +145,8 @@ impl Check<'_> {
 
 /// Whether the f32 reduction `op` over `l` can run as f32x4 code: a sum
 /// whose body has no loop and no store, whose loads are contiguous or
-/// invariant in the reduction variable, and whose index values and index
-/// guards are invariant. Index guards become branches (taken by all four
+/// invariant in the reduction variable, and whose index guards are
+/// invariant. Index guards become branches (taken by all four
 /// lanes alike), so loads may sit in them; both branches of a value guard
 /// run on every lane, so those must load nothing.
 pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
@@ -308,16 +308,46 @@ impl<'f> Emitter<'f> {
         let a0 = [BlockArg::Value(k0)];
         self.b.ins().brif(enter, body, &a0, exit, &a0);
         self.b.switch_to_block(body);
-        for u in 0..copies {
-            let ku = if u == 0 {
-                k
-            } else {
-                self.b.ins().iadd_imm_s(k, u * width)
-            };
-            self.ivars[l.var.0 as usize] = Some(ku);
-            self.vregs.iter_mut().for_each(|r| *r = None);
-            for s in &l.body {
-                self.vstmt(s, l.var, lanes)?;
+        let ks: Vec<Value> = (0..copies)
+            .map(|u| {
+                if u == 0 {
+                    k
+                } else {
+                    self.b.ins().iadd_imm_s(k, u * width)
+                }
+            })
+            .collect();
+        // Each copy has its own registers; statements are emitted copy by
+        // copy, except that a reduction runs one loop for all copies (one
+        // accumulator each), so a column sum reads whole cache lines per
+        // row instead of walking the rows once per copy.
+        let fresh = vec![None; self.vregs.len()];
+        let mut regs: Vec<Vec<Option<Value>>> = vec![fresh; ks.len()];
+        for s in &l.body {
+            match s {
+                Stmt::Reduce {
+                    op,
+                    value,
+                    result,
+                    body: inner,
+                } if ks.len() > 1 => {
+                    let out =
+                        self.blocked_reduction(*op, *value, inner, l.var, lanes, &ks, &mut regs)?;
+                    for (u, v) in out.into_iter().enumerate() {
+                        std::mem::swap(&mut self.vregs, &mut regs[u]);
+                        self.vset(*result, v)?;
+                        std::mem::swap(&mut self.vregs, &mut regs[u]);
+                    }
+                }
+                _ => {
+                    for (u, &ku) in ks.iter().enumerate() {
+                        self.ivars[l.var.0 as usize] = Some(ku);
+                        std::mem::swap(&mut self.vregs, &mut regs[u]);
+                        let r = self.vstmt(s, l.var, lanes);
+                        std::mem::swap(&mut self.vregs, &mut regs[u]);
+                        r?;
+                    }
+                }
             }
         }
         let k1 = self.b.ins().iadd_imm_s(k, step);
@@ -451,6 +481,67 @@ impl<'f> Emitter<'f> {
         }
     }
 
+    /// The reduction `l` of every copy of a strip's body in one loop, one
+    /// accumulator per copy (`ks`: the output loop's value for each copy,
+    /// `regs`: each copy's registers). Each lane folds its own values in
+    /// index order, as `lane_reduction` does.
+    #[allow(clippy::too_many_arguments)]
+    fn blocked_reduction(
+        &mut self,
+        op: ReduceOp,
+        value: Reg,
+        l: &Loop,
+        var: IVar,
+        lanes: Lanes,
+        ks: &[Value],
+        regs: &mut [Vec<Option<Value>>],
+    ) -> R<Vec<Value>> {
+        let init = match op {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+            _ => return Err(format!("{op:?} inside a vectorised loop")),
+        };
+        let init = self.vm().c(init);
+        let inits = vec![init; ks.len()];
+        self.counted_loop(l, &inits, V, |e, _, _, acc| {
+            let branch = std::mem::replace(&mut e.vbranch, true);
+            let mut next = Vec::with_capacity(ks.len());
+            for (u, &ku) in ks.iter().enumerate() {
+                e.ivars[var.0 as usize] = Some(ku);
+                std::mem::swap(&mut e.vregs, &mut regs[u]);
+                let folded = (|| {
+                    for s in &l.body {
+                        e.vstmt(s, var, lanes)?;
+                    }
+                    let x = e.vreg(value)?;
+                    Ok::<Value, String>(e.fold(op, acc[u], x))
+                })();
+                std::mem::swap(&mut e.vregs, &mut regs[u]);
+                next.push(folded?);
+            }
+            e.vbranch = branch;
+            Ok(next)
+        })
+    }
+
+    /// `acc op x` for a per-lane reduction (the first operand wins ties).
+    fn fold(&mut self, op: ReduceOp, acc: Value, x: Value) -> Value {
+        match op {
+            ReduceOp::Sum => self.b.ins().fadd(acc, x),
+            _ => {
+                let cc = if op == ReduceOp::Max {
+                    FloatCC::GreaterThanOrEqual
+                } else {
+                    FloatCC::LessThanOrEqual
+                };
+                let mut vm = self.vm();
+                let keep = vm.mask(cc, acc, x);
+                vm.sel(keep, acc, x)
+            }
+        }
+    }
+
     /// A reduction inside a vectorised output loop (see `Check::stmt_ok`):
     /// every lane folds its own values in index order, exactly as the
     /// scalar loop does, so the bits do not depend on the strip.
@@ -477,19 +568,7 @@ impl<'f> Emitter<'f> {
             }
             e.vbranch = branch;
             let x = e.vreg(value)?;
-            Ok(vec![match op {
-                ReduceOp::Sum => e.b.ins().fadd(acc[0], x),
-                _ => {
-                    let cc = if op == ReduceOp::Max {
-                        FloatCC::GreaterThanOrEqual
-                    } else {
-                        FloatCC::LessThanOrEqual
-                    };
-                    let mut vm = e.vm();
-                    let keep = vm.mask(cc, acc[0], x);
-                    vm.sel(keep, acc[0], x)
-                }
-            }])
+            Ok(vec![e.fold(op, acc[0], x)])
         })?;
         Ok(out[0])
     }
@@ -512,9 +591,21 @@ impl<'f> Emitter<'f> {
                 }
             }
             Expr::Index(l) => {
+                // Lane i holds the index at the loop variable's i-th value,
+                // converted on its own (exactly what the one-lane strip
+                // computes for that element).
                 let v = self.lin(l, 1)?;
                 let x = self.b.ins().fcvt_from_sint(types::F32, v);
-                self.splat(x)
+                let mut out = self.splat(x);
+                let c = l.coeff(var);
+                if lanes == Lanes::Four && c != 0 {
+                    for i in 1..LANES {
+                        let vi = self.b.ins().iadd_imm_s(v, i * c);
+                        let xi = self.b.ins().fcvt_from_sint(types::F32, vi);
+                        out = self.b.ins().insertlane(out, xi, i as u8);
+                    }
+                }
+                out
             }
             Expr::Unary(op, a) => {
                 let a = self.vreg(*a)?;

@@ -24,7 +24,7 @@ pub(crate) struct Split {
 }
 
 /// `Some` when a sum inside `f` (not `f` itself) is a contraction whose
-/// result depends only on the output indices.
+/// result depends on exactly the output indices.
 pub(crate) fn split(f: &IndexFn) -> Option<Split> {
     let g = &f.graph;
     let mut candidates: Vec<_> = g
@@ -40,7 +40,13 @@ pub(crate) fn split(f: &IndexFn) -> Option<Split> {
                 }
             )
         })
-        .filter(|&n| g.free_vars(n).iter().all(|v| f.out_vars.contains(v)))
+        // Over exactly the output's indices: a sum over fewer would be
+        // computed for every point of the output (a broadcast), where the
+        // loop nest computes it once per point of its own indices.
+        .filter(|&n| {
+            let free = g.free_vars(n);
+            free.len() == f.out_vars.len() && free.iter().all(|v| f.out_vars.contains(v))
+        })
         .collect();
     // The outermost candidate first: it covers the most work.
     candidates.sort_by(|a, b| b.cmp(a));

@@ -10,6 +10,7 @@
 //! | --- | --- | --- | --- |
 //! | invariant factor | `Σ_v (a · b / c)` | `(Σ_v a) · b / c` | `b`, `c` do not depend on `v` |
 //! | invariant guard | `Σ_v (if {C} then (a) else (0))` | `if {C} then (Σ_v a) else (0)` | `C` does not depend on `v` |
+//! | invariant term | `Σ_v (a · (b ± c))` | `(Σ_v a) · b ± Σ_v (a · c)` | `b` does not depend on `v`, `c` does |
 //! | mask factoring | `if {C} then (a · b) else (0)` | `(if {C} then (a) else (0)) · b` | `C` is a value condition, `a` depends only on indices `C` depends on |
 //! | nest order | `Σ_i Σ_d Σ_j (Π factors)` | the same sums, nested in variable-elimination order | the ranges do not depend on each other |
 //!
@@ -152,6 +153,9 @@ impl Normalizer<'_> {
             }
             return None;
         }
+        if let Some(split) = self.distribute(var, range, body, nonempty) {
+            return Some(split);
+        }
         let p = self.product(body)?;
         let outside = |s: &mut Self, n: NodeId| {
             !s.g.free_vars(n).contains(&var) && (nonempty || s.is_speculable(n))
@@ -187,6 +191,58 @@ impl Normalizer<'_> {
         let inner = rebuild(self, inner_body);
         num_out.insert(0, inner);
         Some(self.build(p.negative, &num_out, &den_out))
+    }
+
+    /// The invariant-term rule: `Σ_v (a · (b ± c))` as `Σ_v (a · b) ±
+    /// Σ_v (a · c)` when exactly one of `b`, `c` depends on `v` (then the
+    /// other leaves its sum): the gradient of an RBF kernel,
+    /// `Σ_j w[i;j] · (x[i;d] − y[j;d])`, becomes `x[i;d] · Σ_j w[i;j] −
+    /// Σ_j w[i;j] · y[j;d]`, a row sum and a contraction.
+    fn distribute(
+        &mut self,
+        var: VarId,
+        range: &crate::symbolic::Range,
+        body: NodeId,
+        nonempty: bool,
+    ) -> Option<NodeId> {
+        let mut p = Product {
+            negative: false,
+            num: vec![],
+            den: vec![],
+        };
+        self.flatten(body, false, &mut p);
+        let (pos, op, b, c) = p.num.iter().enumerate().find_map(|(k, &n)| {
+            let Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), b, c) = *self.g.node(n) else {
+                return None;
+            };
+            let dep = |x: NodeId| self.g.free_vars(x).contains(&var);
+            (dep(b) != dep(c)).then_some((k, op, b, c))
+        })?;
+        let invariant = if self.g.free_vars(b).contains(&var) {
+            c
+        } else {
+            b
+        };
+        if !(nonempty || self.is_speculable(invariant)) {
+            return None;
+        }
+        let rest_num: Vec<NodeId> = p
+            .num
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != pos)
+            .map(|(_, n)| *n)
+            .collect();
+        let term = |s: &mut Self, t: NodeId| {
+            let mut num = rest_num.clone();
+            num.push(t);
+            let body = s.build(false, &num, &p.den);
+            let sum = s.g.reduce(ReduceOp::Sum, var, range.clone(), body);
+            s.sum(var, range, body, nonempty).unwrap_or(sum)
+        };
+        let (tb, tc) = (term(self, b), term(self, c));
+        let total = self.g.binary(op, tb, tc);
+        Some(if p.negative { self.g.neg(total) } else { total })
     }
 
     /// The body `Π num / Π den` of a sum over `var` as two operands
