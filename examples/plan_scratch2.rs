@@ -1,20 +1,14 @@
-use tenjin::planner::plan_node;
-use tenjin::symbolic::IndexFn;
-fn main() {
-    let f = IndexFn::parse(
-        "r[i; j] = exp (-sum{d}_0^511 ((x[i; d] - y[j; d]) ** 2) / 1024)",
-        &[("x", &[256, 512][..]), ("y", &[256, 512][..])],
-    )
-    .unwrap();
-    let p = plan_node(&f, &[0, 1], tenjin::DType::F32).unwrap();
-    println!(
-        "{}\n-- forward\n{}-- backward\n{}",
-        f, p.forward, p.backward
-    );
-    for (i, s) in p.backward.stages.iter().enumerate() {
-        println!("stage {i} work {} fwd {:?}", s.work(), s.forward);
-    }
-    for (i, s) in p.forward.stages.iter().enumerate() {
-        println!("fwd stage {i} work {}", s.work());
-    }
+use tenjin::{DType, Tensor};
+fn main() -> Result<(), tenjin::Error> {
+    let x = Tensor::randn(&[32, 64], DType::F32, 1)?;
+    let w = Tensor::randn(&[48, 64], DType::F32, 2)?.requires_grad();
+    let c = Tensor::randn(&[48], DType::F32, 3)?.requires_grad();
+    let h = tenjin::index_fn(
+        "h[b; o] = max(sum{k}_0^63 (x[b; k] * w[o; k]) + c[o], 0)",
+        &[("x", &x), ("w", &w), ("c", &c)],
+    )?;
+    println!("{}", tenjin::explain(&h)?);
+    let p = x.requires_grad().softmax(1)?;
+    println!("{}", tenjin::explain(&p)?);
+    Ok(())
 }

@@ -37,7 +37,7 @@ pub use error::Error;
 pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions, GradcheckReport};
 pub use ops::{index_fn, index_fn_with_sizes};
 pub use tensor::Tensor;
-pub use trace::{no_grad, stats, NoGradGuard, Stats};
+pub use trace::{explain, no_grad, stats, Explanation, NoGradGuard, Stats};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

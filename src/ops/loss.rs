@@ -1,22 +1,14 @@
 //! Normalisations and losses: `softmax log_softmax cross_entropy
 //! cross_entropy_soft mse_loss`.
 //!
-//! Numerically stable where they exponentiate: log-sum-exp subtracts the
-//! row maximum `m` first (`m + log Σ exp(x − m)`, exact for any `m`).
-//!
-//! The losses are one index function each (log-sum-exp inside): one kernel
-//! per step, and because their output is a scalar, every per-row quantity
-//! of the derivative (the row's log-sum-exp, its maximiser) is computed once
-//! per row. `softmax` and `log_softmax` are `logsumexp` along the dimension
-//! and one element-wise function of the input and it: fused into one
-//! function, the derivative of each element would re-sum the whole row
-//! (quadratic per row) where this is linear.
-//!
-//! Differentiating through an inline `max` adds, per element, a scan over
-//! the row that tests "is this the maximiser" (its terms cancel; cheap for
-//! short rows). Rows longer than [`INLINE_MAX_UP_TO`] use the maximum as a
-//! constant argument instead, computed by its own kernel without a trace:
-//! one more kernel, and derivatives that stay linear in the row length.
+//! Each is one index function, numerically stable where it exponentiates:
+//! log-sum-exp subtracts the row maximum `m` first
+//! (`m + log Σ exp(x − m)`, exact for any `m`), written inline for any
+//! row length. No op here splits itself by hand: the planner materialises
+//! the row statistics (maximum, sum of exponentials) once per row, in the
+//! forward pass and in the derivative, and the derivative's "first
+//! maximiser" test reads the row's argmax computed once per row, so value
+//! and gradient stay linear in the row length.
 
 use super::shape::empty_like;
 use super::{apply, lit, shape_error};
@@ -38,16 +30,10 @@ fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Er
     }
 }
 
-/// Rows up to this length take their maximum inline (one kernel); longer
-/// ones take it as a constant argument (see the module documentation).
-const INLINE_MAX_UP_TO: usize = 64;
-
 /// The cross-entropy of logits `x` `[B, C]` with targets `y` of the same
 /// shape, `mean_i (lse_i · Σ_c y[i; c] − Σ_c y[i; c] · x[i; c])` with
 /// `lse_i` the stable log-sum-exp of row `i`; `Σ_c y[i; c]` is dropped for
-/// one-hot targets (`rows_sum_to_one`). Written with every per-row term
-/// outside the sums over classes, so the derivative computes each once per
-/// row.
+/// one-hot targets (`rows_sum_to_one`).
 fn cross_entropy_fn(
     op: &str,
     x: &Tensor,
@@ -56,16 +42,7 @@ fn cross_entropy_fn(
 ) -> Result<Tensor, Error> {
     let (b, c) = (x.shape()[0], x.shape()[1]);
     let last = c - 1;
-    let row_max;
-    let (max, args): (String, Vec<(&str, &Tensor)>) = if c <= INLINE_MAX_UP_TO {
-        (
-            format!("max{{m}}_0^{last} (x[i; m])"),
-            vec![("x", x), ("y", y)],
-        )
-    } else {
-        row_max = x.detach().max_dims(&[1], false)?;
-        ("m[i]".into(), vec![("x", x), ("y", y), ("m", &row_max)])
-    };
+    let max = format!("max{{m}}_0^{last} (x[i; m])");
     let lse = format!("({max} + log (sum{{k}}_0^{last} (exp (x[i; k] - {max}))))");
     let weighted = if rows_sum_to_one {
         lse
@@ -77,37 +54,13 @@ fn cross_entropy_fn(
         b - 1,
         lit(op, 1.0 / b as f64)?
     );
-    apply(op, &src, &args, &[])
+    apply(op, &src, &[("x", x), ("y", y)], &[])
 }
 
-/// The log-sum-exp of `x` along `dim`, kept as a size-1 dimension.
-fn logsumexp_keepdim(x: &Tensor, dim: usize) -> Result<Tensor, Error> {
-    let n = x.shape()[dim];
-    if n <= INLINE_MAX_UP_TO {
-        return x.logsumexp(&[dim], true);
-    }
-    let m = x.detach().max_dims(&[dim], true)?;
-    let mut out: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
-    let mut access = out.clone();
-    out[dim] = format!("j{dim}");
-    access[dim] = "k".into();
-    let (out, access) = (out.join("; "), access.join("; "));
-    let src = format!(
-        "l[{out}] = m[{out}] + log (sum{{k}}_0^{} (exp (x[{access}] - m[{out}])))",
-        n - 1
-    );
-    let j = format!("j{dim}");
-    apply(
-        "logsumexp",
-        &src,
-        &[("x", x), ("m", &m)],
-        &[(j.as_str(), 1)],
-    )
-}
-
-/// `f[i..] = body` over `x` and its log-sum-exp along `dim` (broadcast
-/// back to `x`'s shape), `body` a template over `{x}` and `{l}`.
-fn with_logsumexp(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> {
+/// `f[i…] = body` over `x`, `body` a template where `{x}` is `x` at the
+/// output index, `{max}` the maximum along `dim` and `{lse}` the stable
+/// log-sum-exp along `dim` (both at the output index's row).
+fn along(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> {
     if dim >= x.rank() {
         return Err(shape_error(
             op,
@@ -121,17 +74,23 @@ fn with_logsumexp(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor
     if x.numel() == 0 {
         return empty_like(x.shape(), x);
     }
-    let l = logsumexp_keepdim(x, dim)?.broadcast_to(x.shape())?;
     let ix = index_list("i", x.rank());
+    let at = |var: &str| {
+        let mut idx: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
+        idx[dim] = var.to_string();
+        format!("x[{}]", idx.join("; "))
+    };
+    let last = x.shape()[dim] - 1;
+    let max = format!("max{{m}}_0^{last} ({})", at("m"));
+    let lse = format!(
+        "({max} + log (sum{{k}}_0^{last} (exp ({} - {max}))))",
+        at("k")
+    );
     let body = body
         .replace("{x}", &format!("x[{ix}]"))
-        .replace("{l}", &format!("l[{ix}]"));
-    apply(
-        op,
-        &format!("f[{ix}] = {body}"),
-        &[("x", x), ("l", &l)],
-        &[],
-    )
+        .replace("{max}", &max)
+        .replace("{lse}", &lse);
+    apply(op, &format!("f[{ix}] = {body}"), &[("x", x)], &[])
 }
 
 fn check_logits(op: &str, x: &Tensor, what: &str) -> Result<(usize, usize), Error> {
@@ -164,7 +123,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn softmax(&self, dim: usize) -> Result<Tensor, Error> {
-        with_logsumexp("softmax", self, dim, "exp ({x} - {l})")
+        along("softmax", self, dim, "exp ({x} - {lse})")
     }
 
     /// `x − log Σ exp(x)` along `dim`, computed stably.
@@ -177,15 +136,14 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor, Error> {
-        with_logsumexp("log_softmax", self, dim, "{x} - {l}")
+        along("log_softmax", self, dim, "{x} - {lse}")
     }
 
     /// The cross-entropy of logits `[B, C]` with class labels (one per
     /// row, each `< C`), averaged over the batch: the mean of
     /// `−log_softmax(x)[i, targets[i]]`, as `torch.nn.functional.cross_entropy`.
     /// One index function (log-sum-exp inside) over the logits and a
-    /// constant one-hot matrix (with more than 64 classes, the row maxima
-    /// come from a kernel of their own).
+    /// constant one-hot matrix.
     ///
     /// ```
     /// use tenjin::Tensor;

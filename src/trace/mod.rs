@@ -10,12 +10,14 @@
 //! code or contain a derivative rule of its own.
 
 mod backward;
+mod explain;
 mod interpret;
 mod memory_plan;
 pub(crate) mod plan;
 mod schedule;
 
 pub(crate) use backward::backward;
+pub use explain::{explain, Explanation, StageLine};
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub use plan::{stats, Stats};
 

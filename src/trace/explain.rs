@@ -1,0 +1,211 @@
+//! Why a recorded operation runs as it does: its stages, as a table.
+//!
+//! Owns [`explain`] and [`Explanation`]. It reads a node's programs (the
+//! planner's decisions) and what the node saved (the tape's); it runs and
+//! changes nothing.
+
+use super::plan::Compiled;
+use super::Node;
+use crate::planner::{Program, Source};
+use crate::tensor::storage::dtype_size;
+use crate::tensor::{Origin, Tensor};
+use crate::Error;
+use std::fmt;
+use std::sync::Arc;
+
+/// The plan of the operation that produced a tensor (see [`explain`]).
+/// Printing it gives one line per stage of the forward and the backward
+/// program: its domain, its route (`gemm`, `gemm+loop` or `loop`), the
+/// bytes of its value, where that value goes, and its function.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    /// The op's name (`index_fn`, `linear`, ...).
+    pub op: String,
+    /// The function as written (views composed in).
+    pub function: String,
+    pub forward: Vec<StageLine>,
+    pub backward: Vec<StageLine>,
+    /// The arguments differentiated, by name.
+    pub gradients: Vec<String>,
+}
+
+/// One stage of an [`Explanation`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageLine {
+    /// The stage's output shape (its domain).
+    pub domain: Vec<usize>,
+    /// `gemm`, `gemm+loop` or `loop`.
+    pub route: &'static str,
+    /// Bytes of the stage's value.
+    pub bytes: usize,
+    /// What happens to the value: `output`, `saved for backward`,
+    /// `gradient of w`, `forward stage 0 (from the tape)` ...
+    pub role: String,
+    /// The function the stage computes.
+    pub function: String,
+    /// The planner's estimate of the operations it executes.
+    pub work: u64,
+}
+
+/// The stages of the recorded operation that produced `t`.
+///
+/// ```
+/// use tenjin::{DType, Tensor};
+/// let x = Tensor::randn(&[32, 64], DType::F32, 1)?;
+/// let w = Tensor::randn(&[48, 64], DType::F32, 2)?.requires_grad();
+/// let c = Tensor::randn(&[48], DType::F32, 3)?.requires_grad();
+/// let h = tenjin::index_fn("h[b; o] = max(sum{k}_0^63 (x[b; k] * w[o; k]) + c[o], 0)",
+///                          &[("x", &x), ("w", &w), ("c", &c)])?;
+/// let e = tenjin::explain(&h)?;
+/// println!("{e}");
+/// // The pre-activation is a stage of its own, saved for the backward
+/// // program; the weight gradient is a GEMM.
+/// assert!(e.forward.iter().any(|s| s.role.contains("saved for backward")));
+/// assert!(e.backward.iter().any(|s| s.route == "gemm" && s.role == "gradient of w"));
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn explain(t: &Tensor) -> Result<Explanation, Error> {
+    let Origin::Op(node) = t.origin() else {
+        return Err(Error::Invalid {
+            function: "explain".into(),
+            message: format!(
+                "the tensor of shape {:?} was not produced by a recorded operation (record it with an input that requires a gradient to see its plan; `tenjin::planner::plan_function` plans any function)",
+                t.shape()
+            ),
+        });
+    };
+    Ok(explain_node(node))
+}
+
+fn explain_node(node: &Arc<Node>) -> Explanation {
+    let grad = &node.grad;
+    let size = dtype_size(node.plan.dtype);
+    let saved: Vec<bool> = {
+        let s = node.saved.lock().unwrap_or_else(|e| e.into_inner());
+        s.stages.iter().map(Option::is_some).collect()
+    };
+    let args = node.plan.f.args();
+    let forward = lines(&grad.forward, size, |k| {
+        let out = grad.forward.program.outputs.contains(&k);
+        match (out, saved.get(k).copied().unwrap_or(false)) {
+            (true, true) => "output, saved for backward".into(),
+            (true, false) => "output".into(),
+            (false, true) => "saved for backward".into(),
+            (false, false) => {
+                let read = grad
+                    .backward
+                    .program
+                    .stages
+                    .iter()
+                    .any(|s| s.forward == Some(k));
+                if read {
+                    "recomputed by backward (memory-efficient mode)".into()
+                } else {
+                    "intermediate".into()
+                }
+            }
+        }
+    });
+    let backward = lines(&grad.backward, size, |k| {
+        let stage = &grad.backward.program.stages[k];
+        let outs: Vec<String> = grad
+            .backward
+            .program
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(_, &o)| o == k)
+            .map(|(p, _)| format!("gradient of {}", args[grad.plan.wrt[p]].name))
+            .collect();
+        match stage.forward {
+            Some(t) if saved.get(t).copied().unwrap_or(false) => {
+                format!("forward stage {t} (from the tape)")
+            }
+            Some(t) => format!("forward stage {t} (recomputed)"),
+            None if !outs.is_empty() => outs.join(", "),
+            None => "intermediate".into(),
+        }
+    });
+    Explanation {
+        op: node.plan.op.clone(),
+        function: node.plan.f.to_string(),
+        forward,
+        backward,
+        gradients: grad
+            .plan
+            .wrt
+            .iter()
+            .map(|&a| args[a].name.clone())
+            .collect(),
+    }
+}
+
+fn lines(c: &Compiled, size: usize, role: impl Fn(usize) -> String) -> Vec<StageLine> {
+    c.program
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(k, s)| StageLine {
+            domain: s.f.output_shape().to_vec(),
+            route: s.route.name(),
+            bytes: s.len().saturating_mul(size),
+            role: role(k),
+            function: described(&c.program, k),
+            work: s.work(),
+        })
+        .collect()
+}
+
+/// The stage's function with each argument named after its source.
+fn described(p: &Program, k: usize) -> String {
+    let s = &p.stages[k];
+    let from: Vec<String> =
+        s.f.args()
+            .iter()
+            .zip(&s.sources)
+            .map(|(a, src)| match *src {
+                Source::Input(i) => format!(
+                    "{} = {}",
+                    a.name,
+                    p.inputs.get(i).map_or("?", |d| d.name.as_str())
+                ),
+                Source::Stage(j) => format!("{} = stage {j}", a.name),
+            })
+            .collect();
+    format!("{}   ({})", s.f, from.join(", "))
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}: {}", self.op, self.function)?;
+        let table = |f: &mut fmt::Formatter<'_>, title: String, rows: &[StageLine]| {
+            writeln!(f, "{title}")?;
+            for (k, s) in rows.iter().enumerate() {
+                writeln!(
+                    f,
+                    "  stage {k:<2} {:<16} {:<9} {:>10} B  {}",
+                    format!("{:?}", s.domain),
+                    s.route,
+                    s.bytes,
+                    s.role
+                )?;
+                writeln!(f, "           {}", s.function)?;
+            }
+            Ok(())
+        };
+        table(
+            f,
+            format!("forward, {} stages:", self.forward.len()),
+            &self.forward,
+        )?;
+        table(
+            f,
+            format!(
+                "backward for {}, {} stages:",
+                self.gradients.join(", "),
+                self.backward.len()
+            ),
+            &self.backward,
+        )
+    }
+}
