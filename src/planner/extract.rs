@@ -17,7 +17,7 @@
 //! | --- | --- |
 //! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on) is over an index it does not depend on: it would be recomputed for every value of that index |
 //! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`) |
-//! | known | it is heavy and equal to a stage already in the program, or to a cut the caller wants (a forward intermediate) |
+//! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
 //! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
 //!
 //! Nodes are visited top-down, so the largest subexpression that qualifies
@@ -301,6 +301,15 @@ impl Builder {
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {
+                // A guarded expression equal to a stage already planned
+                // (the masked gradient a weight gradient cut) is read
+                // back: it is computed anyway.
+                if n != f.root
+                    && matches!(g.node(n), Node::Select { .. })
+                    && keys.get(n).is_some_and(|(k, _)| self.find(k).is_some())
+                {
+                    first.push(n);
+                }
                 continue;
             }
             let vars: Vec<VarId> = ctx.iter().map(|c| c.0).collect();
