@@ -13,6 +13,7 @@
 //! | invariant term | `Σ_v (a · (b ± c))` | `(Σ_v a) · b ± Σ_v (a · c)` | `b` does not depend on `v`, `c` does |
 //! | mask factoring | `if {C} then (a · b) else (0)` | `(if {C} then (a) else (0)) · b` | `C` is a value condition, `a` depends only on indices `C` depends on |
 //! | nest order | `Σ_i Σ_d Σ_j (Π factors)` | the same sums, nested in variable-elimination order | the ranges do not depend on each other |
+//! | common operand | `c₁ · Σ_v (a · x[v…]) ± c₂ · Σ_w (b · x[w…])` | `Σ_v ((c₁ · a ± c₂ · b[w := v]) · x[v…])` | the same read `x` and range, `c₁`, `c₂` outside the sums |
 //!
 //! The nest rule runs first: a derivative through a normaliser holds a
 //! nest like `Σ_j Σ_d Σ_i (do[i;d] · v[j;d] · E[i;j] / Z[i]² · E[i;a] · q[i;b])`
@@ -22,6 +23,15 @@
 //! order (the first eliminated innermost) lets the invariant-factor rule
 //! turn it into `Σ_i (E[i;a] · q[i;b] / Z[i]² · Σ_j (E[i;j] · Σ_d (do[i;d] · v[j;d])))`:
 //! `N²·E` work instead of `N³·E²`.
+//!
+//! The common-operand rule runs last, on the result: attention's query
+//! gradient comes out as `Σ_j (s[i;j] · k[j;d]) / z[i] − (Σ_j (e[i;j] ·
+//! k[j;d])) · c[i] / z[i]²`, two contractions with one operand `k`; merged,
+//! it is one contraction (one GEMM once its left operand is a stage).
+//!
+//! Finally every product's factors are put in one order (by a hash of
+//! their structure that ignores index names), so that equal products met
+//! in two derivatives are the same stage.
 //!
 //! Derivatives need these: the derivative of `exp(x − m) / Σ exp(x − m)`
 //! holds `Σ_j (dp[j] · … · exp(x[k] − m))`, quadratic in the row length
@@ -50,18 +60,14 @@ use std::collections::HashMap;
 /// use tenjin::symbolic::IndexFn;
 /// let f = IndexFn::parse("f[i; k] = sum{j}_0^3 (a[i; j] * b[i; k])",
 ///                        &[("a", &[2, 4][..]), ("b", &[2, 5][..])])?;
-/// assert_eq!(normalize(&f).to_string(), "f[i; k] = sum{j}_0^3 (a[i; j]) * b[i; k]");
+/// assert_eq!(normalize(&f).to_string(), "f[i; k] = b[i; k] * sum{j}_0^3 (a[i; j])");
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn normalize(f: &IndexFn) -> IndexFn {
-    let f = &reorder_nests(f);
+    let f = canonical_order(&reorder_nests(f));
+    let f = &f;
     let iv = Intervals::of(f);
-    let mut n = Normalizer {
-        iv: &iv,
-        g: f.graph.clone(),
-        f,
-        speculable: HashMap::new(),
-    };
+    let mut n = Normalizer::new(f, &iv);
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
     for old in f.graph.reachable(f.root) {
         let node = f.graph.node(old).map_children(&|c| map[&c]);
@@ -69,12 +75,16 @@ pub fn normalize(f: &IndexFn) -> IndexFn {
         let new = n.rewrite(id, old);
         map.insert(old, new);
     }
-    let (graph, root) = n.g.extract(map[&f.root]);
-    IndexFn {
-        graph,
-        root,
-        ..f.clone()
-    }
+    let root = n.merge_common_operands(map[&f.root]);
+    n.finish(root)
+}
+
+/// `f` with every product's factors in canonical order.
+fn canonical_order(f: &IndexFn) -> IndexFn {
+    let iv = Intervals::of(f);
+    let mut n = Normalizer::new(f, &iv);
+    let root = n.canonical_products(f.root);
+    n.finish(root)
 }
 
 struct Normalizer<'a> {
@@ -82,6 +92,19 @@ struct Normalizer<'a> {
     iv: &'a Intervals,
     g: Graph,
     speculable: HashMap<NodeId, bool>,
+    /// `shape_hash` of each node.
+    shapes: HashMap<NodeId, u64>,
+}
+
+/// `outer · Σ_var (rest · read)` (see `Normalizer::contractions`).
+struct Contraction {
+    /// The sum node itself.
+    sum: NodeId,
+    var: VarId,
+    range: crate::symbolic::Range,
+    read: NodeId,
+    rest: NodeId,
+    outer: NodeId,
 }
 
 /// A product `sign · Π num / Π den`, flattened.
@@ -91,7 +114,27 @@ struct Product {
     den: Vec<NodeId>,
 }
 
-impl Normalizer<'_> {
+impl<'a> Normalizer<'a> {
+    fn new(f: &'a IndexFn, iv: &'a Intervals) -> Normalizer<'a> {
+        Normalizer {
+            iv,
+            g: f.graph.clone(),
+            f,
+            speculable: HashMap::new(),
+            shapes: HashMap::new(),
+        }
+    }
+
+    /// The function with body `root`, compacted.
+    fn finish(self, root: NodeId) -> IndexFn {
+        let (graph, root) = self.g.extract(root);
+        IndexFn {
+            graph,
+            root,
+            ..self.f.clone()
+        }
+    }
+
     /// Applies the first rule that fits `id` (whose children are already
     /// normal); `old` is the node it was built from, for the analysis.
     fn rewrite(&mut self, id: NodeId, old: NodeId) -> NodeId {
@@ -191,6 +234,219 @@ impl Normalizer<'_> {
         let inner = rebuild(self, inner_body);
         num_out.insert(0, inner);
         Some(self.build(p.negative, &num_out, &den_out))
+    }
+
+    /// The canonical product of `factors` (each flattened).
+    fn product_of(&mut self, factors: &[NodeId]) -> NodeId {
+        let mut p = Product {
+            negative: false,
+            num: vec![],
+            den: vec![],
+        };
+        for &x in factors {
+            self.flatten(x, false, &mut p);
+        }
+        self.build(p.negative, &p.num, &p.den)
+    }
+
+    /// Every product under `root` with its factors in canonical order
+    /// (see the module documentation), bottom-up.
+    fn canonical_products(&mut self, root: NodeId) -> NodeId {
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        for old in self.g.reachable(root) {
+            let node = self.g.node(old).map_children(&|c| map[&c]);
+            let id = self.g.intern(node);
+            let new = match self.g.node(id) {
+                Node::Binary(BinaryOp::Mul | BinaryOp::Div, ..) | Node::Unary(UnaryOp::Neg, _) => {
+                    let mut p = Product {
+                        negative: false,
+                        num: vec![],
+                        den: vec![],
+                    };
+                    self.flatten(id, false, &mut p);
+                    self.build(p.negative, &p.num, &p.den)
+                }
+                _ => id,
+            };
+            map.insert(old, new);
+        }
+        map[&root]
+    }
+
+    /// A hash of `n`'s structure that ignores which index variables it
+    /// uses (so it agrees on alpha-equivalent expressions of two
+    /// functions), memoised.
+    fn shape_hash(&mut self, n: NodeId) -> u64 {
+        use std::hash::{Hash, Hasher};
+        if let Some(&h) = self.shapes.get(&n) {
+            return h;
+        }
+        let mut st = std::collections::hash_map::DefaultHasher::new();
+        let form = |a: &crate::symbolic::Affine,
+                    st: &mut std::collections::hash_map::DefaultHasher| {
+            let mut c: Vec<i64> = a.terms.iter().map(|t| t.1).collect();
+            c.sort_unstable();
+            (c, a.constant).hash(st);
+        };
+        let node = self.g.node(n).clone();
+        match &node {
+            Node::Const(bits) => (0u8, bits).hash(&mut st),
+            Node::Access { arg, index } => {
+                (1u8, arg).hash(&mut st);
+                index.iter().for_each(|a| form(a, &mut st));
+            }
+            Node::Index(a) => {
+                2u8.hash(&mut st);
+                form(a, &mut st);
+            }
+            Node::Unary(op, _) => (3u8, format!("{op:?}")).hash(&mut st),
+            Node::Binary(op, _, _) => (4u8, format!("{op:?}")).hash(&mut st),
+            Node::Select { cond, .. } => {
+                5u8.hash(&mut st);
+                match cond {
+                    Cond::Index(r, op) => {
+                        form(&r.num, &mut st);
+                        (r.den, format!("{op:?}")).hash(&mut st);
+                    }
+                    Cond::Value(_, op, _) => format!("{op:?}").hash(&mut st),
+                    Cond::IsInt(r) => {
+                        form(&r.num, &mut st);
+                        r.den.hash(&mut st);
+                    }
+                }
+            }
+            Node::Reduce { op, range, .. } => {
+                (6u8, format!("{op:?}"), range.lower.len(), range.upper.len()).hash(&mut st)
+            }
+        }
+        for c in node.children() {
+            self.shape_hash(c).hash(&mut st);
+        }
+        let h = st.finish();
+        self.shapes.insert(n, h);
+        h
+    }
+
+    /// The common-operand rule on every sum and difference under `root`
+    /// (see the module documentation), bottom-up.
+    fn merge_common_operands(&mut self, root: NodeId) -> NodeId {
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        for old in self.g.reachable(root) {
+            let node = self.g.node(old).map_children(&|c| map[&c]);
+            let id = self.g.intern(node);
+            let new = match self.g.node(id).clone() {
+                Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => {
+                    self.merge_pair(op, a, b).unwrap_or(id)
+                }
+                _ => id,
+            };
+            map.insert(old, new);
+        }
+        map[&root]
+    }
+
+    /// `a op b` as one sum when both are a contraction with the same read
+    /// (see [`Normalizer::contractions`]).
+    fn merge_pair(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Option<NodeId> {
+        let (cas, cbs) = (self.contractions(a), self.contractions(b));
+        // Moving a term's outer factors inside its sum must not enlarge the
+        // sum's iteration space: they may only use indices it depends on.
+        let fits = |s: &Self, c: &Contraction| {
+            let sum_free = s.g.free_vars(c.sum);
+            s.g.free_vars(c.outer).iter().all(|v| sum_free.contains(v))
+        };
+        let cas: Vec<Contraction> = cas.into_iter().filter(|c| fits(self, c)).collect();
+        let cbs: Vec<Contraction> = cbs.into_iter().filter(|c| fits(self, c)).collect();
+        for ca in &cas {
+            for cb in &cbs {
+                if ca.range != cb.range {
+                    continue;
+                }
+                // The second one's sum variable renamed to the first's.
+                let rename: HashMap<VarId, crate::symbolic::Affine> =
+                    [(cb.var, crate::symbolic::Affine::var(ca.var))].into();
+                let Ok(xb) = crate::symbolic::subst::substitute(&mut self.g, cb.read, &rename)
+                else {
+                    continue;
+                };
+                if xb != ca.read {
+                    continue;
+                }
+                let Ok(rest_b) = crate::symbolic::subst::substitute(&mut self.g, cb.rest, &rename)
+                else {
+                    continue;
+                };
+                // Outer factors move inside (they do not depend on the sum
+                // index).
+                let left = self.product_of(&[ca.outer, ca.rest]);
+                let right = self.product_of(&[cb.outer, rest_b]);
+                let combined = self.g.binary(op, left, right);
+                let body = self.g.mul(combined, ca.read);
+                return Some(self.g.reduce(ReduceOp::Sum, ca.var, ca.range.clone(), body));
+            }
+        }
+        None
+    }
+
+    /// Every way to see `n` as `outer · Σ_v (rest · read)`: one per sum
+    /// factor of the product `n` whose body has an argument read using `v`
+    /// (its last such read), the other factors not depending on `v`.
+    fn contractions(&mut self, n: NodeId) -> Vec<Contraction> {
+        let mut p = Product {
+            negative: false,
+            num: vec![],
+            den: vec![],
+        };
+        self.flatten(n, false, &mut p);
+        let mut out = Vec::new();
+        for k in 0..p.num.len() {
+            let Node::Reduce {
+                op: ReduceOp::Sum,
+                var,
+                range,
+                body,
+            } = self.g.node(p.num[k]).clone()
+            else {
+                continue;
+            };
+            let outside: Vec<NodeId> = p
+                .num
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != k)
+                .map(|(_, m)| *m)
+                .collect();
+            if outside
+                .iter()
+                .chain(&p.den)
+                .any(|&m| self.g.free_vars(m).contains(&var))
+            {
+                continue;
+            }
+            let mut q = Product {
+                negative: false,
+                num: vec![],
+                den: vec![],
+            };
+            self.flatten(body, false, &mut q);
+            let Some(r) = q.num.iter().rposition(|&m| {
+                matches!(self.g.node(m), Node::Access { .. }) && self.g.free_vars(m).contains(&var)
+            }) else {
+                continue;
+            };
+            let read = q.num.remove(r);
+            let rest = self.build(q.negative, &q.num, &q.den);
+            let outer = self.build(p.negative, &outside, &p.den);
+            out.push(Contraction {
+                sum: p.num[k],
+                var,
+                range,
+                read,
+                rest,
+                outer,
+            });
+        }
+        out
     }
 
     /// The invariant-term rule: `Σ_v (a · (b ± c))` as `Σ_v (a · b) ±
@@ -374,8 +630,19 @@ impl Normalizer<'_> {
         }
     }
 
-    /// `±Π num / Π den` (an empty numerator is 1).
+    /// `±Π num / Π den` (an empty numerator is 1), the factors in
+    /// canonical order.
     fn build(&mut self, negative: bool, num: &[NodeId], den: &[NodeId]) -> NodeId {
+        let mut num = num.to_vec();
+        let mut den = den.to_vec();
+        let key = |s: &mut Self, n: NodeId| s.shape_hash(n);
+        let mut keyed: Vec<(u64, NodeId)> = num.iter().map(|&n| (key(self, n), n)).collect();
+        keyed.sort_by_key(|k| k.0);
+        num = keyed.into_iter().map(|k| k.1).collect();
+        let mut keyed: Vec<(u64, NodeId)> = den.iter().map(|&n| (key(self, n), n)).collect();
+        keyed.sort_by_key(|k| k.0);
+        den = keyed.into_iter().map(|k| k.1).collect();
+        let (num, den) = (&num[..], &den[..]);
         let one = self.g.constant(1.0);
         let top = num.iter().fold(None, |acc, &n| match acc {
             None => Some(n),
@@ -626,7 +893,7 @@ mod tests {
         );
         assert_eq!(
             normalize(&f).to_string(),
-            "f[i; k] = -(sum{j}_0^3 (a[i; j]) * b[i; k] / c[k])"
+            "f[i; k] = -(b[i; k] * sum{j}_0^3 (a[i; j]) / c[k])"
         );
         same_values(&f);
         let g = parse(
