@@ -38,13 +38,14 @@ for b in ("batch=64", "batch=256"):
 first = get("tenjin", "mlp_hand_first_step", "batch=64")
 print(f"\nhand-written MLP, first step (derive, plan, compile everything): {' / '.join(f'{x:.1f}' for x in first)} ms")
 line("\nattention line / PyTorch eager (matmul, softmax)", "N=512,E=64", get("tenjin", "attention_line", "N=512,E=64"), get("torch", "attention", "N=512,E=64"))
-print("\n| memory mode | workload | step ms (median over rounds) | peak in use | peak reserved |")
-print("| --- | --- | --- | --- | --- |")
+print("\n| memory mode | workload | step ms (median over rounds) | peak in use | peak reserved | held after forward |")
+print("| --- | --- | --- | --- | --- | --- |")
 for w, size in (("mlp_hand", "batch=256"), ("attention_line", "N=512,E=64")):
     for mode in ("runtime", "memory"):
         name = f"{w}_{mode}_mode"
         ms = statistics.median(get("tenjin", name, size))
         use = statistics.median(get("tenjin", name, size, "peak_in_use_bytes"))
         res = statistics.median(get("tenjin", name, size, "peak_reserved_bytes"))
-        print(f"| {mode}-efficient | {w} {size} | {ms:.3f} | {use / 2**20:.2f} MiB | {res / 2**20:.2f} MiB |")
+        held = statistics.median(get("tenjin", name, size, "held_after_forward_bytes"))
+        print(f"| {mode}-efficient | {w} {size} | {ms:.3f} | {use / 2**20:.2f} MiB | {res / 2**20:.2f} MiB | {held / 2**20:.2f} MiB |")
 PYEOF

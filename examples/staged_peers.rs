@@ -201,12 +201,15 @@ fn attention(reps: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// Median step time and measured peak bytes of `step` in each mode.
-fn modes(
+/// Median step time and measured peak bytes of `step` in each mode, and
+/// the bytes held between forward and backward (`forward` runs a forward
+/// pass and returns what backward would start from).
+fn modes<T>(
     name: &str,
     size: &str,
     reps: usize,
     mut step: impl FnMut() -> Result<(), Error>,
+    mut forward: impl FnMut() -> Result<T, Error>,
 ) -> Result<(), Error> {
     for mode in [AllocMode::RuntimeEfficient, AllocMode::MemoryEfficient] {
         alloc::set_mode(mode);
@@ -247,16 +250,24 @@ fn main() -> Result<(), Error> {
     attention(if smoke { 1 } else { 11 })?;
     let m = Mlp::new(256)?;
     let mut opt = sgd(m.parameters())?;
-    modes("mlp_hand", "batch=256", reps, || {
+    let mut step = || -> Result<(), Error> {
         opt.zero_grad();
         m.loss_by_hand()?.backward()?;
         opt.step()
+    };
+    modes("mlp_hand", "batch=256", reps, &mut step, || {
+        m.loss_by_hand()
     })?;
+    let (n, e) = (512, 64);
+    let q = Tensor::from_vec(data(n * e, 11, 0.1), &[n, e])?.requires_grad();
+    let k = Tensor::from_vec(data(n * e, 12, 0.1), &[n, e])?.requires_grad();
+    let v = Tensor::from_vec(data(n * e, 13, 1.0), &[n, e])?.requires_grad();
     modes(
         "attention_line",
         "N=512,E=64",
         if smoke { 1 } else { 11 },
         attention_step()?,
+        || tenjin::index_fn(ATTENTION, &[("q", &q), ("k", &k), ("v", &v)]),
     )?;
     Ok(())
 }

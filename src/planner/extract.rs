@@ -20,8 +20,11 @@
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
 //! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
 //!
-//! Nodes are visited top-down, so the largest subexpression that qualifies
-//! is cut. A cut is kept only if the function reading it back passes the
+//! The cost-based rules (redundant, contraction, contraction operand) also
+//! require that the stage has no more points than the loops around the
+//! node evaluate it at: coordinates such as `t + k` next to `t` can span a
+//! box far larger than the points read. Nodes are visited top-down, so the
+//! largest subexpression that qualifies is cut. A cut is kept only if the function reading it back passes the
 //! exact bounds check; otherwise that node is left inline.
 //!
 //! Must not compile or run anything.
@@ -333,7 +336,11 @@ impl Builder {
                 let own_gemm = keys.is_contraction(n, self.dtype)
                     && (many_contractions
                         || !g.free_vars(n).iter().all(|v| f.out_vars.contains(v)));
-                if redundant || own_gemm {
+                // Either way, the stage must not compute more points than
+                // the places reading it evaluate (coordinates such as
+                // `t + k` next to `t` can span a much larger box).
+                let small = keys.domain(n).is_some_and(|d| d <= points(eff));
+                if (redundant || own_gemm) && small {
                     then.push(n);
                 }
             }
@@ -344,8 +351,10 @@ impl Builder {
                 if *op == ReduceOp::Sum {
                     if let Some(x) = contraction_operand(f, *body) {
                         let light = !keys.heavy(x);
+                        let around = placement(g.free_vars(x), &inner);
                         if light
-                            && redundancy(g.free_vars(x), placement(g.free_vars(x), &inner)) > 1
+                            && redundancy(g.free_vars(x), around) > 1
+                            && keys.domain(x).is_some_and(|d| d <= points(around))
                         {
                             then.push(x);
                         }
@@ -397,6 +406,11 @@ pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
 fn placement<'a>(free: &[VarId], ctx: &'a [(VarId, u64)]) -> &'a [(VarId, u64)] {
     let d = ctx.iter().rposition(|(v, _)| free.contains(v));
     &ctx[..d.map_or(0, |d| d + 1)]
+}
+
+/// How many points the loops `eff` iterate.
+fn points(eff: &[(VarId, u64)]) -> u64 {
+    eff.iter().fold(1u64, |acc, (_, t)| acc.saturating_mul(*t))
 }
 
 /// How often a node is recomputed for each value of its own indices: the
@@ -542,6 +556,16 @@ impl<'a> Keys<'a> {
             memo.insert(m, cost);
         }
         memo.get(&n).copied().unwrap_or(0)
+    }
+
+    /// The number of points of `n`'s cut (`None` when it cannot be cut).
+    fn domain(&mut self, n: NodeId) -> Option<u64> {
+        self.get(n).map(|(_, c)| {
+            c.stage
+                .output_shape()
+                .iter()
+                .fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
+        })
     }
 
     /// Whether `n`'s cut is a contraction worth a GEMM.
