@@ -235,6 +235,17 @@ fn modes<T>(
             "peak_reserved_bytes",
             s.peak_reserved as f64,
         );
+        let before = alloc::stats().bytes_in_use;
+        let held = forward()?;
+        let after = alloc::stats().bytes_in_use;
+        drop(held);
+        let held_bytes = after.saturating_sub(before) as f64;
+        report(
+            &format!("{name}_{tag}_mode"),
+            size,
+            "held_after_forward_bytes",
+            held_bytes,
+        );
     }
     alloc::set_mode(AllocMode::RuntimeEfficient);
     Ok(())
