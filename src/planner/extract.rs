@@ -284,7 +284,8 @@ impl Builder {
             }
         }
         let (graph, root) = f.graph.extract(f.root);
-        Ok((IndexFn { graph, root, ..f }, sources))
+        let f = super::normalize::cancel_equal_terms(&IndexFn { graph, root, ..f });
+        Ok((f, sources))
     }
 
     /// The nodes that qualify for a cut (see the module documentation):
@@ -320,7 +321,20 @@ impl Builder {
                 continue;
             }
             let eff = placement(g.free_vars(n), &ctx);
-            if n != f.root {
+            // A reciprocal `1 / h` is not cut itself: `h` is (a forward
+            // pass that keeps `1 / σ` and a derivative that needs `σ` then
+            // share one stage; the division runs once per point of `h`).
+            // Likewise a constant multiple `c · h`, `h / c`, `−h`: the mean
+            // `Σ x · 2⁻⁹` and the row sum `Σ x` are one stage.
+            let transparent = match g.node(n) {
+                Node::Binary(BinaryOp::Div, a, _) => g.const_value(*a) == Some(1.0),
+                Node::Binary(BinaryOp::Mul, a, b) => {
+                    g.const_value(*a).is_some() || g.const_value(*b).is_some()
+                }
+                Node::Unary(UnaryOp::Neg, _) => true,
+                _ => false,
+            } || matches!(g.node(n), Node::Binary(BinaryOp::Div, _, c) if g.const_value(*c).is_some());
+            if n != f.root && !transparent {
                 let costly = keys.point_cost(n) >= SHARED_MIN_COST;
                 let known = keys
                     .get(n)

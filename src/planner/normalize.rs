@@ -11,8 +11,12 @@
 //! | invariant factor | `Σ_v (a · b / c)` | `(Σ_v a) · b / c` | `b`, `c` do not depend on `v` |
 //! | invariant guard | `Σ_v (if {C} then (a) else (0))` | `if {C} then (Σ_v a) else (0)` | `C` does not depend on `v` |
 //! | invariant term | `Σ_v (a · (b ± c))` | `(Σ_v a) · b ± Σ_v (a · c)` | `b` does not depend on `v`, `c` does |
+//! | split sum | `Σ_v (p ± q)` | `Σ_v p ± Σ_v q` | a factor of `p` or `q` does not depend on `v` (it then leaves its sum) |
+//! | constant sum | `Σ_v c` | `c · n` | `c` a constant, the range's `n` terms constant |
+//! | reciprocal | `a / c` | `a · (1 / c)` | `c` depends on fewer indices than `a` (`1 / c` is then computed once per its own indices, a multiplication replaces a division per element) |
 //! | mask factoring | `if {C} then (a · b) else (0)` | `(if {C} then (a) else (0)) · b` | `C` is a value condition, `a` depends only on indices `C` depends on |
 //! | nest order | `Σ_i Σ_d Σ_j (Π factors)` | the same sums, nested in variable-elimination order | the ranges do not depend on each other |
+//! | cancellation | `a − a`, `a + (−a)` | `0` | equal products in canonical order |
 //! | common operand | `c₁ · Σ_v (a · x[v…]) ± c₂ · Σ_w (b · x[w…])` | `Σ_v ((c₁ · a ± c₂ · b[w := v]) · x[v…])` | the same read `x` and range, `c₁`, `c₂` outside the sums |
 //!
 //! The nest rule runs first: a derivative through a normaliser holds a
@@ -79,6 +83,29 @@ pub fn normalize(f: &IndexFn) -> IndexFn {
     n.finish(root)
 }
 
+/// `f` with differences of equal products (in canonical order) cancelled
+/// to zero, and nothing else changed: for a function whose parts became
+/// stage reads after normalisation (two terms that differed only inside a
+/// part now cut out are equal).
+pub(crate) fn cancel_equal_terms(f: &IndexFn) -> IndexFn {
+    let iv = Intervals::of(f);
+    let mut n = Normalizer::new(f, &iv);
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for old in f.graph.reachable(f.root) {
+        let node = f.graph.node(old).map_children(&|c| map[&c]);
+        let id = n.g.intern(node);
+        let new = match n.g.node(id).clone() {
+            Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => {
+                n.cancel(op, a, b).unwrap_or_else(|| n.g.binary(op, a, b))
+            }
+            _ => id,
+        };
+        map.insert(old, new);
+    }
+    let root = map[&f.root];
+    n.finish(root)
+}
+
 /// `f` with every product's factors in canonical order.
 fn canonical_order(f: &IndexFn) -> IndexFn {
     let iv = Intervals::of(f);
@@ -94,7 +121,16 @@ struct Normalizer<'a> {
     speculable: HashMap<NodeId, bool>,
     /// `shape_hash` of each node.
     shapes: HashMap<NodeId, u64>,
+    /// Sum rewrites left, and the current depth of nested ones: the rules
+    /// stop (leaving the rest as it is) rather than run away on some
+    /// pathological expression.
+    budget: usize,
+    depth: usize,
 }
+
+/// Most sum rewrites in one function, and their deepest nesting.
+const REWRITE_BUDGET: usize = 100_000;
+const MAX_DEPTH: usize = 200;
 
 /// `outer · Σ_var (rest · read)` (see `Normalizer::contractions`).
 struct Contraction {
@@ -122,6 +158,8 @@ impl<'a> Normalizer<'a> {
             f,
             speculable: HashMap::new(),
             shapes: HashMap::new(),
+            budget: REWRITE_BUDGET,
+            depth: 0,
         }
     }
 
@@ -165,6 +203,27 @@ impl<'a> Normalizer<'a> {
         body: NodeId,
         nonempty: bool,
     ) -> Option<NodeId> {
+        if self.budget == 0 || self.depth >= MAX_DEPTH {
+            return None;
+        }
+        self.budget -= 1;
+        self.depth += 1;
+        let out = self.sum_rules(var, range, body, nonempty);
+        self.depth -= 1;
+        out
+    }
+
+    fn sum_rules(
+        &mut self,
+        var: VarId,
+        range: &crate::symbolic::Range,
+        body: NodeId,
+        nonempty: bool,
+    ) -> Option<NodeId> {
+        // A constant summed over a constant range is a constant.
+        if let (Some(c), Some(n)) = (self.g.const_value(body), constant_count(range)) {
+            return Some(self.g.constant(c * n as f64));
+        }
         let rebuild = |s: &mut Self, body: NodeId| {
             let inner = s.g.reduce(ReduceOp::Sum, var, range.clone(), body);
             // The new inner sum may admit another rule.
@@ -197,6 +256,9 @@ impl<'a> Normalizer<'a> {
             return None;
         }
         if let Some(split) = self.distribute(var, range, body, nonempty) {
+            return Some(split);
+        }
+        if let Some(split) = self.split_sum(var, range, body, nonempty) {
             return Some(split);
         }
         let p = self.product(body)?;
@@ -335,14 +397,29 @@ impl<'a> Normalizer<'a> {
             let node = self.g.node(old).map_children(&|c| map[&c]);
             let id = self.g.intern(node);
             let new = match self.g.node(id).clone() {
-                Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => {
-                    self.merge_pair(op, a, b).unwrap_or(id)
-                }
+                Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => self
+                    .cancel(op, a, b)
+                    .or_else(|| self.merge_pair(op, a, b))
+                    .unwrap_or(id),
                 _ => id,
             };
             map.insert(old, new);
         }
         map[&root]
+    }
+
+    /// `0` for `a − a` and `a + (−a)`, products compared in canonical
+    /// form (the same product associated two ways is one value).
+    fn cancel(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Option<NodeId> {
+        let ca = self.product_of(&[a]);
+        let cb = match op {
+            BinaryOp::Sub => self.product_of(&[b]),
+            _ => {
+                let nb = self.g.neg(b);
+                self.product_of(&[nb])
+            }
+        };
+        (ca == cb).then(|| self.g.constant(0.0))
     }
 
     /// `a op b` as one sum when both are a contraction with the same read
@@ -447,6 +524,42 @@ impl<'a> Normalizer<'a> {
             });
         }
         out
+    }
+
+    /// The split-sum rule: `Σ_v (p ± q)` as `Σ_v p ± Σ_v q` when a factor
+    /// of `p` or `q` does not depend on `v` (and may leave the sum).
+    fn split_sum(
+        &mut self,
+        var: VarId,
+        range: &crate::symbolic::Range,
+        body: NodeId,
+        nonempty: bool,
+    ) -> Option<NodeId> {
+        let Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), p, q) = *self.g.node(body) else {
+            return None;
+        };
+        let pulls =
+            |s: &mut Self, t: NodeId| {
+                let mut pr = Product {
+                    negative: false,
+                    num: vec![],
+                    den: vec![],
+                };
+                s.flatten(t, false, &mut pr);
+                pr.num.len() + pr.den.len() >= 2
+                    && pr.num.iter().chain(&pr.den).any(|&f| {
+                        !s.g.free_vars(f).contains(&var) && (nonempty || s.is_speculable(f))
+                    })
+            };
+        if !(pulls(self, p) || pulls(self, q)) {
+            return None;
+        }
+        let term = |s: &mut Self, t: NodeId| {
+            let sum = s.g.reduce(ReduceOp::Sum, var, range.clone(), t);
+            s.sum(var, range, t, nonempty).unwrap_or(sum)
+        };
+        let (sp, sq) = (term(self, p), term(self, q));
+        Some(self.g.binary(op, sp, sq))
     }
 
     /// The invariant-term rule: `Σ_v (a · (b ± c))` as `Σ_v (a · b) ±
@@ -625,6 +738,8 @@ impl<'a> Normalizer<'a> {
                 p.negative = !p.negative;
                 self.flatten(*a, in_den, p);
             }
+            // A factor 1 is no factor (`1 / c` is `c` in the denominator).
+            _ if self.g.const_value(n) == Some(1.0) => {}
             _ if in_den => p.den.push(n),
             _ => p.num.push(n),
         }
@@ -633,8 +748,34 @@ impl<'a> Normalizer<'a> {
     /// `±Π num / Π den` (an empty numerator is 1), the factors in
     /// canonical order.
     fn build(&mut self, negative: bool, num: &[NodeId], den: &[NodeId]) -> NodeId {
-        let mut num = num.to_vec();
-        let mut den = den.to_vec();
+        // Constant factors fold into one (so equal products written with
+        // their constants split differently become one node).
+        let mut c = 1.0f64;
+        let mut num: Vec<NodeId> = num
+            .iter()
+            .copied()
+            .filter(|&n| match self.g.const_value(n) {
+                Some(x) => {
+                    c *= x;
+                    false
+                }
+                None => true,
+            })
+            .collect();
+        let mut den: Vec<NodeId> = den
+            .iter()
+            .copied()
+            .filter(|&n| match self.g.const_value(n) {
+                Some(x) if x != 0.0 => {
+                    c /= x;
+                    false
+                }
+                _ => true,
+            })
+            .collect();
+        if c != 1.0 {
+            num.push(self.g.constant(c));
+        }
         let key = |s: &mut Self, n: NodeId| s.shape_hash(n);
         let mut keyed: Vec<(u64, NodeId)> = num.iter().map(|&n| (key(self, n), n)).collect();
         keyed.sort_by_key(|k| k.0);
@@ -642,6 +783,35 @@ impl<'a> Normalizer<'a> {
         let mut keyed: Vec<(u64, NodeId)> = den.iter().map(|&n| (key(self, n), n)).collect();
         keyed.sort_by_key(|k| k.0);
         den = keyed.into_iter().map(|k| k.1).collect();
+        // The reciprocal rule: a denominator over fewer indices than the
+        // numerator becomes a factor `1 / c` of its own.
+        let num_free: Vec<VarId> = {
+            let mut v: Vec<VarId> = num
+                .iter()
+                .flat_map(|&n| self.g.free_vars(n).to_vec())
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let (hoist, keep): (Vec<NodeId>, Vec<NodeId>) = den.iter().partition(|&&d| {
+            let fd = self.g.free_vars(d);
+            fd.len() < num_free.len() && fd.iter().all(|v| num_free.contains(v))
+        });
+        if !hoist.is_empty() {
+            let one = self.g.constant(1.0);
+            let rest: Vec<NodeId> = hoist.iter().skip(1).copied().collect();
+            let mut d = hoist[0];
+            for &r in &rest {
+                d = self.g.mul(d, r);
+            }
+            let recip = self.g.div(one, d);
+            num.push(recip);
+            den = keep;
+            let mut keyed: Vec<(u64, NodeId)> = num.iter().map(|&n| (key(self, n), n)).collect();
+            keyed.sort_by_key(|k| k.0);
+            num = keyed.into_iter().map(|k| k.1).collect();
+        }
         let (num, den) = (&num[..], &den[..]);
         let one = self.g.constant(1.0);
         let top = num.iter().fold(None, |acc, &n| match acc {
@@ -893,7 +1063,7 @@ mod tests {
         );
         assert_eq!(
             normalize(&f).to_string(),
-            "f[i; k] = -(b[i; k] * sum{j}_0^3 (a[i; j]) / c[k])"
+            "f[i; k] = -(1 / c[k] * b[i; k] * sum{j}_0^3 (a[i; j]))"
         );
         same_values(&f);
         let g = parse(
@@ -962,4 +1132,24 @@ mod tests {
         );
         same_values(&f);
     }
+}
+
+/// The number of terms of a range with constant bounds.
+fn constant_count(range: &crate::symbolic::Range) -> Option<i64> {
+    let none = |_: VarId| 0i64;
+    let mut lo = i64::MIN;
+    for b in &range.lower {
+        if !b.num.is_constant() {
+            return None;
+        }
+        lo = lo.max(b.eval_ceil(&none).ok()?);
+    }
+    let mut hi = i64::MAX;
+    for b in &range.upper {
+        if !b.num.is_constant() {
+            return None;
+        }
+        hi = hi.min(b.eval_floor(&none).ok()?);
+    }
+    (!range.lower.is_empty() && !range.upper.is_empty()).then(|| (hi - lo + 1).max(0))
 }
