@@ -185,7 +185,6 @@ impl Machine for Executor<'_> {
         inputs: &[&Arc<Storage>],
         over: Option<usize>,
     ) -> Result<Option<Arc<Storage>>, Error> {
-        let _t = Prof(
             std::time::Instant::now(),
             format!("{} {:?}", step.kernel.name(), step.kernel.output_shape()),
         );
@@ -232,15 +231,3 @@ fn run(root: &Arc<super::Node>, seed: Arc<Storage>, retain_graph: bool) -> Resul
     )
 }
 
-struct Prof(std::time::Instant, String);
-impl Drop for Prof {
-    fn drop(&mut self) {
-        if std::env::var("TENJIN_PROF").is_ok() {
-            eprintln!(
-                "  {:>8.3} ms  {}",
-                self.0.elapsed().as_secs_f64() * 1e3,
-                self.1
-            );
-        }
-    }
-}
