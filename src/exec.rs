@@ -167,16 +167,7 @@ pub(crate) fn run_program(
                 }),
             })
             .collect::<Result<_, _>>()?;
-        let t0 = std::time::Instant::now();
         let out = run_new(kernel, &picked)?;
-        if std::env::var("TENJIN_PROF").is_ok() {
-            eprintln!(
-                "  fwd {:>8.3} ms  {} {:?}",
-                t0.elapsed().as_secs_f64() * 1e3,
-                stage.f.name(),
-                stage.f.output_shape()
-            );
-        }
         drop(picked);
         values[k] = Some(out);
         // Release what this stage read for the last time.

@@ -185,9 +185,6 @@ impl Machine for Executor<'_> {
         inputs: &[&Arc<Storage>],
         over: Option<usize>,
     ) -> Result<Option<Arc<Storage>>, Error> {
-            std::time::Instant::now(),
-            format!("{} {:?}", step.kernel.name(), step.kernel.output_shape()),
-        );
         if let Some(k) = over {
             // SAFETY: the schedule marks `k` only where the stage reads it
             // at its output index alone, and the interpreter checked that
@@ -230,4 +227,3 @@ fn run(root: &Arc<super::Node>, seed: Arc<Storage>, retain_graph: bool) -> Resul
         retain_graph,
     )
 }
-
