@@ -138,7 +138,7 @@ fn an_unstaged_derivative_is_quadratic_in_the_estimate() {
         let f = function(kind, n);
         let d = f.derive_reusing_output("w").unwrap();
         tenjin::planner::Stage {
-            route: tenjin::planner::Route::Loop(d.clone()),
+            route: tenjin::planner::Route::Loop(tenjin::kernel::lower(&d).unwrap()),
             f: d,
             sources: vec![],
             forward: None,

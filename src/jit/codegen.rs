@@ -11,10 +11,9 @@
 //! and computes the output rows `start..end` of the parallel loop. Loops are
 //! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
 //! block parameters; guards become branches, so a load only executes on the
-//! path where the IR has it. In f32 kernels, innermost output loops that
-//! `super::simd::vectorizable` accepts, and sums that
-//! `super::simd::reduction_vectorizable` accepts, are emitted as f32x4 code
-//! by `super::simd` instead.
+//! path where the IR has it. In f32 kernels, loops the planner marked
+//! [`Loop::vector`] (`crate::planner::vectorize`) are emitted as f32x4 code
+//! by `super::simd` instead; nothing here decides which.
 
 use super::math::{MathFn, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
@@ -110,7 +109,6 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
         let mut e = Emitter {
             b,
             module: &mut module,
-            kernel: k,
             width,
             ty,
             elem: ty.bytes() as i64,
@@ -158,7 +156,6 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
 pub(super) struct Emitter<'a> {
     pub(super) b: FunctionBuilder<'a>,
     module: &'a mut JITModule,
-    kernel: &'a Kernel,
     width: Width,
     ty: Type,
     pub(super) elem: i64,
@@ -536,33 +533,16 @@ impl Emitter<'_> {
                 self.b.switch_to_block(merge);
                 self.set(*result, res)
             }
-            Stmt::For(l)
-                if self.width == Width::F32 && super::simd::vectorizable(self.kernel, l) =>
-            {
-                self.vector_loop(l)
-            }
-            Stmt::For(l) => {
-                match super::peel::peel(self.kernel, l).filter(|_| self.width == Width::F32) {
-                    // Scalar boundary iterations around a vectorised interior.
-                    Some(p) => {
-                        if let Some(head) = &p.head {
-                            self.looped(head, &[], |_, _, _, _| Ok(vec![]))?;
-                        }
-                        self.vector_loop(&p.interior)?;
-                        if let Some(tail) = &p.tail {
-                            self.looped(tail, &[], |_, _, _, _| Ok(vec![]))?;
-                        }
-                        Ok(())
-                    }
-                    None => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
-                }
-            }
+            // Vector loops are the planner's decision
+            // (`crate::planner::vectorize`), for f32 kernels only.
+            Stmt::For(l) if l.vector && self.width == Width::F32 => self.vector_loop(l),
+            Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
             Stmt::Reduce {
                 op,
                 value,
                 result,
                 body,
-            } if self.width == Width::F32 && super::simd::reduction_vectorizable(*op, body) => {
+            } if body.vector && *op == ReduceOp::Sum && self.width == Width::F32 => {
                 let s = self.vector_sum(body, *value)?;
                 self.set(*result, s)
             }

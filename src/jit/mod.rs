@@ -1,11 +1,12 @@
 //! The CPU backend: index functions compiled with Cranelift, cached, and run
 //! on a persistent thread pool.
 //!
-//! Owns code generation from the kernel IR (`codegen`, `math`), the kernel
-//! cache (`cache`), running kernels (`compiled`), the thread pool (`pool`)
-//! and the routing of contractions to GEMM (`gemm`). It consumes
-//! [`IndexFn`]s and the backend-neutral [`crate::kernel`] IR; it must not
-//! parse or derive.
+//! Owns code generation from the kernel IR (`codegen`, `math`, `simd`),
+//! the kernel cache (`cache`), running kernels (`compiled`), the thread
+//! pool (`pool`) and running contractions with the `gemm` crate (`gemm`).
+//! It emits code for the route the planner gives it
+//! ([`crate::planner::Route`]: GEMM, GEMM then a loop nest, or a loop nest
+//! whose vector loops are marked); it must not parse, derive or plan.
 //!
 //! ```
 //! use tenjin::jit::{self, DType};
@@ -25,9 +26,9 @@
 //! computes (same operations in the same order, same `std` functions); f32
 //! kernels compute in f32 (see `math` for the accuracy of the f32 functions).
 //!
-//! **SIMD.** In f32 kernels, an innermost output loop whose loads and store
-//! are contiguous or broadcast runs as f32x4 code unrolled four times, with
-//! a 4-wide and a 1-wide tail (`simd`); its `exp`, `tanh`, `sigmoid`, `log`
+//! **SIMD.** In f32 kernels, an output loop the planner marked (contiguous
+//! or broadcast loads and store) runs as f32x4 code unrolled four times,
+//! with a 4-wide and a 1-wide tail (`simd`); its `exp`, `tanh`, `sigmoid`, `log`
 //! and `log10` are inline polynomials (`vmath`, within 2.5 ulp) in every
 //! strip, so results stay independent of the thread count. f64 kernels stay
 //! scalar.
@@ -37,7 +38,6 @@ mod codegen;
 mod compiled;
 pub mod gemm;
 mod math;
-mod peel;
 mod pool;
 mod simd;
 mod vmath;
@@ -97,27 +97,29 @@ fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {
     // bounds checks, so it is re-established here, where it is cheap next
     // to code generation (0.2–0.5 ms for the paper's derivatives).
     f.check_bounds()?;
-    compile_route(f, crate::planner::route(f, dtype), dtype)
+    compile_route(f, crate::planner::route(f, dtype)?, dtype)
 }
 
-/// The compiled form of `route`, which computes `f`.
+/// The compiled form of `route`, which computes `f`: code is generated for
+/// the planned loop nests exactly as planned.
 fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKernel, Error> {
     let width = match dtype {
         DType::F32 => math::Width::F32,
         DType::F64 => math::Width::F64,
     };
     let (kernel, exec) = match route {
+        // The loop nest is not run; it describes the function (printing,
+        // the cost estimate).
         Route::Gemm(plan) => (crate::kernel::lower(f)?, compiled::Exec::Gemm(plan)),
         Route::GemmThenLoop {
             contraction,
-            epilogue,
+            kernel,
+            ..
         } => {
-            let kernel = crate::kernel::lower(&epilogue)?;
             let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
             (kernel, compiled::Exec::GemmThenJit(contraction, code))
         }
-        Route::Loop(g) => {
-            let kernel = crate::kernel::lower(&g)?;
+        Route::Loop(kernel) => {
             let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
             (kernel, compiled::Exec::Jit(code))
         }

@@ -1,23 +1,12 @@
-//! Vectorised f32 output loops and sums: the decision and the f32x4 code.
+//! Vectorised f32 output loops and sums: the f32x4 code.
 //!
-//! Owns which innermost output loops run as vector code ([`vectorizable`])
-//! and their translation (`Emitter::vector_loop`), and likewise for sums
-//! whose reduction loop reads contiguous memory
-//! ([`reduction_vectorizable`], `Emitter::vector_sum`). Must not lower
-//! index functions nor decide anything for f64 kernels (they stay scalar,
-//! sums strictly in index order).
-//!
-//! A loop qualifies when it is an output loop (`Stmt::For`) with no loop
-//! inside, every load and store in it is contiguous (coefficient 1 of the
-//! loop variable) or invariant (coefficient 0, a broadcast), and every
-//! index guard is invariant (an index used as a number may vary: each lane
-//! converts its own value). An index guard is then a real
-//! branch that all lanes take alike (`cat` along an outer dimension, the
-//! rows of an optimizer's stacked update), so loads may sit under it. Both
-//! branches of a value guard run on every lane and a `bitselect` picks the
-//! result, so loads under a value guard must be provably in bounds on every
-//! lane (same offset as a store, from an argument at least as long as the
-//! output).
+//! Owns the translation of the loops the planner marked
+//! [`Loop::vector`](crate::kernel::Loop) (`crate::planner::vectorize`
+//! decides which, and documents the conditions): output loops
+//! (`Emitter::vector_loop`) and sums whose reduction loop reads contiguous
+//! memory (`Emitter::vector_sum`). Must not decide what to vectorise, lower
+//! index functions, nor touch f64 kernels (they stay scalar, sums strictly
+//! in index order).
 //!
 //! The loop runs as three strips over `[lo, hi]`: 16 elements per iteration
 //! (four f32x4 copies of the body), then 4, then 1. The one-element strip
@@ -36,7 +25,7 @@
 use super::codegen::{float_cc, Emitter, R};
 use super::math::MathFn;
 use super::vmath::VMath;
-use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::kernel::{Cond, Expr, IVar, Loop, Reg, Stmt};
 use crate::symbolic::ReduceOp;
 use crate::symbolic::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -45,118 +34,13 @@ use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
 const V: types::Type = types::F32X4;
 
 /// Elements per vector.
-const LANES: i64 = 4;
+use crate::planner::vectorize::LANES;
 
 /// Whether a strip computes four elements or one (in lane 0).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lanes {
     Four,
     One,
-}
-
-/// Whether the output loop `l` of `k` can run as f32x4 code (see the
-/// module documentation).
-pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
-    let stores: Vec<&Lin> = l
-        .body
-        .iter()
-        .filter_map(|s| match s {
-            Stmt::Store { offset, .. } => Some(offset),
-            _ => None,
-        })
-        .collect();
-    let out_len = k.out_len();
-    // A load in a branch may run on every lane when it reads an argument
-    // at least as long as the output, at the offset of a store: the store
-    // is in bounds of the output, so the load is in bounds of the argument.
-    let speculable = |arg: usize, offset: &Lin| {
-        k.args
-            .get(arg)
-            .is_some_and(|a| a.shape.iter().product::<usize>() >= out_len)
-            && stores.contains(&offset)
-    };
-    let cx = Check {
-        var: l.var,
-        output_loop: true,
-        trips: l.max_trips,
-        speculable: &speculable,
-    };
-    !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
-}
-
-/// The rules shared by vectorised output loops and vectorised sums.
-struct Check<'a> {
-    var: IVar,
-    /// An output loop (stores and per-lane reductions allowed) rather than
-    /// the body of a vectorised sum.
-    output_loop: bool,
-    /// Trip count bound of the loop.
-    trips: u64,
-    /// Whether a load under a value guard is in bounds on every lane.
-    speculable: &'a dyn Fn(usize, &Lin) -> bool,
-}
-
-impl Check<'_> {
-    fn stmt_ok(&self, s: &Stmt, top: bool) -> bool {
-        let v = self.var;
-        match s {
-            Stmt::Let(_, e) => match e {
-                Expr::Load { arg, offset } => {
-                    matches!(offset.coeff(v), 0 | 1) && (top || (self.speculable)(*arg, offset))
-                }
-                _ => true,
-            },
-            Stmt::Store { offset, .. } => self.output_loop && top && offset.coeff(v) == 1,
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-                ..
-            } => {
-                // An index guard (invariant) is a branch all lanes take
-                // alike; both sides of a value guard run on every lane.
-                let (cond_ok, inner_top) = match cond {
-                    Cond::Value(..) => (true, false),
-                    Cond::Index(l, _) | Cond::Divisible(l, _) => (l.coeff(v) == 0, top),
-                };
-                cond_ok
-                    && then.iter().all(|s| self.stmt_ok(s, inner_top))
-                    && otherwise.iter().all(|s| self.stmt_ok(s, inner_top))
-            }
-            // A reduction inside the loop runs once per lane with a vector
-            // accumulator, in index order (a column sum `Σ_i x[i; j]` in a
-            // loop over `j`; the channel and tap sums of a convolution in a
-            // loop over time): its trip range must be the same on every
-            // lane. A reduction contiguous in its own variable and longer
-            // than this loop keeps the scalar loop with a vectorised sum
-            // (`vector_sum`): the longer loop gets the vectors.
-            Stmt::Reduce { op, body, .. } => {
-                let invariant = |b: &crate::kernel::Bound| b.num.coeff(v) == 0;
-                self.output_loop
-                    && matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
-                    && (!reduction_vectorizable(*op, body) || body.max_trips < self.trips)
-                    && body.lower.iter().chain(&body.upper).all(invariant)
-                    && body.body.iter().all(|s| self.stmt_ok(s, top))
-            }
-            Stmt::For(_) => false,
-        }
-    }
-}
-
-/// Whether the f32 reduction `op` over `l` can run as f32x4 code: a sum
-/// whose body has no loop and no store, whose loads are contiguous or
-/// invariant in the reduction variable, and whose index guards are
-/// invariant. Index guards become branches (taken by all four
-/// lanes alike), so loads may sit in them; both branches of a value guard
-/// run on every lane, so those must load nothing.
-pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
-    let cx = Check {
-        var: l.var,
-        output_loop: false,
-        trips: l.max_trips,
-        speculable: &|_, _| false,
-    };
-    op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
 impl<'f> Emitter<'f> {

@@ -298,6 +298,7 @@ mod tests {
         let src = format!("f[i] = {body}");
         let f = IndexFn::parse(&src, &[("x", &[xs.len()][..])]).unwrap();
         let k = crate::kernel::lower(&f).unwrap();
+        let k = crate::planner::vectorize::plan_vectors(k, crate::DType::F32);
         let code = compile(&k, Width::F32).unwrap();
         assert!(code.vectorized, "{src} is not vectorised");
         let mut out = vec![0f32; xs.len()];

@@ -69,6 +69,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
             upper: vec![Bound { num: upper, den: 1 }],
             body,
             max_trips: trips,
+            vector: false,
         }));
     }
     Ok(Kernel {
@@ -369,6 +370,7 @@ impl<'a> Lowerer<'a> {
                         upper,
                         body: std::mem::take(&mut self.scopes[l].stmts),
                         max_trips: self.trips.get(&n).copied().unwrap_or(1),
+                        vector: false,
                     },
                 };
                 self.emit(p, stmt);

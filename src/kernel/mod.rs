@@ -205,6 +205,11 @@ pub struct Loop {
     /// An upper bound of the trip count known at lowering time (for cost
     /// estimates only).
     pub max_trips: u64,
+    /// Run as f32x4 vector code: an output loop vectorised across its
+    /// iterations, or a sum with vector partial sums. Lowering leaves it
+    /// `false`; the planner decides (`crate::planner::vectorize`) and a
+    /// backend obeys (a backend without vectors may ignore it).
+    pub vector: bool,
 }
 
 /// A statement (see the module documentation for the semantics).

@@ -70,10 +70,11 @@ fn bounds(list: &[Bound], round: &str, pick: &str) -> String {
 
 fn loop_header(l: &Loop) -> String {
     format!(
-        "{} in {} ..= {}",
+        "{} in {} ..= {}{}",
         l.var,
         bounds(&l.lower, "ceil", "max"),
-        bounds(&l.upper, "floor", "min")
+        bounds(&l.upper, "floor", "min"),
+        if l.vector { " (vector)" } else { "" }
     )
 }
 

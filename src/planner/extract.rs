@@ -169,10 +169,15 @@ impl Builder {
         {
             return Ok(j);
         }
-        Ok(self.push(fin, srcs, None))
+        self.push(fin, srcs, None)
     }
 
-    fn push(&mut self, f: IndexFn, sources: Vec<Source>, cut: Option<CutKey>) -> usize {
+    fn push(
+        &mut self,
+        f: IndexFn,
+        sources: Vec<Source>,
+        cut: Option<CutKey>,
+    ) -> Result<usize, Error> {
         let id = self.stages.len();
         let f = if cut.is_some() {
             IndexFn {
@@ -190,14 +195,14 @@ impl Builder {
             sources.clone(),
         );
         self.stages.push(Stage {
-            route: route(&f, self.dtype),
+            route: route(&f, self.dtype)?,
             f,
             sources,
             forward: None,
         });
         self.cut_as.push(cut);
         self.final_as.push(key);
-        id
+        Ok(id)
     }
 
     /// The stage for a cut: an existing equal one, or a new one planned
@@ -219,7 +224,7 @@ impl Builder {
         }
         let (f, sources) = planned?;
         let (fin, srcs) = canonical(&f, &sources);
-        Ok(self.push(fin, srcs, Some(key)))
+        self.push(fin, srcs, Some(key))
     }
 
     pub(crate) fn find(&self, key: &CutKey) -> Option<usize> {
@@ -301,7 +306,7 @@ impl Builder {
             .zip(&f.out_shape)
             .map(|(&v, &n)| (v, n as u64))
             .collect();
-        let many_contractions = keys.contractions(self.dtype) >= 2;
+        let many_contractions = keys.contractions() >= 2;
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {
@@ -347,7 +352,7 @@ impl Builder {
                 let redundant = redundancy(g.free_vars(n), eff) > 1;
                 // A contraction runs as a GEMM of its own unless it is the
                 // one the route fuses with the element-wise work around it.
-                let own_gemm = keys.is_contraction(n, self.dtype)
+                let own_gemm = keys.is_contraction(n)
                     && (many_contractions
                         || !g.free_vars(n).iter().all(|v| f.out_vars.contains(v)));
                 // Either way, the stage must not compute more points than
@@ -583,7 +588,7 @@ impl<'a> Keys<'a> {
     }
 
     /// Whether `n`'s cut is a contraction worth a GEMM.
-    fn is_contraction(&mut self, n: NodeId, dtype: DType) -> bool {
+    fn is_contraction(&mut self, n: NodeId) -> bool {
         if !matches!(
             self.f.graph.node(n),
             Node::Reduce {
@@ -594,14 +599,14 @@ impl<'a> Keys<'a> {
             return false;
         }
         self.get(n)
-            .is_some_and(|(k, _)| matches!(route(&k.f, dtype), super::route::Route::Gemm(_)))
+            .is_some_and(|(k, _)| super::route::is_gemm(&k.f))
     }
 
     /// How many heavy nodes are contractions worth a GEMM.
-    fn contractions(&mut self, dtype: DType) -> usize {
+    fn contractions(&mut self) -> usize {
         self.heavy_nodes()
             .into_iter()
-            .filter(|&n| self.is_contraction(n, dtype))
+            .filter(|&n| self.is_contraction(n))
             .count()
     }
 

@@ -15,9 +15,11 @@ pub(crate) mod epilogue;
 mod extract;
 mod node;
 mod normalize;
+pub(crate) mod peel;
 mod program;
 pub(crate) mod reorder;
 pub mod route;
+pub mod vectorize;
 
 pub use node::{plan_node, NodePlan};
 pub use normalize::normalize;

@@ -49,14 +49,14 @@ impl Stage {
     /// times the simple operations of their bodies, multiply-adds of a
     /// GEMM), for tests that check asymptotics and for `explain`.
     pub fn work(&self) -> u64 {
-        let loop_work = |f: &IndexFn| crate::kernel::lower(f).map_or(u64::MAX, |k| k.total_cost());
         match &self.route {
             Route::Gemm(c) => (c.flops() / 2) as u64,
             Route::GemmThenLoop {
                 contraction,
-                epilogue,
-            } => ((contraction.flops() / 2) as u64).saturating_add(loop_work(epilogue)),
-            Route::Loop(f) => loop_work(f),
+                kernel,
+                ..
+            } => ((contraction.flops() / 2) as u64).saturating_add(kernel.total_cost()),
+            Route::Loop(kernel) => kernel.total_cost(),
         }
     }
 }

@@ -6,12 +6,16 @@
 //! followed by one fused kernel for the element-wise work around it); every
 //! other function is a loop nest, in f32 with its nested sums ordered for
 //! contiguous inner loops (`reorder`; f64 keeps the interpreter's order
-//! exactly). Must not generate or run code.
+//! exactly). Loop nests come lowered to the kernel IR with their vector
+//! loops marked and peeled (`vectorize`), so a backend only emits code.
+//! Must not generate or run code.
 
 use super::contraction::{self, Contraction};
+use super::vectorize::plan_vectors;
 use super::{epilogue, reorder};
+use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
-use crate::DType;
+use crate::{DType, Error};
 
 /// The way a backend runs one function.
 #[derive(Clone, Debug)]
@@ -24,10 +28,12 @@ pub enum Route {
     GemmThenLoop {
         contraction: Contraction,
         epilogue: IndexFn,
+        /// The epilogue's planned loop nest.
+        kernel: Kernel,
     },
-    /// A loop nest computing this function (equal in value to the one
-    /// routed; in f32 its sums may be reordered).
-    Loop(IndexFn),
+    /// A loop nest computing the function (in f32 its sums may be
+    /// reordered), lowered and planned.
+    Loop(Kernel),
 }
 
 impl Route {
@@ -45,6 +51,16 @@ impl Route {
 /// (below it, packing costs more than the generic kernel's loop).
 pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 
+fn worth_gemm(plan: &Contraction) -> bool {
+    let [calls, m, n, k] = plan.gemm_shape();
+    calls > 0 && m * n * k >= MIN_GEMM_VOLUME
+}
+
+/// Whether `f` is a contraction the route sends to GEMM.
+pub(crate) fn is_gemm(f: &IndexFn) -> bool {
+    contraction::detect(f).is_some_and(|p| worth_gemm(&p))
+}
+
 /// The route of `f` computed in `dtype` (see the module documentation).
 ///
 /// ```
@@ -52,32 +68,31 @@ pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 /// use tenjin::symbolic::IndexFn;
 /// let mm = IndexFn::parse("f[i; j] = sum{k}_0^63 (a[i; k] * b[k; j])",
 ///                         &[("a", &[64, 64][..]), ("b", &[64, 64][..])])?;
-/// assert_eq!(route(&mm, tenjin::DType::F32).name(), "gemm");
+/// assert_eq!(route(&mm, tenjin::DType::F32)?.name(), "gemm");
 /// let relu = IndexFn::parse("f[i; j] = max(sum{k}_0^63 (a[i; k] * b[k; j]), 0)",
 ///                           &[("a", &[64, 64][..]), ("b", &[64, 64][..])])?;
-/// assert_eq!(route(&relu, tenjin::DType::F32).name(), "gemm+loop");
+/// assert_eq!(route(&relu, tenjin::DType::F32)?.name(), "gemm+loop");
 /// # Ok::<(), tenjin::Error>(())
 /// ```
-pub fn route(f: &IndexFn, dtype: DType) -> Route {
-    let worth_gemm = |plan: &Contraction| {
-        let [calls, m, n, k] = plan.gemm_shape();
-        calls > 0 && m * n * k >= MIN_GEMM_VOLUME
-    };
+pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
     if let Some(plan) = contraction::detect(f) {
         if worth_gemm(&plan) {
-            return Route::Gemm(plan);
+            return Ok(Route::Gemm(plan));
         }
     }
     if let Some(split) = epilogue::split(f) {
         if worth_gemm(&split.contraction) {
-            return Route::GemmThenLoop {
+            let kernel = plan_vectors(crate::kernel::lower(&split.epilogue)?, dtype);
+            return Ok(Route::GemmThenLoop {
                 contraction: split.contraction,
                 epilogue: split.epilogue,
-            };
+                kernel,
+            });
         }
     }
-    match dtype {
-        DType::F32 => Route::Loop(reorder::interchange_sums(f)),
-        DType::F64 => Route::Loop(f.clone()),
-    }
+    let kernel = match dtype {
+        DType::F32 => crate::kernel::lower(&reorder::interchange_sums(f))?,
+        DType::F64 => crate::kernel::lower(f)?,
+    };
+    Ok(Route::Loop(plan_vectors(kernel, dtype)))
 }

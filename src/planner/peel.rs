@@ -22,7 +22,7 @@
 //! results stay independent of the thread count. It must not change what a
 //! kernel computes: only which loop computes each element.
 
-use super::simd::vectorizable;
+use super::vectorize::vectorizable;
 use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Stmt};
 
 /// A loop split into scalar head and tail and a vectorisable interior.
@@ -54,6 +54,7 @@ pub(crate) fn peel(k: &Kernel, l: &Loop) -> Option<Peeled> {
         upper: l.upper.iter().chain(&cx.upper).cloned().collect(),
         body,
         max_trips: l.max_trips,
+        vector: false,
     };
     if !vectorizable(k, &interior) {
         return None;
@@ -64,6 +65,7 @@ pub(crate) fn peel(k: &Kernel, l: &Loop) -> Option<Peeled> {
         upper,
         body: l.body.clone(),
         max_trips: l.max_trips,
+        vector: false,
     };
     // head: v < L, i.e. v ≤ ⌊(num − 1) / den⌋.
     let head = cx.lower.first().map(|b| {
@@ -131,6 +133,7 @@ impl Conditions {
                                 upper,
                                 body: self.strip(&body.body)?,
                                 max_trips: body.max_trips,
+                                vector: body.vector,
                             },
                         }
                     }

@@ -1,0 +1,217 @@
+//! Which loops run as vector code: the decision, recorded in the kernel IR.
+//!
+//! Owns [`plan_vectors`], which marks loops of an f32 kernel
+//! [`Loop::vector`](crate::kernel::Loop) and peels boundary iterations off
+//! loops whose sum bounds depend on their index (`peel`), and the rules
+//! behind it ([`vectorizable`], [`reduction_vectorizable`]). The CPU
+//! backend emits f32x4 code for exactly the marked loops (`crate::jit::simd`
+//! documents the code and its fixed reduction order). Must not emit code.
+//!
+//! **Output loops.** A loop qualifies when it is an output loop
+//! (`Stmt::For`) with no loop inside, every load and store in it is
+//! contiguous (coefficient 1 of the loop variable) or invariant
+//! (coefficient 0, a broadcast), and every index guard is invariant (an
+//! index used as a number may vary: each lane converts its own value). An
+//! index guard is then a real branch that all lanes take alike (`cat` along
+//! an outer dimension, the rows of an optimizer's stacked update), so loads
+//! may sit under it. Both branches of a value guard run on every lane and a
+//! `bitselect` picks the result, so loads under a value guard must be
+//! provably in bounds on every lane (same offset as a store, from an
+//! argument at least as long as the output). A reduction inside runs once
+//! per lane with a vector accumulator, in index order.
+//!
+//! **Sums.** A sum qualifies when its body has no loop and no store, its
+//! loads are contiguous or invariant in the reduction variable and its
+//! index guards are invariant; its partial sums are then combined in a
+//! fixed order that depends only on its range.
+//!
+//! f64 kernels stay scalar: they compute exactly what the interpreter does.
+
+use super::peel::peel;
+use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Stmt};
+use crate::symbolic::ReduceOp;
+use crate::DType;
+
+/// Elements of one f32 vector.
+pub(crate) const LANES: i64 = 4;
+
+/// `k` with its vector loops marked and its peelable loops split (see the
+/// module documentation); f64 kernels come back unchanged.
+pub fn plan_vectors(mut k: Kernel, dtype: DType) -> Kernel {
+    if dtype != DType::F32 {
+        return k;
+    }
+    let body = std::mem::take(&mut k.body);
+    k.body = plan_stmts(&k, body);
+    k
+}
+
+fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(stmts.len());
+    for s in stmts {
+        match s {
+            Stmt::For(mut l) => {
+                if vectorizable(k, &l) {
+                    l.vector = true;
+                    out.push(Stmt::For(l));
+                } else if let Some(p) = peel(k, &l) {
+                    // Scalar boundary iterations around a vector interior.
+                    let mut interior = p.interior;
+                    interior.vector = true;
+                    out.extend(p.head.map(|h| Stmt::For(plan_loop(k, h))));
+                    out.push(Stmt::For(interior));
+                    out.extend(p.tail.map(|t| Stmt::For(plan_loop(k, t))));
+                } else {
+                    out.push(Stmt::For(plan_loop(k, l)));
+                }
+            }
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                mut body,
+            } => {
+                if reduction_vectorizable(op, &body) {
+                    body.vector = true;
+                } else {
+                    body = plan_loop(k, body);
+                }
+                out.push(Stmt::Reduce {
+                    op,
+                    value,
+                    result,
+                    body,
+                });
+            }
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => out.push(Stmt::If {
+                cond,
+                then: plan_stmts(k, then),
+                then_value,
+                otherwise: plan_stmts(k, otherwise),
+                otherwise_value,
+                result,
+            }),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A scalar loop with the loops inside it planned.
+fn plan_loop(k: &Kernel, mut l: Loop) -> Loop {
+    let body = std::mem::take(&mut l.body);
+    l.body = plan_stmts(k, body);
+    l
+}
+
+/// Whether the output loop `l` of `k` can run as f32x4 code (see the
+/// module documentation).
+pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
+    let stores: Vec<&Lin> = l
+        .body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Store { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    let out_len = k.out_len();
+    // A load in a branch may run on every lane when it reads an argument
+    // at least as long as the output, at the offset of a store: the store
+    // is in bounds of the output, so the load is in bounds of the argument.
+    let speculable = |arg: usize, offset: &Lin| {
+        k.args
+            .get(arg)
+            .is_some_and(|a| a.shape.iter().product::<usize>() >= out_len)
+            && stores.contains(&offset)
+    };
+    let cx = Check {
+        var: l.var,
+        output_loop: true,
+        trips: l.max_trips,
+        speculable: &speculable,
+    };
+    !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
+}
+
+/// The rules shared by vectorised output loops and vectorised sums.
+struct Check<'a> {
+    var: IVar,
+    /// An output loop (stores and per-lane reductions allowed) rather than
+    /// the body of a vectorised sum.
+    output_loop: bool,
+    /// Trip count bound of the loop.
+    trips: u64,
+    /// Whether a load under a value guard is in bounds on every lane.
+    speculable: &'a dyn Fn(usize, &Lin) -> bool,
+}
+
+impl Check<'_> {
+    fn stmt_ok(&self, s: &Stmt, top: bool) -> bool {
+        let v = self.var;
+        match s {
+            Stmt::Let(_, e) => match e {
+                Expr::Load { arg, offset } => {
+                    matches!(offset.coeff(v), 0 | 1) && (top || (self.speculable)(*arg, offset))
+                }
+                _ => true,
+            },
+            Stmt::Store { offset, .. } => self.output_loop && top && offset.coeff(v) == 1,
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                // An index guard (invariant) is a branch all lanes take
+                // alike; both sides of a value guard run on every lane.
+                let (cond_ok, inner_top) = match cond {
+                    Cond::Value(..) => (true, false),
+                    Cond::Index(l, _) | Cond::Divisible(l, _) => (l.coeff(v) == 0, top),
+                };
+                cond_ok
+                    && then.iter().all(|s| self.stmt_ok(s, inner_top))
+                    && otherwise.iter().all(|s| self.stmt_ok(s, inner_top))
+            }
+            // A reduction inside the loop runs once per lane with a vector
+            // accumulator, in index order (a column sum `Σ_i x[i; j]` in a
+            // loop over `j`; the channel and tap sums of a convolution in a
+            // loop over time): its trip range must be the same on every
+            // lane. A reduction contiguous in its own variable and longer
+            // than this loop keeps the scalar loop with a vectorised sum
+            // (`vector_sum`): the longer loop gets the vectors.
+            Stmt::Reduce { op, body, .. } => {
+                let invariant = |b: &crate::kernel::Bound| b.num.coeff(v) == 0;
+                self.output_loop
+                    && matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
+                    && (!reduction_vectorizable(*op, body) || body.max_trips < self.trips)
+                    && body.lower.iter().chain(&body.upper).all(invariant)
+                    && body.body.iter().all(|s| self.stmt_ok(s, top))
+            }
+            Stmt::For(_) => false,
+        }
+    }
+}
+
+/// Whether the f32 reduction `op` over `l` can run as f32x4 code: a sum
+/// whose body has no loop and no store, whose loads are contiguous or
+/// invariant in the reduction variable, and whose index guards are
+/// invariant. Index guards become branches (taken by all four
+/// lanes alike), so loads may sit in them; both branches of a value guard
+/// run on every lane, so those must load nothing.
+pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
+    let cx = Check {
+        var: l.var,
+        output_loop: false,
+        trips: l.max_trips,
+        speculable: &|_, _| false,
+    };
+    op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| cx.stmt_ok(s, true))
+}
