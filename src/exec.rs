@@ -127,6 +127,9 @@ fn check_dtypes(kernel: &CompiledKernel, inputs: &[&Arc<Storage>]) -> Result<(),
     }
 }
 
+/// A program's outputs and the values it kept (by stage).
+type ProgramValues = (Vec<Arc<Storage>>, Vec<Option<Arc<Storage>>>);
+
 /// Runs a compiled program on `inputs` (ordered like its inputs): every
 /// stage in order, each into a fresh pooled buffer, each value released
 /// after the last stage reading it unless `keep` marks it. Returns the
@@ -135,7 +138,7 @@ pub(crate) fn run_program(
     c: &Compiled,
     inputs: &[&Arc<Storage>],
     keep: &[bool],
-) -> Result<(Vec<Arc<Storage>>, Vec<Option<Arc<Storage>>>), Error> {
+) -> Result<ProgramValues, Error> {
     let program = &c.program;
     if let (Some(kernel), [0]) = (c.single(), &program.outputs[..]) {
         let picked: Vec<&Arc<Storage>> = program.stages[0]

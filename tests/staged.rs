@@ -143,7 +143,8 @@ fn softmax_log_softmax_and_cross_entropy_are_one_node_for_any_row_length() {
         .unwrap()
         .requires_grad();
     let labels = [3, 999, 0, 512];
-    let ops: [(&str, &dyn Fn(&Tensor) -> Result<Tensor, Error>); 3] = [
+    type Op<'a> = (&'a str, &'a dyn Fn(&Tensor) -> Result<Tensor, Error>);
+    let ops: [Op; 3] = [
         ("softmax", &|x| x.softmax(1)),
         ("log_softmax", &|x| x.log_softmax(1)),
         ("cross_entropy", &|x| x.cross_entropy(&labels)),

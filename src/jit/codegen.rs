@@ -659,6 +659,27 @@ impl Emitter<'_> {
     }
 }
 
+/// `x ** p` for `p ≥ 1` by repeated squaring, in the order of compiler-rt's
+/// `__powidf2` (what Rust's `powi` calls), for scalars and vectors alike;
+/// `None` for `p = 0`.
+pub(super) fn square_and_multiply(b: &mut FunctionBuilder, x: Value, mut p: u32) -> Option<Value> {
+    let mut base = x;
+    let mut acc: Option<Value> = None;
+    loop {
+        if p & 1 == 1 {
+            acc = Some(match acc {
+                None => base,
+                Some(a) => b.ins().fmul(a, base),
+            });
+        }
+        p >>= 1;
+        if p == 0 {
+            return acc;
+        }
+        base = b.ins().fmul(base, base);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,26 +717,5 @@ mod tests {
         assert_eq!(out, [0.0, 4.0, 6.0, 0.0]);
         // SAFETY: the entry is not used afterwards.
         unsafe { code.module.free_memory() };
-    }
-}
-
-/// `x ** p` for `p ≥ 1` by repeated squaring, in the order of compiler-rt's
-/// `__powidf2` (what Rust's `powi` calls), for scalars and vectors alike;
-/// `None` for `p = 0`.
-pub(super) fn square_and_multiply(b: &mut FunctionBuilder, x: Value, mut p: u32) -> Option<Value> {
-    let mut base = x;
-    let mut acc: Option<Value> = None;
-    loop {
-        if p & 1 == 1 {
-            acc = Some(match acc {
-                None => base,
-                Some(a) => b.ins().fmul(a, base),
-            });
-        }
-        p >>= 1;
-        if p == 0 {
-            return acc;
-        }
-        base = b.ins().fmul(base, base);
     }
 }

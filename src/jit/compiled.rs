@@ -53,6 +53,9 @@ pub struct CompiledKernel {
     pub(crate) cost_per_iteration: u64,
 }
 
+// Built once per kernel and never moved in a hot path: the size
+// difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Exec {
     Jit(JitCode),
     /// A contraction computed by the `gemm` crate (see `jit::gemm`).

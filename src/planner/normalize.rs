@@ -1017,6 +1017,26 @@ fn collect_factors(g: &Graph, n: NodeId, out: &mut Vec<Vec<VarId>>) {
     }
 }
 
+/// The number of terms of a range with constant bounds.
+fn constant_count(range: &crate::symbolic::Range) -> Option<i64> {
+    let none = |_: VarId| 0i64;
+    let mut lo = i64::MIN;
+    for b in &range.lower {
+        if !b.num.is_constant() {
+            return None;
+        }
+        lo = lo.max(b.eval_ceil(&none).ok()?);
+    }
+    let mut hi = i64::MAX;
+    for b in &range.upper {
+        if !b.num.is_constant() {
+            return None;
+        }
+        hi = hi.min(b.eval_floor(&none).ok()?);
+    }
+    (!range.lower.is_empty() && !range.upper.is_empty()).then(|| (hi - lo + 1).max(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1132,24 +1152,4 @@ mod tests {
         );
         same_values(&f);
     }
-}
-
-/// The number of terms of a range with constant bounds.
-fn constant_count(range: &crate::symbolic::Range) -> Option<i64> {
-    let none = |_: VarId| 0i64;
-    let mut lo = i64::MIN;
-    for b in &range.lower {
-        if !b.num.is_constant() {
-            return None;
-        }
-        lo = lo.max(b.eval_ceil(&none).ok()?);
-    }
-    let mut hi = i64::MAX;
-    for b in &range.upper {
-        if !b.num.is_constant() {
-            return None;
-        }
-        hi = hi.min(b.eval_floor(&none).ok()?);
-    }
-    (!range.lower.is_empty() && !range.upper.is_empty()).then(|| (hi - lo + 1).max(0))
 }

@@ -18,6 +18,9 @@ use crate::symbolic::IndexFn;
 use crate::{DType, Error};
 
 /// The way a backend runs one function.
+// Built once per stage and stored: the size difference between variants
+// does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Route {
     /// A contraction computed by a GEMM.

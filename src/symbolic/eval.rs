@@ -24,7 +24,7 @@ impl IndexFn {
     /// ```
     pub fn eval_f64(&self, inputs: &[(&str, &[f64])]) -> Result<Vec<f64>, Error> {
         let data = self.bind_inputs(inputs)?;
-        let refs: Vec<&[f64]> = data.iter().map(|d| *d).collect();
+        let refs: Vec<&[f64]> = data.to_vec();
         Evaluator::new(self, refs).run()
     }
 

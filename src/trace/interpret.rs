@@ -99,9 +99,8 @@ pub(super) fn replay<M: Machine>(
         })?;
         for v in &step.inputs {
             if let Val::Saved(slot) = *v {
-                if !st.saved.contains_key(&slot) {
-                    let b = machine.saved(i, slot)?;
-                    st.saved.insert(slot, b);
+                if let std::collections::hash_map::Entry::Vacant(e) = st.saved.entry(slot) {
+                    e.insert(machine.saved(i, slot)?);
                 }
             }
         }

@@ -166,8 +166,11 @@ pub(crate) struct OpPlan {
     pub(crate) plain: Option<Compiled>,
     pub(crate) dtype: DType,
     /// Per set of arguments needing a gradient.
-    grads: Mutex<Vec<(Vec<bool>, Arc<OnceLock<Result<Arc<NodeGrad>, Error>>>)>>,
+    grads: Mutex<Vec<(Vec<bool>, Arc<GradCell>)>>,
 }
+
+/// A node plan, built once by the first caller (or its error).
+type GradCell = OnceLock<Result<Arc<NodeGrad>, Error>>;
 
 /// What a recorded node keeps for its backward program.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,16 +6,17 @@ use tenjin::symbolic::IndexFn;
 
 /// One family of user-written functions, parametrised by the length of the
 /// reduced dimension.
+/// The function's text, argument shapes and explicit output sizes.
+pub type Built = (
+    String,
+    Vec<(&'static str, Vec<usize>)>,
+    Vec<(&'static str, usize)>,
+);
+
 pub struct Kind {
     pub name: &'static str,
     /// The function's text and argument shapes for a reduced length `n`.
-    pub build: fn(
-        usize,
-    ) -> (
-        String,
-        Vec<(&'static str, Vec<usize>)>,
-        Vec<(&'static str, usize)>,
-    ),
+    pub build: fn(usize) -> Built,
 }
 
 pub fn kinds() -> Vec<Kind> {
