@@ -614,6 +614,14 @@ impl<'a> Normalizer<'a> {
         Some(if p.negative { self.g.neg(total) } else { total })
     }
 
+    /// Whether a reduction occurs under `n`.
+    fn has_reduction(&self, n: NodeId) -> bool {
+        self.g
+            .reachable(n)
+            .into_iter()
+            .any(|m| matches!(self.g.node(m), Node::Reduce { .. }))
+    }
+
     /// The body `Π num / Π den` of a sum over `var` as two operands
     /// `A · X` when one factor `X` is an argument read whose indices
     /// (other than `var`) the other factors `A` do not all use, and `A`
@@ -645,7 +653,9 @@ impl<'a> Normalizer<'a> {
         };
         let mut best: Option<(usize, f64)> = None;
         for (i, &x) in num.iter().enumerate() {
-            if !matches!(self.g.node(x), Node::Access { .. }) {
+            // An argument read, or an expression with a reduction in it (it
+            // becomes a stage read once cut: `exp(Σ q·k)` in attention).
+            if !matches!(self.g.node(x), Node::Access { .. }) && !self.has_reduction(x) {
                 continue;
             }
             let ox = outer(self, x);
