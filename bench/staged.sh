@@ -6,6 +6,8 @@
 #   bench/staged.sh 1      # one thread (taskset -c 0)
 #   bench/staged.sh 2      # two threads
 #   ROUNDS=5 bench/staged.sh 1
+# The attention line is measured apart, in 2·ROUNDS+1 alternating pairs of
+# short runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}
@@ -17,6 +19,13 @@ out=$(mktemp)
 for r in $(seq 1 "$rounds"); do
   TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/staged_peers | sed "s/^{/{\"round\": $r, /" >>"$out"
   env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" | sed "s/^{/{\"round\": $r, /" >>"$out"
+done
+# The attention line again, alone, alternating short runs of both systems
+# (a few seconds each), so each pair sees the same machine.
+grep -v -e '"attention_line", ' -e '"attention", ' "$out" >"$out.rest" && mv "$out.rest" "$out"
+for r in $(seq 1 $((rounds * 2 + 1))); do
+  TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/staged_peers attention >>"$out"
+  env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" attention >>"$out"
 done
 "$PY" - "$out" "$threads" <<'PYEOF'
 import json, statistics, sys

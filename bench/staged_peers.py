@@ -6,7 +6,7 @@ examples/staged_peers.rs, one JSON line each with the median time in ms.
 - attention: forward and backward (to q, k, v) of softmax(q kᵀ) v written
   with matmul and softmax, N = 512, E = 64, with a fixed incoming gradient.
 
-Usage: python bench/staged_peers.py THREADS   (under taskset with as many cores)
+Usage: python bench/staged_peers.py THREADS [attention]   (under taskset with as many cores)
 """
 import json
 import os
@@ -68,6 +68,9 @@ def attention(N=512, E=64):
     report("attention", f"N={N},E={E}", median_ms(max(reps // 2, 1), vg))
 
 
-mlp(64)
-mlp(256)
-attention()
+if "attention" in sys.argv:
+    attention()
+else:
+    mlp(64)
+    mlp(256)
+    attention()

@@ -4,6 +4,7 @@
 //! ```sh
 //! TENJIN_NUM_THREADS=1 cargo run --release --example staged_peers
 //! cargo run --release --example staged_peers -- smoke   # one repetition each
+//! cargo run --release --example staged_peers -- attention   # the attention line alone
 //! ```
 //!
 //! - `mlp_hand_step`: one SGD step of the MLP 784-512-512-10 written as
@@ -254,6 +255,10 @@ fn modes<T>(
 fn main() -> Result<(), Error> {
     let smoke = std::env::args().any(|a| a == "smoke");
     let reps = if smoke { 1 } else { 21 };
+    if std::env::args().any(|a| a == "attention") {
+        // Attention alone (bench/staged.sh alternates it with PyTorch's).
+        return attention(11);
+    }
     let _ = DType::F32;
     // The hand-written MLP first: its first step compiles everything.
     mlp(64, reps, true)?;
