@@ -378,7 +378,7 @@ fn peel_constant(f: &IndexFn, node: NodeId, scale: &mut f64) -> Option<Option<No
 }
 
 /// `(lo, hi)` of a range whose bounds are all constants.
-fn constant_range(range: &Range) -> Option<(i64, i64)> {
+pub(crate) fn constant_range(range: &Range) -> Option<(i64, i64)> {
     let no_vars = |_: VarId| 0i64;
     let mut lo = i64::MIN;
     for b in &range.lower {

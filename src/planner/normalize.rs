@@ -1029,22 +1029,7 @@ fn collect_factors(g: &Graph, n: NodeId, out: &mut Vec<Vec<VarId>>) {
 
 /// The number of terms of a range with constant bounds.
 fn constant_count(range: &crate::symbolic::Range) -> Option<i64> {
-    let none = |_: VarId| 0i64;
-    let mut lo = i64::MIN;
-    for b in &range.lower {
-        if !b.num.is_constant() {
-            return None;
-        }
-        lo = lo.max(b.eval_ceil(&none).ok()?);
-    }
-    let mut hi = i64::MAX;
-    for b in &range.upper {
-        if !b.num.is_constant() {
-            return None;
-        }
-        hi = hi.min(b.eval_floor(&none).ok()?);
-    }
-    (!range.lower.is_empty() && !range.upper.is_empty()).then(|| (hi - lo + 1).max(0))
+    super::contraction::constant_range(range).map(|(lo, hi)| (hi - lo + 1).max(0))
 }
 
 #[cfg(test)]
@@ -1057,6 +1042,13 @@ mod tests {
 
     fn data(n: usize, seed: f64) -> Vec<f64> {
         (0..n).map(|i| ((i as f64) * 0.61 + seed).sin()).collect()
+    }
+
+    /// `src` normalises to `want`, and the values agree.
+    fn normalizes_to(src: &str, args: &[(&str, &[usize])], sizes: &[(&str, usize)], want: &str) {
+        let f = parse(src, args, sizes);
+        assert_eq!(normalize(&f).to_string(), want);
+        same_values(&f);
     }
 
     /// Normalised and original agree (f64, relative 1e-12) on data.
@@ -1086,41 +1078,29 @@ mod tests {
 
     #[test]
     fn invariant_factors_and_guards_leave_sums() {
-        let f = parse(
+        normalizes_to(
             "f[i; k] = sum{j}_0^3 (-(a[i; j] * b[i; k]) / c[k])",
             &[("a", &[2, 4]), ("b", &[2, 5]), ("c", &[5])],
             &[],
+            "f[i; k] = -(1 / c[k] * b[i; k] * sum{j}_0^3 (a[i; j]))",
         );
-        assert_eq!(
-            normalize(&f).to_string(),
-            "f[i; k] = -(1 / c[k] * b[i; k] * sum{j}_0^3 (a[i; j]))"
-        );
-        same_values(&f);
-        let g = parse(
+        normalizes_to(
             "f[i] = sum{j}_0^3 (if {x[i] > 0} then (a[i; j]) else (0))",
             &[("x", &[2]), ("a", &[2, 4])],
             &[],
+            "f[i] = if {x[i] > 0} then (sum{j}_0^3 (a[i; j])) else (0)",
         );
-        assert_eq!(
-            normalize(&g).to_string(),
-            "f[i] = if {x[i] > 0} then (sum{j}_0^3 (a[i; j])) else (0)"
-        );
-        same_values(&g);
     }
 
     #[test]
     fn masks_factor_out_of_guarded_products() {
         // The derivative of a fused layer with respect to x.
-        let f = parse(
+        normalizes_to(
             "dx[b; k] = sum{o}_0^3 (if {sum{q}_0^4 (x[b; q] * w[o; q]) >= 0} then (dh[b; o] * w[o; k]) else (0))",
             &[("x", &[2, 5]), ("w", &[4, 5]), ("dh", &[2, 4])],
             &[],
+            "dx[b; k] = sum{o}_0^3 (if {sum{q}_0^4 (x[b; q] * w[o; q]) >= 0} then (dh[b; o]) else (0) * w[o; k])",
         );
-        assert_eq!(
-            normalize(&f).to_string(),
-            "dx[b; k] = sum{o}_0^3 (if {sum{q}_0^4 (x[b; q] * w[o; q]) >= 0} then (dh[b; o]) else (0) * w[o; k])"
-        );
-        same_values(&f);
     }
 
     #[test]
@@ -1134,16 +1114,12 @@ mod tests {
         assert_eq!(normalize(&f).to_string(), f.to_string());
         same_values(&f);
         // Always in bounds: it may leave.
-        let g = parse(
+        normalizes_to(
             "f[i] = sum{k}_0^(i - 1) (x[i] * y[k])",
             &[("x", &[4]), ("y", &[4])],
             &[("i", 4)],
+            "f[i] = sum{k}_0^(-1 + i) (y[k]) * x[i]",
         );
-        assert_eq!(
-            normalize(&g).to_string(),
-            "f[i] = sum{k}_0^(-1 + i) (y[k]) * x[i]"
-        );
-        same_values(&g);
     }
 
     #[test]

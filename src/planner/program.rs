@@ -134,24 +134,32 @@ fn missing(k: usize) -> Error {
     }
 }
 
+impl Program {
+    /// Where each argument of stage `k` comes from, as `name = <input
+    /// prefix><input name>` or `name = stage j`.
+    pub(crate) fn sources_text(&self, k: usize, input_prefix: &str) -> Vec<String> {
+        let s = &self.stages[k];
+        s.f.args()
+            .iter()
+            .zip(&s.sources)
+            .map(|(a, src)| match *src {
+                Source::Input(i) => format!(
+                    "{} = {input_prefix}{}",
+                    a.name,
+                    self.inputs.get(i).map_or("?", |d| d.name.as_str())
+                ),
+                Source::Stage(j) => format!("{} = stage {j}", a.name),
+            })
+            .collect()
+    }
+}
+
 impl std::fmt::Display for Program {
     /// One line per stage: its name, shape and route, where its arguments
     /// come from, and its function.
     fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (k, s) in self.stages.iter().enumerate() {
-            let from: Vec<String> =
-                s.f.args()
-                    .iter()
-                    .zip(&s.sources)
-                    .map(|(a, src)| match *src {
-                        Source::Input(i) => format!(
-                            "{} = input {}",
-                            a.name,
-                            self.inputs.get(i).map_or("?", |d| d.name.as_str())
-                        ),
-                        Source::Stage(j) => format!("{} = stage {j}", a.name),
-                    })
-                    .collect();
+            let from = self.sources_text(k, "input ");
             let out_mark = if self.outputs.contains(&k) {
                 " (output)"
             } else {

@@ -6,7 +6,7 @@
 
 use super::plan::Compiled;
 use super::Node;
-use crate::planner::{Program, Source};
+use crate::planner::Program;
 use crate::tensor::storage::dtype_size;
 use crate::tensor::{Origin, Tensor};
 use crate::Error;
@@ -158,21 +158,7 @@ fn lines(c: &Compiled, size: usize, role: impl Fn(usize) -> String) -> Vec<Stage
 
 /// The stage's function with each argument named after its source.
 fn described(p: &Program, k: usize) -> String {
-    let s = &p.stages[k];
-    let from: Vec<String> =
-        s.f.args()
-            .iter()
-            .zip(&s.sources)
-            .map(|(a, src)| match *src {
-                Source::Input(i) => format!(
-                    "{} = {}",
-                    a.name,
-                    p.inputs.get(i).map_or("?", |d| d.name.as_str())
-                ),
-                Source::Stage(j) => format!("{} = stage {j}", a.name),
-            })
-            .collect();
-    format!("{}   ({})", s.f, from.join(", "))
+    format!("{}   ({})", p.stages[k].f, p.sources_text(k, "").join(", "))
 }
 
 impl fmt::Display for Explanation {
