@@ -132,6 +132,15 @@ struct Normalizer<'a> {
 const REWRITE_BUDGET: usize = 100_000;
 const MAX_DEPTH: usize = 200;
 
+/// `v` without its element `k`.
+fn all_but(v: &[NodeId], k: usize) -> Vec<NodeId> {
+    v.iter()
+        .enumerate()
+        .filter(|(j, _)| *j != k)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
 /// `outer · Σ_var (rest · read)` (see `Normalizer::contractions`).
 struct Contraction {
     /// The sum node itself.
@@ -320,12 +329,7 @@ impl<'a> Normalizer<'a> {
             let id = self.g.intern(node);
             let new = match self.g.node(id) {
                 Node::Binary(BinaryOp::Mul | BinaryOp::Div, ..) | Node::Unary(UnaryOp::Neg, _) => {
-                    let mut p = Product {
-                        negative: false,
-                        num: vec![],
-                        den: vec![],
-                    };
-                    self.flatten(id, false, &mut p);
+                    let p = self.flattened(id);
                     self.build(p.negative, &p.num, &p.den)
                 }
                 _ => id,
@@ -469,12 +473,7 @@ impl<'a> Normalizer<'a> {
     /// factor of the product `n` whose body has an argument read using `v`
     /// (its last such read), the other factors not depending on `v`.
     fn contractions(&mut self, n: NodeId) -> Vec<Contraction> {
-        let mut p = Product {
-            negative: false,
-            num: vec![],
-            den: vec![],
-        };
-        self.flatten(n, false, &mut p);
+        let p = self.flattened(n);
         let mut out = Vec::new();
         for k in 0..p.num.len() {
             let Node::Reduce {
@@ -486,13 +485,7 @@ impl<'a> Normalizer<'a> {
             else {
                 continue;
             };
-            let outside: Vec<NodeId> = p
-                .num
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != k)
-                .map(|(_, m)| *m)
-                .collect();
+            let outside: Vec<NodeId> = all_but(&p.num, k);
             if outside
                 .iter()
                 .chain(&p.den)
@@ -500,12 +493,7 @@ impl<'a> Normalizer<'a> {
             {
                 continue;
             }
-            let mut q = Product {
-                negative: false,
-                num: vec![],
-                den: vec![],
-            };
-            self.flatten(body, false, &mut q);
+            let mut q = self.flattened(body);
             let Some(r) = q.num.iter().rposition(|&m| {
                 matches!(self.g.node(m), Node::Access { .. }) && self.g.free_vars(m).contains(&var)
             }) else {
@@ -540,12 +528,7 @@ impl<'a> Normalizer<'a> {
         };
         let pulls =
             |s: &mut Self, t: NodeId| {
-                let mut pr = Product {
-                    negative: false,
-                    num: vec![],
-                    den: vec![],
-                };
-                s.flatten(t, false, &mut pr);
+                let pr = s.flattened(t);
                 pr.num.len() + pr.den.len() >= 2
                     && pr.num.iter().chain(&pr.den).any(|&f| {
                         !s.g.free_vars(f).contains(&var) && (nonempty || s.is_speculable(f))
@@ -574,12 +557,7 @@ impl<'a> Normalizer<'a> {
         body: NodeId,
         nonempty: bool,
     ) -> Option<NodeId> {
-        let mut p = Product {
-            negative: false,
-            num: vec![],
-            den: vec![],
-        };
-        self.flatten(body, false, &mut p);
+        let p = self.flattened(body);
         let (pos, op, b, c) = p.num.iter().enumerate().find_map(|(k, &n)| {
             let Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), b, c) = *self.g.node(n) else {
                 return None;
@@ -595,13 +573,7 @@ impl<'a> Normalizer<'a> {
         if !(nonempty || self.is_speculable(invariant)) {
             return None;
         }
-        let rest_num: Vec<NodeId> = p
-            .num
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| *k != pos)
-            .map(|(_, n)| *n)
-            .collect();
+        let rest_num: Vec<NodeId> = all_but(&p.num, pos);
         let term = |s: &mut Self, t: NodeId| {
             let mut num = rest_num.clone();
             num.push(t);
@@ -722,15 +694,21 @@ impl<'a> Normalizer<'a> {
         Some(self.build(p.negative, &num, &den_out))
     }
 
-    /// The flattened product at `n`, when `n` is a product or quotient
-    /// with at least two factors (a negation counts as a sign).
-    fn product(&self, n: NodeId) -> Option<Product> {
+    /// The factors of `n` (a single factor when it is not a product).
+    fn flattened(&self, n: NodeId) -> Product {
         let mut p = Product {
             negative: false,
             num: vec![],
             den: vec![],
         };
         self.flatten(n, false, &mut p);
+        p
+    }
+
+    /// The flattened product at `n`, when `n` is a product or quotient
+    /// with at least two factors (a negation counts as a sign).
+    fn product(&self, n: NodeId) -> Option<Product> {
+        let p = self.flattened(n);
         (p.num.len() + p.den.len() >= 2).then_some(p)
     }
 
