@@ -72,14 +72,8 @@ pub fn normalize(f: &IndexFn) -> IndexFn {
     let f = &f;
     let iv = Intervals::of(f);
     let mut n = Normalizer::new(f, &iv);
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    for old in f.graph.reachable(f.root) {
-        let node = f.graph.node(old).map_children(&|c| map[&c]);
-        let id = n.g.intern(node);
-        let new = n.rewrite(id, old);
-        map.insert(old, new);
-    }
-    let root = n.merge_common_operands(map[&f.root]);
+    let root = n.bottom_up(f.root, |n, id, old| n.rewrite(id, old));
+    let root = n.merge_common_operands(root);
     n.finish(root)
 }
 
@@ -90,19 +84,12 @@ pub fn normalize(f: &IndexFn) -> IndexFn {
 pub(crate) fn cancel_equal_terms(f: &IndexFn) -> IndexFn {
     let iv = Intervals::of(f);
     let mut n = Normalizer::new(f, &iv);
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    for old in f.graph.reachable(f.root) {
-        let node = f.graph.node(old).map_children(&|c| map[&c]);
-        let id = n.g.intern(node);
-        let new = match n.g.node(id).clone() {
-            Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => {
-                n.cancel(op, a, b).unwrap_or_else(|| n.g.binary(op, a, b))
-            }
-            _ => id,
-        };
-        map.insert(old, new);
-    }
-    let root = map[&f.root];
+    let root = n.bottom_up(f.root, |n, id, _| match n.g.node(id).clone() {
+        Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => {
+            n.cancel(op, a, b).unwrap_or_else(|| n.g.binary(op, a, b))
+        }
+        _ => id,
+    });
     n.finish(root)
 }
 
@@ -323,20 +310,13 @@ impl<'a> Normalizer<'a> {
     /// Every product under `root` with its factors in canonical order
     /// (see the module documentation), bottom-up.
     fn canonical_products(&mut self, root: NodeId) -> NodeId {
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-        for old in self.g.reachable(root) {
-            let node = self.g.node(old).map_children(&|c| map[&c]);
-            let id = self.g.intern(node);
-            let new = match self.g.node(id) {
-                Node::Binary(BinaryOp::Mul | BinaryOp::Div, ..) | Node::Unary(UnaryOp::Neg, _) => {
-                    let p = self.flattened(id);
-                    self.build(p.negative, &p.num, &p.den)
-                }
-                _ => id,
-            };
-            map.insert(old, new);
-        }
-        map[&root]
+        self.bottom_up(root, |n, id, _| match n.g.node(id) {
+            Node::Binary(BinaryOp::Mul | BinaryOp::Div, ..) | Node::Unary(UnaryOp::Neg, _) => {
+                let p = n.flattened(id);
+                n.build(p.negative, &p.num, &p.den)
+            }
+            _ => id,
+        })
     }
 
     /// A hash of `n`'s structure that ignores which index variables it
@@ -396,17 +376,27 @@ impl<'a> Normalizer<'a> {
     /// The common-operand rule on every sum and difference under `root`
     /// (see the module documentation), bottom-up.
     fn merge_common_operands(&mut self, root: NodeId) -> NodeId {
+        self.bottom_up(root, |n, id, _| match n.g.node(id).clone() {
+            Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => n
+                .cancel(op, a, b)
+                .or_else(|| n.merge_pair(op, a, b))
+                .unwrap_or(id),
+            _ => id,
+        })
+    }
+
+    /// The DAG under `root` rebuilt children first, `rule(self, new, old)`
+    /// applied to each rebuilt node (`old`: the node it was built from).
+    fn bottom_up(
+        &mut self,
+        root: NodeId,
+        mut rule: impl FnMut(&mut Self, NodeId, NodeId) -> NodeId,
+    ) -> NodeId {
         let mut map: HashMap<NodeId, NodeId> = HashMap::new();
         for old in self.g.reachable(root) {
             let node = self.g.node(old).map_children(&|c| map[&c]);
             let id = self.g.intern(node);
-            let new = match self.g.node(id).clone() {
-                Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => self
-                    .cancel(op, a, b)
-                    .or_else(|| self.merge_pair(op, a, b))
-                    .unwrap_or(id),
-                _ => id,
-            };
+            let new = rule(self, id, old);
             map.insert(old, new);
         }
         map[&root]
@@ -878,20 +868,11 @@ fn s_reduce(
 /// elimination (see the module documentation).
 fn reorder_nests(f: &IndexFn) -> IndexFn {
     let iv = Intervals::of(f);
-    let mut g = f.graph.clone();
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    for old in f.graph.reachable(f.root) {
-        let node = f.graph.node(old).map_children(&|c| map[&c]);
-        let id = g.intern(node);
-        let new = reorder_nest(&mut g, &iv, id).unwrap_or(id);
-        map.insert(old, new);
-    }
-    let (graph, root) = g.extract(map[&f.root]);
-    IndexFn {
-        graph,
-        root,
-        ..f.clone()
-    }
+    let mut n = Normalizer::new(f, &iv);
+    let root = n.bottom_up(f.root, |n, id, _| {
+        reorder_nest(&mut n.g, n.iv, id).unwrap_or(id)
+    });
+    n.finish(root)
 }
 
 /// The nest of sums starting at `top` in elimination order, when it has at
