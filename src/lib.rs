@@ -1,11 +1,20 @@
 //! tenjin: a JIT tensor runtime whose derivatives are symbolic index
 //! expressions (Urban & van der Smagt 2017).
 //!
-//! This crate currently provides [`symbolic`]: element-wise defined index
-//! functions ([`symbolic::IndexFn`]), their parser and printer, a reference
-//! interpreter, exact integer linear algebra (Smith normal form,
-//! Fourier–Motzkin elimination) and symbolic derivation that is closed under
-//! itself (derivatives of derivatives).
+//! The layers, each looking only down:
+//!
+//! - [`Tensor`] and its ops (every op one index function), the tape
+//!   ([`trace`]: `backward`, [`explain`], memory plans), [`nn`], [`optim`];
+//! - [`symbolic`]: element-wise defined index functions
+//!   ([`symbolic::IndexFn`]), their parser and printer, a reference
+//!   interpreter, exact integer linear algebra (Smith normal form,
+//!   Fourier–Motzkin elimination) and symbolic derivation that is closed
+//!   under itself (derivatives of derivatives);
+//! - [`planner`]: a function and its derivatives as stages (what is
+//!   computed once, what runs as a GEMM, what a derivative reads from the
+//!   forward pass), backend-neutral;
+//! - [`kernel`]: the loop-nest IR; [`jit`]: Cranelift code for it, cached;
+//! - [`alloc`]: pooled memory in two modes.
 //!
 //! ```
 //! use tenjin::symbolic::IndexFn;

@@ -3,7 +3,7 @@
 //! Owns [`plan_vectors`], which marks loops of an f32 kernel
 //! [`Loop::vector`](crate::kernel::Loop) and peels boundary iterations off
 //! loops whose sum bounds depend on their index (`peel`), and the rules
-//! behind it ([`vectorizable`], [`reduction_vectorizable`]). The CPU
+//! behind it (`vectorizable`, `reduction_vectorizable`). The CPU
 //! backend emits f32x4 code for exactly the marked loops (`crate::jit::simd`
 //! documents the code and its fixed reduction order). Must not emit code.
 //!

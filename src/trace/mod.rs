@@ -5,9 +5,11 @@
 //! nodes through `Arc`, so a graph nobody holds frees itself), leaves'
 //! gradient slots (`Leaf`), the thread-local no-grad scope, the plan cache
 //! that makes the second iteration of a training loop free of symbolic work
-//! (`plan`), and backward (`backward`). It derives through
-//! [`crate::symbolic`] and runs what `jit` compiled; it must not generate
-//! code or contain a derivative rule of its own.
+//! (`plan`), the backward schedule (`schedule`) and its one interpreter
+//! (`interpret`), run on storages by `backward` and on block sizes by
+//! `memory_plan`, and `explain`. It plans through [`crate::planner`] and
+//! runs what `jit` compiled; it must not generate code or contain a
+//! derivative rule of its own.
 
 mod backward;
 mod explain;
