@@ -149,6 +149,13 @@ fn softmax_log_softmax_and_cross_entropy_are_one_node_for_any_row_length() {
         ("log_softmax", &|x| x.log_softmax(1)),
         ("cross_entropy", &|x| x.cross_entropy(&labels)),
     ];
+    // A tensor no recorded op produced has no plan to explain.
+    let constant = x.detach().softmax(1).unwrap();
+    let err = tenjin::explain(&constant).unwrap_err().to_string();
+    assert!(
+        err.contains("not produced by a recorded operation"),
+        "{err}"
+    );
     for (name, op) in ops {
         let before = tenjin::trace::live_nodes();
         let y = op(&x).unwrap();
