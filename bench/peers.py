@@ -85,7 +85,7 @@ def matmul(m, k, n):
     report("torch", "matmul", f"{m}x{k}x{n}", median_ms(21, lambda: ta @ tb))
 
 
-def mlp(B, first_only=False):
+def mlp(B, reps=41):
     """One SGD step of the MLP 784-512-512-10 (as ../shared/bench/workloads.py)."""
     import torch.nn as nn
     import torch.nn.functional as F
@@ -102,7 +102,7 @@ def mlp(B, first_only=False):
     t = time.perf_counter()
     step()
     report("torch", "mlp_first_step", f"batch={B}", (time.perf_counter() - t) * 1e3)
-    report("torch", "mlp_step", f"batch={B}", median_ms(41, step))
+    report("torch", "mlp_step", f"batch={B}", median_ms(reps, step))
 
 
 def conv1d():
@@ -119,10 +119,11 @@ def conv1d():
     report("torch", "conv1d_value_grad", f"B={B},C=O={C},T={T},K={K}", median_ms(11, vg))
 
 
-conv1d()
-mlp(64)
-mlp(256)
-chain(1 << 24)
-urban(256)
-matmul(512, 512, 512)
-matmul(256, 784, 512)
+if __name__ == "__main__":
+    conv1d()
+    mlp(64)
+    mlp(256)
+    chain(1 << 24)
+    urban(256)
+    matmul(512, 512, 512)
+    matmul(256, 784, 512)

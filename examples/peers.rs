@@ -3,6 +3,9 @@
 //!
 //! `TENJIN_NUM_THREADS=1 cargo run --release --example peers`
 
+mod bench_common;
+
+use bench_common::{data, median_ms, report};
 use std::time::Instant;
 use tenjin::jit::{self, DType};
 use tenjin::symbolic::IndexFn;
@@ -10,40 +13,6 @@ use tenjin::symbolic::IndexFn;
 const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
 const URBAN: &str =
     "f[i; j] = exp (-sum{k}_0^63 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";
-
-/// Deterministic values in [-scale, scale).
-fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-/// Median wall time in ms of `reps` calls after one warm-up call.
-fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    times.sort_by(|a, b| a.total_cmp(b));
-    times[times.len() / 2]
-}
-
-fn report(workload: &str, size: &str, ms: f64) {
-    let threads = jit::num_threads();
-    println!(
-        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {threads}, "median_ms": {ms:.4}}}"#
-    );
-}
 
 fn chain(n: usize) -> Result<(), tenjin::Error> {
     let f = IndexFn::parse(CHAIN, &[("x", &[n][..])])?;
@@ -59,16 +28,18 @@ fn chain(n: usize) -> Result<(), tenjin::Error> {
     report(
         "elementwise_forward",
         &size,
-        median_ms(7, || kf.run_into_f32(&[&x], &mut y).unwrap()),
+        "median_ms",
+        median_ms(7, || kf.run_into_f32(&[&x], &mut y))?,
     );
     report(
         "elementwise_chain",
         &size,
+        "median_ms",
         median_ms(7, || {
-            kf.run_into_f32(&[&x], &mut y).unwrap();
+            kf.run_into_f32(&[&x], &mut y)?;
             std::hint::black_box(y.iter().sum::<f32>());
-            kd.run_into_f32(&[&x, &ones], &mut g).unwrap();
-        }),
+            kd.run_into_f32(&[&x, &ones], &mut g)
+        })?,
     );
     Ok(())
 }
@@ -104,22 +75,25 @@ fn urban(i: usize) -> Result<(), tenjin::Error> {
     report(
         "urban_forward",
         &size,
-        median_ms(7, || kf.run_into_f32(&refs, &mut out).unwrap()),
+        "median_ms",
+        median_ms(7, || kf.run_into_f32(&refs, &mut out))?,
     );
     report(
         "urban_value_grad",
         &size,
+        "median_ms",
         median_ms(5, || {
-            kf.run_into_f32(&refs, &mut out).unwrap();
+            kf.run_into_f32(&refs, &mut out)?;
             std::hint::black_box(out.iter().zip(&g).map(|(a, b)| a * b).sum::<f32>());
             // Derivative kernels read the incoming gradient and the saved output.
             let mut ins = refs.clone();
             ins.push(&g);
             ins.push(&out);
             for (kd, buf) in grads.iter().zip(grad_out.iter_mut()) {
-                kd.run_into_f32(&ins, buf).unwrap();
+                kd.run_into_f32(&ins, buf)?;
             }
-        }),
+            Ok(())
+        })?,
     );
     Ok(())
 }
@@ -135,7 +109,8 @@ fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
     report(
         "matmul",
         &format!("{m}x{k}x{n}"),
-        median_ms(21, || kf.run_into_f32(&[&a, &b], &mut c).unwrap()),
+        "median_ms",
+        median_ms(21, || kf.run_into_f32(&[&a, &b], &mut c))?,
     );
     Ok(())
 }
@@ -170,17 +145,13 @@ fn mlp(batch: usize) -> Result<(), tenjin::Error> {
     let size = format!("batch={batch}");
     let t = Instant::now();
     step()?;
-    report("mlp_first_step", &size, t.elapsed().as_secs_f64() * 1e3);
-    let mut failed = None;
-    let ms = median_ms(41, || {
-        if let Err(e) = step() {
-            failed = Some(e);
-        }
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    report("mlp_step", &size, ms);
+    report(
+        "mlp_first_step",
+        &size,
+        "median_ms",
+        t.elapsed().as_secs_f64() * 1e3,
+    );
+    report("mlp_step", &size, "median_ms", median_ms(41, step)?);
     Ok(())
 }
 
@@ -193,24 +164,16 @@ fn conv1d() -> Result<(), tenjin::Error> {
     let x = Tensor::from_vec(data(b * c * t, 5, 1.0), &[b, c, t])?.requires_grad();
     let w = Tensor::from_vec(data(o * c * k, 6, 0.05), &[o, c, k])?.requires_grad();
     let g = Tensor::from_vec(data(b * o * (t - k + 1), 7, 1.0), &[b, o, t - k + 1])?;
-    let mut failed = None;
     let ms = median_ms(11, || {
-        let step = || -> Result<(), tenjin::Error> {
-            x.zero_grad();
-            w.zero_grad();
-            let v = x.conv1d(&w, None, 1, 0, 1, 1)?.mul(&g)?.sum()?;
-            v.backward()
-        };
-        if let Err(e) = step() {
-            failed = Some(e);
-        }
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
+        x.zero_grad();
+        w.zero_grad();
+        let v = x.conv1d(&w, None, 1, 0, 1, 1)?.mul(&g)?.sum()?;
+        v.backward()
+    })?;
     report(
         "conv1d_value_grad",
         &format!("B={b},C=O={c},T={t},K={k}"),
+        "median_ms",
         ms,
     );
     Ok(())

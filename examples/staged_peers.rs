@@ -21,43 +21,14 @@
 //!   in use, and reserved: in use plus the runtime-efficient pool's
 //!   cached blocks), after an empty cache and one step.
 
+mod bench_common;
+
+use bench_common::{data, median_ms, report};
 use std::time::Instant;
 use tenjin::alloc::{self, AllocMode};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
-use tenjin::{jit, DType, Error, Tensor};
-
-/// Deterministic values in [-scale, scale).
-fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-fn median_ms(reps: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
-    f()?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    Ok(times[times.len() / 2])
-}
-
-fn report(workload: &str, size: &str, key: &str, value: f64) {
-    println!(
-        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {}, "{key}": {value:.4}}}"#,
-        jit::num_threads()
-    );
-}
+use tenjin::{DType, Error, Tensor};
 
 /// The MLP's parameters (as `nn::Linear` initialises them) and a batch.
 struct Mlp {

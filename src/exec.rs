@@ -140,19 +140,6 @@ pub(crate) fn run_program(
     keep: &[bool],
 ) -> Result<ProgramValues, Error> {
     let program = &c.program;
-    if let (Some(kernel), [0]) = (c.single(), &program.outputs[..]) {
-        let picked: Vec<&Arc<Storage>> = program.stages[0]
-            .sources
-            .iter()
-            .map(|s| match *s {
-                Source::Input(k) => inputs[k],
-                Source::Stage(_) => unreachable!("a single stage reads inputs only"),
-            })
-            .collect();
-        let out = run_new(kernel, &picked)?;
-        let kept = vec![keep.first().copied().unwrap_or(false).then(|| out.clone())];
-        return Ok((vec![out], kept));
-    }
     let mut values: Vec<Option<Arc<Storage>>> = vec![None; program.stages.len()];
     for (k, stage) in program.stages.iter().enumerate() {
         let kernel = c.kernels[k].as_ref().ok_or_else(|| Error::Invalid {

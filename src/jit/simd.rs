@@ -368,7 +368,7 @@ impl<'f> Emitter<'f> {
     /// The reduction `l` of every copy of a strip's body in one loop, one
     /// accumulator per copy (`ks`: the output loop's value for each copy,
     /// `regs`: each copy's registers). Each lane folds its own values in
-    /// index order, as `lane_reduction` does.
+    /// index order, as the scalar loop does.
     #[allow(clippy::too_many_arguments)]
     fn blocked_reduction(
         &mut self,
@@ -428,7 +428,8 @@ impl<'f> Emitter<'f> {
 
     /// A reduction inside a vectorised output loop (see `Check::stmt_ok`):
     /// every lane folds its own values in index order, exactly as the
-    /// scalar loop does, so the bits do not depend on the strip.
+    /// scalar loop does, so the bits do not depend on the strip. The
+    /// blocked reduction of the one copy the loop runs.
     fn lane_reduction(
         &mut self,
         op: ReduceOp,
@@ -437,24 +438,11 @@ impl<'f> Emitter<'f> {
         var: IVar,
         lanes: Lanes,
     ) -> R<Value> {
-        let init = match op {
-            ReduceOp::Sum => 0.0,
-            ReduceOp::Max => f32::NEG_INFINITY,
-            ReduceOp::Min => f32::INFINITY,
-            _ => return Err(format!("{op:?} inside a vectorised loop")),
-        };
-        let init = self.vm().c(init);
-        let out = self.counted_loop(l, &[init], V, |e, _, _, acc| {
-            // Index guards are invariant across lanes: real branches.
-            let branch = std::mem::replace(&mut e.vbranch, true);
-            for s in &l.body {
-                e.vstmt(s, var, lanes)?;
-            }
-            e.vbranch = branch;
-            let x = e.vreg(value)?;
-            Ok(vec![e.fold(op, acc[0], x)])
-        })?;
-        Ok(out[0])
+        let k = self.ivars[var.0 as usize].ok_or("a reduction outside its vector loop")?;
+        let mut regs = [std::mem::take(&mut self.vregs)];
+        let out = self.blocked_reduction(op, value, l, var, lanes, &[k], &mut regs);
+        self.vregs = std::mem::take(&mut regs[0]);
+        Ok(out?[0])
     }
 
     fn vexpr(&mut self, e: &Expr, var: IVar, lanes: Lanes) -> R<Value> {

@@ -42,8 +42,7 @@ fn cross_entropy_fn(
 ) -> Result<Tensor, Error> {
     let (b, c) = (x.shape()[0], x.shape()[1]);
     let last = c - 1;
-    let max = format!("max{{m}}_0^{last} (x[i; m])");
-    let lse = format!("({max} + log (sum{{k}}_0^{last} (exp (x[i; k] - {max}))))");
+    let (_, lse) = row_statistics(|v| format!("x[i; {v}]"), last);
     let weighted = if rows_sum_to_one {
         lse
     } else {
@@ -55,6 +54,17 @@ fn cross_entropy_fn(
         lit(op, 1.0 / b as f64)?
     );
     apply(op, &src, &[("x", x), ("y", y)], &[])
+}
+
+/// The maximum and the stable log-sum-exp of a row `0..=last` whose
+/// element at index variable `v` is `at(v)`, as index-function text.
+fn row_statistics(at: impl Fn(&str) -> String, last: usize) -> (String, String) {
+    let max = format!("max{{m}}_0^{last} ({})", at("m"));
+    let lse = format!(
+        "({max} + log (sum{{k}}_0^{last} (exp ({} - {max}))))",
+        at("k")
+    );
+    (max, lse)
 }
 
 /// `f[i…] = body` over `x`, `body` a template where `{x}` is `x` at the
@@ -80,12 +90,7 @@ fn along(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> 
         idx[dim] = var.to_string();
         format!("x[{}]", idx.join("; "))
     };
-    let last = x.shape()[dim] - 1;
-    let max = format!("max{{m}}_0^{last} ({})", at("m"));
-    let lse = format!(
-        "({max} + log (sum{{k}}_0^{last} (exp ({} - {max}))))",
-        at("k")
-    );
+    let (max, lse) = row_statistics(at, x.shape()[dim] - 1);
     let body = body
         .replace("{x}", &format!("x[{ix}]"))
         .replace("{max}", &max)

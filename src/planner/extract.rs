@@ -36,6 +36,7 @@ use super::route::route;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
 use crate::symbolic::intervals::Intervals;
+use crate::symbolic::shape_hash::ShapeHashes;
 use crate::symbolic::subst::replace;
 use crate::symbolic::{ArgDecl, IndexFn};
 use crate::{DType, Error};
@@ -154,7 +155,7 @@ impl Builder {
     /// Plans `f` (its arguments read from `sources`) into stages; returns
     /// the stage computing `f`.
     pub(crate) fn add(&mut self, f: &IndexFn, sources: &[Source]) -> Result<usize, Error> {
-        let (f, sources) = self.extract(normalize(f), sources.to_vec())?;
+        let (f, sources) = self.extract(normalize(f), sources.to_vec(), true)?;
         let (fin, srcs) = canonical(&f, &sources);
         // An equal whole function already planned (two derivatives equal).
         let anon = |g: &IndexFn| IndexFn {
@@ -206,23 +207,15 @@ impl Builder {
     }
 
     /// The stage for a cut: an existing equal one, or a new one planned
-    /// like any function.
-    fn stage_for(&mut self, key: CutKey) -> Result<usize, Error> {
+    /// like any function (`use_wanted`: as for [`Builder::extract`]).
+    fn stage_for(&mut self, key: CutKey, use_wanted: bool) -> Result<usize, Error> {
         if let Some(j) = self.find(&key) {
             return Ok(j);
         }
         // A stage the forward pass provides is not cut further for the
         // forward's sake: it comes whole.
-        let wanted = if self.is_wanted(&key) {
-            std::mem::take(&mut self.wanted)
-        } else {
-            Vec::new()
-        };
-        let planned = self.extract(normalize(&key.f), key.sources.clone());
-        if !wanted.is_empty() {
-            self.wanted = wanted;
-        }
-        let (f, sources) = planned?;
+        let use_wanted = use_wanted && !self.is_wanted(&key);
+        let (f, sources) = self.extract(normalize(&key.f), key.sources.clone(), use_wanted)?;
         let (fin, srcs) = canonical(&f, &sources);
         self.push(fin, srcs, Some(key))
     }
@@ -240,10 +233,12 @@ impl Builder {
 
     /// Cuts stages out of `f` until none qualifies (see the module
     /// documentation); returns the function reading them and its sources.
+    /// The cuts the caller wants count as known only when `use_wanted`.
     fn extract(
         &mut self,
         mut f: IndexFn,
         mut sources: Vec<Source>,
+        use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
         let mut rejected: HashSet<NodeId> = HashSet::new();
         for _ in 0..MAX_CUTS {
@@ -254,7 +249,7 @@ impl Builder {
                 continue;
             }
             let mut progress = false;
-            for n in self.candidates(&f, &iv, &mut keys) {
+            for n in self.candidates(&f, &iv, &mut keys, use_wanted) {
                 if rejected.contains(&n) {
                     continue;
                 }
@@ -278,7 +273,7 @@ impl Builder {
                     rejected.insert(n);
                     continue;
                 }
-                let sid = self.stage_for(key)?;
+                let sid = self.stage_for(key, use_wanted)?;
                 f = reader;
                 sources.push(Source::Stage(sid));
                 progress = true;
@@ -296,7 +291,13 @@ impl Builder {
     /// The nodes that qualify for a cut (see the module documentation):
     /// first the shared and known ones, top-down and maximal, then the
     /// rest, top-down.
-    fn candidates(&self, f: &IndexFn, iv: &Intervals, keys: &mut Keys) -> Vec<NodeId> {
+    fn candidates(
+        &self,
+        f: &IndexFn,
+        iv: &Intervals,
+        keys: &mut Keys,
+        use_wanted: bool,
+    ) -> Vec<NodeId> {
         let g = &f.graph;
         let (mut first, mut then): (Vec<NodeId>, Vec<NodeId>) = (Vec::new(), Vec::new());
         let mut seen: HashSet<(NodeId, Vec<VarId>)> = HashSet::new();
@@ -341,9 +342,9 @@ impl Builder {
             } || matches!(g.node(n), Node::Binary(BinaryOp::Div, _, c) if g.const_value(*c).is_some());
             if n != f.root && !transparent {
                 let costly = keys.point_cost(n) >= SHARED_MIN_COST;
-                let known = keys
-                    .get(n)
-                    .is_some_and(|(k, _)| self.find(k).is_some() || (costly && self.is_wanted(k)));
+                let known = keys.get(n).is_some_and(|(k, _)| {
+                    self.find(k).is_some() || (use_wanted && costly && self.is_wanted(k))
+                });
                 let shared = costly && keys.shared(n);
                 if known || shared {
                     first.push(n);
@@ -489,6 +490,8 @@ struct Keys<'a> {
     iv: &'a Intervals,
     sources: &'a [Source],
     heavy: Vec<bool>,
+    /// The heavy nodes reachable from the root, except the root.
+    heavy_nodes: Vec<NodeId>,
     cuts: HashMap<NodeId, Option<(CutKey, Cut)>>,
     /// How many heavy nodes share each cut hash (computed once).
     counts: Option<HashMap<u64, usize>>,
@@ -503,11 +506,17 @@ impl<'a> Keys<'a> {
                 && iv.trips.get(&id).copied().unwrap_or(0) >= 2;
             heavy[id.0 as usize] = own || g.node(id).children().iter().any(|c| heavy[c.0 as usize]);
         }
+        let heavy_nodes = g
+            .reachable(f.root)
+            .into_iter()
+            .filter(|&n| n != f.root && heavy[n.0 as usize])
+            .collect();
         Keys {
             f,
             iv,
             sources,
             heavy,
+            heavy_nodes,
             cuts: HashMap::new(),
             counts: None,
         }
@@ -519,12 +528,7 @@ impl<'a> Keys<'a> {
 
     /// The heavy nodes reachable from the root, except the root.
     fn heavy_nodes(&self) -> Vec<NodeId> {
-        self.f
-            .graph
-            .reachable(self.f.root)
-            .into_iter()
-            .filter(|&n| n != self.f.root && self.heavy(n))
-            .collect()
+        self.heavy_nodes.clone()
     }
 
     fn get(&mut self, n: NodeId) -> Option<&(CutKey, Cut)> {
@@ -680,8 +684,8 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// A hash of what does not depend on how a function's DAG was built: its
-/// shapes, sources and how many nodes of each kind its body has.
+/// A hash that agrees with alpha-equivalence of functions: their shapes,
+/// sources and the shape hash of their bodies.
 fn fingerprint(f: &IndexFn, sources: &[Source]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     f.output_shape().hash(&mut h);
@@ -689,26 +693,7 @@ fn fingerprint(f: &IndexFn, sources: &[Source]) -> u64 {
     for a in f.args() {
         a.shape.hash(&mut h);
     }
-    let mut kinds: Vec<u64> = f
-        .graph
-        .reachable(f.root)
-        .into_iter()
-        .map(|n| {
-            let mut k = std::collections::hash_map::DefaultHasher::new();
-            match f.graph.node(n) {
-                Node::Const(bits) => (0u8, *bits).hash(&mut k),
-                Node::Access { arg, index } => (1u8, *arg, index.len()).hash(&mut k),
-                Node::Index(_) => 2u8.hash(&mut k),
-                Node::Unary(op, _) => (3u8, format!("{op:?}")).hash(&mut k),
-                Node::Binary(op, _, _) => (4u8, format!("{op:?}")).hash(&mut k),
-                Node::Select { .. } => 5u8.hash(&mut k),
-                Node::Reduce { op, .. } => (6u8, format!("{op:?}")).hash(&mut k),
-            }
-            k.finish()
-        })
-        .collect();
-    kinds.sort_unstable();
-    kinds.hash(&mut h);
+    ShapeHashes::default().of(&f.graph, f.root).hash(&mut h);
     h.finish()
 }
 

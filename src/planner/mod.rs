@@ -1,13 +1,19 @@
 //! The planner: what runs, in which stages, by which route.
 //!
 //! Owns the decisions between an index function (a forward op, a
-//! derivative, a second derivative) and the code a backend emits:
-//! contraction detection (`contraction`), splitting element-wise work off a
-//! contraction (`epilogue`), ordering nested sums for locality (`reorder`)
-//! and the route of each function (`route`). It is backend-neutral: the
-//! Cranelift JIT (`crate::jit`) and a GPU backend consume the same plans.
-//! It may use the symbolic core and the kernel IR; it must not emit or run
-//! code, allocate buffers or know about tensors.
+//! derivative, a second derivative) and the code a backend emits. It is
+//! backend-neutral: the Cranelift JIT (`crate::jit`) and a GPU backend
+//! consume the same plans. It may use the symbolic core and the kernel IR;
+//! it must not emit or run code, allocate buffers or know about tensors.
+//!
+//! | module | decides |
+//! | --- | --- |
+//! | `normalize` | the algebraic form a function is staged in (sums and masks factored, nests ordered) |
+//! | `extract`, `cut` | which subexpressions become stages of their own, shared between functions |
+//! | `node` | one recorded op's forward and backward programs, planned together |
+//! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
+//! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
+//! | `reorder`, `peel`, `vectorize` | the loop nest's order, its peeled boundaries and its vector loops |
 
 pub mod contraction;
 mod cut;

@@ -83,7 +83,8 @@ pub fn plan_node(f: &IndexFn, wrt: &[usize], dtype: DType) -> Result<NodePlan, E
         .filter(|k| candidates.iter().any(|c| c.same(k)))
         .cloned()
         .collect();
-    let value = fwd.add(&fnorm, &forward_inputs)?;
+    // (`add` normalises `f` into `fnorm` itself.)
+    let value = fwd.add(f, &forward_inputs)?;
 
     // Tag backward stages with the forward stages computing the same.
     let mut tag: Vec<Option<usize>> = vec![None; back.stages.len()];

@@ -92,16 +92,7 @@ impl Intervals {
         for id in (0..g.len() as u32).map(NodeId) {
             let node = g.node(id);
             let own = match node {
-                Node::Access { arg, index } => {
-                    let shape = &f.args[*arg].shape;
-                    index
-                        .iter()
-                        .zip(shape)
-                        .all(|(form, &n)| match affine_interval(form, &iv) {
-                            Some((lo, hi)) => lo > hi || (lo >= 0 && hi < n as i128),
-                            None => false,
-                        })
-                }
+                Node::Access { arg, index } => access_in_bounds(index, &f.args[*arg].shape, &iv),
                 _ => true,
             };
             spec[id.0 as usize] = own && node.children().iter().all(|c| spec[c.0 as usize]);
@@ -118,6 +109,29 @@ impl Intervals {
     pub(crate) fn of_affine(&self, a: &Affine) -> Option<Interval> {
         affine_interval(a, &self.vars)
     }
+
+    /// Whether a read at `index` of an argument of `shape` is in bounds
+    /// for all values its variables take (an empty interval reads nothing).
+    pub(crate) fn in_bounds(&self, index: &[Affine], shape: &[usize]) -> bool {
+        access_in_bounds(index, shape, &self.vars)
+    }
+
+    /// How many values `v` takes (at least 1; 1 when unknown).
+    pub(crate) fn points(&self, v: VarId) -> f64 {
+        self.vars
+            .get(&v)
+            .map_or(1.0, |&(lo, hi)| (hi - lo + 1).max(1) as f64)
+    }
+}
+
+fn access_in_bounds(index: &[Affine], shape: &[usize], iv: &HashMap<VarId, Interval>) -> bool {
+    index
+        .iter()
+        .zip(shape)
+        .all(|(form, &n)| match affine_interval(form, iv) {
+            Some((lo, hi)) => lo > hi || (lo >= 0 && hi < n as i128),
+            None => false,
+        })
 }
 
 /// The hull of two intervals (an empty one is ignored).

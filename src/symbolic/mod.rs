@@ -30,6 +30,7 @@ mod lexer;
 mod parse;
 pub(crate) mod print;
 mod rules;
+pub(crate) mod shape_hash;
 pub(crate) mod subst;
 
 pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};

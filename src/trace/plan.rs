@@ -144,14 +144,6 @@ impl Compiled {
             elementwise,
         })
     }
-
-    /// The program's single stage when it has exactly one (most ops).
-    pub(crate) fn single(&self) -> Option<&Arc<CompiledKernel>> {
-        match &self.kernels[..] {
-            [Some(k)] => Some(k),
-            _ => None,
-        }
-    }
 }
 
 /// One operation, specialised to its shapes, views and dtype.
@@ -194,6 +186,10 @@ pub(crate) struct NodeGrad {
     /// and in memory-efficient mode (recomputed from saved arguments).
     needs_runtime: Needs,
     needs_memory: Needs,
+    /// Per argument differentiated (as in `plan.wrt`): how many stages of
+    /// the backward program its gradient needs (its output stage and every
+    /// stage it reads, transitively).
+    closures: Vec<usize>,
 }
 
 impl NodeGrad {
@@ -202,6 +198,16 @@ impl NodeGrad {
             AllocMode::RuntimeEfficient => &self.needs_runtime,
             AllocMode::MemoryEfficient => &self.needs_memory,
         }
+    }
+
+    /// How many stages of the backward program the gradient of argument
+    /// `arg` needs (0 when it is not differentiated).
+    pub(crate) fn closure(&self, arg: usize) -> usize {
+        self.plan
+            .wrt
+            .iter()
+            .position(|&w| w == arg)
+            .map_or(0, |p| self.closures[p])
     }
 
     fn new(plan: NodePlan, dtype: DType, alias: bool) -> Result<NodeGrad, Error> {
@@ -259,14 +265,39 @@ impl NodeGrad {
             }
             needs
         };
+        let closures = plan
+            .backward
+            .outputs
+            .iter()
+            .map(|&o| stages_needed(&plan.backward, o))
+            .collect();
         Ok(NodeGrad {
             needs_runtime: needs(true),
             needs_memory: needs(false),
+            closures,
             forward,
             backward,
             plan,
         })
     }
+}
+
+/// How many stages of `program` computing stage `out` takes: `out` and
+/// every stage it reads, transitively.
+fn stages_needed(program: &Program, out: usize) -> usize {
+    let mut seen = vec![false; program.stages.len()];
+    let mut todo = vec![out];
+    while let Some(k) = todo.pop() {
+        if std::mem::replace(&mut seen[k], true) {
+            continue;
+        }
+        for src in &program.stages[k].sources {
+            if let Source::Stage(j) = *src {
+                todo.push(j);
+            }
+        }
+    }
+    seen.iter().filter(|&&x| x).count()
 }
 
 /// Whether every access of argument `arg` in `f` has as index exactly the

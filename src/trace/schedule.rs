@@ -206,13 +206,9 @@ fn statement_order(
     // Within a node, the statement needing the fewest stages first: values
     // the node's statements share reach their last reader sooner (and may
     // then be overwritten in place).
-    let closure: Vec<usize> = all
-        .iter()
-        .map(|&(i, b)| closure_size(&nodes[i], b))
-        .collect();
     let key = |s: usize| {
         let (i, b) = all[s];
-        (height[i], std::cmp::Reverse(i), closure[s], b)
+        (height[i], std::cmp::Reverse(i), nodes[i].grad.closure(b), b)
     };
     let mut params: Vec<usize> = (0..all.len())
         .filter(|&s| {
@@ -259,29 +255,6 @@ fn statement_order(
     rest.sort_by_key(|&s| key(s));
     order.extend(rest);
     order.into_iter().map(|s| all[s]).collect()
-}
-
-/// How many stages of `node`'s backward program the gradient along `edge`
-/// needs (its output stage and every stage it reads, transitively).
-fn closure_size(node: &Node, edge: usize) -> usize {
-    let plan = &node.grad.plan;
-    let Some(p) = plan.wrt.iter().position(|&w| w == edge) else {
-        return 0;
-    };
-    let stages = &plan.backward.stages;
-    let mut seen = vec![false; stages.len()];
-    let mut todo = vec![plan.backward.outputs[p]];
-    while let Some(k) = todo.pop() {
-        if std::mem::replace(&mut seen[k], true) {
-            continue;
-        }
-        for src in &stages[k].sources {
-            if let Source::Stage(j) = *src {
-                todo.push(j);
-            }
-        }
-    }
-    seen.iter().filter(|&&x| x).count()
 }
 
 /// The steps one node may run, in program order, not yet scheduled.

@@ -1,0 +1,42 @@
+//! What the side-by-side benchmark examples (`peers`, `staged_peers`)
+//! share: their data, their timing and their JSON lines. Not an example
+//! itself (a folder without `main.rs`).
+
+use std::time::Instant;
+use tenjin::{jit, Error};
+
+/// Deterministic values in [-scale, scale).
+pub fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Median wall time in ms of `reps` calls after one warm-up call; the
+/// first error stops the measurement.
+pub fn median_ms(reps: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// One JSON line: tenjin's `key` (`median_ms`, a byte count, ...) for
+/// `workload` at `size`, with the thread count.
+pub fn report(workload: &str, size: &str, key: &str, value: f64) {
+    println!(
+        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {}, "{key}": {value:.4}}}"#,
+        jit::num_threads()
+    );
+}
