@@ -1,0 +1,39 @@
+"""PyTorch eager side of bench/conv.sh: the workloads of
+examples/conv_peers.rs (value and gradients with respect to x and w of
+sum(conv(x, w) * G), as ../shared/bench/workloads.py's conv and conv2d),
+one JSON line each with the median time in ms.
+
+Usage: python bench/conv_peers.py THREADS [WORKLOAD] [smoke]   (under taskset with as many cores)
+"""
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Reads THREADS from the command line and sets the thread count.
+from peers import median_ms, report, rng
+
+reps = 1 if "smoke" in sys.argv else 11
+only = next((a for a in sys.argv[2:] if a != "smoke"), None)
+
+
+def value_grad(workload, size, x_shape, w_shape, conv):
+    x = torch.from_numpy(rng.standard_normal(x_shape).astype(np.float32)).requires_grad_(True)
+    fan_in = np.prod(w_shape[1:])
+    w = torch.from_numpy((rng.standard_normal(w_shape) / np.sqrt(fan_in)).astype(np.float32)).requires_grad_(True)
+    G = torch.from_numpy(rng.standard_normal(conv(x, w).shape).astype(np.float32))
+
+    def vg():
+        v = (conv(x, w) * G).sum()
+        return v, torch.autograd.grad(v, (x, w))
+    report("torch", workload, size, median_ms(reps, vg))
+
+
+if only in (None, "conv1d"):
+    value_grad("conv1d", "B=32,C=O=64,T=1024,K=5", (32, 64, 1024), (64, 64, 5), F.conv1d)
+for workload, label, stride, groups in (("conv2d_s1", "3x3,p1", 1, 1), ("conv2d_s2", "3x3,p1,s2", 2, 1),
+                                        ("conv2d_depthwise", "3x3,p1,depthwise", 1, 64)):
+    if only in (None, workload, "conv2d_line" if workload == "conv2d_s1" else None):
+        value_grad(workload, f"B=32,C=O=64,32x32,{label}", (32, 64, 32, 32), (64, 64 // groups, 3, 3),
+                   lambda x, w, s=stride, g=groups: F.conv2d(x, w, stride=s, padding=1, groups=g))
