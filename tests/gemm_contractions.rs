@@ -449,12 +449,7 @@ fn rejects_triangular_sums() {
 }
 
 #[test]
-fn rejects_diagonals() {
-    rejects(
-        "f[j] = sum{i}_0^3 (a[i; i] * b[i; j])",
-        &[("a", &[4, 4]), ("b", &[4, 3])],
-        &[],
-    );
+fn a_sum_over_one_factor_is_rejected() {
     rejects(
         "f[i; j] = sum{k}_0^3 (a[i; i] * b[k; j])",
         &[("a", &[4, 4]), ("b", &[4, 3])],
@@ -463,21 +458,45 @@ fn rejects_diagonals() {
 }
 
 #[test]
-fn rejects_strided_and_mixed_maps() {
-    rejects(
+fn diagonals_strides_reversals_and_windows_are_strided_views() {
+    // A diagonal: `i` walks `a` with stride 4 + 1.
+    check(
+        "f[j] = sum{i}_0^3 (a[i; i] * b[i; j])",
+        &[("a", &[4, 4]), ("b", &[4, 3])],
+        &[],
+    );
+    check(
         "f[i; j] = sum{k}_0^2 (a[2*i; k] * b[k; j])",
         &[("a", &[7, 3]), ("b", &[3, 4])],
         &[("i", 4)],
     );
-    rejects(
+    check(
+        "f[i] = sum{k}_0^2 (a[4 - k] * b[k; i])",
+        &[("a", &[5]), ("b", &[3, 2])],
+        &[],
+    );
+    // Convolution windows: one GEMM per tap over a shifted view.
+    check(
         "f[i] = sum{k}_0^2 (a[i + k] * b[k])",
         &[("a", &[7]), ("b", &[3])],
         &[("i", 5)],
     );
-    rejects(
-        "f[i] = sum{k}_0^2 (a[4 - k] * b[k; i])",
-        &[("a", &[5]), ("b", &[3, 2])],
-        &[],
+    check(
+        "y[n; o; t] = sum{c}_0^4 (sum{k}_0^2 (x[n; c; 2*t + 3*k] * w[o; c; k]))",
+        &[("x", &[3, 5, 40]), ("w", &[6, 5, 3])],
+        &[("t", 17)],
+    );
+    check(
+        "y[n; o; i; j] = sum{c}_0^2 (sum{p}_0^2 (sum{q}_0^1 (x[n; c; i + p; j + q] * w[o; c; p; q])))",
+        &[("x", &[2, 3, 35, 20]), ("w", &[17, 3, 3, 2])],
+        &[("i", 33), ("j", 19)],
+    );
+    // The input gradient of a convolution over a zero-padded copy: the
+    // tap walks the padded gradient backwards.
+    check(
+        "dx[n; c; p] = sum{o}_0^6 (sum{k}_0^4 (w[o; c; k] * dy[n; o; p - k + 4]))",
+        &[("w", &[7, 19, 5]), ("dy", &[2, 7, 140])],
+        &[("p", 136)],
     );
 }
 

@@ -21,21 +21,23 @@
 //!   folded into one scale (gemm's `beta`);
 //! * the product has exactly two argument accesses (the same argument twice
 //!   is fine, e.g. `a[i;k] * a[j;k]`);
-//! * every dimension of an access is either a constant or exactly one index
-//!   variable with coefficient 1 plus a constant (`a[i; k + 1]`, `a[0; k]`),
-//!   and no variable appears in two dimensions of the same access. The
-//!   access is then a strided view: each variable has one stride per operand
-//!   (0 where it is absent), so permutations, transposes, broadcasts and
-//!   constant-offset sub-ranges need no copies;
+//! * every dimension of an access is an affine form of the index
+//!   variables (`a[i; k + 1]`, `a[0; k]`, `x[b; c; 2*t + 3*k - 1]`,
+//!   `a[n - 1 - i]`). The access is then a strided view: each variable has
+//!   one stride per operand, the sum of its coefficients times the strides
+//!   of the dimensions it appears in (0 where it is absent), so
+//!   permutations, transposes, broadcasts, sub-ranges, reversals and the
+//!   windows of a convolution (`t + k`: one GEMM per tap over a shifted
+//!   view) need no copies;
 //! * each summed variable appears in both accesses (K); an output variable
 //!   appearing in both (or neither) is a batch dimension, in `a` only an M
 //!   dimension, in `b` only an N dimension;
 //! * every access is in bounds for the whole domain (checked here again, so
 //!   `run_*` never reads outside a buffer of the declared length).
 //!
-//! Rejected (`None`): triangular or index-dependent bounds, diagonals
-//! (`a[i; i]`), coefficients other than 1 (`a[2*i]`, `a[n-1-i]`), several
-//! variables in one dimension (`a[i + k]`), guards, element-wise functions,
+//! Rejected (`None`): triangular or index-dependent bounds (the planner's
+//! `window` module rewrites those of a convolution first), guards,
+//! element-wise functions,
 //! products of three accesses, reductions other than `sum`, products with
 //! no sum (outer products are element-wise work).
 //!
@@ -347,7 +349,7 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
 /// `Some(Some(inner))` when `node` is a constant factor applied to `inner`
 /// (`c * x`, `x * c`, `x / c`, `-x`), folding the factor into `scale`;
 /// `Some(None)` when it is not; `None` for a division by zero.
-fn peel_constant(f: &IndexFn, node: NodeId, scale: &mut f64) -> Option<Option<NodeId>> {
+pub(crate) fn peel_constant(f: &IndexFn, node: NodeId, scale: &mut f64) -> Option<Option<NodeId>> {
     let g = &f.graph;
     Some(match g.node(node) {
         Node::Unary(UnaryOp::Neg, x) => {
@@ -423,27 +425,28 @@ fn view(f: &IndexFn, node: NodeId, ranges: &[VarRange], reads: bool) -> Option<V
     let mut base: i128 = 0;
     for (d, form) in index.iter().enumerate() {
         let size = shape[d] as i128;
-        let c = form.constant as i128;
-        let lo = match form.terms.as_slice() {
-            [] => c,
-            [(v, 1)] => {
-                if vars.iter().any(|(w, _)| w == v) {
-                    return None; // a diagonal
-                }
-                vars.push((*v, strides[d]));
-                let r = ranges.iter().find(|r| r.var == *v)?;
-                if reads && (r.lo as i128 + c < 0 || r.hi as i128 + c >= size) {
-                    return None;
-                }
-                r.lo as i128 + c
+        // The index at every variable's lower bound, and its extremes over
+        // the box of the variables' ranges.
+        let (mut at_lo, mut min, mut max) = (form.constant as i128, 0i128, 0i128);
+        for &(v, c) in &form.terms {
+            let r = ranges.iter().find(|r| r.var == v)?;
+            let c128 = c as i128;
+            let step = isize::try_from(c).ok()?.checked_mul(strides[d])?;
+            match vars.iter_mut().find(|(w, _)| *w == v) {
+                Some((_, s)) => *s = s.checked_add(step)?,
+                None => vars.push((v, step)),
             }
-            _ => return None,
-        };
-        if reads && (lo < 0 || lo >= size) {
+            at_lo += c128 * r.lo as i128;
+            let span = c128 * (r.hi as i128 - r.lo as i128);
+            min += span.min(0);
+            max += span.max(0);
+        }
+        if reads && (at_lo + min < 0 || at_lo + max >= size) {
             return None;
         }
-        base += lo * strides[d] as i128;
+        base += at_lo * strides[d] as i128;
     }
+    vars.retain(|(_, s)| *s != 0);
     // Unused when nothing is read; keep it a valid offset anyway.
     let base = if reads {
         usize::try_from(base).ok()?

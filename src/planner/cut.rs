@@ -70,23 +70,48 @@ pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
     let free: Vec<VarId> = g.free_vars(n).to_vec();
     let forms = collect_forms(f, iv, n);
 
-    // Coordinates: (form over the free indices, its pivot index).
-    let mut coords: Vec<(Affine, VarId)> = Vec::new();
+    // Coordinates, found by elimination. Each keeps its reduced form `R`
+    // (coefficient 1 on its pivot, 0 on earlier pivots) for solving, and
+    // `R` in terms of the coordinates. A coordinate is the form as read
+    // (`1 + c + 2·z`, not what is left of it after `z` was eliminated) when
+    // that is unimodular, so a shifted read stays one coordinate that its
+    // argument's bounds narrow.
+    struct Coord {
+        form: Affine,
+        reduced: Affine,
+        pivot: VarId,
+        in_q: Affine,
+    }
+    let q_var = |j: usize| VarId((f.var_names.len() + j) as u32);
+    let mut coords: Vec<Coord> = Vec::new();
     for fm in &forms {
-        let mut r = external(&fm.form, &free);
-        for (c, p) in &coords {
-            let k = r.coeff(*p);
+        let original = external(&fm.form, &free);
+        let (mut r, mut in_q) = (original.clone(), Affine::var(q_var(coords.len())));
+        for c in &coords {
+            let k = r.coeff(c.pivot);
             if k != 0 {
-                r = r.sub(&c.scale(k).ok()?).ok()?;
+                r = r.sub(&c.reduced.scale(k).ok()?).ok()?;
+                in_q = in_q.sub(&c.in_q.scale(k).ok()?).ok()?;
             }
         }
         if r.terms.is_empty() {
             continue;
         }
         let gcd = r.coeff_gcd() as i64;
-        let r = Affine::from_terms(r.terms.iter().map(|&(v, c)| (v, c / gcd)), 0).ok()?;
-        let &(pivot, pc) = r.terms.iter().find(|(_, c)| c.abs() == 1)?;
-        coords.push((r.scale(pc).ok()?, pivot)); // pivot coefficient +1
+        let (form, reduced, in_q) = if gcd == 1 {
+            (original, r, in_q)
+        } else {
+            // Not unimodular as read: the reduced form is the coordinate.
+            let r = Affine::from_terms(r.terms.iter().map(|&(v, c)| (v, c / gcd)), 0).ok()?;
+            (r.clone(), r, Affine::var(q_var(coords.len())))
+        };
+        let &(pivot, pc) = reduced.terms.iter().find(|(_, c)| c.abs() == 1)?;
+        coords.push(Coord {
+            form,
+            reduced: reduced.scale(pc).ok()?,
+            pivot,
+            in_q: in_q.scale(pc).ok()?,
+        });
     }
     let m = coords.len();
 
@@ -95,17 +120,22 @@ pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
     let q: Vec<VarId> = (0..m)
         .map(|j| {
             var_names.push(format!("s_{j}"));
-            VarId(var_names.len() as u32 - 1)
+            q_var(j)
         })
         .collect();
 
     // Domain: the hull, narrowed by the reads always performed.
     let mut domain: Vec<(i128, i128)> = Vec::with_capacity(m);
-    for (c, _) in &coords {
-        domain.push(iv.of_affine(c)?);
+    for c in &coords {
+        domain.push(iv.of_affine(&c.form)?);
     }
-    let pivots: Vec<VarId> = coords.iter().map(|(_, p)| *p).collect();
-    let sol = solve(&coords, &q)?;
+    let pivots: Vec<VarId> = coords.iter().map(|c| c.pivot).collect();
+    let sol = solve(
+        &coords
+            .iter()
+            .map(|c| (c.reduced.clone(), c.pivot, c.in_q.clone()))
+            .collect::<Vec<_>>(),
+    )?;
     for fm in forms.iter().filter(|fm| fm.always_read.is_some()) {
         let (arg, dim) = fm.always_read.expect("filtered");
         let size = f.args[arg].shape[dim] as i128;
@@ -174,7 +204,7 @@ pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
         .iter()
         .map(|&j| {
             coords[j]
-                .0
+                .form
                 .add_const(-i64::try_from(domain[j].0).ok()?)
                 .ok()
         })
@@ -260,17 +290,16 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
     out
 }
 
-/// The pivots in terms of the coordinates `q` and the other free indices:
-/// `coords[j].0 = q[j]` solved by back substitution (each coordinate has
-/// coefficient 1 on its pivot and 0 on earlier pivots).
-fn solve(coords: &[(Affine, VarId)], q: &[VarId]) -> Option<HashMap<VarId, Affine>> {
+/// The pivots in terms of the coordinates: `reduced = value` for each
+/// `(reduced, pivot, value)`, solved by back substitution (each reduced
+/// form has coefficient 1 on its pivot and 0 on earlier pivots).
+fn solve(coords: &[(Affine, VarId, Affine)]) -> Option<HashMap<VarId, Affine>> {
     let mut sol: HashMap<VarId, Affine> = HashMap::new();
-    for j in (0..coords.len()).rev() {
-        let (c, p) = &coords[j];
-        // p = q_j − (c − p), later pivots replaced by their solutions.
+    for (c, p, value) in coords.iter().rev() {
+        // p = value − (c − p), later pivots replaced by their solutions.
         let rest = c.sub(&Affine::var(*p)).ok()?;
         let rest = rest.substitute(&|v| sol.get(&v).cloned()).ok()?;
-        sol.insert(*p, Affine::var(q[j]).sub(&rest).ok()?);
+        sol.insert(*p, value.sub(&rest).ok()?);
     }
     Some(sol)
 }

@@ -32,7 +32,8 @@
 use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
-use super::route::route;
+use super::route::{route, routes_to_gemm};
+use super::window;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
 use crate::symbolic::intervals::Intervals;
@@ -240,6 +241,8 @@ impl Builder {
         mut sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
+        (f, sources) = self.apply_window(f, sources, use_wanted)?;
+        let whole_gemm = routes_to_gemm(&f);
         let mut rejected: HashSet<NodeId> = HashSet::new();
         for _ in 0..MAX_CUTS {
             let iv = Intervals::of(&f);
@@ -249,7 +252,7 @@ impl Builder {
                 continue;
             }
             let mut progress = false;
-            for n in self.candidates(&f, &iv, &mut keys, use_wanted) {
+            for n in self.candidates(&f, &iv, &mut keys, use_wanted, whole_gemm) {
                 if rejected.contains(&n) {
                     continue;
                 }
@@ -288,6 +291,37 @@ impl Builder {
         Ok((f, sources))
     }
 
+    /// `f` rewritten by `window` (a convolution-shaped contraction over
+    /// constant ranges, its padded or windowed reads read back from
+    /// stages), or `f` as it is when that does not apply or a read-back
+    /// fails its bounds check.
+    fn apply_window(
+        &mut self,
+        f: IndexFn,
+        mut sources: Vec<Source>,
+        use_wanted: bool,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
+        let Some(plan) = window::plan(&f, &Intervals::of(&f)) else {
+            return Ok((f, sources));
+        };
+        let mut g = plan.f;
+        let mut keys = Vec::new();
+        for (node, c) in &plan.cuts {
+            let (cf, csrc) = canonical(&c.stage, &sources);
+            let key = CutKey::new(cf, csrc);
+            g = read_back(&g, &[(*node, c.read.clone())], &key.f);
+            keys.push(key);
+        }
+        if g.check_bounds().is_err() {
+            return Ok((f, sources));
+        }
+        for key in keys {
+            let sid = self.stage_for(key, use_wanted)?;
+            sources.push(Source::Stage(sid));
+        }
+        Ok((g, sources))
+    }
+
     /// The nodes that qualify for a cut (see the module documentation):
     /// first the shared and known ones, top-down and maximal, then the
     /// rest, top-down.
@@ -297,6 +331,7 @@ impl Builder {
         iv: &Intervals,
         keys: &mut Keys,
         use_wanted: bool,
+        whole_gemm: bool,
     ) -> Vec<NodeId> {
         let g = &f.graph;
         let (mut first, mut then): (Vec<NodeId>, Vec<NodeId>) = (Vec::new(), Vec::new());
@@ -353,7 +388,8 @@ impl Builder {
                 let redundant = redundancy(g.free_vars(n), eff) > 1;
                 // A contraction runs as a GEMM of its own unless it is the
                 // one the route fuses with the element-wise work around it.
-                let own_gemm = keys.is_contraction(n)
+                let own_gemm = !whole_gemm
+                    && keys.is_contraction(n)
                     && (many_contractions
                         || !g.free_vars(n).iter().all(|v| f.out_vars.contains(v)));
                 // Either way, the stage must not compute more points than

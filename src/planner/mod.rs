@@ -12,6 +12,7 @@
 //! | `extract`, `cut` | which subexpressions become stages of their own, shared between functions |
 //! | `node` | one recorded op's forward and backward programs, planned together |
 //! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
+//! | `window` | a convolution-shaped contraction (padding guards, ranges that follow the output, windows) rewritten over constant ranges, and how its reads are materialised (view, padded copy, im2col) |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
 //! | `reorder`, `peel`, `vectorize` | the loop nest's order, its peeled boundaries and its vector loops |
 
@@ -26,6 +27,7 @@ mod program;
 pub(crate) mod reorder;
 pub mod route;
 pub mod vectorize;
+mod window;
 
 pub use node::{plan_node, NodePlan};
 pub use normalize::normalize;

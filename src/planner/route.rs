@@ -64,6 +64,11 @@ pub(crate) fn is_gemm(f: &IndexFn) -> bool {
     contraction::detect(f).is_some_and(|p| worth_gemm(&p))
 }
 
+/// Whether the route of `f` is a GEMM, alone or followed by a loop.
+pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
+    is_gemm(f) || epilogue::split(f).is_some_and(|s| worth_gemm(&s.contraction))
+}
+
 /// The route of `f` computed in `dtype` (see the module documentation).
 ///
 /// ```
