@@ -467,9 +467,10 @@ fn only_contiguous_f32_loops_are_vectorised() {
             "f[i; j] = sum{k}_0^2 (x[k; i] * x[j; k])",
             vec![("x", vec![3, 3])],
         ),
-        // A guard protecting loads.
+        // A guard on the inner index protecting loads, with no interior
+        // left to peel (`i = 4` only).
         (
-            "f[i] = if {i - 2 >= 0} then (x[i]) else (y[i])",
+            "f[i] = if {i - 4 = 0} then (x[i]) else (y[i])",
             vec![("x", vec![9]), ("y", vec![9])],
         ),
     ];
@@ -513,6 +514,36 @@ fn loops_with_index_dependent_sum_bounds_vectorise_their_interior() {
                 assert!(kern.is_vectorized(), "{src}: {kern}");
             }
             let mut rng = StdRng::seed_from_u64((t * 10 + k) as u64);
+            check(&f, &random_inputs(&f, &mut rng, false));
+        }
+    }
+}
+
+/// Guards on the inner index (the zero padding of an im2col copy, a
+/// causal mask) are peeled like dependent sum bounds: scalar boundary
+/// iterations with the guard, a vectorised interior where it holds; every
+/// length, every thread count.
+#[test]
+fn guards_on_the_inner_index_vectorise_their_interior() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        // im2col of a zero-padded row: taps q, positions j.
+        "f[q; j] = if {j + q - 1 >= 0} then (if {(N) - j - q >= 0} then (x[0; j + q - 1]) else (0)) else (0)",
+        // A strict and a non-strict guard, a shifted read.
+        "f[q; j] = if {j > q} then (if {j <= (N) - 1} then (x[1; j - q] * 2) else (-1)) else (x[0; q])",
+    ];
+    for body in bodies {
+        for n in [1usize, 2, 7, 9, 33] {
+            let src = body.replace("(N)", &format!("({n})"));
+            let f =
+                IndexFn::parse_with_sizes(&src, &[("x", &[2, n + 3][..])], &[("q", 3), ("j", n)])
+                    .unwrap_or_else(|e| panic!("{src}: {e}"));
+            let kern = jit::compile(&f, DType::F32).unwrap();
+            if n >= 9 {
+                assert!(kern.is_vectorized(), "{src}: {kern}");
+            }
+            let mut rng = StdRng::seed_from_u64(n as u64);
             check(&f, &random_inputs(&f, &mut rng, false));
         }
     }

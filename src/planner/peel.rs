@@ -19,11 +19,16 @@
 //! dominated. The three pieces cover the range exactly once whether or not
 //! the interior is empty, and which piece an element falls in depends on
 //! its index only (never on where threads cut the parallel loop), so
-//! results stay independent of the thread count. It must not change what a
+//! results stay independent of the thread count. Index guards that depend
+//! on the loop variable (the zero padding of an im2col copy) are split off
+//! the same way: on the interior they hold.
+//!
+//! It must not change what a
 //! kernel computes: only which loop computes each element.
 
 use super::vectorize::vectorizable;
-use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Stmt};
+use crate::kernel::{Bound, Cond, IVar, Kernel, Lin, Loop, Stmt};
+use crate::symbolic::expr::CmpOp;
 
 /// A loop split into scalar head and tail and a vectorisable interior.
 pub(crate) struct Peeled {
@@ -145,7 +150,7 @@ impl Conditions {
                         otherwise_value,
                         result,
                     } => Stmt::If {
-                        cond: cond.clone(),
+                        cond: self.guard(cond)?,
                         then: self.strip(then)?,
                         then_value: *then_value,
                         otherwise: self.strip(otherwise)?,
@@ -157,6 +162,50 @@ impl Conditions {
                 })
             })
             .collect()
+    }
+
+    /// An index guard that depends on the variable (the zero padding of a
+    /// convolution's im2col copy: `if {q + j − 1 ≥ 0} then (x[…]) else
+    /// (0)`) holds on the interior: it becomes a condition of the interior
+    /// and, there, a guard that always holds (one branch every lane takes).
+    /// Other guards are kept.
+    fn guard(&mut self, cond: &Cond) -> Option<Cond> {
+        let Cond::Index(l, op) = cond else {
+            return Some(cond.clone());
+        };
+        let c = l.coeff(self.var);
+        if c == 0 {
+            return Some(cond.clone());
+        }
+        // As `form ≥ 0`.
+        let form = match op {
+            CmpOp::Ge => l.clone(),
+            CmpOp::Gt => add_const(l, -1),
+            CmpOp::Le => l.checked_scale(-1)?,
+            CmpOp::Lt => add_const(&l.checked_scale(-1)?, -1),
+            CmpOp::Eq | CmpOp::Ne => return None,
+        };
+        let c = form.coeff(self.var);
+        let r = form.without(self.var);
+        if r.terms.iter().any(|(v, _)| self.bound_inside.contains(v)) {
+            return None;
+        }
+        // c·v + r ≥ 0: v ≥ ⌈−r / c⌉ (c > 0) or v ≤ ⌊r / −c⌋ (c < 0).
+        let (condition, list) = if c > 0 {
+            (
+                Bound {
+                    num: r.checked_scale(-1)?,
+                    den: c,
+                },
+                &mut self.lower,
+            )
+        } else {
+            (Bound { num: r, den: -c }, &mut self.upper)
+        };
+        if !list.contains(&condition) {
+            list.push(condition);
+        }
+        Some(Cond::Index(Lin::constant(0), CmpOp::Ge))
     }
 
     /// A bound list (`lower`: the maximum of ceilings is taken, else the
