@@ -42,8 +42,8 @@ fn value_grad(
     let numel = |s: &[usize]| s.iter().product::<usize>();
     let fan_in = numel(&w_shape[1..]) as f32;
     let x = Tensor::from_vec(data(numel(x_shape), 5, 1.0), x_shape)?.requires_grad();
-    let w = Tensor::from_vec(data(numel(w_shape), 6, fan_in.sqrt().recip()), w_shape)?
-        .requires_grad();
+    let w =
+        Tensor::from_vec(data(numel(w_shape), 6, fan_in.sqrt().recip()), w_shape)?.requires_grad();
     let y_shape = conv(&x, &w)?.shape().to_vec();
     let g = Tensor::from_vec(data(numel(&y_shape), 7, 1.0), &y_shape)?;
     let ms = median_ms(reps(), || {

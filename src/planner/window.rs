@@ -35,7 +35,9 @@
 //! strided view (a GEMM per tap, no copy), copy it zero-padded over its own
 //! index (`cut`), or copy it over its variables, taps before positions
 //! (im2col: one large GEMM). Long rows (`conv1d` over 1024 steps) favour
-//! the view, short ones (a 32×32 image) im2col.
+//! the view, short ones (a 32×32 image) im2col. A contraction with few
+//! terms per output element (a depthwise convolution's 9 taps) stays a
+//! loop nest: the rewrite is refused when the model puts the loop first.
 //!
 //! Must not decide anything else about the function (it returns a plan that
 //! `extract` applies) and must not change the function it is given.
@@ -225,9 +227,20 @@ pub(crate) fn plan(f: &IndexFn, iv: &Intervals) -> Option<WindowPlan> {
             }
         }
     }
-    let (_, cuts) = best?;
+    let (cost, cuts) = best?;
     if cuts.is_empty() && conditions_free(&guards) {
         return None; // the function is already the best plan
+    }
+    // Few terms per output element (a depthwise convolution sums 9): the
+    // loop nest, vectorised along the output row, beats GEMM calls with a
+    // tiny K.
+    let terms = f.out_shape.iter().map(|&d| d as f64).product::<f64>()
+        * hulls
+            .iter()
+            .map(|&(_, lo, hi)| (hi - lo + 1) as f64)
+            .product::<f64>();
+    if terms * LOOP_NS_PER_TERM <= cost {
+        return None;
     }
     Some(WindowPlan { f: h, cuts })
 }
@@ -559,12 +572,14 @@ fn plan_cost(f: &IndexFn, body: NodeId, cuts: &[(NodeId, Cut)]) -> Option<f64> {
 
 /// GEMM throughput per core (flops per ns), packing cost per operand
 /// element and fixed cost per call (ns), and the cost of writing and
-/// reading back one copied element (ns): rough values for one core with
-/// AVX2/AVX-512 and the `gemm` crate, measured on `bench/conv.sh`'s shapes.
+/// reading back one copied element (ns): rough values for one AVX2 core
+/// and the `gemm` crate (about 45–55 GFLOP/s on `bench/conv.sh`'s shapes).
 const FLOPS_PER_NS: f64 = 50.0;
 const PACK_NS: f64 = 0.5;
 const CALL_NS: f64 = 1000.0;
 const COPY_NS: f64 = 1.0;
+/// The cost of one term of a vectorised loop nest (ns), for comparison.
+const LOOP_NS_PER_TERM: f64 = 0.5;
 
 /// The cost model of one plan: every GEMM call packs its operands and runs
 /// its flops; every copied element is written once and read once.

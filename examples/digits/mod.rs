@@ -1,0 +1,175 @@
+//! What the digits training examples (`train_mlp`, `train_cnn`) share:
+//! the embedded data set (UCI "Optical Recognition of Handwritten Digits",
+//! test set, E. Alpaydin and C. Kaynak 1998, CC BY 4.0; see
+//! data/README.md: 1797 8×8 images, split 1437 / 360 with a fixed seed),
+//! and the training loop with its progress bar and statistics. Not an
+//! example itself (a folder without `main.rs`).
+
+use flate2::read::GzDecoder;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Read;
+use std::time::{Duration, Instant};
+use tenjin::nn::{Module, Sequential};
+use tenjin::optim::Optimizer;
+use tenjin::{Error, Tensor};
+
+const DIGITS: &[u8] = include_bytes!("../../data/digits.csv.gz");
+pub const FEATURES: usize = 64;
+pub const CLASSES: usize = 10;
+const TRAIN: usize = 1437;
+const BATCH: usize = 64;
+
+pub struct Digits {
+    pixels: Vec<f32>,
+    labels: Vec<usize>,
+}
+
+impl Digits {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Rows `rows` as a `[rows.len(), 64]` tensor and their labels.
+    fn batch(&self, rows: &[usize]) -> Result<(Tensor, Vec<usize>), Error> {
+        let mut x = Vec::with_capacity(rows.len() * FEATURES);
+        for &r in rows {
+            x.extend_from_slice(&self.pixels[r * FEATURES..(r + 1) * FEATURES]);
+        }
+        let y = rows.iter().map(|&r| self.labels[r]).collect();
+        Ok((Tensor::from_vec(x, &[rows.len(), FEATURES])?, y))
+    }
+}
+
+/// The embedded CSV: 64 pixel values in 0..=16 (scaled to [0, 1]), then the
+/// label.
+pub fn load() -> Digits {
+    let mut text = String::new();
+    GzDecoder::new(DIGITS)
+        .read_to_string(&mut text)
+        .expect("the embedded data set is valid gzip");
+    let mut d = Digits {
+        pixels: vec![],
+        labels: vec![],
+    };
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let v: Vec<u32> = line
+            .split(',')
+            .map(|s| s.trim().parse().expect("integers"))
+            .collect();
+        assert_eq!(v.len(), FEATURES + 1, "64 pixels and a label per row");
+        d.pixels
+            .extend(v[..FEATURES].iter().map(|&p| p as f32 / 16.0));
+        d.labels.push(v[FEATURES] as usize);
+    }
+    d
+}
+
+/// A reproducible permutation of `0..n` (Fisher–Yates with a xorshift).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut p: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        p.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    p
+}
+
+/// Fraction of `rows` the model classifies correctly.
+pub fn accuracy(model: &Sequential, data: &Digits, rows: &[usize]) -> Result<f64, Error> {
+    let (x, y) = data.batch(rows)?;
+    let logits = tenjin::no_grad(|| model.forward(&x))?.to_vec()?;
+    let correct = logits
+        .chunks(CLASSES)
+        .zip(&y)
+        .filter(|(row, &label)| {
+            let best = (0..CLASSES)
+                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                .unwrap_or(0);
+            best == label
+        })
+        .count();
+    Ok(correct as f64 / rows.len() as f64)
+}
+
+/// Trains `model` with `opt` for `epochs` epochs of full batches of 64 on
+/// the training split, showing progress; prints accuracies, step times
+/// and the caches' statistics, and returns the test accuracy.
+pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Result<f64, Error> {
+    let data = load();
+    let order = shuffled(data.len(), 2024);
+    let (train, test) = order.split_at(TRAIN);
+    println!(
+        "digits: {} training and {} test images of 8×8 pixels, {CLASSES} classes",
+        train.len(),
+        test.len()
+    );
+    let steps_per_epoch = train.len() / BATCH; // full batches only: one shape, one set of kernels
+    let bar = ProgressBar::new((epochs * steps_per_epoch) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}")
+            .expect("a valid template"),
+    );
+    let mut step_times: Vec<Duration> = Vec::new();
+    let mut first_step = Duration::ZERO;
+    let mut first_stats = tenjin::stats();
+    for epoch in 0..epochs {
+        let perm = shuffled(train.len(), epoch as u64 + 1);
+        let mut epoch_loss = 0.0;
+        for b in 0..steps_per_epoch {
+            let rows: Vec<usize> = perm[b * BATCH..(b + 1) * BATCH]
+                .iter()
+                .map(|&i| train[i])
+                .collect();
+            let (x, y) = data.batch(&rows)?;
+            let t = Instant::now();
+            opt.zero_grad();
+            let loss = model.forward(&x)?.cross_entropy(&y)?;
+            loss.backward()?;
+            opt.step()?;
+            let elapsed = t.elapsed();
+            if step_times.is_empty() && epoch == 0 && b == 0 {
+                first_step = elapsed;
+                first_stats = tenjin::stats();
+            } else {
+                step_times.push(elapsed);
+            }
+            epoch_loss += loss.item()?;
+            bar.inc(1);
+        }
+        let test_acc = accuracy(model, &data, test)?;
+        bar.set_message(format!(
+            "epoch {:>2}  loss {:.4}  test accuracy {:.1}%",
+            epoch + 1,
+            epoch_loss / steps_per_epoch as f64,
+            100.0 * test_acc
+        ));
+    }
+    bar.finish();
+
+    let train_acc = accuracy(model, &data, train)?;
+    let test_acc = accuracy(model, &data, test)?;
+    step_times.sort();
+    let median = step_times[step_times.len() / 2];
+    let stats = tenjin::stats();
+    println!(
+        "train accuracy {:.1}%, test accuracy {:.1}%",
+        100.0 * train_acc,
+        100.0 * test_acc
+    );
+    println!("first step (compiles and derives everything): {first_step:.2?}");
+    println!(
+        "steady-state step (median of {}): {median:.2?}",
+        step_times.len()
+    );
+    println!("after the first step: {first_stats}");
+    println!("at the end:           {stats}");
+    println!(
+        "training steps after the first: {} derivations, {} kernels compiled (the evaluation batches compile their own forward kernels once)",
+        stats.derivations - first_stats.derivations,
+        stats.kernels_compiled - first_stats.kernels_compiled
+    );
+    Ok(test_acc)
+}
