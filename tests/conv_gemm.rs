@@ -1,0 +1,102 @@
+//! Convolutions routed to GEMM by the planner (`planner::window`): the
+//! padded forward, the weight gradient and the input gradient of a conv2d
+//! run as GEMMs over im2col or padded stages, the forward's im2col is the
+//! weight gradient's, and a convolution written by hand as one `index_fn`
+//! line gets the same routes and the same values as the op. (Exactness of
+//! every conv case against the reference interpreter is in the gradcheck
+//! suite.)
+
+use tenjin::{index_fn_with_sizes, DType, Tensor};
+
+/// The stride-1, padding-1 3×3 conv2d of `[2, 16, 8, 8]` by `[16, 16, 3, 3]`.
+const LINE: &str = "y[n; o; i; j] = sum{c}_0^15 (sum{p}_0^2 (sum{q}_0^2 (\
+    if {i + p >= 1} then (if {i + p <= 8} then (if {j + q >= 1} then (if {j + q <= 8} \
+    then (x[n; c; i + p - 1; j + q - 1] * w[o; c; p; q]) else (0)) else (0)) else (0)) else (0))))";
+
+fn inputs() -> (Tensor, Tensor) {
+    let x = Tensor::randn(&[2, 16, 8, 8], DType::F64, 1)
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::randn(&[16, 16, 3, 3], DType::F64, 2)
+        .unwrap()
+        .requires_grad();
+    (x, w)
+}
+
+fn routes(y: &Tensor) -> (Vec<&'static str>, Vec<&'static str>, Vec<String>) {
+    let e = tenjin::explain(y).unwrap();
+    let f = e.forward.iter().map(|s| s.route).collect();
+    let b = e.backward.iter().map(|s| s.route).collect();
+    let roles = e.backward.iter().map(|s| s.role.clone()).collect();
+    (f, b, roles)
+}
+
+#[test]
+fn a_padded_conv2d_and_its_gradients_run_as_gemms_sharing_the_im2col() {
+    let (x, w) = inputs();
+    let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let (fwd, bwd, roles) = routes(&y);
+    let e = tenjin::explain(&y).unwrap();
+    assert_eq!(fwd, ["loop", "gemm"], "{e}");
+    // dy's im2col, dx by GEMM, the forward's im2col from the tape, dw by GEMM.
+    assert_eq!(bwd.iter().filter(|r| **r == "gemm").count(), 2, "{e}");
+    assert!(roles.iter().any(|r| r.contains("forward stage")), "{e}");
+    let grads = roles
+        .iter()
+        .zip(&bwd)
+        .filter(|(r, _)| r.starts_with("gradient"));
+    assert!(
+        grads.clone().count() == 2 && grads.into_iter().all(|(_, r)| *r == "gemm"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges() {
+    let x = Tensor::randn(&[2, 32, 32, 32], DType::F64, 1)
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::randn(&[32, 32, 3, 3], DType::F64, 2)
+        .unwrap()
+        .requires_grad();
+    let y = x.conv2d(&w, None, [2, 2], [1, 1], [1, 1], 1).unwrap();
+    let e = tenjin::explain(&y).unwrap();
+    let (fwd, bwd, roles) = routes(&y);
+    assert_eq!(fwd, ["loop", "gemm"], "{e}");
+    let dx = roles.iter().position(|r| r == "gradient of x").unwrap();
+    assert_eq!(bwd[dx], "loop", "{e}");
+    assert!(
+        bwd[..dx].contains(&"gemm"),
+        "the col2im product comes first: {e}"
+    );
+}
+
+#[test]
+fn the_same_convolution_written_as_one_line_gets_the_same_routes_and_values() {
+    let (x, w) = inputs();
+    let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let z = index_fn_with_sizes(LINE, &[("x", &x), ("w", &w)], &[("i", 8), ("j", 8)]).unwrap();
+    assert_eq!(routes(&y).0, routes(&z).0);
+    assert_eq!(routes(&y).1, routes(&z).1);
+    let g = Tensor::randn(&[2, 16, 8, 8], DType::F64, 3).unwrap();
+    y.backward_with(&g).unwrap();
+    let (gx, gw) = (
+        x.grad().unwrap().to_vec_f64().unwrap(),
+        w.grad().unwrap().to_vec_f64().unwrap(),
+    );
+    let (yv, zv) = (y.to_vec_f64().unwrap(), z.to_vec_f64().unwrap());
+    x.zero_grad();
+    w.zero_grad();
+    z.backward_with(&g).unwrap();
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        for (k, (p, q)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-12 * (1.0 + q.abs()),
+                "{what}[{k}]: {p} vs {q}"
+            );
+        }
+    };
+    close(&zv, &yv, "y");
+    close(&x.grad().unwrap().to_vec_f64().unwrap(), &gx, "dx");
+    close(&w.grad().unwrap().to_vec_f64().unwrap(), &gw, "dw");
+}
