@@ -12,8 +12,7 @@
 
 mod digits;
 
-use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, Module, ReLU, Sequential};
-use tenjin::optim::{SgdConfig, SGD};
+use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, ReLU, Sequential};
 use tenjin::{DType, Error};
 
 fn main() -> Result<(), Error> {
@@ -31,13 +30,7 @@ fn main() -> Result<(), Error> {
         .add(Lambda::new(|x| x.max_pool2d([2, 2], [2, 2])))
         .add(Flatten)
         .add(Linear::new(32 * 2 * 2, digits::CLASSES, 3)?);
-    let config = SgdConfig {
-        lr: 0.05,
-        momentum: 0.9,
-        nesterov: true,
-        ..Default::default()
-    };
-    let mut opt = SGD::new(model.parameters(), config)?;
+    let mut opt = digits::nesterov_sgd(&model)?;
     if digits::train(&model, &mut opt, 30)? < 0.98 {
         eprintln!("test accuracy below 98%");
         std::process::exit(1);

@@ -11,8 +11,7 @@
 
 mod digits;
 
-use tenjin::nn::{Linear, Module, ReLU, Sequential};
-use tenjin::optim::{SgdConfig, SGD};
+use tenjin::nn::{Linear, ReLU, Sequential};
 use tenjin::Error;
 
 fn main() -> Result<(), Error> {
@@ -20,13 +19,7 @@ fn main() -> Result<(), Error> {
         .add(Linear::new(digits::FEATURES, 128, 1)?)
         .add(ReLU)
         .add(Linear::new(128, digits::CLASSES, 2)?);
-    let config = SgdConfig {
-        lr: 0.05,
-        momentum: 0.9,
-        nesterov: true,
-        ..Default::default()
-    };
-    let mut opt = SGD::new(model.parameters(), config)?;
+    let mut opt = digits::nesterov_sgd(&model)?;
     if digits::train(&model, &mut opt, 40)? < 0.95 {
         eprintln!("test accuracy below 95%");
         std::process::exit(1);

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Read;
 use std::time::{Duration, Instant};
 use tenjin::nn::{Module, Sequential};
-use tenjin::optim::Optimizer;
+use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{Error, Tensor};
 
 const DIGITS: &[u8] = include_bytes!("../../data/digits.csv.gz");
@@ -92,6 +92,18 @@ pub fn accuracy(model: &Sequential, data: &Digits, rows: &[usize]) -> Result<f64
         })
         .count();
     Ok(correct as f64 / rows.len() as f64)
+}
+
+/// SGD with Nesterov momentum (learning rate 0.05, momentum 0.9) over
+/// `model`'s parameters.
+pub fn nesterov_sgd(model: &Sequential) -> Result<SGD, Error> {
+    let config = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        nesterov: true,
+        ..Default::default()
+    };
+    SGD::new(model.parameters(), config)
 }
 
 /// Trains `model` with `opt` for `epochs` epochs of full batches of 64 on
