@@ -388,10 +388,11 @@ impl Builder {
                 let redundant = redundancy(g.free_vars(n), eff) > 1;
                 // A contraction runs as a GEMM of its own unless it is the
                 // one the route fuses with the element-wise work around it.
-                let own_gemm = !whole_gemm
-                    && keys.is_contraction(n)
+                // (A sum inside the one contraction of a function that is
+                // itself a GEMM, the tap sum of `Σ_c Σ_k x[t + k]·w`, is not.)
+                let own_gemm = keys.is_contraction(n)
                     && (many_contractions
-                        || !g.free_vars(n).iter().all(|v| f.out_vars.contains(v)));
+                        || (!whole_gemm && !g.free_vars(n).iter().all(|v| f.out_vars.contains(v))));
                 // Either way, the stage must not compute more points than
                 // the places reading it evaluate (coordinates such as
                 // `t + k` next to `t` can span a much larger box).
@@ -642,11 +643,17 @@ impl<'a> Keys<'a> {
             .is_some_and(|(k, _)| super::route::is_gemm(&k.f))
     }
 
-    /// How many heavy nodes are contractions worth a GEMM.
+    /// How many heavy nodes are contractions worth a GEMM, not counting
+    /// those nested in another (the inner sums of one contraction chain).
     fn contractions(&mut self) -> usize {
-        self.heavy_nodes()
+        let cs: Vec<NodeId> = self
+            .heavy_nodes()
             .into_iter()
             .filter(|&n| self.is_contraction(n))
+            .collect();
+        let g = &self.f.graph;
+        cs.iter()
+            .filter(|&&n| !cs.iter().any(|&m| m != n && g.reachable(m).contains(&n)))
             .count()
     }
 

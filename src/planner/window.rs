@@ -430,29 +430,27 @@ fn hull_excess(f: &IndexFn, chain: &Chain, hulls: &[(VarId, i64, i64)]) -> Optio
 /// The terms of the sums from `level` in that the original ranges and
 /// guards keep, at the index values `env`.
 fn count_terms(chain: &Chain, level: usize, env: &mut HashMap<VarId, i64>) -> Option<u64> {
-    let value = |env: &HashMap<VarId, i64>| {
-        let env = env.clone();
-        move |v: VarId| env.get(&v).copied().unwrap_or(0)
+    let (lo, hi) = {
+        let at = |v: VarId| env.get(&v).copied().unwrap_or(0);
+        let Some((_, range)) = chain.sums.get(level) else {
+            let holds = chain.guards.iter().all(|c| match c {
+                Cond::Index(r, op) => r.num.eval(&at).is_ok_and(|x| op.holds(x, 0)),
+                Cond::IsInt(r) => r.is_int_at(&at).unwrap_or(false),
+                Cond::Value(..) => true,
+            });
+            return Some(holds as u64);
+        };
+        let lo = range.lower.iter().map(|b| b.eval_ceil(&at).ok()).max()??;
+        let hi = range.upper.iter().map(|b| b.eval_floor(&at).ok()).min()??;
+        (lo, hi)
     };
-    if level == chain.sums.len() {
-        let at = value(env);
-        let holds = chain.guards.iter().all(|c| match c {
-            Cond::Index(r, op) => r.num.eval(&at).is_ok_and(|x| op.holds(x, 0)),
-            Cond::IsInt(r) => r.is_int_at(&at).unwrap_or(false),
-            Cond::Value(..) => true,
-        });
-        return Some(holds as u64);
-    }
-    let (var, range) = &chain.sums[level];
-    let at = value(env);
-    let lo = range.lower.iter().map(|b| b.eval_ceil(&at).ok()).max()??;
-    let hi = range.upper.iter().map(|b| b.eval_floor(&at).ok()).min()??;
+    let var = chain.sums[level].0;
     let mut n = 0u64;
     for z in lo..=hi {
-        env.insert(*var, z);
+        env.insert(var, z);
         n += count_terms(chain, level + 1, env)?;
     }
-    env.remove(var);
+    env.remove(&var);
     Some(n)
 }
 
