@@ -26,6 +26,7 @@
 //! ```
 
 pub mod alloc;
+pub mod autograd;
 pub mod dtype;
 pub mod error;
 mod exec;

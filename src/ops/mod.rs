@@ -18,9 +18,11 @@ mod shape;
 pub use custom::{index_fn, index_fn_with_sizes};
 
 use crate::symbolic::index_fn::row_major_strides;
+use crate::symbolic::IndexFn;
 use crate::tensor::{Origin, Storage, Tensor};
 use crate::trace::plan::{self, OpPlan};
 use crate::trace::{self, Node};
+use crate::DType;
 use crate::{exec, Error};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -34,7 +36,66 @@ pub(crate) fn apply(
     args: &[(&str, &Tensor)],
     sizes: &[(&str, usize)],
 ) -> Result<Tensor, Error> {
-    apply_as(op, src, args, sizes, Output::Fresh)
+    apply_as(op, Def::Text { src, sizes }, args, Output::Fresh)
+}
+
+/// Applies an index function built by the runtime itself (a derivative
+/// recorded for a graph of gradients) to tensors given in the order of its
+/// arguments. `text` is `f` as printed: it keys the plan cache exactly as
+/// an op's source text does.
+pub(crate) fn apply_index_fn(
+    op: &str,
+    f: &IndexFn,
+    text: &str,
+    args: &[&Tensor],
+    dtype: DType,
+) -> Result<Tensor, Error> {
+    if f.args().len() != args.len() {
+        return Err(Error::Invalid {
+            function: op.to_string(),
+            message: format!(
+                "internal: {} takes {} arguments, {} given",
+                f.name(),
+                f.args().len(),
+                args.len()
+            ),
+        });
+    }
+    let named: Vec<(&str, &Tensor)> = f
+        .args()
+        .iter()
+        .zip(args)
+        .map(|(d, t)| (d.name.as_str(), *t))
+        .collect();
+    for ((name, t), d) in named.iter().zip(f.args()) {
+        if t.shape() != &d.shape[..] {
+            return Err(shape_error(
+                op,
+                format!(
+                    "internal: `{name}` of {} has shape {:?}, the tensor {:?}",
+                    f.name(),
+                    d.shape,
+                    t.shape()
+                ),
+            ));
+        }
+    }
+    apply_as(op, Def::Function { f, text, dtype }, &named, Output::Fresh)
+}
+
+/// What an op computes: its source text, or a function built already.
+#[derive(Clone, Copy)]
+enum Def<'a> {
+    Text {
+        src: &'a str,
+        sizes: &'a [(&'a str, usize)],
+    },
+    Function {
+        f: &'a IndexFn,
+        text: &'a str,
+        /// The element type (a function may read no argument).
+        dtype: DType,
+    },
 }
 
 /// Where an op's result lives.
@@ -48,14 +109,15 @@ enum Output {
 }
 
 /// The one path of every op: plan look-up (or build), run, record.
-fn apply_as(
-    op: &str,
-    src: &str,
-    args: &[(&str, &Tensor)],
-    sizes: &[(&str, usize)],
-    output: Output,
-) -> Result<Tensor, Error> {
-    let dtype = common_dtype(op, args)?;
+fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Result<Tensor, Error> {
+    let dtype = match def {
+        Def::Function { dtype, .. } if args.is_empty() => dtype,
+        _ => common_dtype(op, args)?,
+    };
+    let (src, sizes) = match def {
+        Def::Text { src, sizes } => (src, sizes),
+        Def::Function { text, .. } => (text, &[][..]),
+    };
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
     let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");
     for (n, v) in sizes {
@@ -69,8 +131,14 @@ fn apply_as(
         }
     }
     let plan = plan::cached(key, || {
-        let shapes: Vec<(&str, &[usize])> = args.iter().map(|(n, t)| (*n, t.shape())).collect();
-        let mut f = crate::symbolic::IndexFn::parse_with_sizes(src, &shapes, sizes)?;
+        let mut f = match def {
+            Def::Text { src, sizes } => {
+                let shapes: Vec<(&str, &[usize])> =
+                    args.iter().map(|(n, t)| (*n, t.shape())).collect();
+                IndexFn::parse_with_sizes(src, &shapes, sizes)?
+            }
+            Def::Function { f, .. } => f.clone(),
+        };
         for (i, (_, t)) in args.iter().enumerate() {
             if let (base, Some(map)) = t.base_and_map() {
                 f = f.compose_arg(i, base.shape(), map)?;
@@ -169,9 +237,11 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
     let elements = Tensor::dense(vec![x.numel()], storage.clone(), origin.clone());
     apply_as(
         "reshape",
-        &src,
+        Def::Text {
+            src: &src,
+            sizes: &sizes,
+        },
         &[("x", &elements)],
-        &sizes,
         Output::SharesInput,
     )
 }

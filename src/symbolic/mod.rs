@@ -20,6 +20,7 @@ pub use affine::{Affine, Overflow, RatAffine, VarId};
 pub mod expr;
 pub mod index_fn;
 
+mod batch;
 mod check;
 mod context;
 mod derive;
@@ -33,5 +34,6 @@ mod rules;
 pub(crate) mod shape_hash;
 pub(crate) mod subst;
 
+pub use batch::BatchedSeed;
 pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};
 pub use index_fn::{ArgDecl, IndexFn};

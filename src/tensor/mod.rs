@@ -235,9 +235,10 @@ impl Tensor {
             ));
         }
         match self.origin() {
-            Origin::Leaf(leaf) => Ok(leaf
-                .grad()
-                .map(|s| Tensor::dense(self.shape().to_vec(), s, Origin::Constant))),
+            Origin::Leaf(leaf) => Ok(leaf.grad_graph().or_else(|| {
+                leaf.grad()
+                    .map(|s| Tensor::dense(self.shape().to_vec(), s, Origin::Constant))
+            })),
             Origin::Constant => Err(trace::autograd_error(
                 "grad",
                 format!(
@@ -294,6 +295,28 @@ impl Tensor {
     /// again.
     pub fn backward_retaining_graph(&self, grad: Option<&Tensor>) -> Result<(), Error> {
         trace::backward(self, grad, true)
+    }
+
+    /// As [`Tensor::backward`] (or `backward_with` when `grad` is given),
+    /// with the gradients recorded on the tape (PyTorch's
+    /// `backward(create_graph=True)`): each leaf's `grad()` is then a
+    /// tensor that can be differentiated again. The recorded gradient
+    /// refers back to its leaf; `zero_grad` releases it.
+    ///
+    /// ```
+    /// use tenjin::{autograd, Tensor};
+    /// let x = Tensor::from_vec_f64(vec![3.0], &[1])?.requires_grad();
+    /// let y = autograd::keep_inputs(|| x.mul(&x)?.mul(&x)?.sum())?; // x³
+    /// y.backward_create_graph(None)?;
+    /// let g = x.grad().unwrap(); // 3x² = 27, recorded
+    /// assert_eq!(g.to_vec_f64()?, vec![27.0]);
+    /// x.zero_grad();
+    /// g.sum()?.backward()?; // 6x
+    /// assert_eq!(x.grad().unwrap().to_vec_f64()?, vec![18.0]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn backward_create_graph(&self, grad: Option<&Tensor>) -> Result<(), Error> {
+        crate::autograd::backward_create_graph(self, grad)
     }
 
     /// Whether two tensors share their data (dense storage or view base).

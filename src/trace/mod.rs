@@ -24,7 +24,7 @@ pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub use plan::{stats, Stats};
 
 use crate::alloc::AllocMode;
-use crate::tensor::{Origin, Storage};
+use crate::tensor::{Origin, Storage, Tensor};
 use crate::Error;
 use plan::{NodeGrad, OpPlan};
 use std::cell::Cell;
@@ -36,6 +36,7 @@ static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+    static KEEP_INPUTS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Number of trace nodes alive in the process (recorded operations whose
@@ -99,6 +100,42 @@ impl Drop for NoGradGuard {
     }
 }
 
+/// Runs `f` with recording switched on or off on this thread, restoring
+/// the previous state afterwards.
+pub(crate) fn with_grad_enabled<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
+    let previous = GRAD_ENABLED.with(|g| g.replace(enabled));
+    let out = f();
+    GRAD_ENABLED.with(|g| g.set(previous));
+    out
+}
+
+/// Runs `f` with every operation recorded on this thread saving the inputs
+/// its derivative reads, in either memory mode, so that a graph of
+/// gradients can be built over it later ([`crate::autograd::grad`] with
+/// `create_graph`). In memory-efficient mode nodes save these anyway; in
+/// runtime-efficient mode a node may keep a forward value instead of an
+/// input it was computed from, which is enough for one backward but not
+/// for differentiating that backward again.
+///
+/// The functional API (`hessian`, `hvp`, `jacobian`, `vjp`, `jvp`) runs
+/// the functions it is given inside this scope.
+///
+/// ```
+/// use tenjin::{autograd, Tensor};
+/// let x = Tensor::from_vec_f64(vec![0.5, -1.0], &[2])?.requires_grad();
+/// let y = autograd::keep_inputs(|| x.tanh()?.mul(&x)?.sum())?;
+/// let g = autograd::grad(&[&y], &[&x], None, true)?;
+/// let h = autograd::grad(&[&g[0].sum()?], &[&x], None, false)?;
+/// assert_eq!(h[0].shape(), &[2]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn keep_inputs<R>(f: impl FnOnce() -> R) -> R {
+    let previous = KEEP_INPUTS.with(|k| k.replace(true));
+    let out = f();
+    KEEP_INPUTS.with(|k| k.set(previous));
+    out
+}
+
 pub(crate) fn autograd_error(op: &str, message: String) -> Error {
     Error::Autograd {
         op: op.to_string(),
@@ -109,12 +146,17 @@ pub(crate) fn autograd_error(op: &str, message: String) -> Error {
 /// The gradient slot of a leaf that requires a gradient.
 pub(crate) struct Leaf {
     grad: Mutex<Option<Arc<Storage>>>,
+    /// The gradient as recorded by a backward with `create_graph`: a
+    /// tensor on the tape whose storage is `grad`. (It refers back to this
+    /// leaf, a reference cycle that `zero_grad` breaks, as in PyTorch.)
+    graph: Mutex<Option<Tensor>>,
 }
 
 impl Leaf {
     pub(crate) fn new() -> Leaf {
         Leaf {
             grad: Mutex::new(None),
+            graph: Mutex::new(None),
         }
     }
 
@@ -122,15 +164,44 @@ impl Leaf {
         self.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The gradient recorded by a backward with `create_graph`, if it is
+    /// the current gradient.
+    pub(crate) fn grad_graph(&self) -> Option<Tensor> {
+        self.graph.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub(crate) fn clear(&self) {
         *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.graph.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Adds `g` to the gradient. The sum is formed in place when nobody
     /// else holds the current gradient, otherwise in a new buffer (a
-    /// gradient tensor the user holds never changes under them).
+    /// gradient tensor the user holds never changes under them). A
+    /// recorded gradient becomes a constant again.
     pub(crate) fn accumulate(&self, g: Arc<Storage>) -> Result<(), Error> {
-        add_into(&mut self.grad.lock().unwrap_or_else(|e| e.into_inner()), g)
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        add_into(&mut self.grad.lock().unwrap_or_else(|e| e.into_inner()), g)?;
+        *graph = None;
+        Ok(())
+    }
+
+    /// Adds the recorded gradient `g` (dense, of the leaf's shape): the sum
+    /// is recorded too, so the gradient can be differentiated.
+    pub(crate) fn accumulate_graph(&self, g: Tensor) -> Result<(), Error> {
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        let mut grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+        let sum = match (graph.as_ref(), grad.as_ref()) {
+            (Some(old), _) => old.add(&g)?,
+            (None, Some(old)) => {
+                Tensor::dense(g.shape().to_vec(), old.clone(), Origin::Constant).add(&g)?
+            }
+            (None, None) => g,
+        };
+        let sum = sum.contiguous()?;
+        *grad = Some(sum.storage_and_origin().0.clone());
+        *graph = Some(sum);
+        Ok(())
     }
 }
 
@@ -182,6 +253,11 @@ pub(crate) struct Node {
 struct Storages {
     inputs: Vec<Weak<Storage>>,
     out: Weak<Storage>,
+    /// The version of each input and of the output when recorded: a
+    /// storage read back for a graph of gradients must still hold the
+    /// values the op read.
+    versions: Vec<u64>,
+    out_version: u64,
 }
 
 impl Node {
@@ -199,6 +275,8 @@ impl Node {
         mode: AllocMode,
     ) -> Result<Arc<Node>, Error> {
         let needs = grad.needs(mode);
+        let keep_inputs = KEEP_INPUTS.with(Cell::get);
+        let memory_args = &grad.needs(AllocMode::MemoryEfficient).args;
         let keep = |s: &Arc<Storage>| (s.clone(), s.version());
         let stage_count = grad.forward.program.stages.len();
         let mut stages: Vec<Option<Arc<Storage>>> = vec![None; stage_count];
@@ -216,8 +294,8 @@ impl Node {
         let saved = Saved {
             args: inputs
                 .iter()
-                .zip(&needs.args)
-                .map(|(s, &k)| k.then(|| keep(s)))
+                .enumerate()
+                .map(|(i, s)| (needs.args[i] || (keep_inputs && memory_args[i])).then(|| keep(s)))
                 .collect(),
             out: needs.out.then(|| keep(out)),
             stages,
@@ -233,6 +311,8 @@ impl Node {
             storages: Storages {
                 inputs: inputs.iter().map(|s| Arc::downgrade(s)).collect(),
                 out: Arc::downgrade(out),
+                versions: inputs.iter().map(|s| s.version()).collect(),
+                out_version: out.version(),
             },
         }))
     }
@@ -243,6 +323,24 @@ impl Node {
 
     pub(crate) fn op_name(&self) -> &str {
         &self.plan.op
+    }
+
+    /// The storage of input `i` with the values the op read: the saved
+    /// one, or the one still alive elsewhere if nothing wrote to it since.
+    /// `None` when it was freed or modified in place.
+    pub(crate) fn input_storage(&self, i: usize) -> Option<Arc<Storage>> {
+        let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some((s, v))) = saved.args.get(i) {
+            return (s.version() == *v).then(|| s.clone());
+        }
+        let s = self.storages.inputs.get(i)?.upgrade()?;
+        (s.version() == self.storages.versions[i]).then_some(s)
+    }
+
+    /// The storage of the output, as [`Node::input_storage`].
+    pub(crate) fn output_storage(&self) -> Option<Arc<Storage>> {
+        let s = self.storages.out.upgrade()?;
+        (s.version() == self.storages.out_version).then_some(s)
     }
 }
 

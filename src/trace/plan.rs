@@ -190,6 +190,21 @@ pub(crate) struct NodeGrad {
     /// the backward program its gradient needs (its output stage and every
     /// stage it reads, transitively).
     closures: Vec<usize>,
+    /// The derivatives as a graph of gradients records them, made on
+    /// first use.
+    graph: OnceLock<Vec<GraphDerivative>>,
+}
+
+/// One derivative of a node as an op of its own (see
+/// [`crate::autograd::grad`] with `create_graph`).
+pub(crate) struct GraphDerivative {
+    /// The derived function without the arguments it does not read.
+    pub(crate) f: IndexFn,
+    /// The positions of the arguments it reads among the node's arguments,
+    /// then the incoming gradient (position `n`), then the output (`n + 1`).
+    pub(crate) reads: Vec<usize>,
+    /// `f` as printed: the key of its op plan.
+    pub(crate) text: String,
 }
 
 impl NodeGrad {
@@ -202,6 +217,25 @@ impl NodeGrad {
 
     /// How many stages of the backward program the gradient of argument
     /// `arg` needs (0 when it is not differentiated).
+    /// Per argument differentiated (as in `plan.wrt`): its derivative as an
+    /// op of its own.
+    pub(crate) fn graph_derivatives(&self) -> &[GraphDerivative] {
+        self.graph.get_or_init(|| {
+            self.plan
+                .derivatives
+                .iter()
+                .map(|d| {
+                    let (f, reads) = d.without_unused_args();
+                    GraphDerivative {
+                        text: f.to_string(),
+                        f,
+                        reads,
+                    }
+                })
+                .collect()
+        })
+    }
+
     pub(crate) fn closure(&self, arg: usize) -> usize {
         self.plan
             .wrt
@@ -275,6 +309,7 @@ impl NodeGrad {
             needs_runtime: needs(true),
             needs_memory: needs(false),
             closures,
+            graph: OnceLock::new(),
             forward,
             backward,
             plan,

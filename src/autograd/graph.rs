@@ -1,0 +1,431 @@
+//! Gradients as tensors: the trace walked in reverse, each node's derived
+//! functions applied as ordinary ops.
+//!
+//! Owns [`gradients`], the one driver behind `grad`, `vjp`, `hvp`,
+//! `jacobian` and `hessian`. A node's derivative with respect to an
+//! argument is the index function the symbolic core derived for it
+//! (`d<x>[β] = Σ_α d<f>[α] · ∂f[α]/∂x[β]`, reading the node's arguments,
+//! the incoming gradient and the node's output). Applied through
+//! `ops::apply_index_fn`, it is planned, staged and compiled like any op,
+//! and, with `create_graph`, recorded on the tape: a gradient is then a
+//! tensor like any other and can be differentiated again, to any order.
+//!
+//! With a [`Seed::Batched`] seed every derivative is first lifted over
+//! leading batch indices (`symbolic::batch`): one walk computes a whole
+//! Jacobian, one row per batch element, and an identity seed is folded
+//! into the first derivatives symbolically (no `n × n` identity is ever
+//! multiplied). Must not run kernels itself or know any op.
+
+use crate::ops::apply_index_fn;
+use crate::symbolic::{BatchedSeed, IndexFn};
+use crate::tensor::{Origin, Tensor};
+use crate::trace::{self, Node};
+use crate::Error;
+use dashmap::DashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock};
+
+/// A derivative lifted over a batch, and its text (its plan's key).
+struct Lifted {
+    f: IndexFn,
+    text: String,
+}
+
+/// Lifted derivatives by (derivative text, batch, identity seed): a
+/// Jacobian computed again lifts nothing.
+type LiftKey = (String, Vec<usize>, bool);
+static LIFTED: LazyLock<DashMap<LiftKey, Arc<Lifted>>> = LazyLock::new(DashMap::new);
+
+fn lifted(
+    f: &IndexFn,
+    text: &str,
+    seed: Option<usize>,
+    batch: &[usize],
+    identity: bool,
+) -> Result<Arc<Lifted>, Error> {
+    let key = (text.to_string(), batch.to_vec(), identity);
+    if let Some(l) = LIFTED.get(&key) {
+        return Ok(l.clone());
+    }
+    let f = f.lift_seed(seed, batch, identity)?;
+    let l = Arc::new(Lifted {
+        text: f.to_string(),
+        f,
+    });
+    LIFTED.insert(key, l.clone());
+    Ok(l)
+}
+
+/// What flows into the outputs.
+#[derive(Clone)]
+pub(crate) enum Seed {
+    /// One gradient per output, of its shape.
+    Plain(Vec<Tensor>),
+    /// A batch of gradients per output: `[batch… ; output shape…]`
+    /// (`Tensor`), or the identity over the output's elements when the
+    /// batch shape is the output's shape (`Identity`, one output only).
+    Batched {
+        batch: Vec<usize>,
+        seeds: Vec<BatchedSeed<Tensor>>,
+    },
+}
+
+impl Seed {
+    fn batch(&self) -> &[usize] {
+        match self {
+            Seed::Plain(_) => &[],
+            Seed::Batched { batch, .. } => batch,
+        }
+    }
+}
+
+/// Where a gradient collects: a leaf, or the output of a recorded node.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Target {
+    Leaf(usize),
+    Node(u64),
+}
+
+fn target_of(origin: &Origin) -> Option<Target> {
+    match origin {
+        Origin::Constant => None,
+        Origin::Leaf(l) => Some(Target::Leaf(Arc::as_ptr(l) as usize)),
+        Origin::Op(n) => Some(Target::Node(n.id())),
+    }
+}
+
+/// A gradient on its way: the dense sum of what reached a target, or an
+/// identity seed not yet applied.
+enum Pending {
+    Value(Tensor),
+    Identity,
+}
+
+/// `d outputs / d inputs` contracted with `seed`, per input (`None` where
+/// no gradient reaches it). With `create_graph` the results are recorded
+/// on the tape; otherwise nothing is recorded and they are constants.
+/// Gradients of inputs that are outputs of recorded ops (not leaves) are
+/// the gradients flowing into those outputs.
+pub(crate) fn gradients(
+    outputs: &[&Tensor],
+    seed: Seed,
+    inputs: &[&Tensor],
+    create_graph: bool,
+) -> Result<Vec<Option<Tensor>>, Error> {
+    for x in inputs {
+        if x.is_view() {
+            return Err(trace::autograd_error(
+                "grad",
+                format!(
+                    "an input of shape {:?} is a view; differentiate with respect to the tensor it views",
+                    x.shape()
+                ),
+            ));
+        }
+        if !x.is_requires_grad() {
+            return Err(trace::autograd_error(
+                "grad",
+                format!(
+                    "an input of shape {:?} does not require a gradient (call .requires_grad() on it before computing the outputs)",
+                    x.shape()
+                ),
+            ));
+        }
+    }
+    trace::with_grad_enabled(create_graph, || {
+        Walk::new(inputs, seed.batch().to_vec())?.run(outputs, seed)
+    })
+}
+
+struct Walk {
+    batch: Vec<usize>,
+    wanted: Vec<Target>,
+    /// Gradients collected so far, per target.
+    pending: HashMap<Target, Pending>,
+    /// The nodes through which a gradient reaches a wanted target.
+    useful: HashSet<u64>,
+    /// The shape of each wanted leaf (a gradient may reach it flat,
+    /// through a reshape).
+    leaf_shapes: HashMap<Target, Vec<usize>>,
+}
+
+impl Walk {
+    fn new(inputs: &[&Tensor], batch: Vec<usize>) -> Result<Walk, Error> {
+        let wanted: Vec<Target> = inputs
+            .iter()
+            .map(|x| target_of(x.origin()).expect("inputs require a gradient"))
+            .collect();
+        let leaf_shapes = wanted
+            .iter()
+            .zip(inputs)
+            .map(|(t, x)| (*t, x.shape().to_vec()))
+            .collect();
+        Ok(Walk {
+            batch,
+            wanted,
+            pending: HashMap::new(),
+            useful: HashSet::new(),
+            leaf_shapes,
+        })
+    }
+
+    fn run(mut self, outputs: &[&Tensor], seed: Seed) -> Result<Vec<Option<Tensor>>, Error> {
+        let mut roots: Vec<Arc<Node>> = Vec::new();
+        let dense: Vec<Tensor> = outputs
+            .iter()
+            .map(|y| y.contiguous())
+            .collect::<Result<_, _>>()?;
+        let seeds: Vec<Pending> = match seed {
+            Seed::Plain(seeds) => {
+                check_count(outputs.len(), seeds.len())?;
+                for (y, s) in dense.iter().zip(&seeds) {
+                    check_seed(y, s.shape(), &[])?;
+                }
+                seeds.into_iter().map(Pending::Value).collect()
+            }
+            Seed::Batched { batch, seeds } => {
+                check_count(outputs.len(), seeds.len())?;
+                let mut out = Vec::new();
+                for (y, s) in dense.iter().zip(seeds) {
+                    out.push(match s {
+                        BatchedSeed::Identity => {
+                            if batch != y.shape() {
+                                return Err(trace::autograd_error(
+                                    "jacobian",
+                                    format!(
+                                        "internal: an identity seed over {batch:?} for an output of shape {:?}",
+                                        y.shape()
+                                    ),
+                                ));
+                            }
+                            Pending::Identity
+                        }
+                        BatchedSeed::Tensor(t) => {
+                            check_seed(y, t.shape(), &batch)?;
+                            Pending::Value(t)
+                        }
+                    });
+                }
+                out
+            }
+        };
+        for (y, s) in dense.iter().zip(seeds) {
+            let Some(t) = target_of(y.origin()) else {
+                return Err(trace::autograd_error(
+                    "grad",
+                    format!(
+                        "an output of shape {:?} does not require a gradient: no input it was computed from requires one",
+                        y.shape()
+                    ),
+                ));
+            };
+            self.add(t, s)?;
+            if let Origin::Op(n) = y.origin() {
+                roots.push(n.clone());
+            }
+        }
+        for node in self.reverse_topological(&roots) {
+            self.visit(&node)?;
+        }
+        self.wanted
+            .clone()
+            .into_iter()
+            .map(|t| match self.pending.get(&t) {
+                None => Ok(None),
+                Some(Pending::Value(v)) => Ok(Some(v.clone())),
+                Some(Pending::Identity) => Err(trace::autograd_error(
+                    "jacobian",
+                    "the Jacobian of an output with respect to itself is the identity; it is not built"
+                        .into(),
+                )),
+            })
+            .collect()
+    }
+
+    /// `pending[t] += g`.
+    fn add(&mut self, t: Target, g: Pending) -> Result<(), Error> {
+        let sum = match (self.pending.remove(&t), g) {
+            (None, g) => g,
+            (Some(Pending::Value(a)), Pending::Value(b)) => Pending::Value(a.add(&b)?),
+            _ => {
+                return Err(trace::autograd_error(
+                    "jacobian",
+                    "internal: an identity seed met another gradient".into(),
+                ))
+            }
+        };
+        self.pending.insert(t, sum);
+        Ok(())
+    }
+
+    /// The nodes reachable from `roots` through which a gradient reaches a
+    /// wanted target, every node before the nodes it reads.
+    fn reverse_topological(&mut self, roots: &[Arc<Node>]) -> Vec<Arc<Node>> {
+        // Post-order by an explicit stack: a long trace must not recurse.
+        let mut order: Vec<Arc<Node>> = Vec::new();
+        let mut state: HashMap<u64, bool> = HashMap::new(); // false: open, true: done
+        let mut useful: HashMap<u64, bool> = HashMap::new();
+        for root in roots {
+            let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
+            if state.contains_key(&root.id()) {
+                continue;
+            }
+            state.insert(root.id(), false);
+            while let Some((node, next)) = stack.pop() {
+                if let Some(Origin::Op(child)) = node.edges.get(next) {
+                    let child = child.clone();
+                    stack.push((node, next + 1));
+                    if !state.contains_key(&child.id()) {
+                        state.insert(child.id(), false);
+                        stack.push((child, 0));
+                    }
+                    continue;
+                }
+                if next < node.edges.len() {
+                    stack.push((node, next + 1));
+                    continue;
+                }
+                let reaches = self.wanted.contains(&Target::Node(node.id()))
+                    || node.edges.iter().any(|e| match e {
+                        Origin::Constant => false,
+                        Origin::Leaf(_) => self.wanted.contains(&target_of(e).unwrap()),
+                        Origin::Op(c) => useful.get(&c.id()).copied().unwrap_or(false),
+                    });
+                useful.insert(node.id(), reaches);
+                state.insert(node.id(), true);
+                order.push(node);
+            }
+        }
+        order.reverse();
+        order.retain(|n| useful[&n.id()]);
+        self.useful = order.iter().map(|n| n.id()).collect();
+        order
+    }
+
+    /// Applies `node`'s derivatives to the gradient collected at its
+    /// output, delivering one gradient per differentiated argument.
+    fn visit(&mut self, node: &Arc<Node>) -> Result<(), Error> {
+        let here = Target::Node(node.id());
+        // A wanted node keeps its gradient; the walk reads it on.
+        let g = match self.pending.get(&here) {
+            None => return Ok(()),
+            Some(Pending::Value(v)) => Some(v.clone()),
+            Some(Pending::Identity) => None,
+        };
+        if !self.wanted.contains(&here) {
+            self.pending.remove(&here);
+        }
+        let f = &node.plan.f;
+        let n = f.args().len();
+        let out = || -> Result<Tensor, Error> {
+            let s = node
+                .output_storage()
+                .ok_or_else(|| missing(node, "its output"))?;
+            Ok(Tensor::dense(
+                f.output_shape().to_vec(),
+                s,
+                Origin::Op(node.clone()),
+            ))
+        };
+        let grad = node.grad.clone();
+        for (p, &a) in grad.plan.wrt.iter().enumerate() {
+            let edge = &node.edges[a];
+            let Some(t) = target_of(edge) else { continue };
+            if !self.reaches(edge) {
+                continue;
+            }
+            let d = &grad.graph_derivatives()[p];
+            let mut args: Vec<Tensor> = Vec::with_capacity(d.reads.len());
+            for &r in &d.reads {
+                if r < n {
+                    let s = node.input_storage(r).ok_or_else(|| {
+                        missing(node, &format!("its input `{}`", f.args()[r].name))
+                    })?;
+                    args.push(Tensor::dense(
+                        f.args()[r].shape.clone(),
+                        s,
+                        node.edges[r].clone(),
+                    ));
+                } else if r == n {
+                    // An identity seed is folded into the function.
+                    if let Some(g) = &g {
+                        args.push(g.clone());
+                    }
+                } else {
+                    args.push(out()?);
+                }
+            }
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let name = format!("d{}/d{}", node.op_name(), f.args()[a].name);
+            let contribution = if self.batch.is_empty() {
+                apply_index_fn(&name, &d.f, &d.text, &refs, node.plan.dtype)?
+            } else {
+                let seed = d.reads.iter().position(|&r| r == n);
+                let l = lifted(&d.f, &d.text, seed, &self.batch, g.is_none())?;
+                apply_index_fn(
+                    &format!("{name} batched"),
+                    &l.f,
+                    &l.text,
+                    &refs,
+                    node.plan.dtype,
+                )?
+            };
+            // A reshape's derivative is flat: give it the target's shape.
+            let shape: Vec<usize> = match edge {
+                Origin::Op(m) => m.plan.f.output_shape().to_vec(),
+                _ => self.leaf_shapes[&t].clone(),
+            };
+            let shape: Vec<usize> = self.batch.iter().chain(&shape).copied().collect();
+            let contribution = if contribution.shape() == &shape[..] {
+                contribution
+            } else {
+                contribution.reshape(&shape)?
+            };
+            self.add(t, Pending::Value(contribution))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a gradient into `edge` can reach a wanted target.
+    fn reaches(&self, edge: &Origin) -> bool {
+        match edge {
+            Origin::Constant => false,
+            Origin::Leaf(_) => self.wanted.contains(&target_of(edge).unwrap()),
+            Origin::Op(n) => self.useful.contains(&n.id()),
+        }
+    }
+}
+
+fn missing(node: &Node, what: &str) -> Error {
+    trace::autograd_error(
+        "grad",
+        format!(
+            "differentiating through {} needs {what}, which was freed or modified in place after the op ran (a backward without retain_graph releases it, and in runtime-efficient mode an op may keep a forward value instead); compute the outputs inside tenjin::autograd::keep_inputs(|| ...) or in memory-efficient mode",
+            node.op_name()
+        ),
+    )
+}
+
+fn check_count(outputs: usize, seeds: usize) -> Result<(), Error> {
+    if outputs != seeds {
+        return Err(trace::autograd_error(
+            "grad",
+            format!("{outputs} outputs but {seeds} gradients for them"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_seed(y: &Tensor, seed: &[usize], batch: &[usize]) -> Result<(), Error> {
+    let want: Vec<usize> = batch.iter().chain(y.shape()).copied().collect();
+    if seed != want {
+        return Err(Error::Shape {
+            op: "grad".into(),
+            message: format!(
+                "the gradient for an output of shape {:?} has shape {seed:?}; expected {want:?}",
+                y.shape()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! Derivatives lifted over a batch of incoming gradients, and the identity
+//! seed folded in symbolically.
+//!
+//! Owns [`IndexFn::lift_seed`] and the delta rule behind it. A derivative
+//! `d<x>[β] = Σ … d<f>[α(β, κ)] · …` is linear in its incoming gradient
+//! `d<f>`; reading a batch of gradients `d<f>[b; α]` instead gives every
+//! row of a Jacobian-vector product at once: `d<x>[b; β]`. When the batch
+//! is the identity (`d<f>[b; α] = δ(b − α)`, a Jacobian's first step), the
+//! gradient is not read at all: each read becomes a product of Kronecker
+//! deltas, and a delta under a sum over one of its indices collapses the
+//! sum (Laue et al.'s δ rule, with the range kept as a guard):
+//!
+//! | before | after | when |
+//! | --- | --- | --- |
+//! | `Σ_{v=lo}^{hi} (δ(c·v + r) · a)` | `[lo ≤ −c·r ≤ hi] · a[v := −c·r]` | `c = ±1` |
+//! | `Σ_v (δ(r) · a)` | `δ(r) · Σ_v a` | `r` does not depend on `v` |
+//!
+//! So the Hessian of logistic regression, `Σ_j δ(b − j)·X[i; j]` at its
+//! first step, becomes the read `X[i; b]`: no identity is multiplied.
+//! Must not know tensors or the tape.
+
+use super::affine::{Affine, Overflow, RatAffine, VarId};
+use super::expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, ReduceOp, UnaryOp};
+use super::index_fn::IndexFn;
+use super::intervals::Intervals;
+use super::subst::substitute;
+use crate::Error;
+use std::collections::HashMap;
+
+/// How a batch of incoming gradients is given.
+#[derive(Clone, Debug)]
+pub enum BatchedSeed<T> {
+    /// The identity over the output's elements: the batch shape is the
+    /// output's shape and row `b` is the unit vector at `b`.
+    Identity,
+    /// Given gradients, of shape `batch ++ output shape`.
+    Tensor(T),
+}
+
+impl IndexFn {
+    /// This derivative (linear in its argument number `seed`, the incoming
+    /// gradient) lifted over leading batch indices of sizes `batch`: the
+    /// output becomes `batch ++ output shape`, and the seed is read as
+    /// `seed[b…; α]`. With `identity`, the seed is the identity
+    /// (`seed[b…; α] = δ(b − α)`, `batch` the seed's shape) and is no longer
+    /// an argument. `seed` is `None` for a derivative that does not read its
+    /// incoming gradient (it is then constant along the batch).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// // The derivative of y[j] = Σ_i x[i] · a[i; j] with respect to x.
+    /// let d = IndexFn::parse("dx[i] = sum{j}_0^2 (dy[j] * a[i; j])", &[("dy", &[3][..]), ("a", &[2, 3][..])])?;
+    /// let rows = d.lift_seed(Some(0), &[4], false)?;
+    /// assert_eq!(rows.to_string(), "dx[dx_b0; i] = sum{j}_0^2 (dy[dx_b0; j] * a[i; j])");
+    /// // With the identity, the sum collapses: the Jacobian is a read of `a`.
+    /// let jac = d.lift_seed(Some(0), &[3], true)?;
+    /// assert_eq!(jac.to_string(), "dx[dx_b0; i] = a[i; dx_b0]");
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn lift_seed(
+        &self,
+        seed: Option<usize>,
+        batch: &[usize],
+        identity: bool,
+    ) -> Result<IndexFn, Error> {
+        let overflow = |_: Overflow| Error::Overflow {
+            op: format!("lift {} over a batch", self.name),
+        };
+        let mut out = self.clone();
+        let b: Vec<VarId> = (0..batch.len())
+            .map(|k| out.fresh_var(&format!("{}_b{k}", self.name)))
+            .collect();
+        out.out_vars = b
+            .iter()
+            .copied()
+            .chain(self.out_vars.iter().copied())
+            .collect();
+        out.out_shape = batch
+            .iter()
+            .copied()
+            .chain(self.out_shape.iter().copied())
+            .collect();
+        let Some(seed) = seed else {
+            return Ok(out);
+        };
+        let decl = self
+            .args
+            .get(seed)
+            .ok_or_else(|| self.invalid(format!("no argument number {seed}")))?;
+        if identity && decl.shape != batch {
+            return Err(self.invalid(format!(
+                "an identity seed over {batch:?} for `{}` of shape {:?}",
+                decl.name, decl.shape
+            )));
+        }
+        let bvars: Vec<Affine> = b.iter().map(|&v| Affine::var(v)).collect();
+        let root = rewrite(&mut out.graph, self.root, &mut |g, node| {
+            let Node::Access { arg, index } = node else {
+                return Ok(None);
+            };
+            if *arg != seed {
+                return Ok(None);
+            }
+            if !identity {
+                let index = bvars.iter().chain(index.iter()).cloned().collect();
+                return Ok(Some(g.access(seed, index)));
+            }
+            let one = g.constant(1.0);
+            let zero = g.constant(0.0);
+            let mut delta = one;
+            for (bk, ik) in bvars.iter().zip(index) {
+                let cond = Cond::Index(RatAffine::integer(bk.sub(ik)?), CmpOp::Eq);
+                let d = g.select(cond, one, zero);
+                delta = g.mul(delta, d);
+            }
+            Ok(Some(delta))
+        })
+        .map_err(overflow)?;
+        out.root = root;
+        if identity {
+            let keep: Vec<usize> = (0..self.args.len()).filter(|&a| a != seed).collect();
+            out = out.with_args(&keep);
+            out.root = collapse_deltas(&mut out.graph, out.root).map_err(overflow)?;
+            out.root = drop_implied_guards(&mut out).map_err(overflow)?;
+            let (graph, root) = out.graph.extract(out.root);
+            out.graph = graph;
+            out.root = root;
+        } else {
+            out.args[seed].shape = batch.iter().chain(&decl.shape).copied().collect();
+        }
+        out.check_bounds()?;
+        Ok(out)
+    }
+
+    /// A new index variable named `base` (or `base_`, … when taken).
+    fn fresh_var(&mut self, base: &str) -> VarId {
+        let mut name = base.to_string();
+        while self.var_names.contains(&name) {
+            name.push('_');
+        }
+        self.var_names.push(name);
+        VarId(self.var_names.len() as u32 - 1)
+    }
+}
+
+/// Rebuilds the DAG under `root` bottom-up, `f` replacing the nodes it
+/// returns `Some` for (it sees each node with its children rebuilt).
+fn rewrite(
+    g: &mut Graph,
+    root: NodeId,
+    f: &mut dyn FnMut(&mut Graph, &Node) -> Result<Option<NodeId>, Overflow>,
+) -> Result<NodeId, Overflow> {
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for n in g.reachable(root) {
+        let node = g.node(n).map_children(&|c| map[&c]);
+        let new = match f(g, &node)? {
+            Some(id) => id,
+            None => remake(g, node),
+        };
+        map.insert(n, new);
+    }
+    Ok(map[&root])
+}
+
+/// Interns `node` through the simplifying constructors (`1 · x = x`, a
+/// guard with a constant condition picks its branch, …).
+fn remake(g: &mut Graph, node: Node) -> NodeId {
+    match node {
+        Node::Unary(op, a) => g.unary(op, a),
+        Node::Binary(op, a, b) => g.binary(op, a, b),
+        Node::Select {
+            cond,
+            then,
+            otherwise,
+        } => g.select(cond, then, otherwise),
+        Node::Reduce {
+            op,
+            var,
+            range,
+            body,
+        } => g.reduce(op, var, range, body),
+        other => g.intern(other),
+    }
+}
+
+/// `f`'s body without the guards `e ≥ 0` that hold wherever they are
+/// evaluated (the range guards a collapsed sum leaves behind are often
+/// implied by the output's box).
+fn drop_implied_guards(f: &mut IndexFn) -> Result<NodeId, Overflow> {
+    let iv = Intervals::of(f);
+    rewrite(&mut f.graph, f.root, &mut |_, node| match node {
+        Node::Select {
+            cond: Cond::Index(r, CmpOp::Ge),
+            then,
+            ..
+        } => Ok(iv
+            .of_affine(&r.num)
+            .filter(|&(lo, _)| lo >= 0)
+            .map(|_| *then)),
+        _ => Ok(None),
+    })
+}
+
+/// Applies the delta rules of the module documentation bottom-up.
+fn collapse_deltas(g: &mut Graph, root: NodeId) -> Result<NodeId, Overflow> {
+    rewrite(g, root, &mut |g, node| match node {
+        Node::Reduce {
+            op: ReduceOp::Sum,
+            var,
+            range,
+            body,
+        } => sum_of_delta(g, *var, range, *body),
+        _ => Ok(None),
+    })
+}
+
+/// A product's factors: multiplied, divided, and its sign.
+struct Product {
+    mul: Vec<NodeId>,
+    div: Vec<NodeId>,
+    negative: bool,
+}
+
+impl Product {
+    fn of(g: &Graph, n: NodeId) -> Product {
+        let mut p = Product {
+            mul: Vec::new(),
+            div: Vec::new(),
+            negative: false,
+        };
+        p.collect(g, n, false);
+        p
+    }
+
+    fn collect(&mut self, g: &Graph, n: NodeId, divided: bool) {
+        match g.node(n) {
+            Node::Binary(BinaryOp::Mul, a, b) => {
+                self.collect(g, *a, divided);
+                self.collect(g, *b, divided);
+            }
+            Node::Binary(BinaryOp::Div, a, b) => {
+                self.collect(g, *a, divided);
+                self.collect(g, *b, !divided);
+            }
+            Node::Unary(UnaryOp::Neg, a) => {
+                self.negative = !self.negative;
+                self.collect(g, *a, divided);
+            }
+            _ if divided => self.div.push(n),
+            _ => self.mul.push(n),
+        }
+    }
+
+    fn build(&self, g: &mut Graph) -> NodeId {
+        let mut acc = g.constant(1.0);
+        for &m in &self.mul {
+            acc = g.mul(acc, m);
+        }
+        for &d in &self.div {
+            acc = g.div(acc, d);
+        }
+        if self.negative {
+            acc = g.neg(acc);
+        }
+        acc
+    }
+}
+
+/// `δ(form)`: a guard `form = 0` selecting 1 or 0.
+fn as_delta(g: &Graph, n: NodeId) -> Option<&Affine> {
+    match g.node(n) {
+        Node::Select {
+            cond: Cond::Index(r, CmpOp::Eq),
+            then,
+            otherwise,
+        } if g.const_value(*then) == Some(1.0) && g.const_value(*otherwise) == Some(0.0) => {
+            r.as_integer()
+        }
+        _ => None,
+    }
+}
+
+/// `Σ_v body` with the delta rules applied, or `None` when neither holds.
+fn sum_of_delta(
+    g: &mut Graph,
+    v: VarId,
+    range: &super::expr::Range,
+    body: NodeId,
+) -> Result<Option<NodeId>, Overflow> {
+    let mut p = Product::of(g, body);
+    // A delta that pins `v`: the sum has one term.
+    let pin = p.mul.iter().enumerate().find_map(|(k, &m)| {
+        let form = as_delta(g, m)?;
+        let c = form.coeff(v);
+        (c == 1 || c == -1).then(|| (k, form.clone(), c))
+    });
+    if let Some((k, form, c)) = pin {
+        p.mul.remove(k);
+        // c·v + rest = 0  ⇔  v = −c·rest  (c = ±1).
+        let rest = form.sub(&Affine::var(v).scale(c)?)?;
+        let value = rest.scale(-c)?;
+        let rest_of_body = p.build(g);
+        let term = substitute(g, rest_of_body, &HashMap::from([(v, value.clone())]))?;
+        let zero = g.constant(0.0);
+        let mut out = term;
+        for lo in &range.lower {
+            // value ≥ lo  ⇔  den·value − num ≥ 0.
+            let cond = RatAffine::new(value.scale(lo.den)?.sub(&lo.num)?, 1)?;
+            out = g.select(Cond::Index(cond, CmpOp::Ge), out, zero);
+        }
+        for hi in &range.upper {
+            let cond = RatAffine::new(hi.num.sub(&value.scale(hi.den)?)?, 1)?;
+            out = g.select(Cond::Index(cond, CmpOp::Ge), out, zero);
+        }
+        return Ok(Some(out));
+    }
+    // Deltas that do not depend on `v` leave the sum.
+    let (outside, inside): (Vec<NodeId>, Vec<NodeId>) = p
+        .mul
+        .iter()
+        .partition(|&&m| as_delta(g, m).is_some() && !g.free_vars(m).contains(&v));
+    if outside.is_empty() {
+        return Ok(None);
+    }
+    p.mul = inside;
+    let rest = p.build(g);
+    let mut out = g.reduce(ReduceOp::Sum, v, range.clone(), rest);
+    for d in outside {
+        out = g.mul(d, out);
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(f: &IndexFn, args: &[(&str, &[f64])]) -> Vec<f64> {
+        f.eval_f64(args).unwrap()
+    }
+
+    #[test]
+    fn identity_seed_gives_the_jacobian_of_a_strided_window() {
+        // y[t] = Σ_k x[2t + k] · w[k]: dx with the identity seed is the
+        // Jacobian J[t; i] = w[i − 2t] where 0 ≤ i − 2t ≤ 2.
+        let f = IndexFn::parse_with_sizes(
+            "y[t] = sum{k}_0^2 (x[2*t + k] * w[k])",
+            &[("x", &[9][..]), ("w", &[3][..])],
+            &[("t", 4)],
+        )
+        .unwrap();
+        let dx = f.derive("x").unwrap();
+        let seed = dx.arg_index("dy").unwrap();
+        let jac = dx.lift_seed(Some(seed), &[4], true).unwrap();
+        assert!(!jac.to_string().contains("sum"), "{jac}");
+        let x: Vec<f64> = (0..9).map(f64::from).collect();
+        let w = [1.0, -2.0, 0.5];
+        let j = eval(&jac, &[("x", &x), ("w", &w)]);
+        for t in 0..4 {
+            for i in 0..9 {
+                let k = i as i64 - 2 * t as i64;
+                let want = if (0..3).contains(&k) {
+                    w[k as usize]
+                } else {
+                    0.0
+                };
+                assert_eq!(j[t * 9 + i], want, "t={t} i={i}");
+            }
+        }
+    }
+
+    #[test]
+    fn batched_seed_equals_one_derivative_per_row() {
+        let f = IndexFn::parse(
+            "f[i] = exp (sum{k}_0^2 (x[i; k] * x[i; k]))",
+            &[("x", &[2, 3][..])],
+        )
+        .unwrap();
+        let dx = f.derive("x").unwrap();
+        let seed = dx.arg_index("df").unwrap();
+        let lifted = dx.lift_seed(Some(seed), &[3], false).unwrap();
+        let x = [0.1, -0.2, 0.3, 0.4, 0.0, -0.1];
+        let seeds = [1.0, 2.0, -1.0, 0.5, 0.0, 3.0];
+        let all = eval(&lifted, &[("x", &x), ("df", &seeds)]);
+        for b in 0..3 {
+            let row = eval(&dx, &[("x", &x), ("df", &seeds[2 * b..2 * b + 2])]);
+            assert_eq!(&all[6 * b..6 * b + 6], &row[..]);
+        }
+    }
+
+    #[test]
+    fn a_delta_on_output_indices_stays_a_guard() {
+        // f[i] = x[i] · c: the Jacobian is c·δ(b − i), nothing to sum.
+        let f = IndexFn::parse("f[i] = x[i] * c[i]", &[("x", &[3][..]), ("c", &[3][..])]).unwrap();
+        let dx = f.derive("x").unwrap();
+        let seed = dx.arg_index("df").unwrap();
+        let jac = dx.lift_seed(Some(seed), &[3], true).unwrap();
+        let j = eval(&jac, &[("x", &[0.0; 3]), ("c", &[2.0, 3.0, 4.0])]);
+        assert_eq!(j, vec![2., 0., 0., 0., 3., 0., 0., 0., 4.]);
+    }
+}
