@@ -6,8 +6,9 @@
 //! Jacobian; large ones compare random projections `vᵀJ` (two per input),
 //! which catch any wrong entry with probability one.
 
+use crate::autograd::{grad, keep_inputs};
 use crate::tensor::Tensor;
-use crate::trace::no_grad;
+use crate::trace::{no_grad, with_grad_enabled};
 use crate::{DType, Error};
 
 /// Tolerances of [`gradcheck_with`]; the defaults are PyTorch's.
@@ -130,7 +131,11 @@ where
     let mut analytic: Vec<Vec<Vec<f64>>> = Vec::with_capacity(directions.len());
     for v in &directions {
         leaves.iter().for_each(Tensor::zero_grad);
-        y.backward_retaining_graph(Some(&Tensor::from_vec_f64(v.clone(), y.shape())?))?;
+        // An output no input reaches has a zero Jacobian (the derivative of
+        // `sign`, say): finite differences must find zeros too.
+        if y.is_requires_grad() {
+            y.backward_retaining_graph(Some(&Tensor::from_vec_f64(v.clone(), y.shape())?))?;
+        }
         let per_input = leaves
             .iter()
             .zip(&values)
@@ -176,4 +181,72 @@ where
         }
     }
     Ok(report)
+}
+
+/// Checks second derivatives: the gradients of `f` at `inputs`, contracted
+/// with a fixed random `v` of the output's shape, are themselves checked
+/// with [`gradcheck`] as a function of the inputs and of `v` (like
+/// `torch.autograd.gradgradcheck`). The gradients are built with
+/// [`crate::autograd::grad`] and `create_graph`, so what is compared is
+/// tenjin's derivative of its own recorded derivative.
+///
+/// ```
+/// use tenjin::Tensor;
+/// let x = Tensor::randn(&[3], tenjin::DType::F64, 0)?;
+/// let report = tenjin::gradgradcheck(|t| t[0].tanh()?.mul(&t[0]), &[x])?;
+/// assert!(report.compared > 0);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn gradgradcheck<F>(f: F, inputs: &[Tensor]) -> Result<GradcheckReport, Error>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor, Error>,
+{
+    gradgradcheck_with(f, inputs, GradcheckOptions::default())
+}
+
+/// [`gradgradcheck`] with explicit tolerances.
+pub fn gradgradcheck_with<F>(
+    f: F,
+    inputs: &[Tensor],
+    opts: GradcheckOptions,
+) -> Result<GradcheckReport, Error>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor, Error>,
+{
+    let n = inputs.len();
+    let out_shape = no_grad(|| f(inputs))?.shape().to_vec();
+    let count: usize = out_shape.iter().product();
+    let v = Tensor::randn(&[count], DType::F64, 0x5eed)?.reshape(&out_shape)?;
+    let grads = |t: &[Tensor]| -> Result<Tensor, Error> {
+        let recording = t.iter().any(Tensor::is_requires_grad);
+        with_grad_enabled(true, || {
+            let xs: Vec<Tensor> = t[..n]
+                .iter()
+                .map(|x| {
+                    if x.is_requires_grad() {
+                        x.clone()
+                    } else {
+                        x.detach().requires_grad()
+                    }
+                })
+                .collect();
+            let y = keep_inputs(|| f(&xs))?;
+            let flat: Vec<Tensor> = if y.is_requires_grad() {
+                let refs: Vec<&Tensor> = xs.iter().collect();
+                grad(&[&y], &refs, Some(&[&t[n]]), recording)?
+            } else {
+                xs.iter()
+                    .map(|x| Tensor::zeros(x.shape(), x.dtype()))
+                    .collect::<Result<_, _>>()?
+            }
+            .iter()
+            .map(|g| g.reshape(&[g.numel()]))
+            .collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = flat.iter().collect();
+            Tensor::cat(&refs, 0)
+        })
+    };
+    let mut all = inputs.to_vec();
+    all.push(v);
+    gradcheck_with(grads, &all, opts)
 }

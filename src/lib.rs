@@ -44,7 +44,9 @@ pub mod trace;
 pub use alloc::Device;
 pub use dtype::DType;
 pub use error::Error;
-pub use gradcheck::{gradcheck, gradcheck_with, GradcheckOptions, GradcheckReport};
+pub use gradcheck::{
+    gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
+};
 pub use ops::{index_fn, index_fn_with_sizes};
 pub use tensor::Tensor;
 pub use trace::{explain, no_grad, stats, Explanation, NoGradGuard, Stats};

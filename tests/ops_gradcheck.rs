@@ -11,7 +11,7 @@
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tenjin::{gradcheck, DType, Error, Tensor};
+use tenjin::{gradcheck, gradgradcheck_with, DType, Error, GradcheckOptions, Tensor};
 
 type OpFn = Box<dyn Fn(&[Tensor]) -> Result<Tensor, Error>>;
 
@@ -824,6 +824,58 @@ gradcheck_family! {
     gradcheck_conv_pool: conv_cases,
     gradcheck_losses: loss_cases,
     gradcheck_index_fn: index_fn_cases,
+}
+
+/// Second derivatives of every op: its recorded gradient (built with
+/// `create_graph`) differentiated again, against finite differences of
+/// that gradient (`tenjin::gradgradcheck`), to 1e-7 absolute and relative.
+fn check_second(cases: Vec<Case>) {
+    let mut failures = Vec::new();
+    for c in &cases {
+        let shapes: Vec<&[usize]> = c.inputs.iter().map(|t| t.shape()).collect();
+        let tight = GradcheckOptions {
+            atol: 1e-7,
+            rtol: 1e-7,
+            ..GradcheckOptions::default()
+        };
+        if let Err(e) = gradgradcheck_with(&c.f, &c.inputs, tight) {
+            failures.push(format!("{} on {shapes:?}: {e}", c.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+macro_rules! gradgradcheck_family {
+    ($($test:ident: $family:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                for seed in 1..=2 {
+                    check_second($family(&mut Gen::new(seed)));
+                }
+            }
+        )*
+    };
+}
+
+gradgradcheck_family! {
+    gradgradcheck_unary: unary_cases,
+    gradgradcheck_binary_broadcasting: binary_cases,
+    gradgradcheck_scalar_ops: scalar_cases,
+    gradgradcheck_where: where_cases,
+    gradgradcheck_reductions: reduce_cases,
+    gradgradcheck_matmul_linear: linalg_cases,
+    gradgradcheck_views: view_cases,
+    gradgradcheck_cat_stack_pad_repeat: shape_cases,
+    gradgradcheck_conv_pool: conv_cases,
+    gradgradcheck_losses: loss_cases,
+    gradgradcheck_index_fn: index_fn_cases,
 }
 
 /// Each op on f32 data matches the same op on the same data in f64, in its

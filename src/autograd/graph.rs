@@ -31,8 +31,8 @@ struct Lifted {
     text: String,
 }
 
-/// Lifted derivatives by (derivative text, batch, identity seed): a
-/// Jacobian computed again lifts nothing.
+/// Lifted derivatives by (derivative text with its shapes, batch,
+/// identity seed): a Jacobian computed again lifts nothing.
 type LiftKey = (String, Vec<usize>, bool);
 static LIFTED: LazyLock<DashMap<LiftKey, Arc<Lifted>>> = LazyLock::new(DashMap::new);
 
@@ -43,7 +43,12 @@ fn lifted(
     batch: &[usize],
     identity: bool,
 ) -> Result<Arc<Lifted>, Error> {
-    let key = (text.to_string(), batch.to_vec(), identity);
+    let shapes: Vec<&[usize]> = f.args().iter().map(|a| &a.shape[..]).collect();
+    let key = (
+        format!("{text}|{shapes:?}|{:?}", f.output_shape()),
+        batch.to_vec(),
+        identity,
+    );
     if let Some(l) = LIFTED.get(&key) {
         return Ok(l.clone());
     }
@@ -171,10 +176,14 @@ impl Walk {
 
     fn run(mut self, outputs: &[&Tensor], seed: Seed) -> Result<Vec<Option<Tensor>>, Error> {
         let mut roots: Vec<Arc<Node>> = Vec::new();
-        let dense: Vec<Tensor> = outputs
-            .iter()
-            .map(|y| y.contiguous())
-            .collect::<Result<_, _>>()?;
+        // A view among the outputs is copied, recorded, so that the copy's
+        // derivative leads to what it views.
+        let dense: Vec<Tensor> = trace::with_grad_enabled(true, || {
+            outputs
+                .iter()
+                .map(|y| y.contiguous())
+                .collect::<Result<_, _>>()
+        })?;
         let seeds: Vec<Pending> = match seed {
             Seed::Plain(seeds) => {
                 check_count(outputs.len(), seeds.len())?;

@@ -78,14 +78,22 @@ pub fn grad(
     fill_zeros(found, inputs, &[])
 }
 
-/// The Jacobian of `output` with respect to `input`, shaped
+/// The Jacobian of a recorded `output` with respect to `input` (a leaf or
+/// a recorded tensor it was computed from), shaped
 /// `output.shape() ++ input.shape()`: one walk of the trace with the
-/// identity as a batch of seeds.
-pub(crate) fn jacobian_of(
-    output: &Tensor,
-    input: &Tensor,
-    create_graph: bool,
-) -> Result<Tensor, Error> {
+/// identity as a batch of seeds, folded into the first derivatives. With
+/// `create_graph` the Jacobian is recorded too (and `explain` shows its
+/// last op's stages).
+///
+/// ```
+/// use tenjin::{autograd, Tensor};
+/// let x = Tensor::from_vec_f64(vec![1.0, 2.0], &[2])?.requires_grad();
+/// let y = x.mul(&x)?; // J = diag(2x)
+/// let j = autograd::jacobian_of(&y, &x, false)?;
+/// assert_eq!(j.to_vec_f64()?, vec![2.0, 0.0, 0.0, 4.0]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn jacobian_of(output: &Tensor, input: &Tensor, create_graph: bool) -> Result<Tensor, Error> {
     let seed = Seed::Batched {
         batch: output.shape().to_vec(),
         seeds: vec![BatchedSeed::Identity],

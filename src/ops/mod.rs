@@ -123,6 +123,11 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
     for (n, v) in sizes {
         let _ = write!(key, "|{n}={v}");
     }
+    if let Def::Function { f, .. } = def {
+        // The text leaves out sizes it could infer when parsed; a built
+        // function carries them.
+        let _ = write!(key, "|out={:?}", f.output_shape());
+    }
     for (name, t) in args {
         let (base, map) = t.base_and_map();
         let _ = write!(key, "|{name}{:?}", t.shape());

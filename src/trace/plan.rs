@@ -225,7 +225,14 @@ impl NodeGrad {
                 .derivatives
                 .iter()
                 .map(|d| {
-                    let (f, reads) = d.without_unused_args();
+                    let (mut f, reads) = d.without_unused_args();
+                    // Differentiated again, its output is read under its
+                    // own name and its gradient under `d` + that name:
+                    // neither may be one of its arguments (`df` of `dx`).
+                    let taken = |f: &IndexFn, n: &str| f.args().iter().any(|a| a.name == n);
+                    while taken(&f, &f.name) || taken(&f, &format!("d{}", f.name)) {
+                        f.name.push('_');
+                    }
                     GraphDerivative {
                         text: f.to_string(),
                         f,
