@@ -9,10 +9,15 @@ use std::collections::HashMap;
 use tenjin::symbolic::IndexFn;
 use tenjin::{autograd, index_fn, DType, Error, Tensor};
 
-/// `case -> name -> (shape, values)` from the JAX reference file.
-fn jax_data() -> HashMap<String, HashMap<String, (Vec<usize>, Vec<f64>)>> {
+/// A reference array: its shape and values.
+type Array = (Vec<usize>, Vec<f64>);
+/// `case -> name -> array`.
+type Cases = HashMap<String, HashMap<String, Array>>;
+
+/// The JAX reference file, read.
+fn jax_data() -> Cases {
     let text = include_str!("data/jax_hessians.txt");
-    let mut out: HashMap<String, HashMap<String, (Vec<usize>, Vec<f64>)>> = HashMap::new();
+    let mut out: Cases = HashMap::new();
     for line in text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

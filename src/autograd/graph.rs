@@ -272,20 +272,18 @@ impl Walk {
     fn reverse_topological(&mut self, roots: &[Arc<Node>]) -> Vec<Arc<Node>> {
         // Post-order by an explicit stack: a long trace must not recurse.
         let mut order: Vec<Arc<Node>> = Vec::new();
-        let mut state: HashMap<u64, bool> = HashMap::new(); // false: open, true: done
+        let mut seen: HashSet<u64> = HashSet::new();
         let mut useful: HashMap<u64, bool> = HashMap::new();
         for root in roots {
             let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
-            if state.contains_key(&root.id()) {
+            if !seen.insert(root.id()) {
                 continue;
             }
-            state.insert(root.id(), false);
             while let Some((node, next)) = stack.pop() {
                 if let Some(Origin::Op(child)) = node.edges.get(next) {
                     let child = child.clone();
                     stack.push((node, next + 1));
-                    if !state.contains_key(&child.id()) {
-                        state.insert(child.id(), false);
+                    if seen.insert(child.id()) {
                         stack.push((child, 0));
                     }
                     continue;
@@ -301,7 +299,6 @@ impl Walk {
                         Origin::Op(c) => useful.get(&c.id()).copied().unwrap_or(false),
                     });
                 useful.insert(node.id(), reaches);
-                state.insert(node.id(), true);
                 order.push(node);
             }
         }

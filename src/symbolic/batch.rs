@@ -143,13 +143,12 @@ impl IndexFn {
     }
 }
 
+/// A rewrite of one node (see [`rewrite`]).
+type NodeRewrite<'a> = dyn FnMut(&mut Graph, &Node) -> Result<Option<NodeId>, Overflow> + 'a;
+
 /// Rebuilds the DAG under `root` bottom-up, `f` replacing the nodes it
 /// returns `Some` for (it sees each node with its children rebuilt).
-fn rewrite(
-    g: &mut Graph,
-    root: NodeId,
-    f: &mut dyn FnMut(&mut Graph, &Node) -> Result<Option<NodeId>, Overflow>,
-) -> Result<NodeId, Overflow> {
+fn rewrite(g: &mut Graph, root: NodeId, f: &mut NodeRewrite) -> Result<NodeId, Overflow> {
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
     for n in g.reachable(root) {
         let node = g.node(n).map_children(&|c| map[&c]);
