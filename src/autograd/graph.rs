@@ -31,9 +31,9 @@ struct Lifted {
     text: String,
 }
 
-/// Lifted derivatives by (derivative text with its shapes, batch,
-/// identity seed): a Jacobian computed again lifts nothing.
-type LiftKey = (String, Vec<usize>, bool);
+/// Lifted derivatives by (derivative text with its shapes, batch): a
+/// Jacobian computed again lifts nothing.
+type LiftKey = (String, Vec<usize>);
 static LIFTED: LazyLock<DashMap<LiftKey, Arc<Lifted>>> = LazyLock::new(DashMap::new);
 
 fn lifted(
@@ -41,18 +41,16 @@ fn lifted(
     text: &str,
     seed: Option<usize>,
     batch: &[usize],
-    identity: bool,
 ) -> Result<Arc<Lifted>, Error> {
     let shapes: Vec<&[usize]> = f.args().iter().map(|a| &a.shape[..]).collect();
     let key = (
         format!("{text}|{shapes:?}|{:?}", f.output_shape()),
         batch.to_vec(),
-        identity,
     );
     if let Some(l) = LIFTED.get(&key) {
         return Ok(l.clone());
     }
-    let f = f.lift_seed(seed, batch, identity)?;
+    let f = f.lift_seed(seed, batch, false)?;
     let l = Arc::new(Lifted {
         text: f.to_string(),
         f,
@@ -99,13 +97,20 @@ fn target_of(origin: &Origin) -> Option<Target> {
     }
 }
 
-/// A gradient on its way: the dense sum of what reached a target, or an
-/// identity seed not yet applied.
+/// A gradient on its way to a target.
 enum Pending {
+    /// Computed: the sum of what reached the target.
     Value(Tensor),
-    Identity,
+    /// Kept symbolic: a function without reductions over
+    /// `batch ++ target shape` and the tensors it reads. An identity seed
+    /// starts so, and stays so through element-wise derivatives and
+    /// reshapes until a sum collapses its deltas or a contraction needs a
+    /// value.
+    Lazy { f: Box<IndexFn>, args: Vec<Tensor> },
 }
 
+/// The largest symbolic gradient kept unevaluated (body nodes).
+const LAZY_NODES: usize = 256;
 /// `d outputs / d inputs` contracted with `seed`, per input (`None` where
 /// no gradient reaches it). With `create_graph` the results are recorded
 /// on the tape; otherwise nothing is recorded and they are constants.
@@ -138,12 +143,14 @@ pub(crate) fn gradients(
         }
     }
     trace::with_grad_enabled(create_graph, || {
-        Walk::new(inputs, seed.batch().to_vec())?.run(outputs, seed)
+        let dtype = outputs.first().map_or(crate::DType::F32, |y| y.dtype());
+        Walk::new(inputs, seed.batch().to_vec(), dtype)?.run(outputs, seed)
     })
 }
 
 struct Walk {
     batch: Vec<usize>,
+    dtype: crate::DType,
     wanted: Vec<Target>,
     /// Gradients collected so far, per target.
     pending: HashMap<Target, Pending>,
@@ -155,7 +162,7 @@ struct Walk {
 }
 
 impl Walk {
-    fn new(inputs: &[&Tensor], batch: Vec<usize>) -> Result<Walk, Error> {
+    fn new(inputs: &[&Tensor], batch: Vec<usize>, dtype: crate::DType) -> Result<Walk, Error> {
         let wanted: Vec<Target> = inputs
             .iter()
             .map(|x| target_of(x.origin()).expect("inputs require a gradient"))
@@ -167,6 +174,7 @@ impl Walk {
             .collect();
         Ok(Walk {
             batch,
+            dtype,
             wanted,
             pending: HashMap::new(),
             useful: HashSet::new(),
@@ -207,7 +215,10 @@ impl Walk {
                                     ),
                                 ));
                             }
-                            Pending::Identity
+                            Pending::Lazy {
+                                f: Box::new(IndexFn::identity(&batch)?),
+                                args: Vec::new(),
+                            }
                         }
                         BatchedSeed::Tensor(t) => {
                             check_seed(y, t.shape(), &batch)?;
@@ -239,29 +250,38 @@ impl Walk {
         self.wanted
             .clone()
             .into_iter()
-            .map(|t| match self.pending.get(&t) {
+            .map(|t| match self.pending.remove(&t) {
                 None => Ok(None),
-                Some(Pending::Value(v)) => Ok(Some(v.clone())),
-                Some(Pending::Identity) => Err(trace::autograd_error(
-                    "jacobian",
-                    "the Jacobian of an output with respect to itself is the identity; it is not built"
-                        .into(),
-                )),
+                Some(p) => self.value(p).map(Some),
             })
             .collect()
     }
 
-    /// `pending[t] += g`.
+    /// A pending gradient as a tensor.
+    fn value(&self, p: Pending) -> Result<Tensor, Error> {
+        match p {
+            Pending::Value(v) => Ok(v),
+            Pending::Lazy { f, args } => {
+                let refs: Vec<&Tensor> = args.iter().collect();
+                apply_index_fn("gradient", &f, &f.to_string(), &refs, self.dtype)
+            }
+        }
+    }
+
+    /// `pending[t] += g`, symbolically while both are symbolic and small.
     fn add(&mut self, t: Target, g: Pending) -> Result<(), Error> {
         let sum = match (self.pending.remove(&t), g) {
             (None, g) => g,
-            (Some(Pending::Value(a)), Pending::Value(b)) => Pending::Value(a.add(&b)?),
-            _ => {
-                return Err(trace::autograd_error(
-                    "jacobian",
-                    "internal: an identity seed met another gradient".into(),
-                ))
+            (Some(Pending::Lazy { f: a, args: mut x }), Pending::Lazy { f: b, args: y })
+                if a.node_count() + b.node_count() <= LAZY_NODES =>
+            {
+                x.extend(y);
+                Pending::Lazy {
+                    f: Box::new(a.add_fn(&b)?),
+                    args: x,
+                }
             }
+            (Some(a), b) => Pending::Value(self.value(a)?.add(&self.value(b)?)?),
         };
         self.pending.insert(t, sum);
         Ok(())
@@ -313,14 +333,21 @@ impl Walk {
     fn visit(&mut self, node: &Arc<Node>) -> Result<(), Error> {
         let here = Target::Node(node.id());
         // A wanted node keeps its gradient; the walk reads it on.
-        let g = match self.pending.get(&here) {
-            None => return Ok(()),
-            Some(Pending::Value(v)) => Some(v.clone()),
-            Some(Pending::Identity) => None,
+        let g = if self.wanted.contains(&here) {
+            match self.pending.remove(&here) {
+                None => return Ok(()),
+                Some(p) => {
+                    let v = self.value(p)?;
+                    self.pending.insert(here, Pending::Value(v.clone()));
+                    Pending::Value(v)
+                }
+            }
+        } else {
+            match self.pending.remove(&here) {
+                None => return Ok(()),
+                Some(p) => p,
+            }
         };
-        if !self.wanted.contains(&here) {
-            self.pending.remove(&here);
-        }
         let f = &node.plan.f;
         let n = f.args().len();
         let out = || -> Result<Tensor, Error> {
@@ -341,8 +368,10 @@ impl Walk {
                 continue;
             }
             let d = &grad.graph_derivatives()[p];
+            // The derivative's arguments but its incoming gradient.
             let mut args: Vec<Tensor> = Vec::with_capacity(d.reads.len());
-            for &r in &d.reads {
+            let mut seed = None;
+            for (k, &r) in d.reads.iter().enumerate() {
                 if r < n {
                     let s = node.input_storage(r).ok_or_else(|| {
                         missing(node, &format!("its input `{}`", f.args()[r].name))
@@ -353,43 +382,107 @@ impl Walk {
                         node.edges[r].clone(),
                     ));
                 } else if r == n {
-                    // An identity seed is folded into the function.
-                    if let Some(g) = &g {
-                        args.push(g.clone());
-                    }
+                    seed = Some(k);
                 } else {
                     args.push(out()?);
                 }
             }
-            let refs: Vec<&Tensor> = args.iter().collect();
             let name = format!("d{}/d{}", node.op_name(), f.args()[a].name);
-            let contribution = if self.batch.is_empty() {
-                apply_index_fn(&name, &d.f, &d.text, &refs, node.plan.dtype)?
-            } else {
-                let seed = d.reads.iter().position(|&r| r == n);
-                let l = lifted(&d.f, &d.text, seed, &self.batch, g.is_none())?;
-                apply_index_fn(
-                    &format!("{name} batched"),
-                    &l.f,
-                    &l.text,
-                    &refs,
-                    node.plan.dtype,
-                )?
-            };
+            let contribution = self.apply(&name, d, seed, &g, args)?;
             // A reshape's derivative is flat: give it the target's shape.
             let shape: Vec<usize> = match edge {
                 Origin::Op(m) => m.plan.f.output_shape().to_vec(),
                 _ => self.leaf_shapes[&t].clone(),
             };
             let shape: Vec<usize> = self.batch.iter().chain(&shape).copied().collect();
-            let contribution = if contribution.shape() == &shape[..] {
-                contribution
-            } else {
-                contribution.reshape(&shape)?
-            };
-            self.add(t, Pending::Value(contribution))?;
+            let contribution = self.reshaped(contribution, &shape)?;
+            self.add(t, contribution)?;
         }
         Ok(())
+    }
+
+    /// One derivative `d` applied to the incoming gradient `g` (read as
+    /// its argument number `seed`) and the other arguments `args`.
+    fn apply(
+        &self,
+        name: &str,
+        d: &trace::GraphDerivative,
+        seed: Option<usize>,
+        g: &Pending,
+        mut args: Vec<Tensor>,
+    ) -> Result<Pending, Error> {
+        let run = |f: &IndexFn, text: &str, args: &[Tensor]| -> Result<Pending, Error> {
+            let refs: Vec<&Tensor> = args.iter().collect();
+            apply_index_fn(name, f, text, &refs, self.dtype).map(Pending::Value)
+        };
+        let with_seed = |args: &mut Vec<Tensor>, v: &Tensor| {
+            if let Some(k) = seed {
+                args.insert(k, v.clone());
+            }
+        };
+        if self.batch.is_empty() {
+            let Pending::Value(v) = g else {
+                return Err(trace::autograd_error(
+                    "grad",
+                    "internal: a symbolic gradient without a batch".into(),
+                ));
+            };
+            with_seed(&mut args, v);
+            return run(&d.f, &d.text, &args);
+        }
+        let l = lifted(&d.f, &d.text, seed, &self.batch)?;
+        match (g, seed) {
+            (Pending::Value(v), _) => {
+                with_seed(&mut args, v);
+                run(&l.f, &l.text, &args)
+            }
+            (Pending::Lazy { .. }, None) => run(&l.f, &l.text, &args),
+            (
+                Pending::Lazy {
+                    f: def,
+                    args: extra,
+                },
+                Some(k),
+            ) => {
+                let f = l.f.inline_arg(k, def)?.collapse_deltas()?;
+                args.extend(extra.iter().cloned());
+                if f.has_reduction() || f.node_count() > LAZY_NODES {
+                    run(&f, &f.to_string(), &args)
+                } else {
+                    Ok(Pending::Lazy {
+                        f: Box::new(f),
+                        args,
+                    })
+                }
+            }
+        }
+    }
+
+    /// `p` with the shape `shape`: a flat gradient (a reshape's
+    /// derivative, `batch ++ [numel]`) read at row-major offsets.
+    fn reshaped(&self, p: Pending, shape: &[usize]) -> Result<Pending, Error> {
+        let current: Vec<usize> = match &p {
+            Pending::Value(v) => v.shape().to_vec(),
+            Pending::Lazy { f, .. } => f.output_shape().to_vec(),
+        };
+        if current == shape {
+            return Ok(p);
+        }
+        match p {
+            Pending::Value(v) => Ok(Pending::Value(v.reshape(shape)?)),
+            Pending::Lazy { f, args } => {
+                let unflat = unflatten(&self.batch, &shape[self.batch.len()..], &current)?;
+                match unflat {
+                    Some(u) => Ok(Pending::Lazy {
+                        f: Box::new(u.inline_arg(0, &f)?),
+                        args,
+                    }),
+                    None => Ok(Pending::Value(
+                        self.value(Pending::Lazy { f, args })?.reshape(shape)?,
+                    )),
+                }
+            }
+        }
     }
 
     /// Whether a gradient into `edge` can reach a wanted target.
@@ -400,6 +493,43 @@ impl Walk {
             Origin::Op(n) => self.useful.contains(&n.id()),
         }
     }
+}
+
+/// `u[b…; i…] = flat[b…; Σ stride·i]`: a gradient of shape
+/// `batch ++ [numel]` read as `batch ++ shape` (`None` when `current` is
+/// not that flat shape).
+fn unflatten(
+    batch: &[usize],
+    shape: &[usize],
+    current: &[usize],
+) -> Result<Option<IndexFn>, Error> {
+    let numel: usize = shape.iter().product();
+    let flat: Vec<usize> = batch.iter().copied().chain([numel]).collect();
+    if current != flat {
+        return Ok(None);
+    }
+    let b: Vec<String> = (0..batch.len()).map(|k| format!("b{k}")).collect();
+    let i: Vec<String> = (0..shape.len()).map(|k| format!("i{k}")).collect();
+    let mut stride = 1usize;
+    let mut terms: Vec<String> = Vec::new();
+    for (name, &n) in i.iter().zip(shape).rev() {
+        terms.push(format!("{stride} * {name}"));
+        stride *= n;
+    }
+    let offset = if terms.is_empty() {
+        "0".to_string()
+    } else {
+        terms.join(" + ")
+    };
+    let out: Vec<&str> = b.iter().chain(&i).map(String::as_str).collect();
+    let read: Vec<String> = b.iter().cloned().chain([offset]).collect();
+    let src = format!("u[{}] = g[{}]", out.join("; "), read.join("; "));
+    let sizes: Vec<(&str, usize)> = out
+        .iter()
+        .copied()
+        .zip(batch.iter().chain(shape).copied())
+        .collect();
+    IndexFn::parse_with_sizes(&src, &[("g", &flat)], &sizes).map(Some)
 }
 
 fn missing(node: &Node, what: &str) -> Error {

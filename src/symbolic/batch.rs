@@ -94,41 +94,38 @@ impl IndexFn {
             )));
         }
         let bvars: Vec<Affine> = b.iter().map(|&v| Affine::var(v)).collect();
-        let root = rewrite(&mut out.graph, self.root, &mut |g, node| {
-            let Node::Access { arg, index } = node else {
-                return Ok(None);
-            };
-            if *arg != seed {
-                return Ok(None);
-            }
-            if !identity {
+        let root = rewrite(&mut out.graph, self.root, &mut |g, node| match node {
+            Node::Access { arg, index } if *arg == seed => {
                 let index = bvars.iter().chain(index.iter()).cloned().collect();
-                return Ok(Some(g.access(seed, index)));
+                Ok(Some(g.access(seed, index)))
             }
-            let one = g.constant(1.0);
-            let zero = g.constant(0.0);
-            let mut delta = one;
-            for (bk, ik) in bvars.iter().zip(index) {
-                let cond = Cond::Index(RatAffine::integer(bk.sub(ik)?), CmpOp::Eq);
-                let d = g.select(cond, one, zero);
-                delta = g.mul(delta, d);
-            }
-            Ok(Some(delta))
+            _ => Ok(None),
         })
         .map_err(overflow)?;
         out.root = root;
+        out.args[seed].shape = batch.iter().chain(&decl.shape).copied().collect();
         if identity {
-            let keep: Vec<usize> = (0..self.args.len()).filter(|&a| a != seed).collect();
-            out = out.with_args(&keep);
-            out.root = collapse_deltas(&mut out.graph, out.root).map_err(overflow)?;
-            out.root = drop_implied_guards(&mut out).map_err(overflow)?;
-            let (graph, root) = out.graph.extract(out.root);
-            out.graph = graph;
-            out.root = root;
-        } else {
-            out.args[seed].shape = batch.iter().chain(&decl.shape).copied().collect();
+            out = out
+                .inline_arg(seed, &IndexFn::identity(batch)?)?
+                .collapse_deltas()?;
         }
         out.check_bounds()?;
+        Ok(out)
+    }
+
+    /// This function with the delta rules of the module documentation
+    /// applied, and the guards they leave that the output's box implies
+    /// dropped.
+    pub fn collapse_deltas(&self) -> Result<IndexFn, Error> {
+        let overflow = |_: Overflow| Error::Overflow {
+            op: format!("simplify {}", self.name),
+        };
+        let mut out = self.clone();
+        out.root = collapse_deltas(&mut out.graph, out.root).map_err(overflow)?;
+        out.root = drop_implied_guards(&mut out).map_err(overflow)?;
+        let (graph, root) = out.graph.extract(out.root);
+        out.graph = graph;
+        out.root = root;
         Ok(out)
     }
 
@@ -213,11 +210,14 @@ fn collapse_deltas(g: &mut Graph, root: NodeId) -> Result<NodeId, Overflow> {
     })
 }
 
-/// A product's factors: multiplied, divided, and its sign.
+/// A product's factors: multiplied, divided, its sign, and the deltas
+/// (`if {form = 0} then (…) else (0)`) guarding it.
 struct Product {
     mul: Vec<NodeId>,
     div: Vec<NodeId>,
     negative: bool,
+    /// The forms of the deltas, integer.
+    deltas: Vec<Affine>,
 }
 
 impl Product {
@@ -226,6 +226,7 @@ impl Product {
             mul: Vec::new(),
             div: Vec::new(),
             negative: false,
+            deltas: Vec::new(),
         };
         p.collect(g, n, false);
         p
@@ -245,12 +246,24 @@ impl Product {
                 self.negative = !self.negative;
                 self.collect(g, *a, divided);
             }
+            Node::Select {
+                cond: Cond::Index(r, CmpOp::Eq),
+                then,
+                otherwise,
+            } if !divided && g.const_value(*otherwise) == Some(0.0) && r.as_integer().is_some() => {
+                self.deltas.push(r.num.clone());
+                if g.const_value(*then) != Some(1.0) {
+                    self.collect(g, *then, divided);
+                }
+            }
             _ if divided => self.div.push(n),
             _ => self.mul.push(n),
         }
     }
 
-    fn build(&self, g: &mut Graph) -> NodeId {
+    /// The product, each delta a guard around it (only the taken branch
+    /// is evaluated, as in the original).
+    fn build(&self, g: &mut Graph) -> Result<NodeId, Overflow> {
         let mut acc = g.constant(1.0);
         for &m in &self.mul {
             acc = g.mul(acc, m);
@@ -261,26 +274,106 @@ impl Product {
         if self.negative {
             acc = g.neg(acc);
         }
-        acc
+        wrap_deltas(g, &self.deltas, acc)
     }
 }
 
-/// `δ(form)`: a guard `form = 0` selecting 1 or 0.
-fn as_delta(g: &Graph, n: NodeId) -> Option<&Affine> {
-    match g.node(n) {
-        Node::Select {
-            cond: Cond::Index(r, CmpOp::Eq),
-            then,
-            otherwise,
-        } if g.const_value(*then) == Some(1.0) && g.const_value(*otherwise) == Some(0.0) => {
-            r.as_integer()
-        }
-        _ => None,
+/// `if {form = 0} then (…)` around `n` for every form.
+fn wrap_deltas(g: &mut Graph, forms: &[Affine], n: NodeId) -> Result<NodeId, Overflow> {
+    let zero = g.constant(0.0);
+    let mut acc = n;
+    for f in forms {
+        acc = g.select(
+            Cond::Index(RatAffine::integer(f.clone()), CmpOp::Eq),
+            acc,
+            zero,
+        );
     }
+    Ok(acc)
 }
 
-/// `Σ_v body` with the delta rules applied, or `None` when neither holds.
+/// `Σ_v body` with the delta rules applied to each product of the body, or
+/// `None` when neither holds.
 fn sum_of_delta(
+    g: &mut Graph,
+    v: VarId,
+    range: &super::expr::Range,
+    body: NodeId,
+) -> Result<Option<NodeId>, Overflow> {
+    // A sum of products: the rules apply term by term.
+    let terms = expand(g, body, false);
+    if terms.len() > 1 && terms.len() <= MAX_TERMS {
+        let mut changed = false;
+        let mut out = g.constant(0.0);
+        for (negative, t) in terms {
+            let s = match sum_of_product(g, v, range, t)? {
+                Some(s) => {
+                    changed = true;
+                    s
+                }
+                None => g.reduce(ReduceOp::Sum, v, range.clone(), t),
+            };
+            out = if negative {
+                g.sub(out, s)
+            } else {
+                g.add(out, s)
+            };
+        }
+        return Ok(changed.then_some(out));
+    }
+    sum_of_product(g, v, range, body)
+}
+
+/// The most terms a sum's body is expanded into.
+const MAX_TERMS: usize = 32;
+
+/// `n` as a sum of signed products, distributing products over sums
+/// (`(p − q)·c = p·c − q·c`); a single term when it would exceed
+/// [`MAX_TERMS`].
+fn expand(g: &mut Graph, n: NodeId, negative: bool) -> Vec<(bool, NodeId)> {
+    let node = g.node(n).clone();
+    let out = match node {
+        Node::Binary(BinaryOp::Add, a, b) => {
+            let mut t = expand(g, a, negative);
+            t.extend(expand(g, b, negative));
+            t
+        }
+        Node::Binary(BinaryOp::Sub, a, b) => {
+            let mut t = expand(g, a, negative);
+            t.extend(expand(g, b, !negative));
+            t
+        }
+        Node::Unary(UnaryOp::Neg, a) => expand(g, a, !negative),
+        Node::Binary(op @ (BinaryOp::Mul | BinaryOp::Div), a, b) => {
+            let left = expand(g, a, negative);
+            let right = if op == BinaryOp::Mul {
+                expand(g, b, false)
+            } else {
+                vec![(false, b)]
+            };
+            if left.len() * right.len() > MAX_TERMS || (left.len() == 1 && right.len() == 1) {
+                return vec![(negative, n)];
+            }
+            let mut t = Vec::with_capacity(left.len() * right.len());
+            for &(sl, l) in &left {
+                for &(sr, r) in &right {
+                    t.push((sl != sr, g.binary(op, l, r)));
+                }
+            }
+            t
+        }
+        _ => vec![(negative, n)],
+    };
+    if out.len() > MAX_TERMS {
+        vec![(negative, n)]
+    } else {
+        out
+    }
+}
+
+/// `Σ_v body` for a product `body`, with the delta rules applied, or
+/// `None` when neither holds.
+fn sum_of_product(
     g: &mut Graph,
     v: VarId,
     range: &super::expr::Range,
@@ -288,17 +381,16 @@ fn sum_of_delta(
 ) -> Result<Option<NodeId>, Overflow> {
     let mut p = Product::of(g, body);
     // A delta that pins `v`: the sum has one term.
-    let pin = p.mul.iter().enumerate().find_map(|(k, &m)| {
-        let form = as_delta(g, m)?;
+    let pin = p.deltas.iter().enumerate().find_map(|(k, form)| {
         let c = form.coeff(v);
         (c == 1 || c == -1).then(|| (k, form.clone(), c))
     });
     if let Some((k, form, c)) = pin {
-        p.mul.remove(k);
+        p.deltas.remove(k);
         // c·v + rest = 0  ⇔  v = −c·rest  (c = ±1).
         let rest = form.sub(&Affine::var(v).scale(c)?)?;
         let value = rest.scale(-c)?;
-        let rest_of_body = p.build(g);
+        let rest_of_body = p.build(g)?;
         let term = substitute(g, rest_of_body, &HashMap::from([(v, value.clone())]))?;
         let zero = g.constant(0.0);
         let mut out = term;
@@ -314,20 +406,15 @@ fn sum_of_delta(
         return Ok(Some(out));
     }
     // Deltas that do not depend on `v` leave the sum.
-    let (outside, inside): (Vec<NodeId>, Vec<NodeId>) = p
-        .mul
-        .iter()
-        .partition(|&&m| as_delta(g, m).is_some() && !g.free_vars(m).contains(&v));
+    let (outside, inside): (Vec<Affine>, Vec<Affine>) =
+        p.deltas.iter().cloned().partition(|f| f.coeff(v) == 0);
     if outside.is_empty() {
         return Ok(None);
     }
-    p.mul = inside;
-    let rest = p.build(g);
-    let mut out = g.reduce(ReduceOp::Sum, v, range.clone(), rest);
-    for d in outside {
-        out = g.mul(d, out);
-    }
-    Ok(Some(out))
+    p.deltas = inside;
+    let rest = p.build(g)?;
+    let sum = g.reduce(ReduceOp::Sum, v, range.clone(), rest);
+    wrap_deltas(g, &outside, sum).map(Some)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod context;
 mod derive;
 mod equality;
 mod eval;
+mod inline;
 pub(crate) mod intervals;
 mod lexer;
 mod parse;

@@ -21,6 +21,7 @@ mod schedule;
 pub(crate) use backward::backward;
 pub use explain::{explain, Explanation, StageLine};
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
+pub(crate) use plan::GraphDerivative;
 pub use plan::{stats, Stats};
 
 use crate::alloc::AllocMode;

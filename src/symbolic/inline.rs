@@ -1,0 +1,221 @@
+//! Composition of index functions: an argument replaced by the function
+//! that computes it, and sums of functions over the same domain.
+//!
+//! Owns [`IndexFn::inline_arg`], [`IndexFn::add_fn`], [`IndexFn::identity`]
+//! and [`IndexFn::has_reduction`]. Only functions without reductions are
+//! inlined (their bodies bind no index, so substituting the output indices
+//! is all there is, and nothing is recomputed per read but the element
+//! itself): a Jacobian walk keeps the Kronecker deltas of its seed and the
+//! element-wise factors it meets symbolic this way, until a sum collapses
+//! them (`batch`) or a contraction needs a value. Must not know tensors.
+
+use super::affine::{Affine, Overflow, RatAffine, VarId};
+use super::expr::{CmpOp, Cond, Graph, Node, NodeId};
+use super::index_fn::{ArgDecl, IndexFn};
+use crate::Error;
+use std::collections::HashMap;
+
+impl IndexFn {
+    /// Whether the body holds a reduction.
+    pub fn has_reduction(&self) -> bool {
+        self.graph
+            .reachable(self.root)
+            .into_iter()
+            .any(|n| matches!(self.graph.node(n), Node::Reduce { .. }))
+    }
+
+    /// The identity over `shape`: `id[b…; i…] = δ(b − i)`, of shape
+    /// `shape ++ shape`, reading nothing.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let id = IndexFn::identity(&[2])?;
+    /// assert_eq!(id.eval_f64(&[])?, vec![1., 0., 0., 1.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn identity(shape: &[usize]) -> Result<IndexFn, Error> {
+        let r = shape.len();
+        let var_names: Vec<String> = (0..r)
+            .map(|k| format!("b{k}"))
+            .chain((0..r).map(|k| format!("i{k}")))
+            .collect();
+        let mut graph = Graph::new();
+        let (one, zero) = (graph.constant(1.0), graph.constant(0.0));
+        let mut root = one;
+        for k in 0..r {
+            let form = Affine::var(VarId(k as u32))
+                .sub(&Affine::var(VarId((r + k) as u32)))
+                .map_err(|_| Error::Overflow {
+                    op: "identity".into(),
+                })?;
+            let d = graph.select(Cond::Index(RatAffine::integer(form), CmpOp::Eq), one, zero);
+            root = graph.mul(root, d);
+        }
+        Ok(IndexFn {
+            name: "id".into(),
+            out_vars: (0..2 * r as u32).map(VarId).collect(),
+            out_shape: shape.iter().chain(shape).copied().collect(),
+            args: Vec::new(),
+            var_names,
+            graph,
+            root,
+        })
+    }
+
+    /// This function with argument `arg` replaced by `def`, a function
+    /// without reductions of that argument's shape: every read
+    /// `arg[e…]` becomes `def`'s body at `e…`. `def`'s arguments follow the
+    /// remaining ones (renamed where names clash).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = sum{j}_0^2 (a[i; j] * w[j])", &[("a", &[2, 3][..]), ("w", &[3][..])])?;
+    /// let a = IndexFn::parse("a[i; j] = x[j; i] * 2", &[("x", &[3, 2][..])])?;
+    /// let g = f.inline_arg(0, &a)?;
+    /// assert_eq!(g.to_string(), "f[i] = sum{j}_0^2 (x[j; i] * 2 * w[j])");
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn inline_arg(&self, arg: usize, def: &IndexFn) -> Result<IndexFn, Error> {
+        let decl = self
+            .args
+            .get(arg)
+            .ok_or_else(|| self.invalid(format!("no argument number {arg}")))?;
+        if decl.shape != def.out_shape || def.has_reduction() {
+            return Err(self.invalid(format!(
+                "cannot inline {} (shape {:?}{}) for `{}` of shape {:?}",
+                def.name,
+                def.out_shape,
+                if def.has_reduction() {
+                    ", with a reduction"
+                } else {
+                    ""
+                },
+                decl.name,
+                decl.shape
+            )));
+        }
+        let overflow = |_: Overflow| Error::Overflow {
+            op: format!("inline {} into {}", def.name, self.name),
+        };
+        let mut out = self.clone();
+        let keep: Vec<usize> = (0..self.args.len()).filter(|&a| a != arg).collect();
+        let base = keep.len();
+        out.args = keep.iter().map(|&a| self.args[a].clone()).collect();
+        append_args(&mut out.args, &def.args);
+        let renumber: HashMap<usize, usize> = keep
+            .iter()
+            .enumerate()
+            .map(|(new, &old)| (old, new))
+            .collect();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        for n in self.graph.reachable(self.root) {
+            let node = self.graph.node(n).map_children(&|c| map[&c]);
+            let new = match node {
+                Node::Access { arg: a, index } if a == arg => {
+                    let at: HashMap<VarId, Affine> =
+                        def.out_vars.iter().copied().zip(index).collect();
+                    import(&mut out.graph, def, &at, base).map_err(overflow)?
+                }
+                Node::Access { arg: a, index } => out.graph.access(renumber[&a], index),
+                other => out.graph.intern(other),
+            };
+            map.insert(n, new);
+        }
+        out.root = map[&self.root];
+        let (graph, root) = out.graph.extract(out.root);
+        out.graph = graph;
+        out.root = root;
+        Ok(out)
+    }
+
+    /// `self + other` over the same output shape, `other` without
+    /// reductions; `other`'s arguments follow this function's.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = x[i] * 2", &[("x", &[3][..])])?;
+    /// let g = IndexFn::parse_with_sizes("g[j] = x[2 - j]", &[("x", &[3][..])], &[("j", 3)])?;
+    /// let s = f.add_fn(&g)?;
+    /// assert_eq!(s.eval_f64(&[("x", &[1., 2., 3.][..]), ("x_1", &[1., 2., 3.][..])])?, vec![5., 6., 7.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn add_fn(&self, other: &IndexFn) -> Result<IndexFn, Error> {
+        if self.out_shape != other.out_shape || other.has_reduction() {
+            return Err(self.invalid(format!(
+                "cannot add {} of shape {:?} to a function of shape {:?}",
+                other.name, other.out_shape, self.out_shape
+            )));
+        }
+        let mut out = self.clone();
+        let base = out.args.len();
+        append_args(&mut out.args, &other.args);
+        let at: HashMap<VarId, Affine> = other
+            .out_vars
+            .iter()
+            .zip(&self.out_vars)
+            .map(|(&o, &s)| (o, Affine::var(s)))
+            .collect();
+        let body = import(&mut out.graph, other, &at, base).map_err(|_| Error::Overflow {
+            op: format!("add {} to {}", other.name, self.name),
+        })?;
+        out.root = out.graph.add(out.root, body);
+        Ok(out)
+    }
+}
+
+/// `extra` appended to `args`, each renamed (`x` → `x_1`, …) where its
+/// name is taken.
+fn append_args(args: &mut Vec<ArgDecl>, extra: &[ArgDecl]) {
+    for a in extra {
+        let mut name = a.name.clone();
+        let mut k = 1;
+        while args.iter().any(|b| b.name == name) {
+            name = format!("{}_{k}", a.name);
+            k += 1;
+        }
+        args.push(ArgDecl {
+            name,
+            shape: a.shape.clone(),
+        });
+    }
+}
+
+/// `def`'s body (no reductions) copied into `g`, its output variables
+/// replaced by the forms of `at` and its arguments numbered from `base`.
+fn import(
+    g: &mut Graph,
+    def: &IndexFn,
+    at: &HashMap<VarId, Affine>,
+    base: usize,
+) -> Result<NodeId, Overflow> {
+    let sub = |a: &Affine| a.substitute(&|v| at.get(&v).cloned());
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for n in def.graph.reachable(def.root) {
+        let node = def.graph.node(n).map_children(&|c| map[&c]);
+        let new = match node {
+            Node::Const(bits) => g.constant(f64::from_bits(bits)),
+            Node::Access { arg, index } => {
+                let index = index.iter().map(sub).collect::<Result<_, _>>()?;
+                g.access(base + arg, index)
+            }
+            Node::Index(a) => g.index_value(sub(&a)?),
+            Node::Unary(op, a) => g.unary(op, a),
+            Node::Binary(op, a, b) => g.binary(op, a, b),
+            Node::Select {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let cond = match cond {
+                    Cond::Index(r, op) => Cond::Index(r.substitute(&|v| at.get(&v).cloned())?, op),
+                    Cond::IsInt(r) => Cond::IsInt(r.substitute(&|v| at.get(&v).cloned())?),
+                    value => value,
+                };
+                g.select(cond, then, otherwise)
+            }
+            Node::Reduce { .. } => unreachable!("only functions without reductions are imported"),
+        };
+        map.insert(n, new);
+    }
+    Ok(map[&def.root])
+}
