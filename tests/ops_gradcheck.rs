@@ -878,6 +878,66 @@ gradgradcheck_family! {
     gradgradcheck_index_fn: index_fn_cases,
 }
 
+/// Forward mode on every op: `jvp` (each op's tangent function, one pass)
+/// equals the Jacobian from the reverse walk (`jacobian`, a batch of
+/// seeds) times the same direction, for each input in turn.
+#[test]
+fn forward_mode_equals_the_jacobian_for_every_op() {
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for c in all_cases(&mut Gen::new(1)) {
+        for i in 0..c.inputs.len() {
+            let f = |x: &Tensor| {
+                let mut inputs = c.inputs.clone();
+                inputs[i] = x.clone();
+                (c.f)(&inputs)
+            };
+            let x = &c.inputs[i];
+            let result = (|| -> Result<(), String> {
+                let v = Tensor::randn(x.shape(), DType::F64, 77).map_err(|e| e.to_string())?;
+                let (y, jv) = tenjin::autograd::jvp(f, x, &v).map_err(|e| e.to_string())?;
+                let j = tenjin::autograd::jacobian(f, x).map_err(|e| e.to_string())?;
+                let (jv, j, v) = (
+                    jv.to_vec_f64().map_err(|e| e.to_string())?,
+                    j.to_vec_f64().map_err(|e| e.to_string())?,
+                    v.to_vec_f64().map_err(|e| e.to_string())?,
+                );
+                if jv.len() != y.numel() {
+                    return Err(format!(
+                        "jvp has {} elements, the output {}",
+                        jv.len(),
+                        y.numel()
+                    ));
+                }
+                let want: Vec<f64> = (0..y.numel())
+                    .map(|r| (0..v.len()).map(|k| j[r * v.len() + k] * v[k]).sum())
+                    .collect();
+                let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+                match jv
+                    .iter()
+                    .zip(&want)
+                    .position(|(a, b)| (a - b).abs() > 1e-10 * scale || a.is_nan())
+                {
+                    Some(k) => Err(format!("element {k}: jvp {} but J·v {}", jv[k], want[k])),
+                    None => Ok(()),
+                }
+            })();
+            compared += 1;
+            if let Err(e) = result {
+                let shapes: Vec<&[usize]> = c.inputs.iter().map(|t| t.shape()).collect();
+                failures.push(format!("{} input {i} on {shapes:?}: {e}", c.name));
+            }
+        }
+    }
+    assert!(compared > 100, "{compared} comparisons");
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Each op on f32 data matches the same op on the same data in f64, in its
 /// value and in the gradient of every input.
 #[test]

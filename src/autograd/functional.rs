@@ -6,9 +6,10 @@
 //! differentiated twice) and the composition of gradient walks each
 //! function needs. Results are constants (no graph is kept).
 
+use super::forward::tangent;
 use super::{grad, jacobian_of};
 use crate::tensor::Tensor;
-use crate::trace::{self, keep_inputs};
+use crate::trace::{self, keep_inputs, no_grad};
 use crate::Error;
 
 /// `x` as a new leaf, and `f` evaluated on it with recording on.
@@ -63,13 +64,10 @@ pub fn vjp(
     Ok((y.detach(), g))
 }
 
-/// `(f(x), J·v)`: the Jacobian-vector product, `v` of `x`'s shape.
-///
-/// Computed as PyTorch's `torch.autograd.functional.jvp` does, by the
-/// transpose of a vector-Jacobian product: the backward of `f` applied to
-/// a symbolic gradient `u` is linear in `u`, and its own gradient with
-/// respect to `u`, seeded with `v`, is `J·v`. Both walks run the symbolic
-/// derivatives; the second differentiates the first.
+/// `(f(x), J·v)`: the Jacobian-vector product, `v` of `x`'s shape, by
+/// forward mode: each recorded op's tangent function
+/// (`IndexFn::tangent`, the directional derivative as an index function)
+/// applied in one pass in the order the ops ran.
 ///
 /// ```
 /// use tenjin::{autograd, Tensor};
@@ -87,15 +85,10 @@ pub fn jvp(
     v: &Tensor,
 ) -> Result<(Tensor, Tensor), Error> {
     let (leaf, y) = traced(f, x)?;
-    if !depends(&y) {
-        return Ok((y.detach(), Tensor::zeros(y.shape(), y.dtype())?));
-    }
-    let u = Tensor::zeros(y.shape(), y.dtype())?.requires_grad();
-    let g = grad(&[&y], &[&leaf], Some(&[&u]), true)?.remove(0);
-    if !g.is_requires_grad() {
-        return Ok((y.detach(), Tensor::zeros(y.shape(), y.dtype())?));
-    }
-    let jv = grad(&[&g], &[&u], Some(&[v]), false)?.remove(0);
+    let jv = match no_grad(|| tangent(&y, &leaf, &v.detach()))? {
+        Some(t) => t,
+        None => Tensor::zeros(y.shape(), y.dtype())?,
+    };
     Ok((y.detach(), jv))
 }
 

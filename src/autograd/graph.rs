@@ -205,6 +205,10 @@ impl Walk {
                 let mut out = Vec::new();
                 for (y, s) in dense.iter().zip(seeds) {
                     out.push(match s {
+                        // The identity over a one-element output is a one.
+                        BatchedSeed::Identity if batch.is_empty() => {
+                            Pending::Value(Tensor::ones(&[], y.dtype())?)
+                        }
                         BatchedSeed::Identity => {
                             if batch != y.shape() {
                                 return Err(trace::autograd_error(

@@ -14,6 +14,7 @@
 //! Sits above `ops` and `trace` (it applies derived functions as ops and
 //! reads the tape); nothing below imports it.
 
+mod forward;
 mod functional;
 mod graph;
 

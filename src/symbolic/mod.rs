@@ -34,6 +34,7 @@ pub(crate) mod print;
 mod rules;
 pub(crate) mod shape_hash;
 pub(crate) mod subst;
+mod tangent;
 
 pub use batch::BatchedSeed;
 pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};

@@ -110,13 +110,14 @@ pub(crate) fn with_grad_enabled<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Runs `f` with every operation recorded on this thread saving the inputs
-/// its derivative reads, in either memory mode, so that a graph of
-/// gradients can be built over it later ([`crate::autograd::grad`] with
-/// `create_graph`). In memory-efficient mode nodes save these anyway; in
-/// runtime-efficient mode a node may keep a forward value instead of an
-/// input it was computed from, which is enough for one backward but not
-/// for differentiating that backward again.
+/// Runs `f` with every operation recorded on this thread saving all its
+/// inputs, in either memory mode, so that a graph of gradients can be
+/// built over it later ([`crate::autograd::grad`] with `create_graph`) and
+/// forward mode can run through it. A node otherwise saves only what its
+/// staged backward reads: in runtime-efficient mode it may keep a forward
+/// value instead of an input it was computed from, and `exp` keeps its
+/// output but not its input, which is enough for one backward but not for
+/// differentiating that backward again or for a tangent.
 ///
 /// The functional API (`hessian`, `hvp`, `jacobian`, `vjp`, `jvp`) runs
 /// the functions it is given inside this scope.
@@ -277,7 +278,6 @@ impl Node {
     ) -> Result<Arc<Node>, Error> {
         let needs = grad.needs(mode);
         let keep_inputs = KEEP_INPUTS.with(Cell::get);
-        let memory_args = &grad.needs(AllocMode::MemoryEfficient).args;
         let keep = |s: &Arc<Storage>| (s.clone(), s.version());
         let stage_count = grad.forward.program.stages.len();
         let mut stages: Vec<Option<Arc<Storage>>> = vec![None; stage_count];
@@ -296,7 +296,7 @@ impl Node {
             args: inputs
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (needs.args[i] || (keep_inputs && memory_args[i])).then(|| keep(s)))
+                .map(|(i, s)| (needs.args[i] || keep_inputs).then(|| keep(s)))
                 .collect(),
             out: needs.out.then(|| keep(out)),
             stages,
