@@ -27,8 +27,10 @@ def get(system, workload):
     return [m for _, m in v], (v[0][0] if v else "")
 print("| comparison | size | threads | tenjin ms | peer ms | ratio per round | median ratio |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
-for w in ("logreg_hessian", "mf_hessian"):
-    for peer, label in (("jax", "jax.jit(jax.hessian)"), ("torch", "torch.autograd.functional.hessian")):
+for w in ("logreg_hessian", "mf_hessian", "logreg_jvp"):
+    for peer, label in (("jax", "jax.jit(jax.jvp)" if w.endswith("jvp") else "jax.jit(jax.hessian)"), ("torch", "torch.autograd.functional.hessian")):
+        if not get(peer, w)[0]:
+            continue
         (a, size), (b, _) = get("tenjin", w), get(peer, w)
         ra = [x / y for x, y in zip(a, b)]
         cells = " / ".join(f"{x:.3f}" for x in ra)

@@ -1,7 +1,8 @@
 """JAX and PyTorch side of bench/hessian.sh: the Hessians of
 examples/hessian_peers.rs, written as ../shared/bench/workloads.py writes
 them (jax.jit(jax.hessian(f)); torch.autograd.functional.hessian), f32,
-one JSON line each with the median time in ms (first call excluded).
+and jax.jvp of the per-sample losses, one JSON line each with the median
+time in ms (first call excluded).
 
 Usage: python bench/hessian_peers.py THREADS [smoke]   (under taskset with as many cores)
 """
@@ -36,6 +37,10 @@ y_np = np.where(rng.random(m) < 0.5, -1.0, 1.0).astype(np.float32)
 X, y, w = jnp.asarray(X_np), jnp.asarray(y_np), jnp.asarray(w_np)
 h = jax.jit(jax.hessian(lambda w, X, y: jnp.sum(jnp.log(jnp.exp(-y * (X @ w)) + 1))))
 report("jax", "logreg_hessian", f"n={n},m={m}", median_ms(reps, lambda: jax.block_until_ready(h(w, X, y))))
+losses = lambda w: jnp.log(jnp.exp(-y * (X @ w)) + 1)
+d = jnp.asarray(randn(n))
+jv = jax.jit(lambda w, d: jax.jvp(losses, (w,), (d,)))
+report("jax", "logreg_jvp", f"n={n},m={m}", median_ms(reps, lambda: jax.block_until_ready(jv(w, d))))
 Xt, yt, wt = torch.from_numpy(X_np), torch.from_numpy(y_np), torch.from_numpy(w_np)
 report("torch", "logreg_hessian", f"n={n},m={m}", median_ms(
     min(reps, 3), lambda: torch.autograd.functional.hessian(lambda w: torch.log(torch.exp(-yt * (Xt @ w)) + 1).sum(), wt)))

@@ -3,7 +3,8 @@
 //! with respect to `w`, n = 1000, m = 2000; matrix factorisation
 //! `‖T − U·Vᵀ‖²` with respect to `U`, m = n = 300, k = 5), in f32, one JSON
 //! line each with the median time in ms (compilation excluded: the first
-//! call is a warm-up).
+//! call is a warm-up); and forward mode, `jvp` of the per-sample losses of
+//! the same logistic regression along one direction.
 //!
 //! `cargo run --release --example hessian_peers [-- smoke]`
 
@@ -27,6 +28,15 @@ fn main() -> Result<(), Error> {
     };
     let ms = median_ms(reps, || autograd::hessian(logreg, &w).map(drop))?;
     report("logreg_hessian", &format!("n={n},m={m}"), "median_ms", ms);
+
+    // Forward mode: the per-sample losses' Jacobian along a direction.
+    let losses = |w: &Tensor| -> Result<Tensor, Error> {
+        let z = x.matmul(&w.reshape(&[n, 1])?)?.reshape(&[m])?;
+        y.neg()?.mul(&z)?.exp()?.add_scalar(1.0)?.log()
+    };
+    let dir = Tensor::from_vec(data(n, 7, 1.0), &[n])?;
+    let ms = median_ms(reps, || autograd::jvp(losses, &w, &dir).map(drop))?;
+    report("logreg_jvp", &format!("n={n},m={m}"), "median_ms", ms);
 
     let (mn, k) = if smoke { (30, 5) } else { (300, 5) };
     let t = Tensor::from_vec(data(mn * mn, 4, 1.0), &[mn, mn])?;
