@@ -14,6 +14,7 @@
 //! | --- | --- | --- |
 //! | `Σ_{v=lo}^{hi} (δ(c·v + r) · a)` | `[lo ≤ −c·r ≤ hi] · a[v := −c·r]` | `c = ±1` |
 //! | `Σ_v (δ(r) · a)` | `δ(r) · Σ_v a` | `r` does not depend on `v` |
+//! | `Σ_{v=c}^{c} a` | `a[v := c]` | one term |
 //!
 //! So the Hessian of logistic regression, `Σ_j δ(b − j)·X[i; j]` at its
 //! first step, becomes the read `X[i; b]`: no identity is multiplied.
@@ -205,9 +206,28 @@ fn collapse_deltas(g: &mut Graph, root: NodeId) -> Result<NodeId, Overflow> {
             var,
             range,
             body,
-        } => sum_of_delta(g, *var, range, *body),
+        } => match single_term(range) {
+            // `Σ_{v=c}^{c} a = a[v := c]` (a reshape's derivative sums one
+            // term).
+            Some(c) => {
+                substitute(g, *body, &HashMap::from([(*var, Affine::constant(c))])).map(Some)
+            }
+            None => sum_of_delta(g, *var, range, *body),
+        },
         _ => Ok(None),
     })
+}
+
+/// The one value of a constant range of one term.
+fn single_term(range: &super::expr::Range) -> Option<i64> {
+    let constant = |r: &RatAffine| r.num.is_constant().then_some((r.num.constant, r.den));
+    let (lo, hi) = match (&range.lower[..], &range.upper[..]) {
+        ([lo], [hi]) => (constant(lo)?, constant(hi)?),
+        _ => return None,
+    };
+    let lo = lo.0.div_euclid(lo.1) + i64::from(lo.0.rem_euclid(lo.1) != 0);
+    let hi = hi.0.div_euclid(hi.1);
+    (lo == hi).then_some(lo)
 }
 
 /// A product's factors: multiplied, divided, its sign, and the deltas
