@@ -7,13 +7,14 @@
 //! tangents. One forward pass of the same kernels' size, where the
 //! transpose of a vector-Jacobian product needs two reverse walks.
 
+use super::post_order;
 use crate::ops::apply_index_fn;
 use crate::symbolic::IndexFn;
 use crate::tensor::{Origin, Tensor};
 use crate::trace::{self, plan::OpPlan, Node};
 use crate::Error;
 use dashmap::DashMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 /// A node's tangent function without the arguments it does not read.
@@ -140,33 +141,11 @@ pub(crate) fn tangent(
 /// The nodes under `root` that depend on the leaf at `leaf`, in an order
 /// where every node follows the nodes it reads.
 fn depending_on(root: &Arc<Node>, leaf: usize) -> Vec<Arc<Node>> {
-    let mut order: Vec<Arc<Node>> = Vec::new();
-    let mut depends: HashMap<u64, bool> = HashMap::new();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
-    seen.insert(root.id());
-    while let Some((node, next)) = stack.pop() {
-        if let Some(Origin::Op(child)) = node.edges.get(next) {
-            let child = child.clone();
-            stack.push((node, next + 1));
-            if seen.insert(child.id()) {
-                stack.push((child, 0));
-            }
-            continue;
-        }
-        if next < node.edges.len() {
-            stack.push((node, next + 1));
-            continue;
-        }
-        let d = node.edges.iter().any(|e| match e {
+    post_order(std::slice::from_ref(root), |node, kept| {
+        node.edges.iter().any(|e| match e {
             Origin::Leaf(l) => Arc::as_ptr(l) as usize == leaf,
-            Origin::Op(c) => depends.get(&c.id()).copied().unwrap_or(false),
+            Origin::Op(c) => kept.contains(&c.id()),
             Origin::Constant => false,
-        });
-        depends.insert(node.id(), d);
-        if d {
-            order.push(node);
-        }
-    }
-    order
+        })
+    })
 }

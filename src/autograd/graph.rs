@@ -16,6 +16,7 @@
 //! into the first derivatives symbolically (no `n × n` identity is ever
 //! multiplied). Must not run kernels itself or know any op.
 
+use super::post_order;
 use crate::ops::apply_index_fn;
 use crate::symbolic::{BatchedSeed, IndexFn};
 use crate::tensor::{Origin, Tensor};
@@ -294,40 +295,16 @@ impl Walk {
     /// The nodes reachable from `roots` through which a gradient reaches a
     /// wanted target, every node before the nodes it reads.
     fn reverse_topological(&mut self, roots: &[Arc<Node>]) -> Vec<Arc<Node>> {
-        // Post-order by an explicit stack: a long trace must not recurse.
-        let mut order: Vec<Arc<Node>> = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
-        let mut useful: HashMap<u64, bool> = HashMap::new();
-        for root in roots {
-            let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
-            if !seen.insert(root.id()) {
-                continue;
-            }
-            while let Some((node, next)) = stack.pop() {
-                if let Some(Origin::Op(child)) = node.edges.get(next) {
-                    let child = child.clone();
-                    stack.push((node, next + 1));
-                    if seen.insert(child.id()) {
-                        stack.push((child, 0));
-                    }
-                    continue;
-                }
-                if next < node.edges.len() {
-                    stack.push((node, next + 1));
-                    continue;
-                }
-                let reaches = self.wanted.contains(&Target::Node(node.id()))
-                    || node.edges.iter().any(|e| match e {
-                        Origin::Constant => false,
-                        Origin::Leaf(_) => self.wanted.contains(&target_of(e).unwrap()),
-                        Origin::Op(c) => useful.get(&c.id()).copied().unwrap_or(false),
-                    });
-                useful.insert(node.id(), reaches);
-                order.push(node);
-            }
-        }
+        let wanted = &self.wanted;
+        let mut order = post_order(roots, |node, kept| {
+            wanted.contains(&Target::Node(node.id()))
+                || node.edges.iter().any(|e| match e {
+                    Origin::Constant => false,
+                    Origin::Leaf(_) => target_of(e).is_some_and(|t| wanted.contains(&t)),
+                    Origin::Op(c) => kept.contains(&c.id()),
+                })
+        });
         order.reverse();
-        order.retain(|n| useful[&n.id()]);
         self.useful = order.iter().map(|n| n.id()).collect();
         order
     }

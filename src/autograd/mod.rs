@@ -180,3 +180,41 @@ fn leaves_of(root: &Tensor) -> Result<Vec<(Arc<trace::Leaf>, Tensor)>, Error> {
     }
     Ok(out)
 }
+
+/// The nodes under `roots` for which `keep` holds, every node after the
+/// nodes it reads (post-order, by an explicit stack: a long trace must not
+/// recurse). `keep` sees a node once the nodes it reads were decided, and
+/// the ids of those kept so far.
+pub(crate) fn post_order(
+    roots: &[Arc<Node>],
+    mut keep: impl FnMut(&Node, &HashSet<u64>) -> bool,
+) -> Vec<Arc<Node>> {
+    let mut order: Vec<Arc<Node>> = Vec::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut kept: HashSet<u64> = HashSet::new();
+    for root in roots {
+        if !seen.insert(root.id()) {
+            continue;
+        }
+        let mut stack: Vec<(Arc<Node>, usize)> = vec![(root.clone(), 0)];
+        while let Some((node, next)) = stack.pop() {
+            if let Some(Origin::Op(child)) = node.edges.get(next) {
+                let child = child.clone();
+                stack.push((node, next + 1));
+                if seen.insert(child.id()) {
+                    stack.push((child, 0));
+                }
+                continue;
+            }
+            if next < node.edges.len() {
+                stack.push((node, next + 1));
+                continue;
+            }
+            if keep(&node, &kept) {
+                kept.insert(node.id());
+                order.push(node);
+            }
+        }
+    }
+    order
+}
