@@ -10,15 +10,17 @@
 //! and, with `create_graph`, recorded on the tape: a gradient is then a
 //! tensor like any other and can be differentiated again, to any order.
 //!
-//! With a [`Seed::Batched`] seed every derivative is first lifted over
-//! leading batch indices (`symbolic::batch`): one walk computes a whole
-//! Jacobian, one row per batch element, and an identity seed is folded
-//! into the first derivatives symbolically (no `n × n` identity is ever
-//! multiplied). Must not run kernels itself or know any op.
+//! With the [`Seed::Identity`] seed every derivative is first lifted over
+//! leading batch indices (`IndexFn::lift_seed`): one walk computes a whole
+//! Jacobian, one row per batch element. The identity, and every gradient
+//! without reductions after it, stays symbolic (`Pending::Lazy`) and is
+//! inlined into the next derivative, where the delta rule collapses the
+//! sums it meets (no `n × n` identity is ever multiplied). Must not run
+//! kernels itself or know any op.
 
 use super::post_order;
 use crate::ops::apply_index_fn;
-use crate::symbolic::{BatchedSeed, IndexFn};
+use crate::symbolic::IndexFn;
 use crate::tensor::{Origin, Tensor};
 use crate::trace::{self, Node};
 use crate::Error;
@@ -65,22 +67,9 @@ fn lifted(
 pub(crate) enum Seed {
     /// One gradient per output, of its shape.
     Plain(Vec<Tensor>),
-    /// A batch of gradients per output: `[batch… ; output shape…]`
-    /// (`Tensor`), or the identity over the output's elements when the
-    /// batch shape is the output's shape (`Identity`, one output only).
-    Batched {
-        batch: Vec<usize>,
-        seeds: Vec<BatchedSeed<Tensor>>,
-    },
-}
-
-impl Seed {
-    fn batch(&self) -> &[usize] {
-        match self {
-            Seed::Plain(_) => &[],
-            Seed::Batched { batch, .. } => batch,
-        }
-    }
+    /// The identity over the elements of the one output: a batch of
+    /// gradients, one unit vector per output element (a Jacobian's rows).
+    Identity,
 }
 
 /// Where a gradient collects: a leaf, or the output of a recorded node.
@@ -112,6 +101,7 @@ enum Pending {
 
 /// The largest symbolic gradient kept unevaluated (body nodes).
 const LAZY_NODES: usize = 256;
+
 /// `d outputs / d inputs` contracted with `seed`, per input (`None` where
 /// no gradient reaches it). With `create_graph` the results are recorded
 /// on the tape; otherwise nothing is recorded and they are constants.
@@ -145,7 +135,11 @@ pub(crate) fn gradients(
     }
     trace::with_grad_enabled(create_graph, || {
         let dtype = outputs.first().map_or(crate::DType::F32, |y| y.dtype());
-        Walk::new(inputs, seed.batch().to_vec(), dtype)?.run(outputs, seed)
+        let batch = match (&seed, outputs.first()) {
+            (Seed::Identity, Some(y)) => y.shape().to_vec(),
+            _ => Vec::new(),
+        };
+        Walk::new(inputs, batch, dtype)?.run(outputs, seed)
     })
 }
 
@@ -201,37 +195,18 @@ impl Walk {
                 }
                 seeds.into_iter().map(Pending::Value).collect()
             }
-            Seed::Batched { batch, seeds } => {
-                check_count(outputs.len(), seeds.len())?;
-                let mut out = Vec::new();
-                for (y, s) in dense.iter().zip(seeds) {
-                    out.push(match s {
-                        // The identity over a one-element output is a one.
-                        BatchedSeed::Identity if batch.is_empty() => {
-                            Pending::Value(Tensor::ones(&[], y.dtype())?)
-                        }
-                        BatchedSeed::Identity => {
-                            if batch != y.shape() {
-                                return Err(trace::autograd_error(
-                                    "jacobian",
-                                    format!(
-                                        "internal: an identity seed over {batch:?} for an output of shape {:?}",
-                                        y.shape()
-                                    ),
-                                ));
-                            }
-                            Pending::Lazy {
-                                f: Box::new(IndexFn::identity(&batch)?),
-                                args: Vec::new(),
-                            }
-                        }
-                        BatchedSeed::Tensor(t) => {
-                            check_seed(y, t.shape(), &batch)?;
-                            Pending::Value(t)
-                        }
-                    });
-                }
-                out
+            Seed::Identity => {
+                check_count(outputs.len(), 1)?;
+                let y = &dense[0];
+                vec![if y.rank() == 0 {
+                    // The identity over a one-element output is a one.
+                    Pending::Value(Tensor::ones(&[], y.dtype())?)
+                } else {
+                    Pending::Lazy {
+                        f: Box::new(IndexFn::identity(y.shape())?),
+                        args: Vec::new(),
+                    }
+                }]
             }
         };
         for (y, s) in dense.iter().zip(seeds) {

@@ -21,7 +21,6 @@ mod graph;
 pub use crate::trace::keep_inputs;
 pub use functional::{hessian, hvp, jacobian, jvp, vjp};
 
-use crate::symbolic::BatchedSeed;
 use crate::tensor::{Origin, Tensor};
 use crate::trace::{self, Node};
 use crate::Error;
@@ -95,11 +94,7 @@ pub fn grad(
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn jacobian_of(output: &Tensor, input: &Tensor, create_graph: bool) -> Result<Tensor, Error> {
-    let seed = Seed::Batched {
-        batch: output.shape().to_vec(),
-        seeds: vec![BatchedSeed::Identity],
-    };
-    let found = gradients(&[output], seed, &[input], create_graph)?;
+    let found = gradients(&[output], Seed::Identity, &[input], create_graph)?;
     Ok(fill_zeros(found, &[input], output.shape())?.remove(0))
 }
 

@@ -28,16 +28,6 @@ use super::subst::substitute;
 use crate::Error;
 use std::collections::HashMap;
 
-/// How a batch of incoming gradients is given.
-#[derive(Clone, Debug)]
-pub enum BatchedSeed<T> {
-    /// The identity over the output's elements: the batch shape is the
-    /// output's shape and row `b` is the unit vector at `b`.
-    Identity,
-    /// Given gradients, of shape `batch ++ output shape`.
-    Tensor(T),
-}
-
 impl IndexFn {
     /// This derivative (linear in its argument number `seed`, the incoming
     /// gradient) lifted over leading batch indices of sizes `batch`: the

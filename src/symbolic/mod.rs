@@ -36,6 +36,5 @@ pub(crate) mod shape_hash;
 pub(crate) mod subst;
 mod tangent;
 
-pub use batch::BatchedSeed;
 pub use expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};
 pub use index_fn::{ArgDecl, IndexFn};
