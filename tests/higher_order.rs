@@ -307,3 +307,44 @@ fn the_logistic_regression_hessian_is_one_gemm() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// `grad` with respect to an intermediate tensor gives the gradient
+/// flowing into it; bad requests are errors that say what is wrong.
+#[test]
+fn grad_of_intermediates_and_its_errors() -> Result<(), Error> {
+    let x = Tensor::from_vec_f64(vec![0.5, -1.0, 2.0], &[3])?.requires_grad();
+    let h = x.mul_scalar(3.0)?; // intermediate
+    let y = h.tanh()?.sum()?;
+    let g = autograd::grad(&[&y], &[&h, &x], None, false)?;
+    let hv = h.to_vec_f64()?;
+    let dh: Vec<f64> = hv.iter().map(|h| 1.0 - h.tanh().powi(2)).collect();
+    close("d y / d h", &g[0].to_vec_f64()?, &dh, 1e-14);
+    let dx: Vec<f64> = dh.iter().map(|d| 3.0 * d).collect();
+    close("d y / d x", &g[1].to_vec_f64()?, &dx, 1e-14);
+    // An input no gradient reaches gets zeros.
+    let unused = Tensor::ones(&[2], DType::F64)?.requires_grad();
+    let g = autograd::grad(&[&y], &[&unused], None, false)?;
+    assert_eq!(g[0].to_vec_f64()?, vec![0.0, 0.0]);
+
+    let constant = Tensor::ones(&[3], DType::F64)?;
+    let e = autograd::grad(&[&y], &[&constant], None, false).unwrap_err();
+    assert!(e.to_string().contains("does not require a gradient"), "{e}");
+    let view = x.narrow(0, 0, 2)?;
+    let e = autograd::grad(&[&y], &[&view], None, false).unwrap_err();
+    assert!(e.to_string().contains("view"), "{e}");
+    let e = autograd::grad(&[&h], &[&x], None, false).unwrap_err();
+    assert!(e.to_string().contains("grad_outputs"), "{e}");
+    let wrong = Tensor::ones(&[2], DType::F64)?;
+    let e = autograd::grad(&[&h], &[&x], Some(&[&wrong]), false).unwrap_err();
+    assert!(
+        e.to_string().contains("[2]") && e.to_string().contains("[3]"),
+        "{e}"
+    );
+    let e = autograd::hessian(|x| x.exp(), &x).unwrap_err();
+    assert!(e.to_string().contains("one element"), "{e}");
+    // A function that ignores its input has zero derivatives.
+    let h = autograd::hessian(|x| Tensor::ones(&[], x.dtype()), &x)?;
+    assert_eq!(h.shape(), &[3, 3]);
+    assert!(h.to_vec_f64()?.iter().all(|&v| v == 0.0));
+    Ok(())
+}
