@@ -173,8 +173,10 @@ impl Leaf {
     }
 
     pub(crate) fn clear(&self) {
+        // Locks in one order everywhere: `graph`, then `grad`.
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
         *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        *self.graph.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *graph = None;
     }
 
     /// Adds `g` to the gradient. The sum is formed in place when nobody
