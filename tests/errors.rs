@@ -144,3 +144,14 @@ fn conflicting_inferred_sizes() {
     let e = IndexFn::parse("f[i] = x[i] + y[i]", &[("x", &[3]), ("y", &[4])]).unwrap_err();
     assert!(e.to_string().contains("sized 3"), "{e}");
 }
+
+/// A dimension named twice in a reduction is an error, not a silent sum
+/// over it once.
+#[test]
+fn a_duplicated_reduction_dimension_is_an_error() {
+    let x = tenjin::Tensor::ones(&[2, 3], tenjin::DType::F32).unwrap();
+    let e = x.sum_dims(&[1, 1], false).unwrap_err();
+    assert!(e.to_string().contains("appears twice"), "{e}");
+    assert!(x.mean_dims(&[0, 0], true).is_err());
+    assert!(x.sum_dims(&[0, 1], false).is_ok());
+}

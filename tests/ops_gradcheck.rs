@@ -1177,3 +1177,24 @@ fn size_one_and_rank_zero_regressions() {
         ),
     ]);
 }
+
+/// `relu` as PyTorch defines it at the edges: its gradient at exactly 0 is
+/// 0, and a NaN input gives NaN, in the interpreter's and the JIT's
+/// agreement (f32 and f64).
+#[test]
+fn relu_at_zero_and_nan_is_pytorchs() -> Result<(), Error> {
+    for dtype in [DType::F32, DType::F64] {
+        let x = Tensor::from_vec_f64(vec![0.0, f64::NAN, -1.0, 2.0], &[4])?
+            .to_dtype(dtype)?
+            .requires_grad();
+        let y = x.relu()?;
+        let v = y.to_vec_f64()?;
+        assert_eq!(v[0], 0.0);
+        assert!(v[1].is_nan(), "relu(NaN) = {}", v[1]);
+        assert_eq!((v[2], v[3]), (0.0, 2.0));
+        y.sum()?.backward()?;
+        let g = x.grad().unwrap().to_vec_f64()?;
+        assert_eq!((g[0], g[2], g[3]), (0.0, 0.0, 1.0), "{dtype:?}");
+    }
+    Ok(())
+}

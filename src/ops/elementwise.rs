@@ -24,7 +24,9 @@ const UNARY: &[(&str, &str)] = &[
     ("abs", "abs ({x})"),
     ("sign", "sgn ({x})"),
     ("sigmoid", "sigmoid ({x})"),
-    ("relu", "max({x}, 0)"),
+    // `0` first: the first operand wins ties, so the gradient at 0 is 0
+    // (as PyTorch's), and a NaN input stays NaN (`0 >= NaN` is false).
+    ("relu", "max(0, {x})"),
     ("square", "{x} ** 2"),
     ("recip", "1 / {x}"),
 ];

@@ -35,7 +35,12 @@ impl Reduction {
                     ),
                 ));
             }
-            reduced_dims[d] = true;
+            if std::mem::replace(&mut reduced_dims[d], true) {
+                return Err(shape_error(
+                    op,
+                    format!("input of shape {shape:?}: dimension {d} appears twice in {dims:?}"),
+                ));
+            }
         }
         let (mut out, mut access, mut reduced, mut sizes, mut out_shape) =
             (vec![], vec![], vec![], vec![], vec![]);
