@@ -1198,3 +1198,42 @@ fn relu_at_zero_and_nan_is_pytorchs() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// A NaN anywhere reaches the result of every max-type op (as in PyTorch),
+/// whatever its position, in f32 (JIT, vectorised where it can) and f64.
+#[test]
+fn nan_propagates_through_max_type_ops() -> Result<(), Error> {
+    for dtype in [DType::F32, DType::F64] {
+        for pos in 0..9 {
+            let mut v: Vec<f64> = (0..9).map(|k| k as f64 - 4.0).collect();
+            v[pos] = f64::NAN;
+            let x = Tensor::from_vec_f64(v.clone(), &[9])?.to_dtype(dtype)?;
+            let other = Tensor::zeros(&[9], dtype)?;
+            let checks: Vec<(&str, Tensor)> = vec![
+                ("max", x.max()?),
+                ("min", x.min()?),
+                ("flipped max", x.flip(&[0])?.max()?),
+                ("max_dims", x.reshape(&[3, 3])?.max_dims(&[1], false)?),
+                ("min_dims", x.reshape(&[3, 3])?.min_dims(&[0], false)?),
+                ("maximum(x, 0)", x.maximum(&other)?),
+                ("maximum(0, x)", other.maximum(&x)?),
+                ("minimum(x, 0)", x.minimum(&other)?),
+                ("clamp", x.clamp(-1.0, 1.0)?),
+                ("relu", x.relu()?),
+                ("max_pool1d", x.reshape(&[1, 1, 9])?.max_pool1d(9, 1)?),
+                (
+                    "max_pool2d",
+                    x.reshape(&[1, 1, 3, 3])?.max_pool2d([3, 3], [1, 1])?,
+                ),
+            ];
+            for (name, t) in checks {
+                let out = t.to_vec_f64()?;
+                assert!(
+                    out.iter().any(|y| y.is_nan()),
+                    "{name} of {v:?} ({dtype:?}) lost the NaN: {out:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -373,6 +373,16 @@ impl Emitter<'_> {
         Ok(self.b.inst_results(inst)[0])
     }
 
+    /// `a` where `a cc b` or `a` is NaN, else `b`: max/min with the first
+    /// operand winning ties and a NaN operand winning (the interpreter's
+    /// `BinaryOp::apply`).
+    fn first_unless(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
+        let c = self.b.ins().fcmp(cc, a, b);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
+        let keep = self.b.ins().bor(c, nan);
+        self.b.ins().select(keep, a, b)
+    }
+
     fn select_cmp(&mut self, cc: FloatCC, a: Value, b: Value, x: Value, y: Value) -> Value {
         let c = self.b.ins().fcmp(cc, a, b);
         self.b.ins().select(c, x, y)
@@ -416,9 +426,9 @@ impl Emitter<'_> {
             BinaryOp::Mul => self.b.ins().fmul(a, b),
             BinaryOp::Div => self.b.ins().fdiv(a, b),
             BinaryOp::Pow => self.call(MathFn::Pow, &[a, b])?,
-            // The first operand wins ties; a NaN second operand wins.
-            BinaryOp::Max => self.select_cmp(FloatCC::GreaterThanOrEqual, a, b, a, b),
-            BinaryOp::Min => self.select_cmp(FloatCC::LessThanOrEqual, a, b, a, b),
+            // The first operand wins ties; a NaN operand wins.
+            BinaryOp::Max => self.first_unless(FloatCC::GreaterThanOrEqual, a, b),
+            BinaryOp::Min => self.first_unless(FloatCC::LessThanOrEqual, a, b),
         })
     }
 
@@ -568,10 +578,10 @@ impl Emitter<'_> {
                     Ok(match op {
                         ReduceOp::Sum => vec![e.b.ins().fadd(acc[0], x)],
                         ReduceOp::Max => {
-                            vec![e.select_cmp(FloatCC::GreaterThanOrEqual, acc[0], x, acc[0], x)]
+                            vec![e.first_unless(FloatCC::GreaterThanOrEqual, acc[0], x)]
                         }
                         ReduceOp::Min => {
-                            vec![e.select_cmp(FloatCC::LessThanOrEqual, acc[0], x, acc[0], x)]
+                            vec![e.first_unless(FloatCC::LessThanOrEqual, acc[0], x)]
                         }
                         ReduceOp::ArgMax | ReduceOp::ArgMin => {
                             // The first iteration always takes its value;
@@ -583,6 +593,11 @@ impl Emitter<'_> {
                             };
                             let first = e.b.ins().icmp(IntCC::Equal, k, lo);
                             let better = e.b.ins().fcmp(cc, x, acc[1]);
+                            // A NaN is better than any number.
+                            let x_nan = e.b.ins().fcmp(FloatCC::Unordered, x, x);
+                            let best_num = e.b.ins().fcmp(FloatCC::Ordered, acc[1], acc[1]);
+                            let nan = e.b.ins().band(x_nan, best_num);
+                            let better = e.b.ins().bor(better, nan);
                             let take = e.b.ins().bor(first, better);
                             let kf = e.b.ins().fcvt_from_sint(e.ty, k);
                             let idx = e.b.ins().select(take, kf, acc[0]);

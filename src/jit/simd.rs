@@ -420,7 +420,7 @@ impl<'f> Emitter<'f> {
                     FloatCC::LessThanOrEqual
                 };
                 let mut vm = self.vm();
-                let keep = vm.mask(cc, acc, x);
+                let keep = vm.mask_first(cc, acc, x);
                 vm.sel(keep, acc, x)
             }
         }
@@ -529,13 +529,13 @@ impl<'f> Emitter<'f> {
             BinaryOp::Mul => vm.b.ins().fmul(a, b),
             BinaryOp::Div => vm.b.ins().fdiv(a, b),
             // As the scalar code: the first operand wins ties, a NaN
-            // second operand wins.
+            // operand wins.
             BinaryOp::Max => {
-                let m = vm.mask(FloatCC::GreaterThanOrEqual, a, b);
+                let m = vm.mask_first(FloatCC::GreaterThanOrEqual, a, b);
                 vm.sel(m, a, b)
             }
             BinaryOp::Min => {
-                let m = vm.mask(FloatCC::LessThanOrEqual, a, b);
+                let m = vm.mask_first(FloatCC::LessThanOrEqual, a, b);
                 vm.sel(m, a, b)
             }
             BinaryOp::Pow => return self.per_lane(MathFn::Pow, &[a, b], lanes),

@@ -94,6 +94,15 @@ impl VMath<'_, '_> {
         self.as_float(m)
     }
 
+    /// The lanes where `a cc b` or `a` is NaN: where max/min keep their
+    /// first operand (see `codegen`'s `first_unless`).
+    pub(crate) fn mask_first(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
+        let m = self.b.ins().fcmp(cc, a, b);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
+        let keep = self.b.ins().bor(m, nan);
+        self.as_float(keep)
+    }
+
     /// Lanes of `x` where `mask`, of `y` elsewhere.
     pub(crate) fn sel(&mut self, mask: Value, x: Value, y: Value) -> Value {
         self.b.ins().bitselect(mask, x, y)

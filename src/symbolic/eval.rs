@@ -235,11 +235,14 @@ impl<'a> Evaluator<'a> {
                 ReduceOp::Max => acc = BinaryOp::Max.apply(acc, x),
                 ReduceOp::Min => acc = BinaryOp::Min.apply(acc, x),
                 ReduceOp::ArgMax | ReduceOp::ArgMin => {
-                    let better = if op == ReduceOp::ArgMax {
-                        x > best
-                    } else {
-                        x < best
-                    };
+                    // A NaN is better than any number (the max and min
+                    // reductions return it too).
+                    let better = (x.is_nan() && !best.is_nan())
+                        || if op == ReduceOp::ArgMax {
+                            x > best
+                        } else {
+                            x < best
+                        };
                     if !found || better {
                         found = true;
                         best = x;

@@ -110,16 +110,18 @@ impl BinaryOp {
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
             BinaryOp::Pow => pow(a, b),
-            // The first operand wins ties: this fixes where the subgradient goes.
+            // The first operand wins ties: this fixes where the subgradient
+            // goes. A NaN operand wins (as in PyTorch): a NaN first operand
+            // is kept, and a NaN second one fails the comparison.
             BinaryOp::Max => {
-                if a >= b {
+                if a >= b || a.is_nan() {
                     a
                 } else {
                     b
                 }
             }
             BinaryOp::Min => {
-                if a <= b {
+                if a <= b || a.is_nan() {
                     a
                 } else {
                     b
