@@ -155,3 +155,22 @@ fn a_duplicated_reduction_dimension_is_an_error() {
     assert!(x.mean_dims(&[0, 0], true).is_err());
     assert!(x.sum_dims(&[0, 1], false).is_ok());
 }
+
+/// A broadcast whose element count does not fit is refused (it used to
+/// wrap, and `sum` of it returned 0).
+#[test]
+fn an_overflowing_broadcast_is_an_error() {
+    let x = tenjin::Tensor::ones(&[2], tenjin::DType::F32).unwrap();
+    let e = x.broadcast_to(&[usize::MAX, 2]).unwrap_err();
+    assert!(e.to_string().contains("broadcast_to"), "{e}");
+    assert!(x.broadcast_to(&[1 << 62, 4, 2]).is_err());
+    assert_eq!(
+        x.broadcast_to(&[3, 2])
+            .unwrap()
+            .sum()
+            .unwrap()
+            .to_vec_f64()
+            .unwrap(),
+        vec![6.0]
+    );
+}

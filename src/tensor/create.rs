@@ -11,10 +11,13 @@ use crate::Error;
 
 use crate::ops::shape_error;
 
-fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
+/// The element count of `shape`, or an error when it overflows (kernels
+/// index elements with `i64`, so the count must fit one).
+pub(crate) fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| i64::try_from(n).is_ok())
         .ok_or_else(|| {
             shape_error(
                 op,

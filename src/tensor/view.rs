@@ -175,6 +175,7 @@ impl Tensor {
         if shape == self.shape() {
             return Ok(self.clone());
         }
+        super::create::numel_of("broadcast_to", shape)?;
         let r = shape.len();
         if r < self.rank() {
             return Err(view_error(
