@@ -1237,3 +1237,39 @@ fn nan_propagates_through_max_type_ops() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Ops on empty inputs keep `requires_grad`, and backward gives every
+/// input a zero gradient of its shape (PyTorch's behaviour: a conv2d over
+/// an empty batch gives its weight a zero gradient).
+#[test]
+fn empty_inputs_keep_their_gradient() -> Result<(), Error> {
+    type Op = fn(&Tensor) -> Result<Tensor, Error>;
+    let ops: &[(&str, Op)] = &[
+        ("softmax", |x| x.softmax(1)),
+        ("log_softmax", |x| x.log_softmax(1)),
+        ("repeat", |x| x.repeat(&[2, 1])),
+        ("stack", |x| Tensor::stack(&[x, x], 0)),
+        ("cat", |x| Tensor::cat(&[x, x], 0)),
+        ("max_pool1d", |x| x.reshape(&[0, 1, 5])?.max_pool1d(2, 1)),
+        ("matmul", |x| x.matmul(&Tensor::ones(&[5, 2], DType::F64)?)),
+    ];
+    for (name, op) in ops {
+        let x = Tensor::zeros(&[0, 5], DType::F64)?.requires_grad();
+        let y = op(&x)?;
+        assert!(y.is_requires_grad(), "{name}");
+        y.sum()?.backward()?;
+        assert_eq!(
+            x.grad().map(|g| g.shape().to_vec()),
+            Some(vec![0, 5]),
+            "{name}"
+        );
+    }
+    let x = Tensor::zeros(&[0, 2, 5, 5], DType::F64)?.requires_grad();
+    let w = Tensor::ones(&[3, 2, 3, 3], DType::F64)?.requires_grad();
+    let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1)?;
+    assert!(y.is_requires_grad());
+    y.sum()?.backward()?;
+    let gw = w.grad().expect("the weight gets a gradient").to_vec_f64()?;
+    assert!(gw.len() == 54 && gw.iter().all(|&g| g == 0.0));
+    Ok(())
+}

@@ -10,7 +10,7 @@
 //! channel as two indices `(g, q)`, giving `[N, groups, Q, ...]`, and the
 //! result is a free reshape of that to `[N, O, ...]`.
 
-use super::shape::empty_like;
+use super::shape::{empty_like, empty_of};
 use super::{apply, lit, shape_error};
 use crate::tensor::Tensor;
 use crate::Error;
@@ -238,7 +238,8 @@ fn conv_nd(
     let s = g.out.len();
     let final_shape: Vec<usize> = [&[g.n, g.o][..], &g.out].concat();
     if final_shape.contains(&0) {
-        return empty_like(&final_shape, x);
+        let inputs: Vec<&Tensor> = [Some(x), Some(w), b].into_iter().flatten().collect();
+        return empty_of(&final_shape, &inputs);
     }
     let grouped = g.groups > 1;
     let (out_ch, in_ch) = if grouped {

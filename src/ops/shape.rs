@@ -12,9 +12,39 @@ use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::Error;
 
-/// An empty tensor of `shape` (nothing to compute, nothing to derive).
+/// An empty tensor of `shape` computed from `like` (see [`empty_of`]).
 pub(crate) fn empty_like(shape: &[usize], like: &Tensor) -> Result<Tensor, Error> {
-    Tensor::zeros(shape, like.dtype())
+    empty_of(shape, &[like])
+}
+
+/// A tensor of `shape`, which has no elements, computed from `inputs`:
+/// nothing to compute, but recorded when an input requires a gradient, so
+/// that the result requires one too and backward gives each input a zero
+/// gradient (as PyTorch). The output has no elements, so the reads of the
+/// inputs' first elements in its function are never made.
+pub(crate) fn empty_of(shape: &[usize], inputs: &[&Tensor]) -> Result<Tensor, Error> {
+    let dtype = inputs.first().map_or(crate::DType::F32, |t| t.dtype());
+    let recorded = shape.contains(&0)
+        && crate::trace::is_grad_enabled()
+        && inputs.iter().any(|t| t.is_requires_grad());
+    if !recorded {
+        return Tensor::zeros(shape, dtype);
+    }
+    let sizes = out_sizes("o", shape);
+    let out: Vec<&str> = sizes.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
+    let reads: Vec<String> = names
+        .iter()
+        .zip(inputs)
+        .map(|(n, t)| format!("0 * {n}[{}]", vec!["0"; t.rank()].join("; ")))
+        .collect();
+    let src = format!("f[{}] = {}", out.join("; "), reads.join(" + "));
+    let args: Vec<(&str, &Tensor)> = names
+        .iter()
+        .map(String::as_str)
+        .zip(inputs.iter().copied())
+        .collect();
+    super::apply("empty", &src, &args, &as_size_refs(&sizes))
 }
 
 /// `(index names, explicit sizes)` of an output of `shape`, indices named
@@ -132,7 +162,7 @@ impl Tensor {
                     ),
                 });
             }
-            return empty_like(&out_shape, first);
+            return empty_of(&out_shape, tensors);
         }
         let ix: Vec<String> = (0..rank).map(|d| format!("i{d}")).collect();
         let access = |p: usize| {
