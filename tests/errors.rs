@@ -174,3 +174,45 @@ fn an_overflowing_broadcast_is_an_error() {
         vec![6.0]
     );
 }
+
+/// Random tensors and initialisers too large for memory are
+/// `OutOfMemory` errors, as `zeros` is, not aborts.
+#[test]
+fn huge_random_tensors_are_errors_not_aborts() {
+    use tenjin::{nn::init, DType, Error, Tensor};
+    let huge = [1_000_000usize, 1_000_000];
+    let oom = |r: Result<Tensor, Error>| matches!(r, Err(Error::OutOfMemory { .. }));
+    assert!(oom(Tensor::zeros(&huge, DType::F32)));
+    assert!(oom(Tensor::randn(&huge, DType::F32, 0)));
+    assert!(oom(Tensor::rand(&huge, DType::F64, 0)));
+    assert!(oom(init::uniform(&huge, -1.0, 1.0, DType::F32, 0)));
+    assert!(oom(init::normal(&huge, 0.0, 1.0, DType::F32, 0)));
+    assert!(tenjin::nn::Linear::new(1_000_000, 1_000_000, 0).is_err());
+}
+
+/// Views through a rank-0 middle keep their rank (a map into rank 0 has no
+/// rows to tell it): the cases of the issue, with values.
+#[test]
+fn rank_zero_views_of_non_scalars_compose() {
+    use tenjin::{DType, Tensor};
+    let x = Tensor::from_vec_f64(vec![1.0, 2.0, 3.0], &[3]).unwrap();
+    let b = Tensor::full(&[], 10.0, DType::F64).unwrap();
+    let y = x.narrow(0, 1, 1).unwrap().squeeze(0).unwrap();
+    assert_eq!(y.to_vec_f64().unwrap(), vec![2.0]);
+    assert_eq!(y.mul(&b).unwrap().to_vec_f64().unwrap(), vec![20.0]);
+    let z = y.unsqueeze(0).unwrap();
+    assert_eq!(z.shape(), &[1]);
+    assert_eq!(z.exp().unwrap().to_vec_f64().unwrap(), vec![2f64.exp()]);
+    let w = Tensor::from_vec_f64(vec![4.0], &[1]).unwrap();
+    assert_eq!(
+        w.squeeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+            .exp()
+            .unwrap()
+            .to_vec_f64()
+            .unwrap(),
+        vec![4f64.exp()]
+    );
+}

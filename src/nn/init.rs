@@ -15,14 +15,6 @@
 use super::config_error;
 use crate::{DType, Error, Tensor};
 
-/// A tensor of `dtype` holding `values` (computed in f64).
-fn from_f64(values: Vec<f64>, shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
-    match dtype {
-        DType::F64 => Tensor::from_vec_f64(values, shape),
-        DType::F32 => Tensor::from_vec(values.into_iter().map(|v| v as f32).collect(), shape),
-    }
-}
-
 /// Values uniform in `[low, high)`, reproducible from `seed`.
 pub fn uniform(
     shape: &[usize],
@@ -37,12 +29,10 @@ pub fn uniform(
             format!("the bounds [{low}, {high}) are not a finite interval"),
         ));
     }
-    let u = Tensor::rand(shape, DType::F64, seed)?.to_vec_f64()?;
-    from_f64(
-        u.into_iter().map(|x| low + (high - low) * x).collect(),
-        shape,
-        dtype,
-    )
+    // Drawn in f64 and mapped by an op: nothing of the tensor's size is
+    // held on the host beside it.
+    let u = Tensor::rand(shape, DType::F64, seed)?;
+    u.mul_scalar(high - low)?.add_scalar(low)?.to_dtype(dtype)
 }
 
 /// Normal values with mean `mean` and standard deviation `std`,
@@ -60,12 +50,8 @@ pub fn normal(
             format!("mean {mean} and standard deviation {std} must be finite, std >= 0"),
         ));
     }
-    let z = Tensor::randn(shape, DType::F64, seed)?.to_vec_f64()?;
-    from_f64(
-        z.into_iter().map(|x| mean + std * x).collect(),
-        shape,
-        dtype,
-    )
+    let z = Tensor::randn(shape, DType::F64, seed)?;
+    z.mul_scalar(std)?.add_scalar(mean)?.to_dtype(dtype)
 }
 
 /// `U(-1/√fan_in, 1/√fan_in)`: PyTorch's default for the weights and

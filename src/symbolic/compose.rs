@@ -75,13 +75,25 @@ impl AffineMap {
     /// `self ∘ inner`: first `inner` (view → middle), then `self` (middle →
     /// base).
     pub fn compose(&self, inner: &AffineMap) -> AffineMap {
-        let cols = inner.view_rank();
+        self.compose_to(inner, inner.view_rank())
+    }
+
+    /// [`AffineMap::compose`] for a view of rank `view_rank`: a map into a
+    /// rank-0 middle has no rows to tell its view's rank (`x[3]` narrowed
+    /// to one element, squeezed to rank 0, then unsqueezed).
+    pub fn compose_to(&self, inner: &AffineMap, view_rank: usize) -> AffineMap {
+        let cols = view_rank;
         let coeffs = self
             .coeffs
             .iter()
             .map(|row| {
                 (0..cols)
-                    .map(|j| row.iter().zip(&inner.coeffs).map(|(a, r)| a * r[j]).sum())
+                    .map(|j| {
+                        row.iter()
+                            .zip(&inner.coeffs)
+                            .map(|(a, r)| r.get(j).map_or(0, |c| a * c))
+                            .sum()
+                    })
                     .collect()
             })
             .collect();

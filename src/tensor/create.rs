@@ -27,19 +27,22 @@ pub(crate) fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
 }
 
 impl Tensor {
+    /// A tensor whose element `i` is `value(i)`, called in index order
+    /// (random draws fill it directly: a shape too large for memory is an
+    /// `OutOfMemory` error before anything is drawn).
     fn from_f64_fn(
         op: &str,
         shape: &[usize],
         dtype: DType,
-        value: impl Fn(usize) -> f64,
+        mut value: impl FnMut(usize) -> f64,
     ) -> Result<Tensor, Error> {
         let n = numel_of(op, shape)?;
         let storage = Storage::uninit(dtype, n)?;
         {
             let mut b = storage.write();
             match dtype {
-                DType::F32 => fill(&mut b.as_mut_slice::<f32>()[..n], value),
-                DType::F64 => fill(&mut b.as_mut_slice::<f64>()[..n], value),
+                DType::F32 => fill(&mut b.as_mut_slice::<f32>()[..n], &mut value),
+                DType::F64 => fill(&mut b.as_mut_slice::<f64>()[..n], &mut value),
             }
         }
         Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
@@ -157,10 +160,7 @@ impl Tensor {
             DType::F32 => (r.next_u64() >> 40) as f64 / (1u64 << 24) as f64,
             DType::F64 => r.uniform(),
         };
-        let values: Vec<f64> = (0..numel_of("rand", shape)?)
-            .map(|_| draw(&mut rng))
-            .collect();
-        Tensor::from_f64_fn("rand", shape, dtype, |i| values[i])
+        Tensor::from_f64_fn("rand", shape, dtype, |_| draw(&mut rng))
     }
 
     /// Standard normal values, reproducible from `seed`.
@@ -175,10 +175,7 @@ impl Tensor {
     /// ```
     pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, Error> {
         let mut rng = SplitMix64::new(seed);
-        let values: Vec<f64> = (0..numel_of("randn", shape)?)
-            .map(|_| rng.normal())
-            .collect();
-        Tensor::from_f64_fn("randn", shape, dtype, |i| values[i])
+        Tensor::from_f64_fn("randn", shape, dtype, |_| rng.normal())
     }
 
     /// The elements in row-major order, as f32 (f64 tensors are rounded).
@@ -227,7 +224,7 @@ impl Tensor {
     }
 }
 
-fn fill<T: Float>(out: &mut [T], value: impl Fn(usize) -> f64) {
+fn fill<T: Float>(out: &mut [T], mut value: impl FnMut(usize) -> f64) {
     for (i, o) in out.iter_mut().enumerate() {
         *o = <T as Float>::from_f64(value(i));
     }

@@ -33,7 +33,10 @@ impl Tensor {
     fn view(&self, shape: Vec<usize>, inner: AffineMap) -> Tensor {
         match &self.0.layout {
             Layout::Dense { .. } => Tensor::view_of(self, shape, inner),
-            Layout::View { base, map } => Tensor::view_of(base, shape, map.compose(&inner)),
+            Layout::View { base, map } => {
+                let map = map.compose_to(&inner, shape.len());
+                Tensor::view_of(base, shape, map)
+            }
         }
     }
 
