@@ -160,11 +160,11 @@ impl<'a> Derivation<'a> {
         let seed_index = f.out_vars.iter().map(|v| Affine::var(*v)).collect();
         let seed = self.g.access(df_arg, seed_index);
         let occurrences = self.accumulate(seed);
-        let mut total = self.g.constant(0.0);
+        let mut gathers = Vec::with_capacity(occurrences.len());
         for ((node, ctx), adjoint) in occurrences {
-            let gather = self.gather(node, ctx, adjoint)?;
-            total = self.g.add(total, gather);
+            gathers.push(self.gather(node, ctx, adjoint)?);
         }
+        let total = self.g.add_all(&gathers);
         let mut args = f.args.clone();
         args.push(ArgDecl {
             name: format!("d{}", f.name),

@@ -534,6 +534,32 @@ impl Graph {
         self.binary(BinaryOp::Add, a, b)
     }
 
+    /// `t₁ + t₂ + …` (0 for no terms): associated to the left, and as a
+    /// balanced tree from [`Graph::BALANCE_FROM`] terms on, so that passes
+    /// recursing over the result go log₂(n) deep, not n.
+    pub fn add_all(&mut self, terms: &[NodeId]) -> NodeId {
+        self.fold_all(BinaryOp::Add, terms)
+            .unwrap_or_else(|| self.constant(0.0))
+    }
+
+    /// `f₁ · f₂ · …` (`None` for no factors), shaped as [`Graph::add_all`].
+    pub fn mul_all(&mut self, factors: &[NodeId]) -> Option<NodeId> {
+        self.fold_all(BinaryOp::Mul, factors)
+    }
+
+    /// Chains this long or longer are built as balanced trees.
+    pub const BALANCE_FROM: usize = 32;
+
+    fn fold_all(&mut self, op: BinaryOp, items: &[NodeId]) -> Option<NodeId> {
+        if items.len() >= Self::BALANCE_FROM {
+            let (left, right) = items.split_at(items.len() / 2);
+            let (l, r) = (self.fold_all(op, left)?, self.fold_all(op, right)?);
+            return Some(self.binary(op, l, r));
+        }
+        let (&first, rest) = items.split_first()?;
+        Some(rest.iter().fold(first, |acc, &n| self.binary(op, acc, n)))
+    }
+
     pub fn sub(&mut self, a: NodeId, b: NodeId) -> NodeId {
         self.binary(BinaryOp::Sub, a, b)
     }

@@ -30,6 +30,10 @@ use crate::Error;
 /// application, `**`, reductions) before the parser gives up.
 const MAX_DEPTH: usize = 256;
 
+/// Chains of `+`/`-` (or `*`/`/`) with this many operands or more are
+/// folded as balanced trees (see `Parser::fold`).
+const BALANCE_FROM: usize = 32;
+
 /// Stack the parser may use below its entry point. Release builds reach
 /// [`MAX_DEPTH`] first; unoptimised builds have much larger frames and
 /// stop here, well inside a 2 MiB thread stack.
@@ -279,34 +283,94 @@ impl Parser<'_> {
     }
 
     /// `expr := term (('+'|'-') term)*` and `term := unary (('*'|'/')
-    /// unary)*`, left-associative, parsed with an operator stack: a nesting
-    /// level costs few stack frames (the limit must hold in debug builds).
+    /// unary)*`, read as flat lists (a nesting level costs few stack frames:
+    /// the limit must hold in debug builds) and folded by [`Self::fold`].
     fn expr(&mut self) -> Result<Val, Error> {
         self.enter()?;
-        let level = |op: BinaryOp| 1 + matches!(op, BinaryOp::Mul | BinaryOp::Div) as u8;
-        let mut pending: Vec<(Val, BinaryOp)> = Vec::new();
-        let mut cur = self.unary()?;
+        let mut first_term: Option<Val> = None;
+        let mut more_terms: Vec<(BinaryOp, Val)> = Vec::new();
+        let mut term_op = BinaryOp::Add;
+        let mut first_factor = self.unary()?;
+        let mut more_factors: Vec<(BinaryOp, Val)> = Vec::new();
         loop {
             let op = match self.peek().kind {
-                TokKind::Punct("+") => Some(BinaryOp::Add),
-                TokKind::Punct("-") => Some(BinaryOp::Sub),
-                TokKind::Punct("*") => Some(BinaryOp::Mul),
-                TokKind::Punct("/") => Some(BinaryOp::Div),
-                _ => None,
+                TokKind::Punct("+") => BinaryOp::Add,
+                TokKind::Punct("-") => BinaryOp::Sub,
+                TokKind::Punct("*") => BinaryOp::Mul,
+                TokKind::Punct("/") => BinaryOp::Div,
+                _ => break,
             };
-            let bind = op.map_or(0, level);
-            while pending.last().is_some_and(|(_, top)| level(*top) >= bind) {
-                if let Some((left, top)) = pending.pop() {
-                    cur = self.binary(top, left, cur);
-                }
-            }
-            let Some(op) = op else { break };
             self.bump();
-            pending.push((cur, op));
-            cur = self.unary()?;
+            let operand = self.unary()?;
+            if matches!(op, BinaryOp::Mul | BinaryOp::Div) {
+                more_factors.push((op, operand));
+                continue;
+            }
+            let factor = std::mem::replace(&mut first_factor, operand);
+            let term = self.fold(BinaryOp::Mul, factor, std::mem::take(&mut more_factors));
+            match first_term {
+                None => first_term = Some(term),
+                Some(_) => more_terms.push((term_op, term)),
+            }
+            term_op = op;
         }
+        let term = self.fold(BinaryOp::Mul, first_factor, more_factors);
+        let value = match first_term {
+            None => term,
+            Some(first) => {
+                more_terms.push((term_op, term));
+                self.fold(BinaryOp::Add, first, more_terms)
+            }
+        };
         self.depth -= 1;
-        Ok(cur)
+        Ok(value)
+    }
+
+    /// Folds `first op1 v1 op2 v2 ...`, where every op is `direct` (`+` or
+    /// `*`) or its inverse: left to right, as written, below
+    /// [`BALANCE_FROM`] operands; longer chains as `balanced(direct
+    /// operands) inverse balanced(inverse operands)`, so a 10,000-term sum
+    /// is a tree of depth 14 and no later pass recurses 10,000 deep.
+    fn fold(&mut self, direct: BinaryOp, first: Val, rest: Vec<(BinaryOp, Val)>) -> Val {
+        if rest.len() + 1 < BALANCE_FROM {
+            return rest
+                .into_iter()
+                .fold(first, |acc, (op, v)| self.binary(op, acc, v));
+        }
+        let inverse = match direct {
+            BinaryOp::Add => BinaryOp::Sub,
+            _ => BinaryOp::Div,
+        };
+        let (pos, neg): (Vec<_>, Vec<_>) = rest.into_iter().partition(|(op, _)| *op == direct);
+        let pos = self.balanced(direct, first, pos.into_iter().map(|(_, v)| v).collect());
+        let mut neg = neg.into_iter().map(|(_, v)| v);
+        match neg.next() {
+            Some(n) => {
+                let neg = self.balanced(direct, n, neg.collect());
+                self.binary(inverse, pos, neg)
+            }
+            None => pos,
+        }
+    }
+
+    /// `first op v1 op v2 ...` as a balanced tree.
+    fn balanced(&mut self, op: BinaryOp, first: Val, rest: Vec<Val>) -> Val {
+        let mut level = rest;
+        level.insert(0, first);
+        loop {
+            let mut next = Vec::with_capacity(level.len().div_ceil(2));
+            let mut it = level.into_iter();
+            while let Some(a) = it.next() {
+                next.push(match it.next() {
+                    Some(b) => self.binary(op, a, b),
+                    None => a,
+                });
+            }
+            match <[Val; 1]>::try_from(next) {
+                Ok([root]) => return root,
+                Err(more) => level = more,
+            }
+        }
     }
 
     /// `unary := '-' unary | power` and `power := app ['**' unary]`.

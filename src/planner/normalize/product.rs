@@ -157,9 +157,8 @@ impl Normalizer<'_> {
         }
     }
 
-    /// `f₁ · f₂ · …`, associated to the left (`None` for no factors).
+    /// `f₁ · f₂ · …` (`None` for no factors), balanced when long.
     fn chain(&mut self, factors: &[NodeId]) -> Option<NodeId> {
-        let (&first, rest) = factors.split_first()?;
-        Some(rest.iter().fold(first, |acc, &n| self.g.mul(acc, n)))
+        self.g.mul_all(factors)
     }
 }
