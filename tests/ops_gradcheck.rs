@@ -1273,3 +1273,32 @@ fn empty_inputs_keep_their_gradient() -> Result<(), Error> {
     assert!(gw.len() == 54 && gw.iter().all(|&g| g == 0.0));
     Ok(())
 }
+
+/// Backward through ops with an empty input gives every input requiring a
+/// gradient a zero gradient of its own shape, as PyTorch does
+/// (`a[0,3] @ b[3,4]` gives `b.grad` = zeros(3,4)).
+#[test]
+fn backward_through_empty_operands_gives_zero_gradients() -> Result<(), Error> {
+    type Binary = fn(&Tensor, &Tensor) -> Result<Tensor, Error>;
+    let cases: &[(&str, &[usize], &[usize], Binary)] = &[
+        ("matmul", &[0, 3], &[3, 4], |a, b| a.matmul(b)),
+        ("add", &[0, 3], &[3], |a, b| a.add(b)),
+        ("mul", &[2, 0, 3], &[1, 1, 3], |a, b| a.mul(b)),
+        ("pad", &[0, 3], &[3], |a, b| a.pad(&[(1, 1), (0, 0)], 0.0)?.add(b)),
+    ];
+    for (name, sa, sb, op) in cases {
+        let a = Tensor::zeros(sa, DType::F64)?.requires_grad();
+        let b = Tensor::ones(sb, DType::F64)?.requires_grad();
+        let y = op(&a, &b)?;
+        assert!(y.is_requires_grad(), "{name}");
+        y.sum()?.backward()?;
+        for (t, s) in [(&a, sa), (&b, sb)] {
+            let g = t.grad().unwrap_or_else(|| panic!("{name}: no gradient"));
+            assert_eq!(g.shape(), *s, "{name}");
+            if *name != "pad" || t.numel() == 0 {
+                assert!(g.to_vec_f64()?.iter().all(|&v| v == 0.0), "{name}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -214,6 +214,7 @@ impl<'f> Emitter<'f> {
                     value,
                     result,
                     body: inner,
+                    ..
                 } if ks.len() > 1 => {
                     let out =
                         self.blocked_reduction(*op, *value, inner, l.var, lanes, &ks, &mut regs)?;
@@ -352,11 +353,13 @@ impl<'f> Emitter<'f> {
                 };
                 self.vset(*result, v)
             }
+            Stmt::Reduce { wide: true, .. } => Err("a wide sum inside a vectorised loop".into()),
             Stmt::Reduce {
                 op,
                 value,
                 result,
                 body,
+                ..
             } => {
                 let r = self.lane_reduction(*op, *value, body, var, lanes)?;
                 self.vset(*result, r)

@@ -364,6 +364,7 @@ impl<'a> Lowerer<'a> {
                     op,
                     value,
                     result,
+                    wide: false,
                     body: Loop {
                         var: iv,
                         lower,

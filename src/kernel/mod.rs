@@ -29,7 +29,7 @@
 //!   increasing order and folds the body's value like the interpreter
 //!   (sum from 0; `max`/`min` from ∓∞ with the first operand winning ties;
 //!   `argmax`/`argmin` keep the first index of a strictly better value,
-//!   `-1` over an empty range).
+//!   `-1` over an empty range). A `wide` sum accumulates in f64.
 //! - `For` is an output loop; `Store` writes `out[offset]`.
 //!
 //! ```
@@ -230,6 +230,12 @@ pub enum Stmt {
         value: Reg,
         result: Reg,
         body: Loop,
+        /// A sum accumulated in f64 whatever the kernel's element type
+        /// (each value widened, the result rounded once). Lowering leaves
+        /// it `false`; the planner sets it on the outer sum of a long sum
+        /// split into blocks (`crate::planner::blocked_sums`). Never set
+        /// inside a vector loop.
+        wide: bool,
     },
     For(Loop),
     Store {

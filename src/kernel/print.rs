@@ -164,8 +164,10 @@ impl Printer<'_> {
                     value,
                     result,
                     body,
+                    wide,
                 } => {
                     let name = match op {
+                        ReduceOp::Sum if *wide => "sum.f64",
                         ReduceOp::Sum => "sum",
                         op => op.name(),
                     };

@@ -280,7 +280,10 @@ impl Tensor {
         if out_shape.contains(&0) {
             return empty_like(&out_shape, self);
         }
-        if self.numel() == 0 {
+        // An empty input padded to a non-empty output is all padding; when
+        // recorded, the same guarded function below (whose read of the
+        // input never runs) gives the input its empty zero gradient.
+        if self.numel() == 0 && !(crate::trace::is_grad_enabled() && self.is_requires_grad()) {
             return Tensor::full(&out_shape, value, self.dtype());
         }
         let ix: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();

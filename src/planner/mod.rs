@@ -16,6 +16,7 @@
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
 //! | `reorder`, `peel`, `vectorize` | the loop nest's order, its peeled boundaries and its vector loops |
 
+pub(crate) mod blocked_sums;
 pub mod contraction;
 mod cut;
 pub(crate) mod epilogue;

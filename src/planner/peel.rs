@@ -125,6 +125,7 @@ impl Conditions {
                         value,
                         result,
                         body,
+                        wide,
                     } => {
                         let lower = self.list(&body.lower, true)?;
                         let upper = self.list(&body.upper, false)?;
@@ -132,6 +133,7 @@ impl Conditions {
                             op: *op,
                             value: *value,
                             result: *result,
+                            wide: *wide,
                             body: Loop {
                                 var: body.var,
                                 lower,

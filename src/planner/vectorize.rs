@@ -26,6 +26,8 @@
 //! fixed order that depends only on its range.
 //!
 //! f64 kernels stay scalar: they compute exactly what the interpreter does.
+//! Long sums of f32 kernels are then split into blocks added in f64
+//! (`super::blocked_sums`).
 
 use super::peel::peel;
 use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Stmt};
@@ -43,7 +45,7 @@ pub fn plan_vectors(mut k: Kernel, dtype: DType) -> Kernel {
     }
     let body = std::mem::take(&mut k.body);
     k.body = plan_stmts(&k, body);
-    k
+    super::blocked_sums::block_long_sums(k)
 }
 
 fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
@@ -70,6 +72,7 @@ fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                 value,
                 result,
                 mut body,
+                wide,
             } => {
                 if reduction_vectorizable(op, &body) {
                     body.vector = true;
@@ -81,6 +84,7 @@ fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                     value,
                     result,
                     body,
+                    wide,
                 });
             }
             Stmt::If {

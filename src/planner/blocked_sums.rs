@@ -1,0 +1,235 @@
+//! Long sums of f32 kernels split into blocks: accurate without losing
+//! the vector loop.
+//!
+//! Owns [`block_long_sums`]. A sum of `n` f32 values accumulated in one
+//! f32 register (or a few vector partial sums) has an error growing with
+//! `n`: 10⁷ times 0.1 came to 1,005,958.56 instead of 1,000,000.015, and
+//! the mean of 3·10⁸ ones to 0.8948 (the sum stops at 2²⁴). Here a sum
+//! whose range may exceed [`BLOCK`] becomes
+//!
+//! ```text
+//! sum.f64 b in ⌊lo/B⌋ ..= ⌊hi/B⌋ { sum k in max(lo, B·b) ..= min(hi, B·b + B−1) { … } }
+//! ```
+//!
+//! The inner sum keeps everything the vectoriser decided (f32 partial
+//! sums over at most `B` values); the outer one is `wide`: it adds the
+//! block sums in f64 and rounds once (PyTorch's cascade sum plays the same
+//! role). A scalar sum (one accumulator, nothing to keep) longer than
+//! [`SCALAR_NARROW_LIMIT`] values is made `wide` as a whole: widening each
+//! value is off the accumulator's critical path, so it costs almost
+//! nothing. Blocks are aligned to multiples of `B` of the summation index,
+//! so the order of additions depends only on the range, never on how a
+//! kernel call's outputs are split between threads: results stay bitwise
+//! identical at any thread count.
+//!
+//! Sums that run inside a vector output loop (one f32 accumulator per
+//! lane: a column sum over rows) are left as they are up to
+//! [`LANE_SUM_LIMIT`] values (a bias gradient over a batch); a longer one
+//! turns its loop back to scalar code and is split like any other. Must
+//! not emit code; f64 kernels are never passed here.
+
+use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::symbolic::ReduceOp;
+
+/// Values per block of a split sum.
+pub(crate) const BLOCK: i64 = 1024;
+
+/// The longest scalar sum accumulated in f32; longer ones are `wide`.
+pub(crate) const SCALAR_NARROW_LIMIT: u64 = 32;
+
+/// The longest sum kept inside a vector output loop.
+pub(crate) const LANE_SUM_LIMIT: u64 = 4 * BLOCK as u64;
+
+/// `k` with every sum that may run longer than [`BLOCK`] split (see the
+/// module documentation).
+pub(crate) fn block_long_sums(mut k: Kernel) -> Kernel {
+    let body = std::mem::take(&mut k.body);
+    let mut fresh = Fresh {
+        ivars: k.num_ivars,
+        regs: k.num_regs,
+    };
+    k.body = fresh.stmts(body);
+    k.num_ivars = fresh.ivars;
+    k.num_regs = fresh.regs;
+    k
+}
+
+/// Whether a sum in `stmts` may run more than `limit` times.
+fn has_sum_longer_than(stmts: &[Stmt], limit: u64) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Reduce { op, body, .. } => {
+            (*op == ReduceOp::Sum && body.max_trips > limit)
+                || has_sum_longer_than(&body.body, limit)
+        }
+        Stmt::For(l) => has_sum_longer_than(&l.body, limit),
+        Stmt::If {
+            then, otherwise, ..
+        } => has_sum_longer_than(then, limit) || has_sum_longer_than(otherwise, limit),
+        _ => false,
+    })
+}
+
+struct Fresh {
+    ivars: u32,
+    regs: u32,
+}
+
+impl Fresh {
+    fn stmts(&mut self, stmts: Vec<Stmt>) -> Vec<Stmt> {
+        stmts.into_iter().map(|s| self.stmt(s)).collect()
+    }
+
+    fn stmt(&mut self, s: Stmt) -> Stmt {
+        match s {
+            // One accumulator per lane: left alone (module documentation).
+            Stmt::For(l) if l.vector && !has_sum_longer_than(&l.body, LANE_SUM_LIMIT) => {
+                Stmt::For(l)
+            }
+            Stmt::For(mut l) => {
+                l.vector = false;
+                l.body = self.stmts(std::mem::take(&mut l.body));
+                Stmt::For(l)
+            }
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => Stmt::If {
+                cond,
+                then: self.stmts(then),
+                then_value,
+                otherwise: self.stmts(otherwise),
+                otherwise_value,
+                result,
+            },
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                mut body,
+                wide,
+            } => {
+                body.body = self.stmts(std::mem::take(&mut body.body));
+                let sum = op == ReduceOp::Sum && !wide;
+                if sum && body.vector && body.max_trips > BLOCK as u64 {
+                    if let Some(blocked) = self.split(value, result, &body) {
+                        return blocked;
+                    }
+                }
+                Stmt::Reduce {
+                    op,
+                    value,
+                    result,
+                    wide: wide || (sum && !body.vector && body.max_trips > SCALAR_NARROW_LIMIT),
+                    body,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The blocked form of `result = sum inner { … fold value }`, or
+    /// `None` when a bound of it would overflow.
+    fn split(&mut self, value: Reg, result: Reg, inner: &Loop) -> Option<Stmt> {
+        let b = IVar(self.ivars);
+        // ⌊⌈x⌉/B⌋ ≥ ⌊x/B⌋ = ⌈(n − dB + 1)/(dB)⌉ for x = n/d: a lower bound
+        // of the first block (at worst one empty block before it).
+        let outer_lower = inner
+            .lower
+            .iter()
+            .map(|l| {
+                let den = l.den.checked_mul(BLOCK)?;
+                let shift = Lin::constant(1 - den);
+                Some(Bound {
+                    num: l.num.checked_add(&shift)?,
+                    den,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        // ⌊⌊x⌋/B⌋ = ⌊x/B⌋.
+        let outer_upper = inner
+            .upper
+            .iter()
+            .map(|u| {
+                Some(Bound {
+                    num: u.num.clone(),
+                    den: u.den.checked_mul(BLOCK)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let block_start = Lin {
+            constant: 0,
+            terms: vec![(b, BLOCK)],
+        };
+        let mut lower = inner.lower.clone();
+        lower.push(Bound {
+            num: block_start.clone(),
+            den: 1,
+        });
+        let mut upper = inner.upper.clone();
+        upper.push(Bound {
+            num: block_start.checked_add(&Lin::constant(BLOCK - 1))?,
+            den: 1,
+        });
+        self.ivars += 1;
+        let block_sum = Reg(self.regs);
+        self.regs += 1;
+        Some(Stmt::Reduce {
+            op: ReduceOp::Sum,
+            value: block_sum,
+            result,
+            wide: true,
+            body: Loop {
+                var: b,
+                lower: outer_lower,
+                upper: outer_upper,
+                max_trips: inner.max_trips.div_ceil(BLOCK as u64) + 1,
+                vector: false,
+                body: vec![Stmt::Reduce {
+                    op: ReduceOp::Sum,
+                    value,
+                    result: block_sum,
+                    wide: false,
+                    body: Loop {
+                        lower,
+                        upper,
+                        max_trips: BLOCK as u64,
+                        ..inner.clone()
+                    },
+                }],
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::planner::vectorize::plan_vectors;
+    use crate::symbolic::IndexFn;
+    use crate::DType;
+
+    fn planned(src: &str, x: &[usize]) -> String {
+        let f = IndexFn::parse(src, &[("x", x)]).unwrap();
+        let k = crate::kernel::lower(&f).unwrap();
+        plan_vectors(k, DType::F32).to_string()
+    }
+
+    #[test]
+    fn a_long_sum_is_split_into_blocks_added_in_f64() {
+        let text = planned("f[] = sum{i}_0^9999 x[i]", &[10_000]);
+        assert!(text.contains("sum.f64"), "{text}");
+        let short = planned("f[] = sum{i}_0^999 x[i]", &[1000]);
+        assert!(!short.contains("sum.f64"), "{short}");
+    }
+
+    #[test]
+    fn a_long_column_sum_leaves_the_vector_loop() {
+        let text = planned("f[j] = sum{i}_0^99999 x[i; j]", &[100_000, 8]);
+        assert!(text.contains("sum.f64"), "{text}");
+        let short = planned("f[j] = sum{i}_0^999 x[i; j]", &[1000, 8]);
+        assert!(!short.contains("sum.f64"), "{short}");
+    }
+}
