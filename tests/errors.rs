@@ -226,14 +226,24 @@ fn rank_zero_views_of_non_scalars_compose() {
 fn long_sums_compile_and_differentiate_on_a_small_stack() {
     use tenjin::Tensor;
     let run = |n: usize, distinct: bool| -> Result<(Vec<f64>, Vec<f64>), Error> {
-        let x = Tensor::from_vec_f64((0..n + 4).map(|i| i as f64).collect(), &[n + 4])?.requires_grad();
+        let x =
+            Tensor::from_vec_f64((0..n + 4).map(|i| i as f64).collect(), &[n + 4])?.requires_grad();
         let terms: Vec<String> = (0..n)
-            .map(|k| if distinct { format!("x[i + {k}]") } else { "x[i]".into() })
+            .map(|k| {
+                if distinct {
+                    format!("x[i + {k}]")
+                } else {
+                    "x[i]".into()
+                }
+            })
             .collect();
         let src = format!("f[i] = {}", terms.join(" + "));
         let y = tenjin::index_fn_with_sizes(&src, &[("x", &x)], &[("i", 4)])?;
         y.sum()?.backward()?;
-        Ok((y.to_vec_f64()?, x.grad().expect("x requires grad").to_vec_f64()?))
+        Ok((
+            y.to_vec_f64()?,
+            x.grad().expect("x requires grad").to_vec_f64()?,
+        ))
     };
     let on_small_stack = |n, distinct| {
         std::thread::Builder::new()
@@ -259,5 +269,8 @@ fn long_sums_compile_and_differentiate_on_a_small_stack() {
         let expected = (0..4).filter(|&i| i <= j && j - i < n).count() as f64;
         assert_eq!(*d, expected, "x[{j}]");
     }
-    eprintln!("4,000 distinct terms, forward and backward: {:?}", start.elapsed());
+    eprintln!(
+        "4,000 distinct terms, forward and backward: {:?}",
+        start.elapsed()
+    );
 }

@@ -1284,7 +1284,9 @@ fn backward_through_empty_operands_gives_zero_gradients() -> Result<(), Error> {
         ("matmul", &[0, 3], &[3, 4], |a, b| a.matmul(b)),
         ("add", &[0, 3], &[3], |a, b| a.add(b)),
         ("mul", &[2, 0, 3], &[1, 1, 3], |a, b| a.mul(b)),
-        ("pad", &[0, 3], &[3], |a, b| a.pad(&[(1, 1), (0, 0)], 0.0)?.add(b)),
+        ("pad", &[0, 3], &[3], |a, b| {
+            a.pad(&[(1, 1), (0, 0)], 0.0)?.add(b)
+        }),
     ];
     for (name, sa, sb, op) in cases {
         let a = Tensor::zeros(sa, DType::F64)?.requires_grad();

@@ -54,34 +54,35 @@ const LARGE_KERNEL_REGS: u32 = 1000;
 
 fn host_isa(large: bool) -> Result<OwnedTargetIsa, String> {
     static ISA: [OnceLock<Result<OwnedTargetIsa, String>>; 2] = [OnceLock::new(), OnceLock::new()];
-    ISA[large as usize].get_or_init(|| {
-        let mut flags = settings::builder();
-        for (k, v) in [
-            ("opt_level", "speed"),
-            (
-                "regalloc_algorithm",
-                if large { "single_pass" } else { "backtracking" },
-            ),
-            ("is_pic", "false"),
-            ("use_colocated_libcalls", "false"),
-            // The IR is verified by construction; debug builds still check.
-            (
-                "enable_verifier",
-                if cfg!(debug_assertions) {
-                    "true"
-                } else {
-                    "false"
-                },
-            ),
-        ] {
-            flags.set(k, v).map_err(|e| e.to_string())?;
-        }
-        let builder = cranelift_native::builder().map_err(|e| e.to_string())?;
-        builder
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| e.to_string())
-    })
-    .clone()
+    ISA[large as usize]
+        .get_or_init(|| {
+            let mut flags = settings::builder();
+            for (k, v) in [
+                ("opt_level", "speed"),
+                (
+                    "regalloc_algorithm",
+                    if large { "single_pass" } else { "backtracking" },
+                ),
+                ("is_pic", "false"),
+                ("use_colocated_libcalls", "false"),
+                // The IR is verified by construction; debug builds still check.
+                (
+                    "enable_verifier",
+                    if cfg!(debug_assertions) {
+                        "true"
+                    } else {
+                        "false"
+                    },
+                ),
+            ] {
+                flags.set(k, v).map_err(|e| e.to_string())?;
+            }
+            let builder = cranelift_native::builder().map_err(|e| e.to_string())?;
+            builder
+                .finish(settings::Flags::new(flags))
+                .map_err(|e| e.to_string())
+        })
+        .clone()
 }
 
 /// Compiles `k` for f32 or f64 elements.

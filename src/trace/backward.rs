@@ -7,13 +7,22 @@
 //! is one), saved values come from the nodes with their versions checked.
 //! When things run and are released is decided by `schedule` and
 //! `interpret`, which the static memory plan replays too.
+//!
+//! **All or nothing.** Gradients for leaves are summed aside while the
+//! schedule runs and committed only when every step succeeded: an error
+//! midway (out of memory, a saved value modified in place) leaves every
+//! leaf's gradient as it was, so a following `step()` never updates some
+//! parameters and not others. The commit allocates everything it needs
+//! before it changes the first leaf. (Saved values released by the steps
+//! that ran stay released, as after any backward without `retain_graph`.)
 
 use super::interpret::{replay, Machine};
 use super::schedule::{Schedule, Slot, Step};
-use super::{add_into, autograd_error};
+use super::{add_into, autograd_error, Leaf};
 use crate::exec;
 use crate::tensor::{Origin, Storage, Tensor};
 use crate::Error;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// `d root / d leaf`, accumulated into every leaf that requires a gradient.
@@ -87,6 +96,11 @@ fn seed(root: &Tensor, grad: Option<&Tensor>) -> Result<Arc<Storage>, Error> {
 
 struct Executor<'a> {
     schedule: &'a Schedule,
+    /// The gradients for leaves, summed aside until `finish`, in order of
+    /// first delivery.
+    leaves: Vec<(Arc<Leaf>, Option<Arc<Storage>>)>,
+    /// Leaf address → index in `leaves`.
+    leaf_index: HashMap<usize, usize>,
 }
 
 impl Machine for Executor<'_> {
@@ -197,13 +211,38 @@ impl Machine for Executor<'_> {
     }
 
     fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Arc<Storage>) -> Result<(), Error> {
-        match &self.schedule.nodes[node].edges[edge] {
-            Origin::Leaf(leaf) => leaf.accumulate(g),
-            _ => Err(autograd_error(
+        let Origin::Leaf(leaf) = &self.schedule.nodes[node].edges[edge] else {
+            return Err(autograd_error(
                 "backward",
                 "internal: a gradient was delivered to an edge that is not a leaf".into(),
-            )),
+            ));
+        };
+        let next = self.leaves.len();
+        let k = *self
+            .leaf_index
+            .entry(Arc::as_ptr(leaf) as usize)
+            .or_insert(next);
+        if k == next {
+            self.leaves.push((leaf.clone(), None));
         }
+        add_into(&mut self.leaves[k].1, g)
+    }
+
+    fn finish(&mut self) -> Result<(), Error> {
+        let pending: Vec<(Arc<Leaf>, Arc<Storage>)> = self
+            .leaves
+            .drain(..)
+            .filter_map(|(leaf, g)| Some((leaf, g?)))
+            .collect();
+        // Everything that can fail happens before the first leaf changes.
+        let prepared = pending
+            .iter()
+            .map(|(leaf, g)| leaf.prepare_sum(g))
+            .collect::<Result<Vec<_>, Error>>()?;
+        for ((leaf, g), sum) in pending.into_iter().zip(prepared) {
+            leaf.commit_sum(g, sum)?;
+        }
+        Ok(())
     }
 
     fn add_into(
@@ -222,6 +261,8 @@ fn run(root: &Arc<super::Node>, seed: Arc<Storage>, retain_graph: bool) -> Resul
         &schedule,
         &mut Executor {
             schedule: &schedule,
+            leaves: Vec::new(),
+            leaf_index: HashMap::new(),
         },
         seed,
         retain_graph,

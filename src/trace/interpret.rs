@@ -49,6 +49,9 @@ pub(super) trait Machine {
         slot: &mut Option<Self::Buf>,
         g: Self::Buf,
     ) -> Result<(), Error>;
+    /// Called once after the last step: the leaves' gradients, held back
+    /// until every step succeeded, are committed (all or none).
+    fn finish(&mut self) -> Result<(), Error>;
     /// Called after each step (for accounting).
     fn step_done(&mut self, step: &Step, in_place: bool) {
         let _ = (step, in_place);
@@ -191,7 +194,7 @@ pub(super) fn replay<M: Machine>(
         }
         machine.step_done(step, in_place);
     }
-    Ok(())
+    machine.finish()
 }
 
 /// The values of one node while its steps run.

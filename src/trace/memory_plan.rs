@@ -561,6 +561,7 @@ impl Planner {
             saved_at: &saved_at,
             buf_of: &buf_of,
             released: BTreeSet::new(),
+            pending: vec![None; leaves.len()],
             leaves,
             leaf_of: &leaf_of,
             new_slot: Vec::new(),
@@ -587,6 +588,9 @@ struct Accountant<'a> {
     released: BTreeSet<(usize, Slot)>,
     /// Per leaf: its gradient's buffer.
     leaves: Vec<Option<usize>>,
+    /// Per leaf: the gradient summed aside until `finish` (as the driver
+    /// commits all leaves at once).
+    pending: Vec<Option<usize>>,
     leaf_of: &'a HashMap<usize, usize>,
     /// Per delivery of the current step: whether it created the gradient.
     new_slot: Vec<bool>,
@@ -701,12 +705,42 @@ impl Machine for Accountant<'_> {
                 ))
             }
         };
-        let mut slot = self.leaves[k];
+        let mut slot = self.pending[k];
         self.sum_into(&mut slot, g);
         if let Some(b) = slot {
             self.p.name(b, None);
         }
-        self.leaves[k] = slot;
+        self.pending[k] = slot;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), Error> {
+        // Committing into leaves without a gradient moves buffers; into
+        // existing gradients it adds (a step of its own).
+        let adds = self
+            .leaves
+            .iter()
+            .zip(&self.pending)
+            .any(|(l, p)| l.is_some() && p.is_some());
+        if adds {
+            self.p.begin();
+        }
+        for k in 0..self.leaves.len() {
+            if let Some(g) = self.pending[k].take() {
+                let mut slot = self.leaves[k];
+                self.sum_into(&mut slot, g);
+                self.leaves[k] = slot;
+            }
+        }
+        self.new_slot.clear();
+        if adds {
+            let height = self.h0 + 1 + self.schedule.height.iter().copied().max().unwrap_or(0);
+            self.p.end(
+                Phase::Backward,
+                "leaves' gradients += summed gradients".into(),
+                height,
+            );
+        }
         Ok(())
     }
 

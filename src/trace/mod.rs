@@ -190,6 +190,43 @@ impl Leaf {
         Ok(())
     }
 
+    /// The first half of `grad += g` for an all-or-nothing commit of many
+    /// leaves: the new buffer `grad + g` when the current gradient is
+    /// shared (the only case that allocates), else `None`.
+    pub(crate) fn prepare_sum(&self, g: &Arc<Storage>) -> Result<Option<PreparedSum>, Error> {
+        let grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+        match grad.as_ref() {
+            Some(current) if Arc::strong_count(current) > 1 => {
+                let sum = Storage::uninit(current.dtype(), current.len())?;
+                sum.copy_from(current);
+                sum.add_assign(g);
+                Ok(Some(PreparedSum {
+                    from: Arc::as_ptr(current),
+                    sum,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The second half: `grad += g`, using `prepared` when the gradient is
+    /// still the one it was made from. It allocates (and may fail) only if
+    /// another thread changed the gradient in between.
+    pub(crate) fn commit_sum(
+        &self,
+        g: Arc<Storage>,
+        prepared: Option<PreparedSum>,
+    ) -> Result<(), Error> {
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        let mut grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+        match (grad.as_ref(), prepared) {
+            (Some(current), Some(p)) if Arc::as_ptr(current) == p.from => *grad = Some(p.sum),
+            _ => add_into(&mut grad, g)?,
+        }
+        *graph = None;
+        Ok(())
+    }
+
     /// Adds the recorded gradient `g` (dense, of the leaf's shape): the sum
     /// is recorded too, so the gradient can be differentiated.
     pub(crate) fn accumulate_graph(&self, g: Tensor) -> Result<(), Error> {
@@ -207,6 +244,12 @@ impl Leaf {
         *graph = Some(sum);
         Ok(())
     }
+}
+
+/// A leaf's `grad + g`, made before any leaf changes (`Leaf::prepare_sum`).
+pub(crate) struct PreparedSum {
+    from: *const Storage,
+    sum: Arc<Storage>,
 }
 
 /// `slot += g`: in place when nobody else holds the current value,
