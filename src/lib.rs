@@ -49,7 +49,10 @@ pub use gradcheck::{
 };
 pub use ops::{index_fn, index_fn_with_sizes};
 pub use tensor::Tensor;
-pub use trace::{explain, no_grad, stats, Explanation, NoGradGuard, Stats};
+pub use trace::{
+    explain, no_grad, plan_cache_capacity, set_plan_cache_capacity, stats, Explanation,
+    NoGradGuard, Stats, DEFAULT_PLAN_CAPACITY,
+};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

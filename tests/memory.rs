@@ -329,3 +329,22 @@ fn backward_follows_the_height_heuristic_of_fig_4_8() {
         assert!(w.grad().is_some());
     }
 }
+
+/// `memory_plan()` is linear in the trace: a chain of 100,000 recorded ops
+/// is planned in well under a second (issue 13).
+#[test]
+fn memory_plan_of_a_hundred_thousand_op_chain_takes_under_a_second() {
+    let _g = serial(AllocMode::RuntimeEfficient);
+    let x = Tensor::ones(&[4], DType::F32).unwrap().requires_grad();
+    let mut y = x.clone();
+    for _ in 0..100_000 {
+        y = y.mul_scalar(1.0).unwrap();
+    }
+    let loss = y.sum().unwrap();
+    let started = std::time::Instant::now();
+    let plan = loss.memory_plan().unwrap();
+    let took = started.elapsed();
+    eprintln!("memory_plan of 100,001 ops: {took:?}, {} steps", plan.steps.len());
+    assert!(plan.steps.len() > 200_000);
+    assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+}

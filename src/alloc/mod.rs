@@ -52,7 +52,7 @@ mod buffer;
 mod pool;
 
 pub use buffer::{Buffer, Element};
-pub use pool::{exact_size, size_class, ALIGN, LARGE_GRANULE, SMALL_LIMIT};
+pub use pool::{exact_size, size_class, ALIGN, LARGE_GRANULE, SMALL_LIMIT, TRIM_FLOOR};
 
 use pool::{Allocator, HostMemory};
 
@@ -94,6 +94,10 @@ pub struct AllocStats {
     pub pool_hits: u64,
     /// Requests the cache could not serve (runtime-efficient mode).
     pub pool_misses: u64,
+    /// Times the runtime-efficient cache held more than the peak in use
+    /// (and at least [`TRIM_FLOOR`]) and returned its least recently
+    /// freed blocks to the system, down to half of that.
+    pub cache_trims: u64,
 }
 
 impl AllocStats {

@@ -2,7 +2,7 @@
 //! the out-of-memory protocol. Raw memory comes from a [`RawMemory`]
 //! backend, so a device allocator plugs in by implementing that trait.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
@@ -14,6 +14,9 @@ pub const ALIGN: usize = 64;
 
 /// Requests up to this many bytes are pooled in power-of-two size classes.
 pub const SMALL_LIMIT: usize = 1 << 20;
+
+/// A runtime-efficient pool never trims its cache below this many bytes.
+pub const TRIM_FLOOR: usize = 8 << 20;
 
 /// Requests above [`SMALL_LIMIT`] are pooled in multiples of this many bytes.
 pub const LARGE_GRANULE: usize = 512;
@@ -94,11 +97,134 @@ struct Block(NonNull<u8>);
 // SAFETY: a cached block is plain memory owned by the pool, not aliased.
 unsafe impl Send for Block {}
 
+/// A block of the large pool: part (or all) of a segment, one system
+/// allocation.
+struct LargeBlock {
+    size: usize,
+    /// The address of its segment.
+    segment: usize,
+    /// When it became free (the pool's clock), `None` while in use.
+    free_since: Option<u64>,
+}
+
+/// Blocks above [`SMALL_LIMIT`] in runtime-efficient mode, as in PyTorch's
+/// caching allocator: a request takes the smallest free block that fits
+/// (best fit) and splits off the rest as a free block of its own; a freed
+/// block merges with free neighbours of its segment. A smaller request
+/// thus reuses a larger cached block, and a segment whose blocks are all
+/// free is one block again, which can go back to the system.
+#[derive(Default)]
+struct LargePool {
+    /// Every block by address.
+    blocks: BTreeMap<usize, LargeBlock>,
+    /// Free blocks by (size, address), for best fit.
+    free: BTreeSet<(usize, usize)>,
+    /// Segment address → size.
+    segments: BTreeMap<usize, usize>,
+}
+
+impl LargePool {
+    /// Takes the best-fitting free block for `size` bytes, splitting off
+    /// the rest: its address.
+    fn take(&mut self, size: usize, now: u64) -> Option<usize> {
+        let &(found, addr) = self.free.range((size, 0)..).next()?;
+        self.free.remove(&(found, addr));
+        let block = self.blocks.get_mut(&addr)?;
+        block.size = size;
+        block.free_since = None;
+        let segment = block.segment;
+        if found > size {
+            let rest = addr + size;
+            self.blocks.insert(
+                rest,
+                LargeBlock {
+                    size: found - size,
+                    segment,
+                    free_since: Some(now),
+                },
+            );
+            self.free.insert((found - size, rest));
+        }
+        Some(addr)
+    }
+
+    /// Registers a new segment, in use as one block.
+    fn add_segment(&mut self, addr: usize, size: usize) {
+        self.segments.insert(addr, size);
+        self.blocks.insert(
+            addr,
+            LargeBlock {
+                size,
+                segment: addr,
+                free_since: None,
+            },
+        );
+    }
+
+    /// Marks the block at `addr` free and merges it with free neighbours
+    /// in its segment; `false` when `addr` is not a large block.
+    fn give_back(&mut self, addr: usize, now: u64) -> bool {
+        let Some(block) = self.blocks.get(&addr) else {
+            return false;
+        };
+        let (mut start, mut size, segment) = (addr, block.size, block.segment);
+        let next = addr + size;
+        if let Some(n) = self.blocks.get(&next) {
+            if n.segment == segment && n.free_since.is_some() {
+                self.free.remove(&(n.size, next));
+                size += n.size;
+                self.blocks.remove(&next);
+            }
+        }
+        if let Some((&p, prev)) = self.blocks.range(..addr).next_back() {
+            if prev.segment == segment && prev.free_since.is_some() && p + prev.size == addr {
+                self.free.remove(&(prev.size, p));
+                size += prev.size;
+                self.blocks.remove(&addr);
+                start = p;
+            }
+        }
+        self.blocks.insert(
+            start,
+            LargeBlock {
+                size,
+                segment,
+                free_since: Some(now),
+            },
+        );
+        self.free.insert((size, start));
+        true
+    }
+
+    /// The segments whose blocks are all free: (free since, address, size).
+    fn whole_free_segments(&self) -> Vec<(u64, usize, usize)> {
+        self.segments
+            .iter()
+            .filter_map(|(&addr, &size)| {
+                let b = self.blocks.get(&addr)?;
+                Some((b.free_since?, addr, size)).filter(|_| b.size == size)
+            })
+            .collect()
+    }
+
+    /// Forgets the wholly free segment at `addr` (the caller frees it).
+    fn remove_segment(&mut self, addr: usize, size: usize) {
+        self.segments.remove(&addr);
+        self.blocks.remove(&addr);
+        self.free.remove(&(size, addr));
+    }
+}
+
 struct State {
     mode: AllocMode,
     limit: Option<usize>,
-    /// Free lists by block size (runtime-efficient mode only).
-    cache: BTreeMap<usize, Vec<Block>>,
+    /// Free lists by block size up to [`SMALL_LIMIT`] (runtime-efficient
+    /// mode only), each block with the time it was freed.
+    cache: BTreeMap<usize, Vec<(Block, u64)>>,
+    /// Blocks above [`SMALL_LIMIT`] (runtime-efficient mode only).
+    large: LargePool,
+    /// The pool's clock: one tick per free.
+    clock: u64,
     in_use: usize,
     cached: usize,
     peak_in_use: usize,
@@ -107,9 +233,84 @@ struct State {
     frees: u64,
     pool_hits: u64,
     pool_misses: u64,
+    trims: u64,
 }
 
 impl State {
+    /// Returns cached blocks to the system, least recently freed first,
+    /// until at most `target` bytes are cached (or nothing more can go:
+    /// free parts of segments still in use stay).
+    fn trim(&mut self, memory: &dyn RawMemory, target: usize) {
+        let mut candidates: Vec<(u64, usize, usize, bool)> = self
+            .large
+            .whole_free_segments()
+            .into_iter()
+            .map(|(t, addr, size)| (t, addr, size, true))
+            .collect();
+        for (&size, blocks) in &self.cache {
+            for (Block(ptr), t) in blocks {
+                candidates.push((*t, ptr.as_ptr() as usize, size, false));
+            }
+        }
+        candidates.sort_unstable();
+        let mut released_small: std::collections::HashSet<usize> = Default::default();
+        for (_, addr, size, large) in candidates {
+            if self.cached <= target {
+                break;
+            }
+            if large {
+                self.large.remove_segment(addr, size);
+            } else {
+                released_small.insert(addr);
+            }
+            if let Some(ptr) = NonNull::new(addr as *mut u8) {
+                // SAFETY: a cached block or wholly free segment came from
+                // `self.memory.alloc(size)`, and the pool no longer lists it.
+                unsafe { memory.dealloc(ptr, size) };
+            }
+            self.cached -= size;
+            self.frees += 1;
+        }
+        if !released_small.is_empty() {
+            for blocks in self.cache.values_mut() {
+                blocks.retain(|(Block(p), _)| !released_small.contains(&(p.as_ptr() as usize)));
+            }
+            self.cache.retain(|_, blocks| !blocks.is_empty());
+        }
+    }
+
+    /// Returns wholly free large segments to the system, oldest first,
+    /// while more than `keep` bytes are cached.
+    fn release_free_segments(&mut self, memory: &dyn RawMemory, keep: usize) {
+        let mut segments = self.large.whole_free_segments();
+        segments.sort_unstable();
+        for (_, addr, size) in segments {
+            if self.cached <= keep && keep != usize::MAX {
+                break;
+            }
+            self.large.remove_segment(addr, size);
+            if let Some(ptr) = NonNull::new(addr as *mut u8) {
+                // SAFETY: a wholly free segment came from
+                // `self.memory.alloc(size)` and is no longer listed.
+                unsafe { memory.dealloc(ptr, size) };
+            }
+            self.cached -= size;
+            self.frees += 1;
+        }
+    }
+
+    fn release_cache(&mut self, memory: &dyn RawMemory) {
+        for (size, blocks) in std::mem::take(&mut self.cache) {
+            for (Block(ptr), _) in blocks {
+                // SAFETY: cached blocks came from `self.memory.alloc(size)`.
+                unsafe { memory.dealloc(ptr, size) };
+                self.frees += 1;
+                self.cached -= size;
+            }
+        }
+        self.release_free_segments(memory, usize::MAX);
+    }
+
     fn reserved(&self) -> usize {
         self.in_use + self.cached
     }
@@ -146,6 +347,12 @@ impl Allocator {
                 mode: AllocMode::RuntimeEfficient,
                 limit: None,
                 cache: BTreeMap::new(),
+                large: LargePool {
+                    blocks: BTreeMap::new(),
+                    free: BTreeSet::new(),
+                    segments: BTreeMap::new(),
+                },
+                clock: 0,
                 in_use: 0,
                 cached: 0,
                 peak_in_use: 0,
@@ -154,6 +361,7 @@ impl Allocator {
                 frees: 0,
                 pool_hits: 0,
                 pool_misses: 0,
+                trims: 0,
             }),
         }
     }
@@ -171,10 +379,22 @@ impl Allocator {
     /// A block for `requested` bytes: `(address, block size)`.
     pub(crate) fn alloc(&self, requested: usize) -> Result<(NonNull<u8>, usize), Error> {
         let mut st = self.lock();
+        let runtime = st.mode == AllocMode::RuntimeEfficient;
         let size = match st.mode {
             AllocMode::RuntimeEfficient => {
                 let size = size_class(requested).ok_or_else(|| st.oom(requested))?;
-                if let Some(Block(ptr)) = st.cache.get_mut(&size).and_then(Vec::pop) {
+                let now = st.clock;
+                let hit = if size <= SMALL_LIMIT {
+                    st.cache
+                        .get_mut(&size)
+                        .and_then(Vec::pop)
+                        .map(|(Block(ptr), _)| ptr)
+                } else {
+                    st.large
+                        .take(size, now)
+                        .and_then(|addr| NonNull::new(addr as *mut u8))
+                };
+                if let Some(ptr) = hit {
                     st.cached -= size;
                     st.in_use += size;
                     st.pool_hits += 1;
@@ -197,12 +417,15 @@ impl Allocator {
                 if let Some(ptr) = self.memory.alloc(size) {
                     st.allocations += 1;
                     st.in_use += size;
+                    if runtime && size > SMALL_LIMIT {
+                        st.large.add_segment(ptr.as_ptr() as usize, size);
+                    }
                     st.note_peaks();
                     return Ok((ptr, size));
                 }
             }
             if attempt == 0 {
-                self.release_cache(&mut st);
+                st.release_cache(self.memory);
             }
         }
         Err(st.oom(requested))
@@ -216,36 +439,38 @@ impl Allocator {
     pub(crate) unsafe fn free(&self, ptr: NonNull<u8>, size: usize) {
         let mut st = self.lock();
         st.in_use -= size;
-        if st.mode == AllocMode::RuntimeEfficient && size_class(size) == Some(size) {
+        st.clock += 1;
+        let now = st.clock;
+        let runtime = st.mode == AllocMode::RuntimeEfficient;
+        if st.large.give_back(ptr.as_ptr() as usize, now) {
             st.cached += size;
-            st.cache.entry(size).or_default().push(Block(ptr));
+            if !runtime {
+                st.release_free_segments(self.memory, usize::MAX);
+            }
+        } else if runtime && size <= SMALL_LIMIT && size_class(size) == Some(size) {
+            st.cached += size;
+            st.cache.entry(size).or_default().push((Block(ptr), now));
         } else {
             self.memory.dealloc(ptr, size);
             st.frees += 1;
         }
-    }
-
-    fn release_cache(&self, st: &mut State) {
-        for (size, blocks) in std::mem::take(&mut st.cache) {
-            for Block(ptr) in blocks {
-                // SAFETY: cached blocks came from `self.memory.alloc(size)`.
-                unsafe { self.memory.dealloc(ptr, size) };
-                st.frees += 1;
-                st.cached -= size;
-            }
+        if runtime && st.cached > st.peak_in_use.max(TRIM_FLOOR) {
+            st.trims += 1;
+            let target = st.peak_in_use.max(TRIM_FLOOR) / 2;
+            st.trim(self.memory, target);
         }
     }
 
     pub(crate) fn empty_cache(&self) {
         let mut st = self.lock();
-        self.release_cache(&mut st);
+        st.release_cache(self.memory);
     }
 
     pub(crate) fn set_mode(&self, mode: AllocMode) {
         let mut st = self.lock();
         st.mode = mode;
         if mode == AllocMode::MemoryEfficient {
-            self.release_cache(&mut st);
+            st.release_cache(self.memory);
         }
     }
 
@@ -257,7 +482,7 @@ impl Allocator {
         let mut st = self.lock();
         st.limit = limit;
         if limit.is_some_and(|l| st.reserved() > l) {
-            self.release_cache(&mut st);
+            st.release_cache(self.memory);
         }
     }
 
@@ -276,6 +501,7 @@ impl Allocator {
             frees: st.frees,
             pool_hits: st.pool_hits,
             pool_misses: st.pool_misses,
+            cache_trims: st.trims,
         }
     }
 
@@ -288,12 +514,8 @@ impl Allocator {
 
 impl Drop for Allocator {
     fn drop(&mut self) {
+        let memory = self.memory;
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (size, blocks) in std::mem::take(&mut st.cache) {
-            for Block(ptr) in blocks {
-                // SAFETY: cached blocks came from `self.memory.alloc(size)`.
-                unsafe { self.memory.dealloc(ptr, size) };
-            }
-        }
+        st.release_cache(memory);
     }
 }

@@ -22,7 +22,7 @@ pub(crate) use backward::backward;
 pub use explain::{explain, Explanation, StageLine};
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub(crate) use plan::GraphDerivative;
-pub use plan::{stats, Stats};
+pub use plan::{plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY};
 
 use crate::alloc::AllocMode;
 use crate::tensor::{Origin, Storage, Tensor};

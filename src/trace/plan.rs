@@ -16,10 +16,18 @@ use crate::symbolic::expr::Node;
 use crate::symbolic::IndexFn;
 use crate::Error;
 use dashmap::DashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
-static PLANS: LazyLock<DashMap<String, Arc<OpPlan>>> = LazyLock::new(DashMap::new);
+/// Plans with the tick of their last use.
+static PLANS: LazyLock<DashMap<String, (Arc<OpPlan>, AtomicU64)>> = LazyLock::new(DashMap::new);
+static PLAN_TICK: AtomicU64 = AtomicU64::new(0);
+static PLAN_EVICTIONS: AtomicU64 = AtomicU64::new(0);
+static PLAN_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_PLAN_CAPACITY);
+
+/// Default capacity of the op-plan cache (plans; each holds its compiled
+/// kernels, so this also bounds the code a process keeps).
+pub const DEFAULT_PLAN_CAPACITY: usize = 4096;
 static PLAN_HITS: AtomicU64 = AtomicU64::new(0);
 static PLANS_BUILT: AtomicU64 = AtomicU64::new(0);
 static DERIVATIONS: AtomicU64 = AtomicU64::new(0);
@@ -60,6 +68,48 @@ pub struct Stats {
     pub kernels_compiled: u64,
     /// Kernel look-ups answered by the JIT cache.
     pub kernel_cache_hits: u64,
+    /// Op plans in the cache now.
+    pub op_plans_cached: usize,
+    /// Op plans dropped, least recently used first, to keep the cache at
+    /// its capacity ([`set_plan_cache_capacity`]); a plan still used by a
+    /// recorded node lives on with it.
+    pub op_plan_evictions: u64,
+    /// Kernels dropped from the JIT cache to keep it at its capacity.
+    pub kernel_evictions: u64,
+}
+
+/// Sets how many op plans the cache keeps (at least 1), evicting the
+/// least recently used ones above it. A loop over ever new shapes then
+/// keeps a bounded set of plans and kernels.
+pub fn set_plan_cache_capacity(plans: usize) {
+    PLAN_CAPACITY.store(plans.max(1), Relaxed);
+    evict_plans();
+}
+
+/// The op-plan cache's capacity.
+pub fn plan_cache_capacity() -> usize {
+    PLAN_CAPACITY.load(Relaxed)
+}
+
+/// Drops least recently used plans down to 7/8 of the capacity once the
+/// cache exceeds it (a scan per eviction round, not per insert).
+fn evict_plans() {
+    let capacity = PLAN_CAPACITY.load(Relaxed);
+    if PLANS.len() <= capacity {
+        return;
+    }
+    let keep = capacity - capacity / 8;
+    let mut ticks: Vec<(u64, String)> = PLANS
+        .iter()
+        .map(|e| (e.value().1.load(Relaxed), e.key().clone()))
+        .collect();
+    ticks.sort_unstable();
+    let excess = ticks.len().saturating_sub(keep);
+    for (_, key) in ticks.into_iter().take(excess) {
+        if PLANS.remove(&key).is_some() {
+            PLAN_EVICTIONS.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 /// The counters since the process started.
@@ -72,6 +122,9 @@ pub fn stats() -> Stats {
         stages_planned: STAGES_PLANNED.load(Relaxed),
         kernels_compiled: j.kernels_compiled,
         kernel_cache_hits: j.hits,
+        op_plans_cached: PLANS.len(),
+        op_plan_evictions: PLAN_EVICTIONS.load(Relaxed),
+        kernel_evictions: j.evictions,
     }
 }
 
@@ -420,12 +473,15 @@ pub(crate) fn cached(
     key: String,
     build: impl FnOnce() -> Result<OpPlan, Error>,
 ) -> Result<Arc<OpPlan>, Error> {
+    let now = PLAN_TICK.fetch_add(1, Relaxed);
     if let Some(p) = PLANS.get(&key) {
         PLAN_HITS.fetch_add(1, Relaxed);
-        return Ok(p.clone());
+        p.1.store(now, Relaxed);
+        return Ok(p.0.clone());
     }
     let plan = Arc::new(build()?);
     PLANS_BUILT.fetch_add(1, Relaxed);
-    PLANS.insert(key, plan.clone());
+    PLANS.insert(key, (plan.clone(), AtomicU64::new(now)));
+    evict_plans();
     Ok(plan)
 }
