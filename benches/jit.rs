@@ -8,8 +8,8 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use std::time::Duration;
-use tenjin::jit::{self, DType};
 use tenjin::symbolic::IndexFn;
+use tenjin::{jit, DType};
 
 const PAPER: &str =
     "f[i; j] = exp (-sum{k}_0^4 (((a[i; k] + b[j; k]) ** 2 * c[i; i] + d[i + k] ** 3)))";

@@ -7,8 +7,8 @@ mod bench_common;
 
 use bench_common::{data, median_ms, report};
 use std::time::Instant;
-use tenjin::jit::{self, DType};
 use tenjin::symbolic::IndexFn;
+use tenjin::{jit, DType};
 
 const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
 const URBAN: &str =

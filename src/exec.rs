@@ -5,10 +5,11 @@
 //! the forward path (`ops`), the backward driver (`trace`) and optimizers.
 //! It must not decide what to run.
 
-use crate::jit::{CompiledKernel, DType};
+use crate::jit::CompiledKernel;
 use crate::planner::Source;
-use crate::tensor::{Float, Storage};
+use crate::tensor::{Element, Storage};
 use crate::trace::plan::Compiled;
+use crate::DType;
 use crate::Error;
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ fn run_sized(
     inputs: &[(&Arc<Storage>, usize)],
     out: &Storage,
 ) -> Result<(), Error> {
-    fn go<T: Float>(
+    fn go<T: Element>(
         k: &CompiledKernel,
         inputs: &[(&Arc<Storage>, usize)],
         out: &Storage,
@@ -83,7 +84,7 @@ pub(crate) unsafe fn run_in_place(
     inputs: &[&Arc<Storage>],
     aliased: usize,
 ) -> Result<bool, Error> {
-    unsafe fn go<T: Float>(
+    unsafe fn go<T: Element>(
         k: &CompiledKernel,
         inputs: &[&Arc<Storage>],
         aliased: usize,

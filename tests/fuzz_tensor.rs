@@ -12,7 +12,9 @@ const CASES: u64 = 6000;
 
 fn random_shape(rng: &mut StdRng) -> Vec<usize> {
     let rank = rng.gen_range(0..=3);
-    (0..rank).map(|_| [0, 1, 1, 2, 3, 4][rng.gen_range(0..6)]).collect()
+    (0..rank)
+        .map(|_| [0, 1, 1, 2, 3, 4][rng.gen_range(0..6)])
+        .collect()
 }
 
 fn random_value(rng: &mut StdRng) -> f64 {
@@ -30,7 +32,11 @@ fn random_tensor(rng: &mut StdRng, dtype: DType) -> Result<Tensor, Error> {
     let n = shape.iter().product::<usize>();
     let data: Vec<f64> = (0..n).map(|_| random_value(rng)).collect();
     let t = Tensor::from_vec_f64(data, &shape)?.to_dtype(dtype)?;
-    Ok(if rng.gen_bool(0.7) { t.requires_grad() } else { t })
+    Ok(if rng.gen_bool(0.7) {
+        t.requires_grad()
+    } else {
+        t
+    })
 }
 
 fn dim(rng: &mut StdRng, t: &Tensor) -> usize {
@@ -82,12 +88,20 @@ fn step(rng: &mut StdRng, x: &Tensor, y: &Tensor) -> Result<Tensor, Error> {
 /// A random program: its outcome is irrelevant, only that it returns.
 fn program(seed: u64) -> Result<(), Error> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let dtype = if rng.gen_bool(0.5) { DType::F32 } else { DType::F64 };
+    let dtype = if rng.gen_bool(0.5) {
+        DType::F32
+    } else {
+        DType::F64
+    };
     let a = random_tensor(&mut rng, dtype)?;
     let b = random_tensor(&mut rng, dtype)?;
     let mut x = a.clone();
     for _ in 0..rng.gen_range(1..6) {
-        let y = if rng.gen_bool(0.5) { b.clone() } else { x.clone() };
+        let y = if rng.gen_bool(0.5) {
+            b.clone()
+        } else {
+            x.clone()
+        };
         match step(&mut rng, &x, &y) {
             Ok(t) => x = t,
             Err(_) if rng.gen_bool(0.5) => continue,
@@ -118,7 +132,13 @@ fn random_tensor_programs_return_ok_or_err_and_never_panic() {
             Err(_) => panics.push(seed),
         }
     }
-    eprintln!("{CASES} programs: {ok} ran through, {err} gave an Err, {} panicked", panics.len());
-    assert!(panics.is_empty(), "programs that panicked (seeds): {panics:?}");
+    eprintln!(
+        "{CASES} programs: {ok} ran through, {err} gave an Err, {} panicked",
+        panics.len()
+    );
+    assert!(
+        panics.is_empty(),
+        "programs that panicked (seeds): {panics:?}"
+    );
     assert!(ok > CASES / 4, "too few programs ran through ({ok})");
 }

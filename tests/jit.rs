@@ -13,8 +13,9 @@ use common::{cases, random_inputs, random_vec, Inputs};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tenjin::jit::{self, DType, MissReason};
+use tenjin::jit::{self, MissReason};
 use tenjin::symbolic::IndexFn;
+use tenjin::DType;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

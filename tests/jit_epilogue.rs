@@ -4,8 +4,8 @@
 mod common;
 use common::{assert_close, eval, random_inputs};
 use rand::{rngs::StdRng, SeedableRng};
-use tenjin::jit::{self, DType};
 use tenjin::symbolic::IndexFn;
+use tenjin::{jit, DType};
 
 fn check(src: &str, args: &[(&str, &[usize])], route: &str) {
     let f = IndexFn::parse(src, args).unwrap();

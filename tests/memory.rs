@@ -344,7 +344,10 @@ fn memory_plan_of_a_hundred_thousand_op_chain_takes_under_a_second() {
     let started = std::time::Instant::now();
     let plan = loss.memory_plan().unwrap();
     let took = started.elapsed();
-    eprintln!("memory_plan of 100,001 ops: {took:?}, {} steps", plan.steps.len());
+    eprintln!(
+        "memory_plan of 100,001 ops: {took:?}, {} steps",
+        plan.steps.len()
+    );
     assert!(plan.steps.len() > 200_000);
     assert!(took < std::time::Duration::from_secs(1), "{took:?}");
 }

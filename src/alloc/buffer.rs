@@ -7,17 +7,7 @@ use std::ptr::NonNull;
 use super::pool::Allocator;
 use super::Device;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-}
-
-/// Element types a [`Buffer`] can be viewed as: `f32` and `f64`. Sealed:
-/// every bit pattern must be a valid value and the alignment must divide 64.
-pub trait Element: sealed::Sealed + Copy + 'static {}
-impl Element for f32 {}
-impl Element for f64 {}
+pub use crate::dtype::Element;
 
 /// An owning block of memory from a device allocator (see
 /// [`allocate`](super::allocate)). Its address is aligned to 64 bytes and its

@@ -7,8 +7,9 @@
 //! cache), so it is not part of the key. Must not compile or run kernels:
 //! it is handed a closure that compiles.
 
-use super::{CompiledKernel, DType};
+use super::CompiledKernel;
 use crate::kernel::key::StructuralKey;
+use crate::DType;
 use crate::Error;
 use dashmap::DashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};

@@ -15,9 +15,10 @@
 //! [`Loop::vector`] (`crate::planner::vectorize`) are emitted as f32x4 code
 //! by `super::simd` instead; nothing here decides which.
 
-use super::math::{MathFn, Width};
+use super::math::MathFn;
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::DType;
 use crate::Error;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -86,7 +87,7 @@ fn host_isa(large: bool) -> Result<OwnedTargetIsa, String> {
 }
 
 /// Compiles `k` for f32 or f64 elements.
-pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
+pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
     let fail = |what: &str, detail: String| Error::Invalid {
         function: k.name.clone(),
         message: format!("Cranelift could not {what}: {detail}"),
@@ -115,8 +116,8 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
-            Width::F32 => types::F32,
-            Width::F64 => types::F64,
+            DType::F32 => types::F32,
+            DType::F64 => types::F64,
         };
         let mut e = Emitter {
             b,
@@ -168,7 +169,7 @@ pub(crate) fn compile(k: &Kernel, width: Width) -> Result<Code, Error> {
 pub(super) struct Emitter<'a> {
     pub(super) b: FunctionBuilder<'a>,
     module: &'a mut JITModule,
-    width: Width,
+    width: DType,
     ty: Type,
     pub(super) elem: i64,
     regs: Vec<Option<Value>>,
@@ -357,8 +358,8 @@ impl Emitter<'_> {
 
     fn fconst(&mut self, c: f64) -> Value {
         match self.width {
-            Width::F32 => self.b.ins().f32const(c as f32),
-            Width::F64 => self.b.ins().f64const(c),
+            DType::F32 => self.b.ins().f32const(c as f32),
+            DType::F64 => self.b.ins().f64const(c),
         }
     }
 
@@ -557,7 +558,7 @@ impl Emitter<'_> {
             }
             // Vector loops are the planner's decision
             // (`crate::planner::vectorize`), for f32 kernels only.
-            Stmt::For(l) if l.vector && self.width == Width::F32 => self.vector_loop(l),
+            Stmt::For(l) if l.vector && self.width == DType::F32 => self.vector_loop(l),
             Stmt::For(l) => self.looped(l, &[], |_, _, _, _| Ok(vec![])).map(|_| ()),
             Stmt::Reduce {
                 op,
@@ -565,7 +566,7 @@ impl Emitter<'_> {
                 result,
                 body,
                 wide: false,
-            } if body.vector && *op == ReduceOp::Sum && self.width == Width::F32 => {
+            } if body.vector && *op == ReduceOp::Sum && self.width == DType::F32 => {
                 let s = self.vector_sum(body, *value)?;
                 self.set(*result, s)
             }
@@ -575,7 +576,7 @@ impl Emitter<'_> {
                 result,
                 body,
                 wide: true,
-            } if self.width == Width::F32 => {
+            } if self.width == DType::F32 => {
                 // Accumulated in f64: each value widened, the sum rounded
                 // once at the end.
                 let zero = self.b.ins().f64const(0.0);
@@ -742,7 +743,7 @@ mod tests {
             offset: Lin::constant(0),
             value: Reg(7),
         }];
-        let err = compile(&k, Width::F64)
+        let err = compile(&k, DType::F64)
             .err()
             .expect("must fail")
             .to_string();
@@ -754,7 +755,7 @@ mod tests {
     fn compiled_code_runs_a_row_range() {
         let f = IndexFn::parse("f[i] = x[i] * 2", &[("x", &[4][..])]).unwrap();
         let k = crate::kernel::lower(&f).unwrap();
-        let code = compile(&k, Width::F64).unwrap();
+        let code = compile(&k, DType::F64).unwrap();
         let x = [1.0f64, 2.0, 3.0, 4.0];
         let mut out = [0.0f64; 4];
         let args = [x.as_ptr() as *const u8];

@@ -6,10 +6,12 @@
 //! to the kernel is dropped). Must not compile anything.
 
 use super::codegen::{Code, KernelFn};
-use super::{pool, DType};
+use super::pool;
+use crate::dtype::Element;
 use crate::kernel::Kernel;
 use crate::planner::contraction::Contraction;
 use crate::symbolic::ArgDecl;
+use crate::DType;
 use crate::Error;
 use cranelift_jit::JITModule;
 use std::fmt;
@@ -31,7 +33,7 @@ pub(crate) fn set_min_parallel_work(work: u64) {
 /// from [`super::compile`].
 ///
 /// ```
-/// use tenjin::jit::{compile, DType};
+/// use tenjin::{jit::compile, DType};
 /// use tenjin::symbolic::IndexFn;
 /// let f = IndexFn::parse("f[i] = x[i] * 2 + y[i]", &[("x", &[3][..]), ("y", &[3][..])])?;
 /// let k = compile(&f, DType::F64)?;
@@ -115,19 +117,6 @@ impl Drop for JitCode {
             unsafe { m.free_memory() };
         }
     }
-}
-
-/// The element types a kernel can be compiled for.
-pub(crate) trait Element: Copy + Default + super::gemm::Elem {
-    const DTYPE: DType;
-}
-
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-}
-
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
 }
 
 /// Raw buffer addresses, shared read-only by the threads of one launch.

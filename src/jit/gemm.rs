@@ -20,28 +20,7 @@
 
 use crate::planner::contraction::{Contraction, Dim};
 
-/// The element types gemm runs for us.
-pub(crate) trait Elem: Copy + Send + Sync + 'static {
-    const ZERO: Self;
-    const ONE: Self;
-    fn from_f64(x: f64) -> Self;
-}
-
-impl Elem for f32 {
-    const ZERO: f32 = 0.0;
-    const ONE: f32 = 1.0;
-    fn from_f64(x: f64) -> f32 {
-        x as f32
-    }
-}
-
-impl Elem for f64 {
-    const ZERO: f64 = 0.0;
-    const ONE: f64 = 1.0;
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
-}
+use crate::dtype::Element;
 
 /// Offsets (first operand, second operand, output) of the `flat`-th point
 /// of the loop nest `dims` (row-major, the last dimension fastest).
@@ -94,7 +73,12 @@ impl Contraction {
 
     /// As `run_f32`/`run_f64` with an explicit thread count (the JIT passes
     /// the pool's current one without copying the plan).
-    pub(crate) fn run_with_threads<T: Elem>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
+    pub(crate) fn run_with_threads<T: Element>(
+        &self,
+        inputs: &[&[T]],
+        out: &mut [T],
+        threads: usize,
+    ) {
         self.run(inputs, out, threads.max(1))
     }
 
@@ -107,7 +91,7 @@ impl Contraction {
             && out.len() == self.out_len
     }
 
-    fn run<T: Elem>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
+    fn run<T: Element>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
         if !self.lengths_match(inputs, out) {
             debug_assert!(
                 false,

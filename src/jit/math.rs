@@ -29,13 +29,6 @@
 //! integral exponent with `|b| ≤ 64` uses repeated squaring (`powi`), any
 //! other one `powf`.
 
-/// The element type a function computes in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Width {
-    F32,
-    F64,
-}
-
 /// A function the generated code calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MathFn {
@@ -69,9 +62,9 @@ impl MathFn {
     }
 
     /// The symbol name and address of the implementation for `width`.
-    pub(crate) fn symbol(self, width: Width) -> (&'static str, *const u8) {
+    pub(crate) fn symbol(self, width: crate::DType) -> (&'static str, *const u8) {
+        use crate::DType::*;
         use MathFn::*;
-        use Width::*;
         match (self, width) {
             (Exp, F64) => ("tenjin_exp_f64", exp_f64 as *const u8),
             (Log, F64) => ("tenjin_log_f64", log_f64 as *const u8),
@@ -210,7 +203,7 @@ mod tests {
     fn symbols_are_distinct() {
         let mut names: Vec<&str> = MathFn::ALL
             .iter()
-            .flat_map(|f| [f.symbol(Width::F32).0, f.symbol(Width::F64).0])
+            .flat_map(|f| [f.symbol(crate::DType::F32).0, f.symbol(crate::DType::F64).0])
             .collect();
         names.sort();
         names.dedup();

@@ -9,7 +9,7 @@
 //! whose vector loops are marked); it must not parse, derive or plan.
 //!
 //! ```
-//! use tenjin::jit::{self, DType};
+//! use tenjin::{jit, DType};
 //! use tenjin::symbolic::IndexFn;
 //! let f = IndexFn::parse("f[i; j] = exp (x[j; i])", &[("x", &[2, 3][..])])?;
 //! let k = jit::compile(&f, DType::F32)?;
@@ -44,15 +44,12 @@ mod vmath;
 
 pub use cache::{JitStats, MissReason};
 pub use compiled::CompiledKernel;
-pub(crate) use compiled::Element;
 pub use pool::{num_threads, set_num_threads};
 
 use crate::planner::Route;
 use crate::symbolic::IndexFn;
-use crate::Error;
+use crate::{DType, Error};
 use std::sync::Arc;
-
-pub use crate::dtype::DType;
 
 /// The kernel computing `f` on `dtype` buffers, compiled on first use and
 /// cached (keyed by the structure of `f` up to index-variable names, the
@@ -60,7 +57,7 @@ pub use crate::dtype::DType;
 /// map look-up.
 ///
 /// ```
-/// use tenjin::jit::{compile, DType};
+/// use tenjin::{jit::compile, DType};
 /// use tenjin::symbolic::IndexFn;
 /// let f = IndexFn::parse("f[i] = sum{k}_0^1 (x[i; k]) * 7", &[("x", &[2, 2][..])])?;
 /// let k = compile(&f, DType::F64)?;
@@ -103,10 +100,6 @@ fn build(f: &IndexFn, dtype: DType) -> Result<CompiledKernel, Error> {
 /// The compiled form of `route`, which computes `f`: code is generated for
 /// the planned loop nests exactly as planned.
 fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKernel, Error> {
-    let width = match dtype {
-        DType::F32 => math::Width::F32,
-        DType::F64 => math::Width::F64,
-    };
     let (kernel, exec) = match route {
         // The loop nest is not run; it describes the function (printing,
         // the cost estimate).
@@ -116,11 +109,11 @@ fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKern
             kernel,
             ..
         } => {
-            let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
+            let code = compiled::JitCode::new(codegen::compile(&kernel, dtype)?);
             (kernel, compiled::Exec::GemmThenJit(contraction, code))
         }
         Route::Loop(kernel) => {
-            let code = compiled::JitCode::new(codegen::compile(&kernel, width)?);
+            let code = compiled::JitCode::new(codegen::compile(&kernel, dtype)?);
             (kernel, compiled::Exec::Jit(code))
         }
     };

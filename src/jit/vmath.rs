@@ -298,7 +298,6 @@ impl VMath<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::super::codegen::compile;
-    use super::super::math::Width;
     use crate::symbolic::IndexFn;
 
     /// Runs the vectorised f32 kernel `f[i] = <body>` on `xs`, over
@@ -308,7 +307,7 @@ mod tests {
         let f = IndexFn::parse(&src, &[("x", &[xs.len()][..])]).unwrap();
         let k = crate::kernel::lower(&f).unwrap();
         let k = crate::planner::vectorize::plan_vectors(k, crate::DType::F32);
-        let code = compile(&k, Width::F32).unwrap();
+        let code = compile(&k, crate::DType::F32).unwrap();
         assert!(code.vectorized, "{src} is not vectorised");
         let mut out = vec![0f32; xs.len()];
         let args = [xs.as_ptr() as *const u8];

@@ -12,9 +12,9 @@
 
 use super::shape::empty_like;
 use super::{apply, lit, shape_error};
-use crate::jit::DType;
 use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
+use crate::DType;
 use crate::Error;
 
 /// `targets` as a one-hot `[B, C]` constant in `dtype`.

@@ -251,11 +251,11 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
     )
 }
 
-fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::jit::DType, Error> {
+fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::DType, Error> {
     let first = args
         .first()
         .map(|(_, t)| t.dtype())
-        .unwrap_or(crate::jit::DType::F32);
+        .unwrap_or(crate::DType::F32);
     if let Some((name, t)) = args.iter().find(|(_, t)| t.dtype() != first) {
         let all: Vec<String> = args
             .iter()

@@ -46,9 +46,10 @@ mod sgd;
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use sgd::{SgdConfig, SGD};
 
-use crate::jit::{self, CompiledKernel, DType};
+use crate::jit::{self, CompiledKernel};
 use crate::symbolic::IndexFn;
 use crate::tensor::{Origin, Storage, Tensor};
+use crate::DType;
 use crate::{exec, Error};
 use std::sync::Arc;
 

@@ -5,8 +5,8 @@
 //! `item`, `to_dtype`. Created tensors are constants (no trace) until
 //! `requires_grad()`.
 
-use super::{Float, Origin, Storage, Tensor};
-use crate::jit::DType;
+use super::{Element, Origin, Storage, Tensor};
+use crate::DType;
 use crate::Error;
 
 use crate::ops::shape_error;
@@ -65,7 +65,7 @@ impl Tensor {
         Tensor::from_slice_of("from_vec_f64", &data, shape)
     }
 
-    fn from_slice_of<T: Float>(op: &str, data: &[T], shape: &[usize]) -> Result<Tensor, Error> {
+    fn from_slice_of<T: Element>(op: &str, data: &[T], shape: &[usize]) -> Result<Tensor, Error> {
         let n = numel_of(op, shape)?;
         if n != data.len() {
             return Err(shape_error(
@@ -224,9 +224,9 @@ impl Tensor {
     }
 }
 
-fn fill<T: Float>(out: &mut [T], mut value: impl FnMut(usize) -> f64) {
+fn fill<T: Element>(out: &mut [T], mut value: impl FnMut(usize) -> f64) {
     for (i, o) in out.iter_mut().enumerate() {
-        *o = <T as Float>::from_f64(value(i));
+        *o = <T as Element>::from_f64(value(i));
     }
 }
 

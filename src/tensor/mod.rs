@@ -12,12 +12,12 @@ pub(crate) mod storage;
 pub(crate) mod view;
 
 use crate::alloc::Device;
-use crate::jit::DType;
 use crate::symbolic::compose::AffineMap;
 use crate::trace::{self, Leaf, Node};
+use crate::DType;
 use crate::Error;
 use std::sync::Arc;
-pub(crate) use storage::{Float, Storage};
+pub(crate) use storage::{Element, Storage};
 
 /// An n-dimensional array of `f32` or `f64` on a device, recorded on the
 /// trace when it depends on a tensor that requires a gradient.

@@ -6,42 +6,12 @@
 //! about shapes, views or the trace.
 
 use crate::alloc::{self, Buffer};
-use crate::jit::{DType, Element};
+use crate::dtype::DType;
 use crate::Error;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// The element types of tensors: `f32` and `f64`.
-pub(crate) trait Float: Element + alloc::Element + Send + Sync {
-    fn from_f64(x: f64) -> Self;
-    fn add(self, other: Self) -> Self;
-}
-
-impl Float for f32 {
-    fn from_f64(x: f64) -> f32 {
-        x as f32
-    }
-    fn add(self, other: f32) -> f32 {
-        self + other
-    }
-}
-
-impl Float for f64 {
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
-    fn add(self, other: f64) -> f64 {
-        self + other
-    }
-}
-
-/// Bytes per element.
-pub(crate) fn dtype_size(dtype: DType) -> usize {
-    match dtype {
-        DType::F32 => 4,
-        DType::F64 => 8,
-    }
-}
+pub(crate) use crate::dtype::Element;
 
 /// Dense memory of `len` elements of one dtype.
 pub(crate) struct Storage {
@@ -67,14 +37,12 @@ impl Storage {
     }
 
     fn with(dtype: DType, len: usize, zeroed: bool) -> Result<Arc<Storage>, Error> {
-        let bytes = len
-            .checked_mul(dtype_size(dtype))
-            .ok_or(Error::OutOfMemory {
-                requested: usize::MAX,
-                in_use: alloc::stats().bytes_in_use,
-                reserved: alloc::stats().bytes_reserved,
-                limit: alloc::memory_limit(),
-            })?;
+        let bytes = len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory {
+            requested: usize::MAX,
+            in_use: alloc::stats().bytes_in_use,
+            reserved: alloc::stats().bytes_reserved,
+            limit: alloc::memory_limit(),
+        })?;
         let buf = if zeroed {
             alloc::allocate_zeroed(bytes)?
         } else {
@@ -90,7 +58,7 @@ impl Storage {
     }
 
     /// A copy of `data`.
-    pub(crate) fn from_slice<T: Float>(data: &[T]) -> Result<Arc<Storage>, Error> {
+    pub(crate) fn from_slice<T: Element>(data: &[T]) -> Result<Arc<Storage>, Error> {
         let s = Storage::uninit(T::DTYPE, data.len())?;
         s.write().as_mut_slice::<T>()[..data.len()].copy_from_slice(data);
         Ok(s)
@@ -113,7 +81,7 @@ impl Storage {
     /// optimizer keeps a parameter's state in the same block, after its
     /// `len` elements (see `optim`).
     pub(crate) fn capacity(&self) -> usize {
-        self.read().len_bytes() / dtype_size(self.dtype)
+        self.read().len_bytes() / self.dtype.size()
     }
 
     /// The token of whoever last put a block here with
@@ -127,7 +95,7 @@ impl Storage {
     /// old block; counts as a write. `new` must hold at least `len`
     /// elements.
     pub(crate) fn replace_buffer(&self, new: Buffer, owner: u64) -> Result<Buffer, Error> {
-        if new.len_bytes() < self.len * dtype_size(self.dtype) {
+        if new.len_bytes() < self.len * self.dtype.size() {
             return Err(Error::Shape {
                 op: "replace_buffer".into(),
                 message: format!(
@@ -163,7 +131,7 @@ impl Storage {
     }
 
     /// The elements as `T` (must be this storage's dtype).
-    pub(crate) fn slice<'a, T: Float>(&self, guard: &'a Buffer) -> &'a [T] {
+    pub(crate) fn slice<'a, T: Element>(&self, guard: &'a Buffer) -> &'a [T] {
         debug_assert_eq!(T::DTYPE, self.dtype);
         &guard.as_slice::<T>()[..self.len]
     }
@@ -194,7 +162,7 @@ impl Storage {
 
     /// `self += other`, element-wise (gradient accumulation).
     pub(crate) fn add_assign(&self, other: &Storage) {
-        fn add<T: Float>(a: &mut [T], b: &[T]) {
+        fn add<T: Element>(a: &mut [T], b: &[T]) {
             for (x, y) in a.iter_mut().zip(b) {
                 *x = x.add(*y);
             }

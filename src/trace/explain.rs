@@ -7,7 +7,6 @@
 use super::plan::Compiled;
 use super::Node;
 use crate::planner::Program;
-use crate::tensor::storage::dtype_size;
 use crate::tensor::{Origin, Tensor};
 use crate::Error;
 use std::fmt;
@@ -79,7 +78,7 @@ pub fn explain(t: &Tensor) -> Result<Explanation, Error> {
 
 fn explain_node(node: &Arc<Node>) -> Explanation {
     let grad = &node.grad;
-    let size = dtype_size(node.plan.dtype);
+    let size = node.plan.dtype.size();
     let saved: Vec<bool> = {
         let s = node.saved.lock().unwrap_or_else(|e| e.into_inner());
         s.stages.iter().map(Option::is_some).collect()

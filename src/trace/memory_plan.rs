@@ -14,9 +14,8 @@ use super::autograd_error;
 use super::interpret::{replay, Machine};
 use super::schedule::{Prog, Schedule, Slot, Step};
 use crate::alloc::{self, AllocMode};
-use crate::jit::DType;
-use crate::tensor::storage::dtype_size;
 use crate::tensor::{Origin, Storage, Tensor};
+use crate::DType;
 use crate::Error;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -230,7 +229,7 @@ impl Planner {
 
     /// The block a storage of `len` elements gets in this mode.
     fn block(&self, len: usize, dtype: DType) -> usize {
-        let bytes = len.saturating_mul(dtype_size(dtype));
+        let bytes = len.saturating_mul(dtype.size());
         match self.mode {
             AllocMode::RuntimeEfficient => alloc::size_class(bytes),
             AllocMode::MemoryEfficient => alloc::exact_size(bytes),

@@ -10,10 +10,11 @@
 //! `crate::planner`; kernels are compiled by `jit` (which caches them too).
 
 use crate::alloc::AllocMode;
-use crate::jit::{self, CompiledKernel, DType};
+use crate::jit::{self, CompiledKernel};
 use crate::planner::{self, NodePlan, Program, Source};
 use crate::symbolic::expr::Node;
 use crate::symbolic::IndexFn;
+use crate::DType;
 use crate::Error;
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
