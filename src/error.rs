@@ -6,6 +6,7 @@ use std::fmt;
 
 /// Everything that can go wrong in tenjin.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// The text of an index function does not parse.
     Syntax {

@@ -1,20 +1,40 @@
-//! tenjin: a JIT tensor runtime whose derivatives are symbolic index
-//! expressions (Urban & van der Smagt 2017).
+//! tenjin: a JIT tensor runtime with a tracing autograd tape whose
+//! derivatives are symbolic index expressions (Urban & van der Smagt 2017).
 //!
-//! The layers, each looking only down:
+//! User code runs eagerly on a [`Tensor`]; every op is an element-wise
+//! defined index function, and [`Tensor::backward`] differentiates the
+//! recorded trace symbolically, so every gradient element is again an
+//! index expression with exactly solved sum ranges. Kernels are planned
+//! per shape, compiled with Cranelift and cached: a training loop's first
+//! iteration compiles, the later ones run from the cache.
 //!
-//! - [`Tensor`] and its ops (every op one index function), the tape
-//!   ([`trace`]: `backward`, [`explain`], memory plans), [`nn`], [`optim`];
-//! - [`symbolic`]: element-wise defined index functions
-//!   ([`symbolic::IndexFn`]), their parser and printer, a reference
-//!   interpreter, exact integer linear algebra (Smith normal form,
-//!   Fourier–Motzkin elimination) and symbolic derivation that is closed
-//!   under itself (derivatives of derivatives);
-//! - [`planner`]: a function and its derivatives as stages (what is
-//!   computed once, what runs as a GEMM, what a derivative reads from the
-//!   forward pass), backend-neutral;
-//! - [`kernel`]: the loop-nest IR; [`jit`]: Cranelift code for it, cached;
-//! - [`alloc`]: pooled memory in two modes.
+//! What a user reaches for:
+//!
+//! - [`Tensor`] and its ops, [`index_fn`] for your own op in index
+//!   notation (differentiated like the built-in ones), [`no_grad`];
+//! - [`autograd`]: gradients as tensors, `create_graph`, `vjp`, `jvp`,
+//!   `hvp`, Jacobians and Hessians; [`gradcheck`] and [`gradgradcheck`];
+//! - [`nn`] (layers, [`nn::Module`]) and [`optim`] (SGD, Adam, AdamW);
+//! - [`trace`]: [`explain`] (a recorded op's stages and routes),
+//!   memory plans, [`stats`] (plans built, cache hits, evictions);
+//! - [`alloc`]: pooled memory in a runtime-efficient and a
+//!   memory-efficient mode, statistics, limits; [`jit`]: thread count and
+//!   kernel-cache statistics;
+//! - [`symbolic`]: [`symbolic::IndexFn`] (parser, printer, derivation,
+//!   the reference interpreter `eval_f64`/`eval_f32`).
+//!
+//! The layers, each looking only down: `alloc` → `storage` → `exec`
+//! (kernels on storages) → `trace` (the tape) → `ops` → `tensor`; beside
+//! them the compiler: `symbolic` → `planner` → `kernel` → `jit`.
+//! The compiler's internals (`planner`, `kernel`, the integer linear
+//! algebra of `symbolic`, `jit::gemm`) are public for tests and
+//! benchmarks only: they are hidden from the documentation and may change
+//! without notice.
+//!
+//! # Environment
+//!
+//! - `TENJIN_NUM_THREADS`: the number of threads kernels use (read once;
+//!   [`jit::set_num_threads`] overrides it; default: the available cores).
 //!
 //! ```
 //! use tenjin::symbolic::IndexFn;
@@ -32,10 +52,12 @@ pub mod error;
 mod exec;
 mod gradcheck;
 pub mod jit;
+#[doc(hidden)]
 pub mod kernel;
 pub mod nn;
 mod ops;
 pub mod optim;
+#[doc(hidden)]
 pub mod planner;
 pub mod symbolic;
 mod tensor;

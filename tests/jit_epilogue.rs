@@ -13,7 +13,7 @@ fn check(src: &str, args: &[(&str, &[usize])], route: &str) {
     let inputs = random_inputs(&f, &mut rng, false);
     let want = eval(&f, &inputs);
     let k = jit::compile(&f, DType::F64).unwrap();
-    assert_eq!(k.route(), route, "{src}");
+    assert_eq!(k.route().to_string(), route, "{src}");
     let named: Vec<(&str, &[f64])> = inputs
         .iter()
         .map(|(n, d)| (n.as_str(), d.as_slice()))

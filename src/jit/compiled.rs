@@ -119,6 +119,29 @@ impl Drop for JitCode {
     }
 }
 
+/// How a compiled kernel runs (for diagnostics and for the schedule,
+/// which writes in place only over generated code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RouteKind {
+    /// Generated code for the loop nest.
+    Jit,
+    /// A contraction through the gemm crate.
+    Gemm,
+    /// A contraction, then generated code for the element-wise work
+    /// around it (its epilogue, run in place over the output).
+    GemmThenJit,
+}
+
+impl fmt::Display for RouteKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RouteKind::Jit => "jit",
+            RouteKind::Gemm => "gemm",
+            RouteKind::GemmThenJit => "gemm+jit",
+        })
+    }
+}
+
 /// Raw buffer addresses, shared read-only by the threads of one launch.
 struct Launch {
     entry: KernelFn,
@@ -179,15 +202,12 @@ impl CompiledKernel {
             .map_or(0, |code| code.vectorized_reductions as usize)
     }
 
-    /// How the kernel runs: `"jit"` (generated code), `"gemm"` (a
-    /// contraction), or `"gemm+jit"` (a contraction, then generated code for
-    /// the element-wise work around it). For tests and diagnostics.
-    #[doc(hidden)]
-    pub fn route(&self) -> &'static str {
+    /// How the kernel runs.
+    pub fn route(&self) -> RouteKind {
         match &self.exec {
-            Exec::Jit(_) => "jit",
-            Exec::Gemm(_) => "gemm",
-            Exec::GemmThenJit(..) => "gemm+jit",
+            Exec::Jit(_) => RouteKind::Jit,
+            Exec::Gemm(_) => RouteKind::Gemm,
+            Exec::GemmThenJit(..) => RouteKind::GemmThenJit,
         }
     }
 

@@ -36,6 +36,7 @@
 mod cache;
 mod codegen;
 mod compiled;
+#[doc(hidden)]
 pub mod gemm;
 mod math;
 mod pool;
@@ -43,7 +44,7 @@ mod simd;
 mod vmath;
 
 pub use cache::{JitStats, MissReason};
-pub use compiled::CompiledKernel;
+pub use compiled::{CompiledKernel, RouteKind};
 pub use pool::{num_threads, set_num_threads};
 
 use crate::planner::Route;

@@ -12,11 +12,15 @@
 
 pub mod affine;
 pub mod compose;
+#[doc(hidden)]
 pub mod fourier_motzkin;
+#[doc(hidden)]
 pub mod intlinalg;
+#[doc(hidden)]
 pub mod lattice;
 
 pub use affine::{Affine, Overflow, RatAffine, VarId};
+#[doc(hidden)]
 pub mod expr;
 pub mod index_fn;
 

@@ -292,7 +292,7 @@ fn finish(steps: &mut [Step], nodes: &[Arc<Node>]) {
         steps[k].first_of_node = true;
     }
     for st in steps.iter_mut() {
-        if st.kernel.route() != "jit" {
+        if st.kernel.route() != crate::jit::RouteKind::Jit {
             continue;
         }
         let grad = &nodes[st.node].grad;
