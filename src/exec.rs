@@ -7,7 +7,8 @@
 
 use crate::jit::CompiledKernel;
 use crate::planner::Source;
-use crate::tensor::{Element, Storage};
+use crate::storage::Storage;
+use crate::dtype::Element;
 use crate::trace::plan::Compiled;
 use crate::DType;
 use crate::Error;

@@ -59,6 +59,7 @@ mod ops;
 pub mod optim;
 #[doc(hidden)]
 pub mod planner;
+mod storage;
 pub mod symbolic;
 mod tensor;
 pub mod trace;

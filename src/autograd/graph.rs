@@ -21,7 +21,8 @@
 use super::post_order;
 use crate::ops::apply_index_fn;
 use crate::symbolic::IndexFn;
-use crate::tensor::{Origin, Tensor};
+use crate::tensor::Tensor;
+use crate::trace::Origin;
 use crate::trace::{self, Node};
 use crate::Error;
 use dashmap::DashMap;

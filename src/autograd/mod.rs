@@ -21,7 +21,8 @@ mod graph;
 pub use crate::trace::keep_inputs;
 pub use functional::{hessian, hvp, jacobian, jvp, vjp};
 
-use crate::tensor::{Origin, Tensor};
+use crate::tensor::Tensor;
+use crate::trace::Origin;
 use crate::trace::{self, Node};
 use crate::Error;
 use graph::{gradients, Seed};

@@ -159,7 +159,7 @@ impl std::fmt::Debug for Sequential {
 /// Whether `a` and `b` are the same parameter: clones of one tensor, or
 /// tensors of one leaf.
 pub(crate) fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
-    use crate::tensor::Origin;
+    use crate::trace::Origin;
     if std::sync::Arc::ptr_eq(&a.0, &b.0) {
         return true;
     }

@@ -19,7 +19,9 @@ pub use custom::{index_fn, index_fn_with_sizes};
 
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::IndexFn;
-use crate::tensor::{Origin, Storage, Tensor};
+use crate::tensor::Tensor;
+use crate::trace::Origin;
+use crate::storage::Storage;
 use crate::trace::plan::{self, OpPlan};
 use crate::trace::{self, Node};
 use crate::DType;

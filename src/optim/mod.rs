@@ -48,7 +48,9 @@ pub use sgd::{SgdConfig, SGD};
 
 use crate::jit::{self, CompiledKernel};
 use crate::symbolic::IndexFn;
-use crate::tensor::{Origin, Storage, Tensor};
+use crate::tensor::Tensor;
+use crate::trace::Origin;
+use crate::storage::Storage;
 use crate::DType;
 use crate::{exec, Error};
 use std::sync::Arc;

@@ -5,7 +5,9 @@
 //! `item`, `to_dtype`. Created tensors are constants (no trace) until
 //! `requires_grad()`.
 
-use super::{Element, Origin, Storage, Tensor};
+use super::{Origin, Tensor};
+use crate::storage::Storage;
+use crate::dtype::Element;
 use crate::DType;
 use crate::Error;
 

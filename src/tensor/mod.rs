@@ -8,16 +8,16 @@
 //! derivative comes from [`crate::symbolic`].
 
 mod create;
-pub(crate) mod storage;
 pub(crate) mod view;
 
 use crate::alloc::Device;
 use crate::symbolic::compose::AffineMap;
-use crate::trace::{self, Leaf, Node};
+use crate::trace::{self, Leaf};
 use crate::DType;
 use crate::Error;
 use std::sync::Arc;
-pub(crate) use storage::{Element, Storage};
+pub(crate) use crate::storage::Storage;
+pub(crate) use crate::trace::Origin;
 
 /// An n-dimensional array of `f32` or `f64` on a device, recorded on the
 /// trace when it depends on a tensor that requires a gradient.
@@ -51,24 +51,6 @@ pub(crate) enum Layout {
     },
     /// `self[v] = base[map(v)]`; `base` is always `Dense`.
     View { base: Tensor, map: AffineMap },
-}
-
-/// How a dense tensor came to be, for differentiation.
-#[derive(Clone)]
-pub(crate) enum Origin {
-    /// Data with no gradient: created, detached, or computed without any
-    /// input that requires one.
-    Constant,
-    /// A leaf that requires a gradient; gradients accumulate into it.
-    Leaf(Arc<Leaf>),
-    /// The output of a recorded operation.
-    Op(Arc<Node>),
-}
-
-impl Origin {
-    pub(crate) fn requires_grad(&self) -> bool {
-        !matches!(self, Origin::Constant)
-    }
 }
 
 impl Tensor {

@@ -7,7 +7,8 @@
 use super::plan::Compiled;
 use super::Node;
 use crate::planner::Program;
-use crate::tensor::{Origin, Tensor};
+use crate::tensor::Tensor;
+use crate::trace::Origin;
 use crate::Error;
 use std::fmt;
 use std::sync::Arc;

@@ -25,7 +25,8 @@ pub(crate) use plan::GraphDerivative;
 pub use plan::{plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY};
 
 use crate::alloc::AllocMode;
-use crate::tensor::{Origin, Storage, Tensor};
+use crate::tensor::Tensor;
+use crate::storage::Storage;
 use crate::Error;
 use plan::{NodeGrad, OpPlan};
 use std::cell::Cell;
@@ -142,6 +143,25 @@ pub(crate) fn autograd_error(op: &str, message: String) -> Error {
     Error::Autograd {
         op: op.to_string(),
         message,
+    }
+}
+
+/// How a dense tensor came to be, for differentiation: an edge of the
+/// tape (a tensor holds one; a node holds one per input).
+#[derive(Clone)]
+pub(crate) enum Origin {
+    /// Data with no gradient: created, detached, or computed without any
+    /// input that requires one.
+    Constant,
+    /// A leaf that requires a gradient; gradients accumulate into it.
+    Leaf(Arc<Leaf>),
+    /// The output of a recorded operation.
+    Op(Arc<Node>),
+}
+
+impl Origin {
+    pub(crate) fn requires_grad(&self) -> bool {
+        !matches!(self, Origin::Constant)
     }
 }
 

@@ -42,7 +42,7 @@
 use super::Node;
 use crate::jit::CompiledKernel;
 use crate::planner::Source;
-use crate::tensor::Origin;
+use crate::trace::Origin;
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::Arc;

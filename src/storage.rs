@@ -3,7 +3,8 @@
 //! Owns one allocator [`Buffer`] with its element count, dtype and a
 //! version counter that in-place writes bump (the tape refuses to use a
 //! saved value that was overwritten after it was saved). It must not know
-//! about shapes, views or the trace.
+//! about shapes, views or the trace: it sits just above `alloc`, below
+//! `exec` (which runs kernels on storages) and the tape.
 
 use crate::alloc::{self, Buffer};
 use crate::dtype::DType;
@@ -11,7 +12,7 @@ use crate::Error;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub(crate) use crate::dtype::Element;
+use crate::dtype::Element;
 
 /// Dense memory of `len` elements of one dtype.
 pub(crate) struct Storage {
