@@ -48,6 +48,16 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// An [`Error::Shape`] of `op`.
+    pub(crate) fn shape(op: &str, message: String) -> Error {
+        Error::Shape {
+            op: op.to_string(),
+            message,
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -1,18 +1,94 @@
 //! Running compiled kernels on tensor storages.
 //!
 //! Owns the bridge between [`Storage`] (locked, typed memory) and
-//! [`CompiledKernel`] (slices in argument order), for both dtypes. Used by
+//! [`CompiledKernel`] (slices in argument order), for both dtypes, and
+//! [`Compiled`], a program with its kernels and the facts running it needs
+//! (last uses, in-place candidates). Used by
 //! the forward path (`ops`), the backward driver (`trace`) and optimizers.
 //! It must not decide what to run.
 
+use crate::dtype::Element;
 use crate::jit::CompiledKernel;
+use crate::planner::Program;
 use crate::planner::Source;
 use crate::storage::Storage;
-use crate::dtype::Element;
-use crate::trace::plan::Compiled;
+use crate::symbolic::{IndexFn, Node};
 use crate::DType;
 use crate::Error;
 use std::sync::Arc;
+
+/// A program with the compiled kernel of every stage it runs, and what
+/// running it needs to know: when each stage's value is last read, and
+/// which stages may be written over an argument's buffer.
+pub(crate) struct Compiled {
+    pub(crate) program: Program,
+    /// Per stage: its kernel (`None` for a backward stage the forward
+    /// program provides).
+    pub(crate) kernels: Vec<Option<Arc<CompiledKernel>>>,
+    /// Per stage: the last stage of the program reading it (itself when
+    /// none does).
+    pub(crate) last_use: Vec<usize>,
+    /// Per stage and argument: whether the stage reads that argument only
+    /// at its own output index and the argument has the output's shape, so
+    /// the stage may be written over that argument's buffer when this is
+    /// its last use (see [`reads_only_at_output`]).
+    pub(crate) elementwise: Vec<Vec<bool>>,
+}
+
+impl Compiled {
+    /// `program` with its `kernels` (one per stage, `None` for stages not
+    /// run).
+    pub(crate) fn new(program: Program, kernels: Vec<Option<Arc<CompiledKernel>>>) -> Compiled {
+        let mut last_use: Vec<usize> = (0..program.stages.len()).collect();
+        for (k, s) in program.stages.iter().enumerate() {
+            for src in &s.sources {
+                if let Source::Stage(j) = *src {
+                    last_use[j] = last_use[j].max(k);
+                }
+            }
+        }
+        let elementwise = program
+            .stages
+            .iter()
+            .map(|s| {
+                (0..s.f.args().len())
+                    .map(|a| reads_only_at_output(&s.f, a))
+                    .collect()
+            })
+            .collect();
+        Compiled {
+            program,
+            kernels,
+            last_use,
+            elementwise,
+        }
+    }
+}
+
+/// Whether every access of argument `arg` in `f` has as index exactly the
+/// output indices, in order (`x[i; j]` in `f[i; j] = ...`), and the
+/// argument has the output's shape: then each output element is computed
+/// from that argument's element at the same position only, and an
+/// element-wise kernel may overwrite the argument with its output
+/// (`exec::run_in_place`).
+pub(crate) fn reads_only_at_output(f: &IndexFn, arg: usize) -> bool {
+    if f.args().get(arg).map(|a| &a.shape[..]) != Some(f.output_shape()) {
+        return false;
+    }
+    f.graph
+        .reachable(f.root)
+        .into_iter()
+        .all(|n| match f.graph.node(n) {
+            Node::Access { arg: a, index } if *a == arg => {
+                index.len() == f.out_vars.len()
+                    && index
+                        .iter()
+                        .zip(&f.out_vars)
+                        .all(|(form, v)| form.as_single_var() == Some(*v))
+            }
+            _ => true,
+        })
+}
 
 /// Runs `kernel` on `inputs` (ordered like its arguments) into a new
 /// storage of the kernel's output size.

@@ -71,10 +71,10 @@ pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
 pub use ops::{index_fn, index_fn_with_sizes};
-pub use tensor::Tensor;
+pub use tensor::{explain, Tensor};
 pub use trace::{
-    explain, no_grad, plan_cache_capacity, set_plan_cache_capacity, stats, Explanation,
-    NoGradGuard, Stats, DEFAULT_PLAN_CAPACITY,
+    no_grad, plan_cache_capacity, set_plan_cache_capacity, stats, Explanation, NoGradGuard, Stats,
+    DEFAULT_PLAN_CAPACITY,
 };
 
 /// The README's examples, compiled and run as doctests.

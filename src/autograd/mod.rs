@@ -14,6 +14,7 @@
 //! Sits above `ops` and `trace` (it applies derived functions as ops and
 //! reads the tape); nothing below imports it.
 
+mod backward;
 mod forward;
 mod functional;
 mod graph;
@@ -129,8 +130,23 @@ pub(crate) fn backward_create_graph(root: &Tensor, grad: Option<&Tensor>) -> Res
         None => self::grad(&[root], &inputs, None, true)?,
     };
     for ((leaf, _), g) in leaves.iter().zip(grads) {
-        leaf.accumulate_graph(g)?;
+        accumulate_recorded(leaf, g)?;
     }
+    Ok(())
+}
+
+/// `leaf.grad += g` with the sum recorded too (`g` dense, of the leaf's
+/// shape), so the gradient can be differentiated.
+fn accumulate_recorded(leaf: &trace::Leaf, g: Tensor) -> Result<(), Error> {
+    let shape = g.shape().to_vec();
+    let sum = match (leaf.grad_graph(), leaf.grad()) {
+        (Some((storage, origin)), _) => Tensor::dense(shape, storage, origin).add(&g)?,
+        (None, Some(old)) => Tensor::dense(shape, old, Origin::Constant).add(&g)?,
+        (None, None) => g,
+    };
+    let sum = sum.contiguous()?;
+    let (storage, origin) = sum.storage_and_origin();
+    leaf.set_recorded(storage.clone(), origin.clone());
     Ok(())
 }
 

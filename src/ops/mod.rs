@@ -10,6 +10,7 @@
 mod conv;
 mod custom;
 mod elementwise;
+mod layout;
 mod linalg;
 mod loss;
 mod reduce;
@@ -17,12 +18,12 @@ mod shape;
 
 pub use custom::{index_fn, index_fn_with_sizes};
 
+use crate::storage::Storage;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
-use crate::trace::Origin;
-use crate::storage::Storage;
 use crate::trace::plan::{self, OpPlan};
+use crate::trace::Origin;
 use crate::trace::{self, Node};
 use crate::DType;
 use crate::{exec, Error};
@@ -294,8 +295,5 @@ pub(crate) fn lit(op: &str, x: f64) -> Result<String, Error> {
 
 /// `op: lhs [..] and rhs [..]: message` shape errors.
 pub(crate) fn shape_error(op: &str, message: String) -> Error {
-    Error::Shape {
-        op: op.to_string(),
-        message,
-    }
+    Error::shape(op, message)
 }

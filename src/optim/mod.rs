@@ -47,10 +47,10 @@ pub use adam::{Adam, AdamConfig, AdamW};
 pub use sgd::{SgdConfig, SGD};
 
 use crate::jit::{self, CompiledKernel};
+use crate::storage::Storage;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
 use crate::trace::Origin;
-use crate::storage::Storage;
 use crate::DType;
 use crate::{exec, Error};
 use std::sync::Arc;

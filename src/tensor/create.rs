@@ -6,12 +6,10 @@
 //! `requires_grad()`.
 
 use super::{Origin, Tensor};
-use crate::storage::Storage;
 use crate::dtype::Element;
+use crate::storage::Storage;
 use crate::DType;
 use crate::Error;
-
-use crate::ops::shape_error;
 
 /// The element count of `shape`, or an error when it overflows (kernels
 /// index elements with `i64`, so the count must fit one).
@@ -21,7 +19,7 @@ pub(crate) fn numel_of(op: &str, shape: &[usize]) -> Result<usize, Error> {
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .filter(|&n| i64::try_from(n).is_ok())
         .ok_or_else(|| {
-            shape_error(
+            Error::shape(
                 op,
                 format!("the shape {shape:?} has more elements than fit in memory"),
             )
@@ -70,7 +68,7 @@ impl Tensor {
     fn from_slice_of<T: Element>(op: &str, data: &[T], shape: &[usize]) -> Result<Tensor, Error> {
         let n = numel_of(op, shape)?;
         if n != data.len() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "{} values cannot fill the shape {shape:?} ({n} elements)",
@@ -200,7 +198,7 @@ impl Tensor {
     /// ```
     pub fn item(&self) -> Result<f64, Error> {
         if self.numel() != 1 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "item",
                 format!(
                     "item needs a one-element tensor, this one has shape {:?}",

@@ -8,16 +8,18 @@
 //! derivative comes from [`crate::symbolic`].
 
 mod create;
+mod tape;
 pub(crate) mod view;
 
 use crate::alloc::Device;
+pub(crate) use crate::storage::Storage;
 use crate::symbolic::compose::AffineMap;
+pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
 use crate::DType;
 use crate::Error;
 use std::sync::Arc;
-pub(crate) use crate::storage::Storage;
-pub(crate) use crate::trace::Origin;
+pub use tape::explain;
 
 /// An n-dimensional array of `f32` or `f64` on a device, recorded on the
 /// trace when it depends on a tensor that requires a gradient.
@@ -217,7 +219,10 @@ impl Tensor {
             ));
         }
         match self.origin() {
-            Origin::Leaf(leaf) => Ok(leaf.grad_graph().or_else(|| {
+            Origin::Leaf(leaf) => Ok(leaf
+                .grad_graph()
+                .map(|(s, origin)| Tensor::dense(self.shape().to_vec(), s, origin))
+                .or_else(|| {
                 leaf.grad()
                     .map(|s| Tensor::dense(self.shape().to_vec(), s, Origin::Constant))
             })),
@@ -245,60 +250,6 @@ impl Tensor {
         if let Origin::Leaf(leaf) = self.origin() {
             leaf.clear();
         }
-    }
-
-    /// Differentiates this one-element tensor (a loss) with respect to
-    /// every leaf that requires a gradient, accumulating into their
-    /// `grad()`. Saved values are released as backward goes; a second
-    /// `backward` through the same graph is an error (see
-    /// [`Tensor::backward_retaining_graph`]).
-    pub fn backward(&self) -> Result<(), Error> {
-        trace::backward(self, None, false)
-    }
-
-    /// As [`Tensor::backward`] for an output of any shape, with `grad` the
-    /// gradient flowing into it (same shape and dtype).
-    ///
-    /// ```
-    /// use tenjin::Tensor;
-    /// let x = Tensor::from_vec_f64(vec![1., 2.], &[2])?.requires_grad();
-    /// let y = x.mul_scalar(3.0)?;
-    /// assert!(y.backward().is_err()); // two elements: which gradient?
-    /// y.backward_with(&Tensor::from_vec_f64(vec![1., 10.], &[2])?)?;
-    /// assert_eq!(x.grad().unwrap().to_vec_f64()?, vec![3., 30.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn backward_with(&self, grad: &Tensor) -> Result<(), Error> {
-        trace::backward(self, Some(grad), false)
-    }
-
-    /// As [`Tensor::backward`] (or `backward_with` when `grad` is given),
-    /// keeping the saved values so backward can run through this graph
-    /// again.
-    pub fn backward_retaining_graph(&self, grad: Option<&Tensor>) -> Result<(), Error> {
-        trace::backward(self, grad, true)
-    }
-
-    /// As [`Tensor::backward`] (or `backward_with` when `grad` is given),
-    /// with the gradients recorded on the tape (PyTorch's
-    /// `backward(create_graph=True)`): each leaf's `grad()` is then a
-    /// tensor that can be differentiated again. The recorded gradient
-    /// refers back to its leaf; `zero_grad` releases it.
-    ///
-    /// ```
-    /// use tenjin::{autograd, Tensor};
-    /// let x = Tensor::from_vec_f64(vec![3.0], &[1])?.requires_grad();
-    /// let y = autograd::keep_inputs(|| x.mul(&x)?.mul(&x)?.sum())?; // x³
-    /// y.backward_create_graph(None)?;
-    /// let g = x.grad().unwrap(); // 3x² = 27, recorded
-    /// assert_eq!(g.to_vec_f64()?, vec![27.0]);
-    /// x.zero_grad();
-    /// g.sum()?.backward()?; // 6x
-    /// assert_eq!(x.grad().unwrap().to_vec_f64()?, vec![18.0]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn backward_create_graph(&self, grad: Option<&Tensor>) -> Result<(), Error> {
-        crate::autograd::backward_create_graph(self, grad)
     }
 
     /// Whether two tensors share their data (dense storage or view base).

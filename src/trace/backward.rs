@@ -1,8 +1,8 @@
 //! The backward driver: runs the backward [`Schedule`] on storages,
 //! accumulating gradients into leaves.
 //!
-//! Owns [`backward`] (the seed gradient, errors for outputs that need no
-//! gradient) and the executing [`Machine`]: kernels run through `exec`,
+//! Owns [`run`] (backward from a node, given its seed gradient) and the
+//! executing [`Machine`]: kernels run through `exec`,
 //! buffers are `Arc<Storage>` (held by nobody else when the reference count
 //! is one), saved values come from the nodes with their versions checked.
 //! When things run and are released is decided by `schedule` and
@@ -20,81 +20,11 @@ use super::interpret::{replay, Machine};
 use super::schedule::{Schedule, Slot, Step};
 use super::{add_into, autograd_error, Leaf};
 use crate::exec;
-use crate::tensor::Tensor;
-use crate::trace::Origin;
 use crate::storage::Storage;
+use crate::trace::Origin;
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// `d root / d leaf`, accumulated into every leaf that requires a gradient.
-/// `grad` is the gradient flowing into `root` (required unless `root` has
-/// one element). With `retain_graph` the saved values stay for another
-/// backward; otherwise each is released right after its last use.
-pub(crate) fn backward(
-    root: &Tensor,
-    grad: Option<&Tensor>,
-    retain_graph: bool,
-) -> Result<(), Error> {
-    if root.is_view() {
-        return backward(&root.contiguous()?, grad, retain_graph);
-    }
-    let seed = seed(root, grad)?;
-    match root.origin() {
-        Origin::Constant => Err(autograd_error(
-            "backward",
-            format!(
-                "the tensor of shape {:?} does not require a gradient: no input it was computed from requires one",
-                root.shape()
-            ),
-        )),
-        Origin::Leaf(leaf) => leaf.accumulate(seed),
-        Origin::Op(node) => run(node, seed, retain_graph),
-    }
-}
-
-/// The gradient flowing into the output, as a storage of its own.
-fn seed(root: &Tensor, grad: Option<&Tensor>) -> Result<Arc<Storage>, Error> {
-    match grad {
-        None => {
-            if root.numel() != 1 {
-                return Err(autograd_error(
-                    "backward",
-                    format!(
-                        "the output has shape {:?} ({} elements): backward without a gradient needs a single-element output; use backward_with(grad) with a gradient of shape {:?}",
-                        root.shape(),
-                        root.numel(),
-                        root.shape()
-                    ),
-                ));
-            }
-            Tensor::ones(root.shape(), root.dtype())?.dense_storage()
-        }
-        Some(g) => {
-            if g.shape() != root.shape() {
-                return Err(Error::Shape {
-                    op: "backward_with".into(),
-                    message: format!(
-                        "the gradient has shape {:?}, the output {:?}",
-                        g.shape(),
-                        root.shape()
-                    ),
-                });
-            }
-            if g.dtype() != root.dtype() {
-                return Err(Error::DType {
-                    op: "backward_with".into(),
-                    message: format!(
-                        "the gradient is {:?}, the output {:?}",
-                        g.dtype(),
-                        root.dtype()
-                    ),
-                });
-            }
-            g.detach().contiguous()?.dense_storage()
-        }
-    }
-}
 
 struct Executor<'a> {
     schedule: &'a Schedule,
@@ -257,7 +187,15 @@ impl Machine for Executor<'_> {
     }
 }
 
-fn run(root: &Arc<super::Node>, seed: Arc<Storage>, retain_graph: bool) -> Result<(), Error> {
+/// Runs backward from the output of `root` with gradient `seed`,
+/// accumulating into every leaf that requires a gradient (all or
+/// nothing). With `retain_graph` the saved values stay for another
+/// backward; otherwise each is released right after its last use.
+pub(crate) fn run(
+    root: &Arc<super::Node>,
+    seed: Arc<Storage>,
+    retain_graph: bool,
+) -> Result<(), Error> {
     let schedule = Schedule::new(root)?;
     replay(
         &schedule,

@@ -4,12 +4,9 @@
 //! planner's decisions) and what the node saved (the tape's); it runs and
 //! changes nothing.
 
-use super::plan::Compiled;
 use super::Node;
+use crate::exec::Compiled;
 use crate::planner::Program;
-use crate::tensor::Tensor;
-use crate::trace::Origin;
-use crate::Error;
 use std::fmt;
 use std::sync::Arc;
 
@@ -47,37 +44,8 @@ pub struct StageLine {
     pub work: u64,
 }
 
-/// The stages of the recorded operation that produced `t`.
-///
-/// ```
-/// use tenjin::{DType, Tensor};
-/// let x = Tensor::randn(&[32, 64], DType::F32, 1)?;
-/// let w = Tensor::randn(&[48, 64], DType::F32, 2)?.requires_grad();
-/// let c = Tensor::randn(&[48], DType::F32, 3)?.requires_grad();
-/// let h = tenjin::index_fn("h[b; o] = max(sum{k}_0^63 (x[b; k] * w[o; k]) + c[o], 0)",
-///                          &[("x", &x), ("w", &w), ("c", &c)])?;
-/// let e = tenjin::explain(&h)?;
-/// println!("{e}");
-/// // The pre-activation is a stage of its own, saved for the backward
-/// // program; the weight gradient is a GEMM.
-/// assert!(e.forward.iter().any(|s| s.role.contains("saved for backward")));
-/// assert!(e.backward.iter().any(|s| s.route == "gemm" && s.role == "gradient of w"));
-/// # Ok::<(), tenjin::Error>(())
-/// ```
-pub fn explain(t: &Tensor) -> Result<Explanation, Error> {
-    let Origin::Op(node) = t.origin() else {
-        return Err(Error::Invalid {
-            function: "explain".into(),
-            message: format!(
-                "the tensor of shape {:?} was not produced by a recorded operation (record it with an input that requires a gradient to see its plan; `tenjin::planner::plan_function` plans any function)",
-                t.shape()
-            ),
-        });
-    };
-    Ok(explain_node(node))
-}
-
-fn explain_node(node: &Arc<Node>) -> Explanation {
+/// The plan of the recorded op that produced `node`'s output.
+pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
     let grad = &node.grad;
     let size = node.plan.dtype.size();
     let saved: Vec<bool> = {

@@ -3,20 +3,20 @@
 //! of forward and backward and the predicted peak, in the allocator's
 //! block sizes.
 //!
-//! Owns [`MemoryPlan`], [`PlanStep`] and [`Tensor::memory_plan`]. It runs
+//! Owns [`MemoryPlan`], [`PlanStep`] and the planning behind
+//! [`Tensor::memory_plan`](crate::Tensor::memory_plan). It runs
 //! nothing and allocates no tensor memory: backward is replayed from the
 //! very [`Schedule`] the backward driver executes (same order, same release
 //! points, same in-place decisions), so the backward half is what
 //! `backward()` will do; the forward half is a model of what the forward
 //! did (see [`MemoryPlan`]).
 
-use super::autograd_error;
 use super::interpret::{replay, Machine};
 use super::schedule::{Prog, Schedule, Slot, Step};
+use super::{autograd_error, Node};
 use crate::alloc::{self, AllocMode};
-use crate::tensor::Tensor;
-use crate::trace::Origin;
 use crate::storage::Storage;
+use crate::trace::Origin;
 use crate::DType;
 use crate::Error;
 use std::collections::{BTreeSet, HashMap};
@@ -153,36 +153,15 @@ impl MemoryPlan {
     }
 }
 
-impl Tensor {
-    /// The static memory plan of this tensor's trace, for `backward()`
-    /// from it, in the host allocator's current mode's block sizes; see
-    /// [`MemoryPlan`].
-    pub fn memory_plan(&self) -> Result<MemoryPlan, Error> {
-        self.memory_plan_for(alloc::mode())
-    }
-
-    /// As [`Tensor::memory_plan`], with the block sizes of `mode`.
-    pub fn memory_plan_for(&self, mode: AllocMode) -> Result<MemoryPlan, Error> {
-        if self.is_view() {
-            return Err(autograd_error(
-                "memory_plan",
-                format!(
-                    "the tensor of shape {:?} is a view; plan the dense tensor it views, or a contiguous copy",
-                    self.shape()
-                ),
-            ));
-        }
-        match self.origin() {
-            Origin::Op(node) => Planner::new(mode).run(&Schedule::new(node)?, self),
-            _ => Err(autograd_error(
-                "memory_plan",
-                format!(
-                    "the tensor of shape {:?} was not computed by a recorded operation: there is no trace to plan",
-                    self.shape()
-                ),
-            )),
-        }
-    }
+/// The plan of `backward()` from the output of `node` (`numel` elements of
+/// `dtype`) in the block sizes of `mode`.
+pub(crate) fn plan_backward(
+    node: &Arc<Node>,
+    numel: usize,
+    dtype: DType,
+    mode: AllocMode,
+) -> Result<MemoryPlan, Error> {
+    Planner::new(mode).run(&Schedule::new(node)?, numel, dtype)
 }
 
 /// A buffer the plan tracks, with the references a real one would have.
@@ -338,7 +317,7 @@ impl Planner {
         });
     }
 
-    fn run(mut self, schedule: &Schedule, root: &Tensor) -> Result<MemoryPlan, Error> {
+    fn run(mut self, schedule: &Schedule, numel: usize, dtype: DType) -> Result<MemoryPlan, Error> {
         let nodes = &schedule.nodes;
         // Saved values: which storage each (node, slot) holds, and how many
         // slots of the trace hold each storage. No strong reference is
@@ -546,11 +525,7 @@ impl Planner {
         // Backward, replayed from the schedule the driver runs.
         let h0 = fwd_height[schedule.root] + 1;
         self.begin();
-        let seed = self.alloc(
-            root.numel(),
-            root.dtype(),
-            Some(format!("z{}", schedule.root + 1)),
-        );
+        let seed = self.alloc(numel, dtype, Some(format!("z{}", schedule.root + 1)));
         self.end(
             Phase::Backward,
             format!("z{} = ones (seed)", schedule.root + 1),

@@ -18,14 +18,15 @@ mod memory_plan;
 pub(crate) mod plan;
 mod schedule;
 
-pub(crate) use backward::backward;
-pub use explain::{explain, Explanation, StageLine};
+pub(crate) use backward::run as run_backward;
+pub(crate) use explain::explain_node;
+pub use explain::{Explanation, StageLine};
+pub(crate) use memory_plan::plan_backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 pub(crate) use plan::GraphDerivative;
 pub use plan::{plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY};
 
 use crate::alloc::AllocMode;
-use crate::tensor::Tensor;
 use crate::storage::Storage;
 use crate::Error;
 use plan::{NodeGrad, OpPlan};
@@ -168,10 +169,11 @@ impl Origin {
 /// The gradient slot of a leaf that requires a gradient.
 pub(crate) struct Leaf {
     grad: Mutex<Option<Arc<Storage>>>,
-    /// The gradient as recorded by a backward with `create_graph`: a
-    /// tensor on the tape whose storage is `grad`. (It refers back to this
-    /// leaf, a reference cycle that `zero_grad` breaks, as in PyTorch.)
-    graph: Mutex<Option<Tensor>>,
+    /// Where the gradient came from when a backward with `create_graph`
+    /// recorded it (its storage is `grad`): a node on the tape, so the
+    /// gradient can be differentiated. (The node refers back to this leaf,
+    /// a reference cycle that `zero_grad` breaks, as in PyTorch.)
+    graph: Mutex<Option<Origin>>,
 }
 
 impl Leaf {
@@ -188,8 +190,11 @@ impl Leaf {
 
     /// The gradient recorded by a backward with `create_graph`, if it is
     /// the current gradient.
-    pub(crate) fn grad_graph(&self) -> Option<Tensor> {
-        self.graph.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    pub(crate) fn grad_graph(&self) -> Option<(Arc<Storage>, Origin)> {
+        let graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        let origin = graph.clone()?;
+        let grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+        Some((grad.clone()?, origin))
     }
 
     pub(crate) fn clear(&self) {
@@ -247,22 +252,12 @@ impl Leaf {
         Ok(())
     }
 
-    /// Adds the recorded gradient `g` (dense, of the leaf's shape): the sum
-    /// is recorded too, so the gradient can be differentiated.
-    pub(crate) fn accumulate_graph(&self, g: Tensor) -> Result<(), Error> {
+    /// Replaces the gradient by a recorded one: `storage`, computed by
+    /// the op `origin` (`crate::autograd` forms the sum with the old one).
+    pub(crate) fn set_recorded(&self, storage: Arc<Storage>, origin: Origin) {
         let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
-        let mut grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
-        let sum = match (graph.as_ref(), grad.as_ref()) {
-            (Some(old), _) => old.add(&g)?,
-            (None, Some(old)) => {
-                Tensor::dense(g.shape().to_vec(), old.clone(), Origin::Constant).add(&g)?
-            }
-            (None, None) => g,
-        };
-        let sum = sum.contiguous()?;
-        *grad = Some(sum.storage_and_origin().0.clone());
-        *graph = Some(sum);
-        Ok(())
+        *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = Some(storage);
+        *graph = Some(origin);
     }
 }
 

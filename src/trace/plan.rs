@@ -10,9 +10,9 @@
 //! `crate::planner`; kernels are compiled by `jit` (which caches them too).
 
 use crate::alloc::AllocMode;
-use crate::jit::{self, CompiledKernel};
+use crate::exec::Compiled;
+use crate::jit;
 use crate::planner::{self, NodePlan, Program, Source};
-use crate::symbolic::expr::Node;
 use crate::symbolic::IndexFn;
 use crate::DType;
 use crate::Error;
@@ -144,60 +144,24 @@ impl std::fmt::Display for Stats {
     }
 }
 
-/// A program with the compiled kernel of every stage it runs.
-pub(crate) struct Compiled {
-    pub(crate) program: Program,
-    /// Per stage: its kernel (`None` for a backward stage the forward
-    /// program provides).
-    pub(crate) kernels: Vec<Option<Arc<CompiledKernel>>>,
-    /// Per stage: the last stage of the program reading it (itself when
-    /// none does).
-    pub(crate) last_use: Vec<usize>,
-    /// Per stage and argument: whether the stage reads that argument only
-    /// at its own output index and the argument has the output's shape, so
-    /// the stage may be written over that argument's buffer when this is
-    /// its last use (see [`reads_only_at_output`]).
-    pub(crate) elementwise: Vec<Vec<bool>>,
-}
-
-impl Compiled {
-    /// Compiles every stage of `program` that `run` selects.
-    fn new(program: Program, dtype: DType, run: impl Fn(usize) -> bool) -> Result<Compiled, Error> {
-        STAGES_PLANNED.fetch_add(program.stages.len() as u64, Relaxed);
-        let kernels = program
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(k, s)| {
-                run(k)
-                    .then(|| jit::compile_planned(&s.f, &s.route, dtype))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let mut last_use: Vec<usize> = (0..program.stages.len()).collect();
-        for (k, s) in program.stages.iter().enumerate() {
-            for src in &s.sources {
-                if let Source::Stage(j) = *src {
-                    last_use[j] = last_use[j].max(k);
-                }
-            }
-        }
-        let elementwise = program
-            .stages
-            .iter()
-            .map(|s| {
-                (0..s.f.args().len())
-                    .map(|a| reads_only_at_output(&s.f, a))
-                    .collect()
-            })
-            .collect();
-        Ok(Compiled {
-            program,
-            kernels,
-            last_use,
-            elementwise,
+/// Compiles every stage of `program` that `run` selects.
+fn compile_program(
+    program: Program,
+    dtype: DType,
+    run: impl Fn(usize) -> bool,
+) -> Result<Compiled, Error> {
+    STAGES_PLANNED.fetch_add(program.stages.len() as u64, Relaxed);
+    let kernels = program
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            run(k)
+                .then(|| jit::compile_planned(&s.f, &s.route, dtype))
+                .transpose()
         })
-    }
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Compiled::new(program, kernels))
 }
 
 /// One operation, specialised to its shapes, views and dtype.
@@ -307,14 +271,14 @@ impl NodeGrad {
 
     fn new(plan: NodePlan, dtype: DType, alias: bool) -> Result<NodeGrad, Error> {
         let n = plan.forward.inputs.len();
-        let forward = Compiled::new(plan.forward.clone(), dtype, |_| !alias)?;
+        let forward = compile_program(plan.forward.clone(), dtype, |_| !alias)?;
         let tagged: Vec<bool> = plan
             .backward
             .stages
             .iter()
             .map(|s| s.forward.is_some())
             .collect();
-        let backward = Compiled::new(plan.backward.clone(), dtype, |k| !tagged[k])?;
+        let backward = compile_program(plan.backward.clone(), dtype, |k| !tagged[k])?;
         let needs = |keep_forward: bool| {
             let mut needs = Needs {
                 args: vec![false; n],
@@ -396,38 +360,13 @@ fn stages_needed(program: &Program, out: usize) -> usize {
     seen.iter().filter(|&&x| x).count()
 }
 
-/// Whether every access of argument `arg` in `f` has as index exactly the
-/// output indices, in order (`x[i; j]` in `f[i; j] = ...`), and the
-/// argument has the output's shape: then each output element is computed
-/// from that argument's element at the same position only, and an
-/// element-wise kernel may overwrite the argument with its output
-/// (`exec::run_in_place`).
-pub(crate) fn reads_only_at_output(f: &IndexFn, arg: usize) -> bool {
-    if f.args().get(arg).map(|a| &a.shape[..]) != Some(f.output_shape()) {
-        return false;
-    }
-    f.graph
-        .reachable(f.root)
-        .into_iter()
-        .all(|n| match f.graph.node(n) {
-            Node::Access { arg: a, index } if *a == arg => {
-                index.len() == f.out_vars.len()
-                    && index
-                        .iter()
-                        .zip(&f.out_vars)
-                        .all(|(form, v)| form.as_single_var() == Some(*v))
-            }
-            _ => true,
-        })
-}
-
 impl OpPlan {
     pub(crate) fn new(op: &str, f: IndexFn, dtype: DType, alias: bool) -> Result<OpPlan, Error> {
         let plain = if alias {
             None
         } else {
             let program = planner::plan_function(&f, dtype)?;
-            Some(Compiled::new(program, dtype, |_| true)?)
+            Some(compile_program(program, dtype, |_| true)?)
         };
         Ok(OpPlan {
             op: op.to_string(),
