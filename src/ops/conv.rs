@@ -10,6 +10,7 @@
 //! channel as two indices `(g, q)`, giving `[N, groups, Q, ...]`, and the
 //! result is a free reshape of that to `[N, O, ...]`.
 
+use super::formula::{access, cmp, define, guard, indices, reduce, size_refs, sum_to};
 use super::shape::{empty_like, empty_of};
 use super::{apply, lit, shape_error};
 use crate::tensor::Tensor;
@@ -247,35 +248,34 @@ fn conv_nd(
     } else {
         ("o".to_string(), "c".to_string())
     };
-    let t: Vec<String> = (0..s).map(|d| format!("t{d}")).collect();
-    let k: Vec<String> = (0..s).map(|d| format!("k{d}")).collect();
-    let mut pos = Vec::with_capacity(s);
+    // y[n; o; t…] = Σ_c Σ_k… [padding guards] x[n; c; stride·t + dilation·k − pad] · w[o; c; k…] (+ b[o])
+    let t = indices("t", s);
+    let k = indices("k", s);
+    let mut x_index = vec!["n".to_string(), in_ch];
     let mut guards = Vec::new();
     for d in 0..s {
         let p = position(g.stride[d], &t[d], g.dilation[d], &k[d], g.padding[d]);
         if g.padding[d] > 0 {
-            guards.push(format!("{p} >= 0"));
+            guards.push(cmp(&p, ">=", 0));
         }
         let last = g.stride[d] * (g.out[d] - 1) + g.dilation[d] * (g.kernel[d] - 1);
         if last > g.padding[d] + g.input[d] - 1 {
-            guards.push(format!("{p} <= {}", g.input[d] - 1));
+            guards.push(cmp(&p, "<=", g.input[d] - 1));
         }
-        pos.push(p);
+        x_index.push(p);
     }
-    let mut body = format!(
-        "x[n; {in_ch}; {}] * w[{out_ch}; c; {}]",
-        pos.join("; "),
-        k.join("; ")
-    );
-    for guard in guards.iter().rev() {
-        body = format!("if {{{guard}}} then ({body}) else (0)");
-    }
-    for d in (0..s).rev() {
-        body = format!("sum{{{}}}_0^{} ({body})", k[d], g.kernel[d] - 1);
-    }
-    body = format!("sum{{c}}_0^{} ({body})", g.cg - 1);
+    let w_index = [&[out_ch.clone(), "c".to_string()][..], &k].concat();
+    let product = format!("{} * {}", access("x", &x_index), access("w", &w_index));
+    let guarded = guards
+        .iter()
+        .rev()
+        .fold(product, |body, c| guard(c, body, 0));
+    let taps = (0..s)
+        .rev()
+        .fold(guarded, |body, d| sum_to(&k[d], g.kernel[d], body));
+    let mut body = sum_to("c", g.cg, taps);
     if b.is_some() {
-        body = format!("{body} + b[{out_ch}]");
+        body = format!("{body} + {}", access("b", &[&out_ch]));
     }
     let mut out_idx = vec!["n".to_string()];
     let mut sizes: Vec<(String, usize)> = vec![("n".into(), g.n)];
@@ -290,8 +290,8 @@ fn conv_nd(
         out_idx.push(td.clone());
         sizes.push((td.clone(), n));
     }
-    let src = format!("y[{}] = {body}", out_idx.join("; "));
-    let sizes: Vec<(&str, usize)> = sizes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let src = define("y", &out_idx, body);
+    let sizes = size_refs(&sizes);
     let y = match b {
         Some(b) => apply(op, &src, &[("x", x), ("w", w), ("b", b)], &sizes)?,
         None => apply(op, &src, &[("x", x), ("w", w)], &sizes)?,
@@ -355,20 +355,21 @@ fn pool_nd(
     if out_shape.contains(&0) {
         return empty_like(&out_shape, x);
     }
-    let mut out_idx: Vec<String> = (0..lead).map(|d| format!("a{d}")).collect();
-    let mut access = out_idx.clone();
+    // y[a…; t…] = op_k… x[a…; stride·t + k]
+    let (t, k) = (indices("t", s), indices("k", s));
+    let mut out_idx = indices("a", lead);
+    let mut x_index = out_idx.clone();
     for (d, &st) in stride.iter().enumerate() {
-        out_idx.push(format!("t{d}"));
-        access.push(position(st, &format!("t{d}"), 1, &format!("k{d}"), 0));
+        out_idx.push(t[d].clone());
+        x_index.push(position(st, &t[d], 1, &k[d], 0));
     }
     let red = match kind {
         Pool::Avg => "sum",
         Pool::Max => "max",
     };
-    let mut body = format!("x[{}]", access.join("; "));
-    for d in (0..s).rev() {
-        body = format!("{red}{{k{d}}}_0^{} ({body})", kernel[d] - 1);
-    }
+    let mut body = (0..s).rev().fold(access("x", &x_index), |body, d| {
+        reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
+    });
     if let Pool::Avg = kind {
         let count: usize = kernel.iter().product();
         body = format!("{body} * {}", lit(op, 1.0 / count as f64)?);
@@ -378,9 +379,12 @@ fn pool_nd(
         .cloned()
         .zip(out_shape.iter().copied())
         .collect();
-    let sizes: Vec<(&str, usize)> = sizes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-    let src = format!("y[{}] = {body}", out_idx.join("; "));
-    apply(op, &src, &[("x", x)], &sizes)
+    apply(
+        op,
+        &define("y", &out_idx, body),
+        &[("x", x)],
+        &size_refs(&sizes),
+    )
 }
 
 impl Tensor {

@@ -6,8 +6,8 @@
 //! `a + b` with `b` of shape `[n]` and `a` of `[m, n]` is
 //! `f[i0; i1] = a[i0; i1] + b[i1]` after composition.
 
+use super::formula::{self, access, cmp, define, guard, indices, size_refs};
 use super::{apply, lit, shape_error};
-use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -96,25 +96,20 @@ pub(crate) fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec
 
 impl Tensor {
     fn unary(&self, name: &str) -> Result<Tensor, Error> {
-        let ix = index_list("i", self.rank());
-        let body = body_of(UNARY, name).replace("{x}", &format!("x[{ix}]"));
-        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &[])
+        let ix = indices("i", self.rank());
+        let body = body_of(UNARY, name).replace("{x}", &access("x", &ix));
+        apply(name, &define("f", &ix, body), &[("x", self)], &[])
     }
 
     fn binary(&self, name: &str, other: &Tensor) -> Result<Tensor, Error> {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         let a = self.broadcast_to(&shape)?;
         let b = other.broadcast_to(&shape)?;
-        let ix = index_list("i", shape.len());
+        let ix = indices("i", shape.len());
         let body = body_of(BINARY, name)
-            .replace("{a}", &format!("a[{ix}]"))
-            .replace("{b}", &format!("b[{ix}]"));
-        apply(
-            name,
-            &format!("f[{ix}] = {body}"),
-            &[("a", &a), ("b", &b)],
-            &[],
-        )
+            .replace("{a}", &access("a", &ix))
+            .replace("{b}", &access("b", &ix));
+        apply(name, &define("f", &ix, body), &[("a", &a), ("b", &b)], &[])
     }
 
     fn scalar_op(&self, name: &str, c: f64) -> Result<Tensor, Error> {
@@ -122,19 +117,19 @@ impl Tensor {
     }
 
     fn with_scalar(&self, name: &str, template: &str, c: f64) -> Result<Tensor, Error> {
-        let ix = index_list("i", self.rank());
+        let ix = indices("i", self.rank());
         let body = template
-            .replace("{x}", &format!("x[{ix}]"))
+            .replace("{x}", &access("x", &ix))
             .replace("{c}", &lit(name, c)?);
         // The constant can fold the body to a constant (`x * 0`, `x ** 0`),
         // leaving no access to size the output by: give the sizes.
-        let names: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();
-        let sizes: Vec<(&str, usize)> = names
-            .iter()
-            .map(String::as_str)
-            .zip(self.shape().iter().copied())
-            .collect();
-        apply(name, &format!("f[{ix}] = {body}"), &[("x", self)], &sizes)
+        let sizes = formula::sizes("i", self.shape());
+        apply(
+            name,
+            &define("f", &ix, body),
+            &[("x", self)],
+            &size_refs(&sizes),
+        )
     }
 
     /// Values limited to `[lo, hi]` (the gradient is zero where clamped).
@@ -151,7 +146,7 @@ impl Tensor {
                 format!("the lower bound {lo} exceeds the upper bound {hi}"),
             ));
         }
-        let template = format!("min(max({{x}}, {}), {{c}})", lit("clamp", lo)?);
+        let template = "min(max({x}, {lo}), {c})".replace("{lo}", &lit("clamp", lo)?);
         self.with_scalar("clamp", &template, hi)
     }
 
@@ -176,8 +171,13 @@ impl Tensor {
         let shape = broadcast_shapes("where", cond.shape(), &ab)?;
         let c = cond.detach().broadcast_to(&shape)?;
         let (a, b) = (a.broadcast_to(&shape)?, b.broadcast_to(&shape)?);
-        let ix = index_list("i", shape.len());
-        let src = format!("f[{ix}] = if {{c[{ix}] != 0}} then (a[{ix}]) else (b[{ix}])");
+        let ix = indices("i", shape.len());
+        let body = guard(
+            cmp(access("c", &ix), "!=", 0),
+            access("a", &ix),
+            access("b", &ix),
+        );
+        let src = define("f", &ix, body);
         apply("where", &src, &[("c", &c), ("a", &a), ("b", &b)], &[])
     }
 
@@ -185,9 +185,13 @@ impl Tensor {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         let a = self.detach().broadcast_to(&shape)?;
         let b = other.detach().broadcast_to(&shape)?;
-        let ix = index_list("i", shape.len());
-        let cmp = body_of(COMPARE, name);
-        let src = format!("f[{ix}] = if {{a[{ix}] {cmp} b[{ix}]}} then (1) else (0)");
+        let ix = indices("i", shape.len());
+        let op = body_of(COMPARE, name);
+        let src = define(
+            "f",
+            &ix,
+            guard(cmp(access("a", &ix), op, access("b", &ix)), 1, 0),
+        );
         apply(name, &src, &[("a", &a), ("b", &b)], &[])
     }
 }

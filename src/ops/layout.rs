@@ -2,7 +2,8 @@
 //! view is copied, recorded, before it is reshaped). Views that never copy
 //! are `crate::tensor::view`'s.
 
-use crate::tensor::view::{index_list, view_error};
+use super::formula::{access, define, indices};
+use crate::tensor::view::view_error;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -49,11 +50,10 @@ impl Tensor {
         if !self.is_view() {
             return Ok(self.clone());
         }
-        let r = self.rank();
-        let ix = index_list("i", r);
+        let ix = indices("i", self.rank());
         super::apply(
             "contiguous",
-            &format!("y[{ix}] = x[{ix}]"),
+            &define("y", &ix, access("x", &ix)),
             &[("x", self)],
             &[],
         )

@@ -5,8 +5,8 @@
 //! derivatives are contractions too, derived, not written.
 
 use super::elementwise::broadcast_shapes;
+use super::formula::{access, define, indices, sum_to};
 use super::{apply, shape_error};
-use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -71,12 +71,15 @@ impl Tensor {
         let full = |s: &[usize]| [&batch[..], s].concat();
         let lhs = lhs.broadcast_to(&full(&[m, k]))?;
         let rhs = rhs.broadcast_to(&full(&[k, n]))?;
-        let bx = index_list("b", batch.len());
-        let sep = if batch.is_empty() { "" } else { "; " };
-        let src = format!(
-            "f[{bx}{sep}i; j] = sum{{k}}_0^{} (a[{bx}{sep}i; k] * b[{bx}{sep}k; j])",
-            k as i64 - 1
+        // f[b…; i; j] = Σ_k a[b…; i; k] · b[b…; k; j]
+        let bx = indices("b", batch.len());
+        let with = |p: &str, q: &str| [&bx[..], &[p.to_string(), q.to_string()]].concat();
+        let product = format!(
+            "{} * {}",
+            access("a", &with("i", "k")),
+            access("b", &with("k", "j"))
         );
+        let src = define("f", &with("i", "j"), sum_to("k", k, product));
         let sizes = [("i", m), ("j", n)];
         let out = apply("matmul", &src, &[("a", &lhs), ("b", &rhs)], &sizes)?;
         match (a.len(), b.len()) {
@@ -133,17 +136,17 @@ impl Tensor {
         } else {
             self.reshape(&[rows, inner])?
         };
-        let k = inner as i64 - 1;
+        let xw = sum_to("k", inner, "x[i; k] * w[j; k]");
         let y = match b {
             Some(b) => apply(
                 "linear",
-                &format!("y[i; j] = sum{{k}}_0^{k} (x[i; k] * w[j; k]) + b[j]"),
+                &define("y", &["i", "j"], format!("{xw} + b[j]")),
                 &[("x", &x2), ("w", w), ("b", b)],
                 &[("i", rows)],
             )?,
             None => apply(
                 "linear",
-                &format!("y[i; j] = sum{{k}}_0^{k} (x[i; k] * w[j; k])"),
+                &define("y", &["i", "j"], xw),
                 &[("x", &x2), ("w", w)],
                 &[("i", rows)],
             )?,

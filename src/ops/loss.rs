@@ -10,9 +10,9 @@
 //! maximiser" test reads the row's argmax computed once per row, so value
 //! and gradient stay linear in the row length.
 
+use super::formula::{access, define, indices, reduce, sum_to};
 use super::shape::empty_like;
 use super::{apply, lit, shape_error};
-use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::DType;
 use crate::Error;
@@ -41,28 +41,25 @@ fn cross_entropy_fn(
     rows_sum_to_one: bool,
 ) -> Result<Tensor, Error> {
     let (b, c) = (x.shape()[0], x.shape()[1]);
-    let last = c - 1;
-    let (_, lse) = row_statistics(|v| format!("x[i; {v}]"), last);
+    let (_, lse) = row_statistics(|v| access("x", &["i", v]), c);
     let weighted = if rows_sum_to_one {
         lse
     } else {
-        format!("{lse} * sum{{c}}_0^{last} (y[i; c])")
+        format!("{lse} * {}", sum_to("c", c, "y[i; c]"))
     };
-    let src = format!(
-        "l[] = sum{{i}}_0^{} ({weighted} - sum{{c}}_0^{last} (y[i; c] * x[i; c])) * {}",
-        b - 1,
-        lit(op, 1.0 / b as f64)?
-    );
+    let row = format!("{weighted} - {}", sum_to("c", c, "y[i; c] * x[i; c]"));
+    let body = format!("{} * {}", sum_to("i", b, row), lit(op, 1.0 / b as f64)?);
+    let src = define::<&str>("l", &[], body);
     apply(op, &src, &[("x", x), ("y", y)], &[])
 }
 
-/// The maximum and the stable log-sum-exp of a row `0..=last` whose
+/// The maximum and the stable log-sum-exp of a row of `n` elements whose
 /// element at index variable `v` is `at(v)`, as index-function text.
-fn row_statistics(at: impl Fn(&str) -> String, last: usize) -> (String, String) {
-    let max = format!("max{{m}}_0^{last} ({})", at("m"));
+fn row_statistics(at: impl Fn(&str) -> String, n: usize) -> (String, String) {
+    let max = reduce("max", "m", 0, n as i64 - 1, at("m"));
     let lse = format!(
-        "({max} + log (sum{{k}}_0^{last} (exp ({} - {max}))))",
-        at("k")
+        "({max} + log ({}))",
+        sum_to("k", n, format!("exp ({} - {max})", at("k")))
     );
     (max, lse)
 }
@@ -84,18 +81,18 @@ fn along(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> 
     if x.numel() == 0 {
         return empty_like(x.shape(), x);
     }
-    let ix = index_list("i", x.rank());
+    let ix = indices("i", x.rank());
     let at = |var: &str| {
-        let mut idx: Vec<String> = (0..x.rank()).map(|d| format!("i{d}")).collect();
+        let mut idx = ix.clone();
         idx[dim] = var.to_string();
-        format!("x[{}]", idx.join("; "))
+        access("x", &idx)
     };
-    let (max, lse) = row_statistics(at, x.shape()[dim] - 1);
+    let (max, lse) = row_statistics(at, x.shape()[dim]);
     let body = body
-        .replace("{x}", &format!("x[{ix}]"))
+        .replace("{x}", &access("x", &ix))
         .replace("{max}", &max)
         .replace("{lse}", &lse);
-    apply(op, &format!("f[{ix}] = {body}"), &[("x", x)], &[])
+    apply(op, &define("f", &ix, body), &[("x", x)], &[])
 }
 
 fn check_logits(op: &str, x: &Tensor, what: &str) -> Result<(usize, usize), Error> {
@@ -246,13 +243,18 @@ impl Tensor {
                 ),
             ));
         }
-        let ix: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();
-        let ixs = ix.join("; ");
-        let mut body = format!("(a[{ixs}] - b[{ixs}]) ** 2");
-        for (d, &s) in self.shape().iter().enumerate().rev() {
-            body = format!("sum{{{}}}_0^{} ({body})", ix[d], s - 1);
-        }
-        let src = format!("l[] = {body} * {}", lit("mse_loss", 1.0 / n as f64)?);
+        let ix = indices("i", self.rank());
+        let square = format!("({} - {}) ** 2", access("a", &ix), access("b", &ix));
+        let total = ix
+            .iter()
+            .zip(self.shape())
+            .rev()
+            .fold(square, |body, (i, &s)| sum_to(i, s, body));
+        let src = define::<&str>(
+            "l",
+            &[],
+            format!("{total} * {}", lit("mse_loss", 1.0 / n as f64)?),
+        );
         apply("mse_loss", &src, &[("a", self), ("b", target)], &[])
     }
 }

@@ -10,6 +10,7 @@
 mod conv;
 mod custom;
 mod elementwise;
+mod formula;
 mod layout;
 mod linalg;
 mod loss;
@@ -225,7 +226,8 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
     let strides = row_major_strides(shape).ok_or_else(|| Error::Overflow {
         op: format!("reshape to {shape:?}"),
     })?;
-    let names: Vec<String> = (0..shape.len()).map(|d| format!("i{d}")).collect();
+    // y[i…] = x[Σ stride·i]
+    let names = formula::indices("i", shape.len());
     let flat: Vec<String> = names
         .iter()
         .zip(&strides)
@@ -236,12 +238,9 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
     } else {
         flat.join(" + ")
     };
-    let src = format!("y[{}] = x[{flat}]", names.join("; "));
-    let sizes: Vec<(&str, usize)> = names
-        .iter()
-        .map(String::as_str)
-        .zip(shape.iter().copied())
-        .collect();
+    let src = formula::define("y", &names, formula::access("x", &[flat]));
+    let sizes = formula::sizes("i", shape);
+    let sizes = formula::size_refs(&sizes);
     let elements = Tensor::dense(vec![x.numel()], storage.clone(), origin.clone());
     apply_as(
         "reshape",

@@ -4,17 +4,17 @@
 //! ones are bound by nested `sum{..}`/`max{..}`/`min{..}` with constant
 //! ranges.
 
-use super::{apply, lit, shape_error};
+use super::{apply, formula, lit, shape_error};
 use crate::tensor::Tensor;
 use crate::Error;
 
 /// The index text of a reduction of `shape` over `dims`.
 struct Reduction {
     /// Output indices (`i0; j1; i2` with `j1` a kept size-1 dimension).
-    out: String,
-    /// The input access with reduced dimensions read through `{k}`-named
-    /// variables, as a template where `{r}` is replaced by a per-use suffix.
-    access: String,
+    out: Vec<String>,
+    /// Per input dimension: the index it is read at, and whether that is
+    /// a reduction variable.
+    index: Vec<(String, bool)>,
     /// `(variable, size)` of each reduced dimension, in order.
     reduced: Vec<(String, usize)>,
     /// Sizes of kept size-1 output indices (not inferable from the body).
@@ -42,40 +42,59 @@ impl Reduction {
                 ));
             }
         }
-        let (mut out, mut access, mut reduced, mut sizes, mut out_shape) =
-            (vec![], vec![], vec![], vec![], vec![]);
+        let i = formula::indices("i", shape.len());
+        let j = formula::indices("j", shape.len());
+        let k = formula::indices("k", shape.len());
+        let mut r = Reduction {
+            out: vec![],
+            index: vec![],
+            reduced: vec![],
+            sizes: vec![],
+            out_shape: vec![],
+        };
         for (d, &n) in shape.iter().enumerate() {
             if reduced_dims[d] {
-                access.push(format!("k{d}{{r}}"));
-                reduced.push((format!("k{d}"), n));
+                r.index.push((k[d].clone(), true));
+                r.reduced.push((k[d].clone(), n));
                 if keepdim {
-                    out.push(format!("j{d}"));
-                    sizes.push((format!("j{d}"), 1));
-                    out_shape.push(1);
+                    r.out.push(j[d].clone());
+                    r.sizes.push((j[d].clone(), 1));
+                    r.out_shape.push(1);
                 }
             } else {
-                access.push(format!("i{d}"));
-                out.push(format!("i{d}"));
-                out_shape.push(n);
+                r.index.push((i[d].clone(), false));
+                r.out.push(i[d].clone());
+                r.out_shape.push(n);
             }
         }
-        Ok(Reduction {
-            out: out.join("; "),
-            access: format!("x[{}]", access.join("; ")),
-            reduced,
-            sizes,
-            out_shape,
+        Ok(r)
+    }
+
+    /// `x[…]` with the reduced dimensions read through their variables,
+    /// suffixed by `suffix` (so several reductions can sit in one body).
+    fn access(&self, suffix: &str) -> String {
+        let index: Vec<String> = self
+            .index
+            .iter()
+            .map(|(v, reduced)| match reduced {
+                true => format!("{v}{suffix}"),
+                false => v.clone(),
+            })
+            .collect();
+        formula::access("x", &index)
+    }
+
+    /// `body` reduced by `op` over every reduced dimension (variables
+    /// suffixed by `suffix`).
+    fn nest(&self, op: &str, suffix: &str, body: String) -> String {
+        self.reduced.iter().rev().fold(body, |body, (k, n)| {
+            formula::reduce(op, format!("{k}{suffix}"), 0, *n as i64 - 1, body)
         })
     }
 
-    /// `op{k..}(body)` nested over every reduced dimension, with variables
-    /// suffixed by `suffix` (so several reductions can sit in one body).
+    /// `op{k…}(x[…])` over every reduced dimension.
     fn wrap(&self, op: &str, suffix: &str) -> String {
-        let mut body = self.access.replace("{r}", suffix);
-        for (v, n) in self.reduced.iter().rev() {
-            body = format!("{op}{{{v}{suffix}}}_0^{} ({body})", *n as i64 - 1);
-        }
-        body
+        self.nest(op, suffix, self.access(suffix))
     }
 
     fn count(&self) -> usize {
@@ -83,10 +102,10 @@ impl Reduction {
     }
 
     fn run(&self, op: &str, x: &Tensor, body: &str) -> Result<Tensor, Error> {
-        let sizes: Vec<(&str, usize)> = self.sizes.iter().map(|(v, n)| (v.as_str(), *n)).collect();
+        let sizes = formula::size_refs(&self.sizes);
         let t = apply(
             op,
-            &format!("f[{}] = {body}", self.out),
+            &formula::define("f", &self.out, body),
             &[("x", x)],
             &sizes,
         )?;
@@ -200,11 +219,7 @@ impl Tensor {
             ));
         }
         let m = r.wrap("max", "m");
-        let inner = r.access.replace("{r}", "s");
-        let mut sum = format!("exp ({inner} - {m})");
-        for (v, n) in r.reduced.iter().rev() {
-            sum = format!("sum{{{v}s}}_0^{} ({sum})", *n as i64 - 1);
-        }
+        let sum = r.nest("sum", "s", format!("exp ({} - {m})", r.access("s")));
         r.run("logsumexp", self, &format!("{m} + log ({sum})"))
     }
 }

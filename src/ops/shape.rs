@@ -7,8 +7,8 @@
 //! gradients are derived like any other (guards become guards, shifts
 //! become shifts).
 
+use super::formula::{self, access, cmp, define, guard, indices, shifted, size_refs};
 use super::{apply, lit, shape_error};
-use crate::tensor::view::index_list;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -30,35 +30,20 @@ pub(crate) fn empty_of(shape: &[usize], inputs: &[&Tensor]) -> Result<Tensor, Er
     if !recorded {
         return Tensor::zeros(shape, dtype);
     }
-    let sizes = out_sizes("o", shape);
-    let out: Vec<&str> = sizes.iter().map(|(n, _)| n.as_str()).collect();
-    let names: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
+    let sizes = formula::sizes("o", shape);
+    let names = indices("x", inputs.len());
     let reads: Vec<String> = names
         .iter()
         .zip(inputs)
-        .map(|(n, t)| format!("0 * {n}[{}]", vec!["0"; t.rank()].join("; ")))
+        .map(|(n, t)| format!("0 * {}", access(n, &vec!["0"; t.rank()])))
         .collect();
-    let src = format!("f[{}] = {}", out.join("; "), reads.join(" + "));
+    let src = define("f", &indices("o", shape.len()), reads.join(" + "));
     let args: Vec<(&str, &Tensor)> = names
         .iter()
         .map(String::as_str)
         .zip(inputs.iter().copied())
         .collect();
-    super::apply("empty", &src, &args, &as_size_refs(&sizes))
-}
-
-/// `(index names, explicit sizes)` of an output of `shape`, indices named
-/// `{prefix}{d}`.
-fn out_sizes(prefix: &str, shape: &[usize]) -> Vec<(String, usize)> {
-    shape
-        .iter()
-        .enumerate()
-        .map(|(d, &n)| (format!("{prefix}{d}"), n))
-        .collect()
-}
-
-fn as_size_refs(sizes: &[(String, usize)]) -> Vec<(&str, usize)> {
-    sizes.iter().map(|(n, s)| (n.as_str(), *s)).collect()
+    super::apply("empty", &src, &args, &size_refs(&sizes))
 }
 
 /// The selection of `cat`: sources `parts[lo..hi]`, each `(arg name,
@@ -75,11 +60,10 @@ fn select_tree(
         return access(lo);
     }
     let mid = lo + (hi - lo) / 2;
-    let split = parts[mid].1;
-    format!(
-        "if {{{var} < {split}}} then ({}) else ({})",
+    guard(
+        cmp(var, "<", parts[mid].1),
         select_tree(parts, lo, mid, access, var),
-        select_tree(parts, mid, hi, access, var)
+        select_tree(parts, mid, hi, access, var),
     )
 }
 
@@ -164,24 +148,22 @@ impl Tensor {
             }
             return empty_of(&out_shape, tensors);
         }
-        let ix: Vec<String> = (0..rank).map(|d| format!("i{d}")).collect();
-        let access = |p: usize| {
+        let ix = indices("i", rank);
+        let read = |p: usize| {
             let (name, off, _) = &parts[p];
             let mut idx = ix.clone();
-            if *off > 0 {
-                idx[dim] = format!("i{dim} - {off}");
-            }
-            format!("{name}[{}]", idx.join("; "))
+            idx[dim] = shifted(&ix[dim], -(*off as i64));
+            access(name, &idx)
         };
-        let body = select_tree(&parts, 0, parts.len(), &access, &format!("i{dim}"));
-        let src = format!("f[{}] = {body}", ix.join("; "));
+        let body = select_tree(&parts, 0, parts.len(), &read, &ix[dim]);
+        let src = define("f", &ix, body);
         let named: Vec<(&str, &Tensor)> = parts
             .iter()
             .zip(&args)
             .map(|((n, _, _), t)| (n.as_str(), *t))
             .collect();
-        let sizes = out_sizes("i", &out_shape);
-        apply("cat", &src, &named, &as_size_refs(&sizes))
+        let sizes = formula::sizes("i", &out_shape);
+        apply("cat", &src, &named, &size_refs(&sizes))
     }
 
     /// Stacks tensors of one shape along a new dimension `dim` (as
@@ -286,25 +268,29 @@ impl Tensor {
         if self.numel() == 0 && !(crate::trace::is_grad_enabled() && self.is_requires_grad()) {
             return Tensor::full(&out_shape, value, self.dtype());
         }
-        let ix: Vec<String> = (0..self.rank()).map(|d| format!("i{d}")).collect();
+        let ix = indices("i", self.rank());
         let mut idx = ix.clone();
         let mut guards = Vec::new();
         for (d, (&n, &(b, a))) in self.shape().iter().zip(pads).enumerate() {
+            idx[d] = shifted(&ix[d], -(b as i64));
             if b > 0 {
-                idx[d] = format!("i{d} - {b}");
-                guards.push(format!("i{d} >= {b}"));
+                guards.push(cmp(&ix[d], ">=", b));
             }
             if a > 0 {
-                guards.push(format!("i{d} <= {}", b + n - 1));
+                guards.push(cmp(&ix[d], "<=", b + n - 1));
             }
         }
-        let mut body = format!("x[{}]", idx.join("; "));
-        for g in guards.iter().rev() {
-            body = format!("if {{{g}}} then ({body}) else ({v})");
-        }
-        let src = format!("f[{}] = {body}", ix.join("; "));
-        let sizes = out_sizes("i", &out_shape);
-        apply("pad", &src, &[("x", self)], &as_size_refs(&sizes))
+        let body = guards
+            .iter()
+            .rev()
+            .fold(access("x", &idx), |body, g| guard(g, body, &v));
+        let sizes = formula::sizes("i", &out_shape);
+        apply(
+            "pad",
+            &define("f", &ix, body),
+            &[("x", self)],
+            &size_refs(&sizes),
+        )
     }
 
     /// The tensor tiled `reps[d]` times along each dimension (as
@@ -356,21 +342,18 @@ impl Tensor {
         let mut out = Vec::new();
         let mut sizes = Vec::new();
         let mut pair_shape = Vec::new();
+        let (r_ix, i_ix) = (indices("r", reps.len()), indices("i", self.rank()));
         for (d, &r) in reps.iter().enumerate() {
-            out.push(format!("r{d}"));
-            sizes.push((format!("r{d}"), r));
+            out.push(r_ix[d].clone());
+            sizes.push((r_ix[d].clone(), r));
             pair_shape.push(r);
             if d >= lead {
-                out.push(format!("i{}", d - lead));
+                out.push(i_ix[d - lead].clone());
                 pair_shape.push(self.shape()[d - lead]);
             }
         }
-        let src = format!(
-            "f[{}] = x[{}]",
-            out.join("; "),
-            index_list("i", self.rank())
-        );
-        let t = apply("repeat", &src, &[("x", self)], &as_size_refs(&sizes))?;
+        let src = define("f", &out, access("x", &i_ix));
+        let t = apply("repeat", &src, &[("x", self)], &size_refs(&sizes))?;
         debug_assert_eq!(t.shape(), &pair_shape[..]);
         t.reshape(&out_shape)
     }

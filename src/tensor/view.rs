@@ -20,14 +20,6 @@ pub(crate) fn view_error(op: &str, shape: &[usize], message: String) -> Error {
     }
 }
 
-/// `i0; i1; ...` for `rank` indices.
-pub(crate) fn index_list(prefix: &str, rank: usize) -> String {
-    (0..rank)
-        .map(|d| format!("{prefix}{d}"))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 impl Tensor {
     /// A view of this tensor: `new[v] = self[inner(v)]`.
     fn view(&self, shape: Vec<usize>, inner: AffineMap) -> Tensor {
