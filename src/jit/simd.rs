@@ -214,10 +214,11 @@ impl<'f> Emitter<'f> {
                     value,
                     result,
                     body: inner,
-                    ..
+                    wide,
                 } if ks.len() > 1 => {
-                    let out =
-                        self.blocked_reduction(*op, *value, inner, l.var, lanes, &ks, &mut regs)?;
+                    let out = self.blocked_reduction(
+                        *op, *value, inner, l.var, lanes, &ks, &mut regs, *wide,
+                    )?;
                     for (u, v) in out.into_iter().enumerate() {
                         std::mem::swap(&mut self.vregs, &mut regs[u]);
                         self.vset(*result, v)?;
@@ -353,15 +354,14 @@ impl<'f> Emitter<'f> {
                 };
                 self.vset(*result, v)
             }
-            Stmt::Reduce { wide: true, .. } => Err("a wide sum inside a vectorised loop".into()),
             Stmt::Reduce {
                 op,
                 value,
                 result,
                 body,
-                ..
+                wide,
             } => {
-                let r = self.lane_reduction(*op, *value, body, var, lanes)?;
+                let r = self.lane_reduction(*op, *value, body, var, lanes, *wide)?;
                 self.vset(*result, r)
             }
             Stmt::For(_) => Err("a loop inside a vectorised loop".into()),
@@ -373,6 +373,7 @@ impl<'f> Emitter<'f> {
     /// `regs`: each copy's registers). Each lane folds its own values in
     /// index order, as the scalar loop does.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn blocked_reduction(
         &mut self,
         op: ReduceOp,
@@ -382,6 +383,7 @@ impl<'f> Emitter<'f> {
         lanes: Lanes,
         ks: &[Value],
         regs: &mut [Vec<Option<Value>>],
+        wide: bool,
     ) -> R<Vec<Value>> {
         let init = match op {
             ReduceOp::Sum => 0.0,
@@ -389,6 +391,25 @@ impl<'f> Emitter<'f> {
             ReduceOp::Min => f32::INFINITY,
             _ => return Err(format!("{op:?} inside a vectorised loop")),
         };
+        // A sum split into blocks (`crate::planner::blocked_sums`): the
+        // block loop runs once for all copies, the rows of a block too, so
+        // the copies still read whole cache lines per row. A `wide` block
+        // loop adds each lane's block sum into an f64 of its own.
+        if let [Stmt::Reduce {
+            op: ReduceOp::Sum,
+            value: block_value,
+            result,
+            body: block,
+            wide: false,
+        }] = &l.body[..]
+        {
+            if op == ReduceOp::Sum && result == &value {
+                return self.block_sums(l, *block_value, block, var, lanes, ks, regs, wide);
+            }
+        }
+        if wide {
+            return Err("a wide sum inside a vectorised loop that is not split into blocks".into());
+        }
         let init = self.vm().c(init);
         let inits = vec![init; ks.len()];
         self.counted_loop(l, &inits, V, |e, _, _, acc| {
@@ -410,6 +431,70 @@ impl<'f> Emitter<'f> {
             e.vbranch = branch;
             Ok(next)
         })
+    }
+
+    /// The outer loop of a blocked sum over `l` whose body is the block's
+    /// sum over `block` (see [`Self::blocked_reduction`]): per copy, the
+    /// block sums added in f32 lanes, or with `wide` in four f64 scalars
+    /// (one per lane, rounded once at the end).
+    #[allow(clippy::too_many_arguments)]
+    fn block_sums(
+        &mut self,
+        l: &Loop,
+        block_value: Reg,
+        block: &Loop,
+        var: IVar,
+        lanes: Lanes,
+        ks: &[Value],
+        regs: &mut [Vec<Option<Value>>],
+        wide: bool,
+    ) -> R<Vec<Value>> {
+        let per_copy = if wide { LANES as usize } else { 1 };
+        let (ty, zero) = if wide {
+            (types::F64, self.b.ins().f64const(0.0))
+        } else {
+            (V, self.vm().c(0.0))
+        };
+        let inits = vec![zero; ks.len() * per_copy];
+        let out = self.counted_loop(l, &inits, ty, |e, _, _, acc| {
+            let sums = e.blocked_reduction(
+                ReduceOp::Sum,
+                block_value,
+                block,
+                var,
+                lanes,
+                ks,
+                regs,
+                false,
+            )?;
+            let mut next = Vec::with_capacity(acc.len());
+            for (u, s) in sums.into_iter().enumerate() {
+                if !wide {
+                    next.push(e.b.ins().fadd(acc[u], s));
+                    continue;
+                }
+                for i in 0..per_copy {
+                    let x = e.b.ins().extractlane(s, i as u8);
+                    let x = e.b.ins().fpromote(types::F64, x);
+                    next.push(e.b.ins().fadd(acc[u * per_copy + i], x));
+                }
+            }
+            Ok(next)
+        })?;
+        if !wide {
+            return Ok(out);
+        }
+        Ok(out
+            .chunks(per_copy)
+            .map(|lanes64| {
+                let mut v = self.vm().c(0.0);
+                for (i, &x) in lanes64.iter().enumerate() {
+                    let x = self.b.ins().fdemote(types::F32, x);
+                    v = self.b.ins().insertlane(v, x, i as u8);
+                }
+                v
+            })
+            .collect())
     }
 
     /// `acc op x` for a per-lane reduction (the first operand wins ties).
@@ -440,10 +525,11 @@ impl<'f> Emitter<'f> {
         l: &Loop,
         var: IVar,
         lanes: Lanes,
+        wide: bool,
     ) -> R<Value> {
         let k = self.ivars[var.0 as usize].ok_or("a reduction outside its vector loop")?;
         let mut regs = [std::mem::take(&mut self.vregs)];
-        let out = self.blocked_reduction(op, value, l, var, lanes, &[k], &mut regs);
+        let out = self.blocked_reduction(op, value, l, var, lanes, &[k], &mut regs, wide);
         self.vregs = std::mem::take(&mut regs[0]);
         Ok(out?[0])
     }
