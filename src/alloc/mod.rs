@@ -8,10 +8,17 @@
 //!
 //! - [`AllocMode::RuntimeEfficient`] (the default): a caching pool. Requests
 //!   are rounded to a size class ([`size_class`]: powers of two from 64 B up
-//!   to 1 MiB, multiples of 512 B above), a dropped buffer's block goes to
-//!   its class's free list, and a later request of the same class reuses it
-//!   without asking the system. A loop with a fixed allocation pattern makes
-//!   no system allocations after its first iteration.
+//!   to 1 MiB, multiples of 512 B above). A dropped small block goes to its
+//!   class's free list; a dropped large one stays in its segment (one
+//!   system allocation), merged with free neighbours, and a later large
+//!   request takes the smallest free block that fits and splits off the
+//!   rest (PyTorch's caching allocator), so a smaller request reuses a
+//!   larger cached block. When the cache holds more than the peak in use
+//!   (and at least [`TRIM_FLOOR`]), its least recently freed blocks go back
+//!   to the system until half of that remains. A loop with a fixed
+//!   allocation pattern makes no system allocations after its first
+//!   iteration; a loop over ever new shapes keeps reserved memory within
+//!   about twice its peak in use.
 //! - [`AllocMode::MemoryEfficient`]: requests are rounded only to 64 B
 //!   ([`exact_size`]) and a dropped buffer's block goes back to the system at
 //!   once.

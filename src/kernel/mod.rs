@@ -3,7 +3,7 @@
 //!
 //! Owns [`Kernel`] (loops with run-time `max`/`min`/`ceil`/`floor` bounds,
 //! guards as control flow, reductions, loads at flat affine offsets, stores),
-//! the lowering [`lower`] and the structural cache key ([`key`]). Every
+//! the lowering `lower` and the structural cache key (`key`). Every
 //! backend consumes this IR: the Cranelift JIT (`crate::jit`) today, a PTX
 //! printer later. It must therefore stay free of any backend's types, and it
 //! must not parse or derive (that is `crate::symbolic`'s job), allocate

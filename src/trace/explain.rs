@@ -10,7 +10,7 @@ use crate::planner::Program;
 use std::fmt;
 use std::sync::Arc;
 
-/// The plan of the operation that produced a tensor (see [`explain`]).
+/// The plan of the operation that produced a tensor (see [`explain`](crate::explain)).
 /// Printing it gives one line per stage of the forward and the backward
 /// program: its domain, its route (`gemm`, `gemm+loop` or `loop`), the
 /// bytes of its value, where that value goes, and its function.

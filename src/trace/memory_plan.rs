@@ -63,7 +63,7 @@ pub struct PlanStep {
 
 /// The bytes live after each step of forward and backward of a recorded
 /// trace, and the predicted peak (DeepDSL thesis §4.4, "static memory
-/// analysis"), from [`Tensor::memory_plan`]. Printing it gives the table of
+/// analysis"), from [`Tensor::memory_plan`](crate::Tensor::memory_plan). Printing it gives the table of
 /// the thesis's Fig. 4.8: step, phase, height, op, bytes allocated, the
 /// step's high point, bytes live after it, and the live tensors.
 ///
