@@ -113,7 +113,6 @@ struct LargeBlock {
 /// block merges with free neighbours of its segment. A smaller request
 /// thus reuses a larger cached block, and a segment whose blocks are all
 /// free is one block again, which can go back to the system.
-#[derive(Default)]
 struct LargePool {
     /// Every block by address.
     blocks: BTreeMap<usize, LargeBlock>,
@@ -263,13 +262,7 @@ impl State {
             } else {
                 released_small.insert(addr);
             }
-            if let Some(ptr) = NonNull::new(addr as *mut u8) {
-                // SAFETY: a cached block or wholly free segment came from
-                // `self.memory.alloc(size)`, and the pool no longer lists it.
-                unsafe { memory.dealloc(ptr, size) };
-            }
-            self.cached -= size;
-            self.frees += 1;
+            self.release(memory, addr, size);
         }
         if !released_small.is_empty() {
             for blocks in self.cache.values_mut() {
@@ -279,36 +272,33 @@ impl State {
         }
     }
 
-    /// Returns wholly free large segments to the system, oldest first,
-    /// while more than `keep` bytes are cached.
-    fn release_free_segments(&mut self, memory: &dyn RawMemory, keep: usize) {
-        let mut segments = self.large.whole_free_segments();
-        segments.sort_unstable();
-        for (_, addr, size) in segments {
-            if self.cached <= keep && keep != usize::MAX {
-                break;
-            }
+    /// Gives the cached block (or wholly free segment) of `size` bytes at
+    /// `addr`, which the pool no longer lists, back to the system.
+    fn release(&mut self, memory: &dyn RawMemory, addr: usize, size: usize) {
+        if let Some(ptr) = NonNull::new(addr as *mut u8) {
+            // SAFETY: cached blocks and segments came from
+            // `memory.alloc(size)`, and nothing refers to this one now.
+            unsafe { memory.dealloc(ptr, size) };
+        }
+        self.cached -= size;
+        self.frees += 1;
+    }
+
+    /// Returns every wholly free large segment to the system.
+    fn release_free_segments(&mut self, memory: &dyn RawMemory) {
+        for (_, addr, size) in self.large.whole_free_segments() {
             self.large.remove_segment(addr, size);
-            if let Some(ptr) = NonNull::new(addr as *mut u8) {
-                // SAFETY: a wholly free segment came from
-                // `self.memory.alloc(size)` and is no longer listed.
-                unsafe { memory.dealloc(ptr, size) };
-            }
-            self.cached -= size;
-            self.frees += 1;
+            self.release(memory, addr, size);
         }
     }
 
     fn release_cache(&mut self, memory: &dyn RawMemory) {
         for (size, blocks) in std::mem::take(&mut self.cache) {
             for (Block(ptr), _) in blocks {
-                // SAFETY: cached blocks came from `self.memory.alloc(size)`.
-                unsafe { memory.dealloc(ptr, size) };
-                self.frees += 1;
-                self.cached -= size;
+                self.release(memory, ptr.as_ptr() as usize, size);
             }
         }
-        self.release_free_segments(memory, usize::MAX);
+        self.release_free_segments(memory);
     }
 
     fn reserved(&self) -> usize {
@@ -445,7 +435,7 @@ impl Allocator {
         if st.large.give_back(ptr.as_ptr() as usize, now) {
             st.cached += size;
             if !runtime {
-                st.release_free_segments(self.memory, usize::MAX);
+                st.release_free_segments(self.memory);
             }
         } else if runtime && size <= SMALL_LIMIT && size_class(size) == Some(size) {
             st.cached += size;

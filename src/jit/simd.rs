@@ -373,7 +373,6 @@ impl<'f> Emitter<'f> {
     /// `regs`: each copy's registers). Each lane folds its own values in
     /// index order, as the scalar loop does.
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     fn blocked_reduction(
         &mut self,
         op: ReduceOp,
@@ -391,24 +390,22 @@ impl<'f> Emitter<'f> {
             ReduceOp::Min => f32::INFINITY,
             _ => return Err(format!("{op:?} inside a vectorised loop")),
         };
-        // A sum split into blocks (`crate::planner::blocked_sums`): the
-        // block loop runs once for all copies, the rows of a block too, so
-        // the copies still read whole cache lines per row. A `wide` block
-        // loop adds each lane's block sum into an f64 of its own.
-        if let [Stmt::Reduce {
-            op: ReduceOp::Sum,
-            value: block_value,
-            result,
-            body: block,
-            wide: false,
-        }] = &l.body[..]
-        {
-            if op == ReduceOp::Sum && result == &value {
-                return self.block_sums(l, *block_value, block, var, lanes, ks, regs, wide);
-            }
-        }
+        // Only the outer loop of a sum split into blocks is `wide`.
         if wide {
-            return Err("a wide sum inside a vectorised loop that is not split into blocks".into());
+            return match &l.body[..] {
+                [Stmt::Reduce {
+                    op: ReduceOp::Sum,
+                    value: block_value,
+                    result,
+                    body: block,
+                    wide: false,
+                }] if op == ReduceOp::Sum && result == &value => {
+                    self.block_sums(l, *block_value, block, var, lanes, ks, regs)
+                }
+                _ => {
+                    Err("a wide sum inside a vectorised loop that is not split into blocks".into())
+                }
+            };
         }
         let init = self.vm().c(init);
         let inits = vec![init; ks.len()];
@@ -433,10 +430,12 @@ impl<'f> Emitter<'f> {
         })
     }
 
-    /// The outer loop of a blocked sum over `l` whose body is the block's
-    /// sum over `block` (see [`Self::blocked_reduction`]): per copy, the
-    /// block sums added in f32 lanes, or with `wide` in four f64 scalars
-    /// (one per lane, rounded once at the end).
+    /// The outer, `wide` loop of a blocked sum over `l` whose body is the
+    /// block's sum over `block` (`crate::planner::blocked_sums`): the
+    /// block loop runs once for all copies, the rows of a block too (so the
+    /// copies still read whole cache lines per row), and each lane of each
+    /// copy adds its block sums into an f64 of its own, rounded once at the
+    /// end.
     #[allow(clippy::too_many_arguments)]
     fn block_sums(
         &mut self,
@@ -447,16 +446,11 @@ impl<'f> Emitter<'f> {
         lanes: Lanes,
         ks: &[Value],
         regs: &mut [Vec<Option<Value>>],
-        wide: bool,
     ) -> R<Vec<Value>> {
-        let per_copy = if wide { LANES as usize } else { 1 };
-        let (ty, zero) = if wide {
-            (types::F64, self.b.ins().f64const(0.0))
-        } else {
-            (V, self.vm().c(0.0))
-        };
+        let per_copy = LANES as usize;
+        let zero = self.b.ins().f64const(0.0);
         let inits = vec![zero; ks.len() * per_copy];
-        let out = self.counted_loop(l, &inits, ty, |e, _, _, acc| {
+        let out = self.counted_loop(l, &inits, types::F64, |e, _, _, acc| {
             let sums = e.blocked_reduction(
                 ReduceOp::Sum,
                 block_value,
@@ -469,10 +463,6 @@ impl<'f> Emitter<'f> {
             )?;
             let mut next = Vec::with_capacity(acc.len());
             for (u, s) in sums.into_iter().enumerate() {
-                if !wide {
-                    next.push(e.b.ins().fadd(acc[u], s));
-                    continue;
-                }
                 for i in 0..per_copy {
                     let x = e.b.ins().extractlane(s, i as u8);
                     let x = e.b.ins().fpromote(types::F64, x);
@@ -481,9 +471,6 @@ impl<'f> Emitter<'f> {
             }
             Ok(next)
         })?;
-        if !wide {
-            return Ok(out);
-        }
         Ok(out
             .chunks(per_copy)
             .map(|lanes64| {

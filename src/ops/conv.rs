@@ -12,7 +12,7 @@
 
 use super::formula::{access, cmp, define, guard, indices, reduce, size_refs, sum_to};
 use super::shape::{empty_like, empty_of};
-use super::{apply, lit, shape_error};
+use super::{apply, lit};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -75,13 +75,13 @@ fn spatial_out(
         Some((padded, span))
     };
     let Some((padded, span)) = checked() else {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: the sizes of spatial dimension {dim} overflow"),
         ));
     };
     if span > padded {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!(
                 "{what}: the kernel spans {span} elements (size {kernel}, dilation {dilation}) along spatial dimension {dim}, more than the padded input's {padded} (size {size}, padding {padding} on each side)"
@@ -122,40 +122,40 @@ fn geometry(
         "[O, C/groups, KH, KW]"
     };
     if xs.len() != s + 2 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: the input must have rank {} ({layout})", s + 2),
         ));
     }
     if ws.len() != s + 2 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: the weight must have rank {} ({wlayout})", s + 2),
         ));
     }
     for (name, v) in [("stride", stride), ("dilation", dilation)] {
         if let Some(d) = v.iter().position(|&v| v == 0) {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!("{what}: {name} {v:?} is 0 in spatial dimension {d} (must be ≥ 1)"),
             ));
         }
     }
     if groups == 0 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: groups must be ≥ 1, not 0"),
         ));
     }
     let (n, c, o, cg) = (xs[0], xs[1], ws[0], ws[1]);
     if c == 0 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: the input has no channels (dimension 1 is 0)"),
         ));
     }
     if c % groups != 0 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!(
                 "{what}: dimension 1 of input ({c} channels) is not divisible by groups ({groups})"
@@ -163,13 +163,13 @@ fn geometry(
         ));
     }
     if o % groups != 0 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("{what}: dimension 0 of weight ({o} output channels) is not divisible by groups ({groups})"),
         ));
     }
     if cg != c / groups {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!(
                 "{what}: dimension 1 of weight ({cg}) must equal dimension 1 of input ({c}) / groups ({groups}) = {}",
@@ -179,7 +179,7 @@ fn geometry(
     }
     if let Some(b) = b {
         if b.shape() != [o] {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "weight {ws:?} and bias {:?}: the bias must have shape [{o}]",
@@ -191,13 +191,13 @@ fn geometry(
     let mut out = Vec::with_capacity(s);
     for d in 0..s {
         if xs[2 + d] == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!("{what}: dimension {} of input (spatial) is 0", 2 + d),
             ));
         }
         if ws[2 + d] == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!("{what}: dimension {} of weight (kernel size) is 0", 2 + d),
             ));
@@ -320,7 +320,7 @@ fn pool_nd(
     let s = kernel.len();
     let xs = x.shape();
     if xs.len() < s {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!(
                 "input of shape {xs:?}: pooling over {s} dimension(s) needs rank ≥ {s} (e.g. [N, C{}])",
@@ -332,7 +332,7 @@ fn pool_nd(
     let mut out_shape = xs[..lead].to_vec();
     for d in 0..s {
         if kernel[d] == 0 || stride[d] == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "input of shape {xs:?}: kernel {kernel:?} and stride {stride:?} must be ≥ 1 (spatial dimension {d})"
@@ -341,7 +341,7 @@ fn pool_nd(
         }
         let size = xs[lead + d];
         if kernel[d] > size {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "input of shape {xs:?}: kernel size {} exceeds dimension {} ({size})",

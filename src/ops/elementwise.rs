@@ -7,7 +7,7 @@
 //! `f[i0; i1] = a[i0; i1] + b[i1]` after composition.
 
 use super::formula::{self, access, cmp, define, guard, indices, size_refs};
-use super::{apply, lit, shape_error};
+use super::{apply, lit};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -84,7 +84,7 @@ pub(crate) fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec
         .map(|d| match (at(a, d), at(b, d)) {
             (x, y) if x == y || y == 1 => Ok(x),
             (1, y) => Ok(y),
-            (x, y) => Err(shape_error(
+            (x, y) => Err(Error::shape(
                 op,
                 format!(
                     "lhs {a:?} and rhs {b:?} do not broadcast: dimension {d} of the result would need {x} (lhs) and {y} (rhs) to match or one of them to be 1"
@@ -141,7 +141,7 @@ impl Tensor {
     /// ```
     pub fn clamp(&self, lo: f64, hi: f64) -> Result<Tensor, Error> {
         if lo > hi {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "clamp",
                 format!("the lower bound {lo} exceeds the upper bound {hi}"),
             ));

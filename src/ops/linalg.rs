@@ -4,14 +4,14 @@
 //! Contractions are recognised by the JIT and run as GEMM; their
 //! derivatives are contractions too, derived, not written.
 
+use super::apply;
 use super::elementwise::broadcast_shapes;
 use super::formula::{access, define, indices, sum_to};
-use super::{apply, shape_error};
 use crate::tensor::Tensor;
 use crate::Error;
 
 fn contraction_error(op: &str, a: &[usize], b: &[usize], da: usize, db: usize) -> Error {
-    shape_error(
+    Error::shape(
         op,
         format!(
             "lhs {a:?} and rhs {b:?}: dimension {da} of lhs ({}) must equal dimension {db} of rhs ({})",
@@ -37,7 +37,7 @@ impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor, Error> {
         let (a, b) = (self.shape(), other.shape());
         if a.is_empty() || b.is_empty() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "matmul",
                 format!(
                     "lhs {a:?} and rhs {b:?}: matmul needs at least one dimension on each side"
@@ -105,11 +105,11 @@ impl Tensor {
     pub fn linear(&self, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor, Error> {
         let (xs, ws) = (self.shape(), w.shape());
         if xs.is_empty() || ws.len() != 2 {
-            return Err(shape_error("linear", format!("input {xs:?} and weight {ws:?}: the weight must be [out, in] and the input [.., in]")));
+            return Err(Error::shape("linear", format!("input {xs:?} and weight {ws:?}: the weight must be [out, in] and the input [.., in]")));
         }
         let inner = xs[xs.len() - 1];
         if inner != ws[1] {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "linear",
                 format!(
                     "input {xs:?} and weight {ws:?}: dimension {} of input ({inner}) must equal dimension 1 of weight ({})",
@@ -120,7 +120,7 @@ impl Tensor {
         }
         if let Some(b) = b {
             if b.shape() != [ws[0]] {
-                return Err(shape_error(
+                return Err(Error::shape(
                     "linear",
                     format!(
                         "weight {ws:?} and bias {:?}: the bias must have shape [{}]",

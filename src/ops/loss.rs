@@ -12,7 +12,7 @@
 
 use super::formula::{access, define, indices, reduce, sum_to};
 use super::shape::empty_like;
-use super::{apply, lit, shape_error};
+use super::{apply, lit};
 use crate::tensor::Tensor;
 use crate::DType;
 use crate::Error;
@@ -69,7 +69,7 @@ fn row_statistics(at: impl Fn(&str) -> String, n: usize) -> (String, String) {
 /// log-sum-exp along `dim` (both at the output index's row).
 fn along(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> {
     if dim >= x.rank() {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!(
                 "input of shape {:?}: dimension {dim} does not exist (rank {})",
@@ -98,13 +98,13 @@ fn along(op: &str, x: &Tensor, dim: usize, body: &str) -> Result<Tensor, Error> 
 fn check_logits(op: &str, x: &Tensor, what: &str) -> Result<(usize, usize), Error> {
     let s = x.shape();
     if s.len() != 2 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("logits {s:?} and {what}: the logits must be [batch, classes]"),
         ));
     }
     if s[0] == 0 || s[1] == 0 {
-        return Err(shape_error(
+        return Err(Error::shape(
             op,
             format!("logits {s:?} and {what}: the mean over an empty batch or over no classes is undefined"),
         ));
@@ -161,7 +161,7 @@ impl Tensor {
         let what = format!("{} targets", targets.len());
         let (b, c) = check_logits("cross_entropy", self, &what)?;
         if targets.len() != b {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "cross_entropy",
                 format!(
                     "logits {:?} and {what}: one target per row of the logits ({b}) is needed",
@@ -170,7 +170,7 @@ impl Tensor {
             ));
         }
         if let Some(i) = targets.iter().position(|&t| t >= c) {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "cross_entropy",
                 format!(
                     "logits {:?}: target {i} is class {}, but there are only {c} classes (0..{c})",
@@ -199,7 +199,7 @@ impl Tensor {
         let what = format!("targets {:?}", probs.shape());
         check_logits("cross_entropy_soft", self, &what)?;
         if probs.shape() != self.shape() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "cross_entropy_soft",
                 format!(
                     "logits {:?} and {what}: the target probabilities must have the shape of the logits",
@@ -223,7 +223,7 @@ impl Tensor {
     /// ```
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor, Error> {
         if self.shape() != target.shape() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "mse_loss",
                 format!(
                     "lhs {:?} and rhs {:?}: the prediction and the target must have the same shape (mse_loss does not broadcast)",
@@ -234,7 +234,7 @@ impl Tensor {
         }
         let n = self.numel();
         if n == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "mse_loss",
                 format!(
                     "lhs {:?} and rhs {:?}: the mean over no elements is undefined",

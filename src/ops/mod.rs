@@ -73,7 +73,7 @@ pub(crate) fn apply_index_fn(
         .collect();
     for ((name, t), d) in named.iter().zip(f.args()) {
         if t.shape() != &d.shape[..] {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "internal: `{name}` of {} has shape {:?}, the tensor {:?}",
@@ -290,9 +290,4 @@ pub(crate) fn lit(op: &str, x: f64) -> Result<String, Error> {
     } else {
         format!("{x:?}")
     })
-}
-
-/// `op: lhs [..] and rhs [..]: message` shape errors.
-pub(crate) fn shape_error(op: &str, message: String) -> Error {
-    Error::shape(op, message)
 }

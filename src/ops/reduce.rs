@@ -4,7 +4,7 @@
 //! ones are bound by nested `sum{..}`/`max{..}`/`min{..}` with constant
 //! ranges.
 
-use super::{apply, formula, lit, shape_error};
+use super::{apply, formula, lit};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -27,7 +27,7 @@ impl Reduction {
         let mut reduced_dims = vec![false; shape.len()];
         for &d in dims {
             if d >= shape.len() {
-                return Err(shape_error(
+                return Err(Error::shape(
                     op,
                     format!(
                         "input of shape {shape:?}: dimension {d} does not exist (rank {})",
@@ -36,7 +36,7 @@ impl Reduction {
                 ));
             }
             if std::mem::replace(&mut reduced_dims[d], true) {
-                return Err(shape_error(
+                return Err(Error::shape(
                     op,
                     format!("input of shape {shape:?}: dimension {d} appears twice in {dims:?}"),
                 ));
@@ -190,7 +190,7 @@ impl Tensor {
     fn extremum(&self, op: &str, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
         let r = Reduction::new(op, self.shape(), dims, keepdim)?;
         if r.count() == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 op,
                 format!(
                     "input of shape {:?}: {op} of an empty set of elements",
@@ -213,7 +213,7 @@ impl Tensor {
     pub fn logsumexp(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
         let r = Reduction::new("logsumexp", self.shape(), dims, keepdim)?;
         if r.count() == 0 {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "logsumexp",
                 format!("input of shape {:?}: no elements to reduce", self.shape()),
             ));

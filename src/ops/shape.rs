@@ -8,7 +8,7 @@
 //! become shifts).
 
 use super::formula::{self, access, cmp, define, guard, indices, shifted, size_refs};
-use super::{apply, lit, shape_error};
+use super::{apply, lit};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -86,7 +86,7 @@ impl Tensor {
     /// ```
     pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor, Error> {
         let Some(first) = tensors.first() else {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "cat",
                 "no tensors to concatenate (cat needs at least one)".into(),
             ));
@@ -94,14 +94,14 @@ impl Tensor {
         let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
         let rank = first.rank();
         if dim >= rank {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "cat",
                 format!("inputs {shapes:?}: dimension {dim} does not exist (rank {rank})"),
             ));
         }
         for (k, s) in shapes.iter().enumerate() {
             if s.len() != rank {
-                return Err(shape_error(
+                return Err(Error::shape(
                     "cat",
                     format!(
                         "inputs {shapes:?}: input {k} has rank {} but input 0 has rank {rank}",
@@ -110,7 +110,7 @@ impl Tensor {
                 ));
             }
             if let Some(d) = (0..rank).find(|&d| d != dim && s[d] != shapes[0][d]) {
-                return Err(shape_error(
+                return Err(Error::shape(
                     "cat",
                     format!(
                         "inputs {shapes:?}: dimension {d} of input {k} ({}) must equal dimension {d} of input 0 ({}) (only dimension {dim} may differ)",
@@ -181,14 +181,14 @@ impl Tensor {
     /// ```
     pub fn stack(tensors: &[&Tensor], dim: usize) -> Result<Tensor, Error> {
         let Some(first) = tensors.first() else {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "stack",
                 "no tensors to stack (stack needs at least one)".into(),
             ));
         };
         let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
         if let Some(k) = shapes.iter().position(|s| *s != first.shape()) {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "stack",
                 format!(
                     "inputs {shapes:?}: input {k} has shape {:?} but input 0 has shape {:?} (stack needs equal shapes)",
@@ -198,7 +198,7 @@ impl Tensor {
             ));
         }
         if dim > first.rank() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "stack",
                 format!(
                     "inputs of shape {:?}: the new dimension {dim} is past rank {} (at most {})",
@@ -232,7 +232,7 @@ impl Tensor {
     /// ```
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Result<Tensor, Error> {
         if pads.len() != self.rank() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "pad",
                 format!(
                     "input of shape {:?}: {} (before, after) pairs given for {} dimensions (one pair per dimension)",
@@ -249,7 +249,7 @@ impl Tensor {
                 .checked_add(b)
                 .and_then(|s| s.checked_add(a))
                 .ok_or_else(|| {
-                    shape_error(
+                    Error::shape(
                         "pad",
                         format!(
                             "input of shape {:?}: padding ({b}, {a}) of dimension {d} overflows",
@@ -310,7 +310,7 @@ impl Tensor {
     /// ```
     pub fn repeat(&self, reps: &[usize]) -> Result<Tensor, Error> {
         if reps.len() < self.rank() {
-            return Err(shape_error(
+            return Err(Error::shape(
                 "repeat",
                 format!(
                     "input of shape {:?}: {} repetition counts {reps:?} for {} dimensions (at least one per dimension)",
@@ -325,7 +325,7 @@ impl Tensor {
         for (d, &r) in reps.iter().enumerate() {
             let n = if d < lead { 1 } else { self.shape()[d - lead] };
             out_shape.push(r.checked_mul(n).ok_or_else(|| {
-                shape_error(
+                Error::shape(
                     "repeat",
                     format!(
                         "input of shape {:?}: repeating dimension {d} {r} times overflows",

@@ -25,8 +25,8 @@
 //! A sum inside a vector output loop (one f32 accumulator per lane: a
 //! column sum over rows) is split the same way into blocks of
 //! [`LANE_BLOCK`] rows: each lane sums a block in f32, in order, and adds
-//! it into an f64 of its own. Must not emit code; f64
-//! kernels are never passed here.
+//! it into an f64 of its own. Must not emit code; f64 kernels are never
+//! passed here.
 
 use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Reg, Stmt};
 use crate::symbolic::ReduceOp;
@@ -45,25 +45,26 @@ pub(crate) const SCALAR_NARROW_LIMIT: u64 = 32;
 /// module documentation).
 pub(crate) fn block_long_sums(mut k: Kernel) -> Kernel {
     let body = std::mem::take(&mut k.body);
-    let mut fresh = Fresh {
+    let mut splitter = Splitter {
         ivars: k.num_ivars,
         regs: k.num_regs,
         in_vector_loop: false,
     };
-    k.body = fresh.stmts(body);
-    k.num_ivars = fresh.ivars;
-    k.num_regs = fresh.regs;
+    k.body = splitter.stmts(body);
+    k.num_ivars = splitter.ivars;
+    k.num_regs = splitter.regs;
     k
 }
 
-struct Fresh {
+/// The walk: the next fresh loop variable and register, and where it is.
+struct Splitter {
     ivars: u32,
     regs: u32,
     /// Whether the statements visited run inside a vector output loop.
     in_vector_loop: bool,
 }
 
-impl Fresh {
+impl Splitter {
     fn stmts(&mut self, stmts: Vec<Stmt>) -> Vec<Stmt> {
         stmts.into_iter().map(|s| self.stmt(s)).collect()
     }

@@ -31,8 +31,8 @@ use crate::Error;
 const MAX_DEPTH: usize = 256;
 
 /// Chains of `+`/`-` (or `*`/`/`) with this many operands or more are
-/// folded as balanced trees (see `Parser::fold`).
-const BALANCE_FROM: usize = 32;
+/// folded as balanced trees (see `Parser::fold`), as the graph builds them.
+const BALANCE_FROM: usize = Graph::BALANCE_FROM;
 
 /// Stack the parser may use below its entry point. Release builds reach
 /// [`MAX_DEPTH`] first; unoptimised builds have much larger frames and

@@ -221,15 +221,10 @@ impl Leaf {
     pub(crate) fn prepare_sum(&self, g: &Arc<Storage>) -> Result<Option<PreparedSum>, Error> {
         let grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
         match grad.as_ref() {
-            Some(current) if Arc::strong_count(current) > 1 => {
-                let sum = Storage::uninit(current.dtype(), current.len())?;
-                sum.copy_from(current);
-                sum.add_assign(g);
-                Ok(Some(PreparedSum {
-                    from: Arc::as_ptr(current),
-                    sum,
-                }))
-            }
+            Some(current) if Arc::strong_count(current) > 1 => Ok(Some(PreparedSum {
+                from: Arc::as_ptr(current),
+                sum: sum_of(current, g)?,
+            })),
             _ => Ok(None),
         }
     }
@@ -274,14 +269,17 @@ pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Resu
     match slot.as_mut() {
         None => *slot = Some(g),
         Some(current) if Arc::strong_count(current) == 1 => current.add_assign(&g),
-        Some(current) => {
-            let sum = Storage::uninit(current.dtype(), current.len())?;
-            sum.copy_from(current);
-            sum.add_assign(&g);
-            *slot = Some(sum);
-        }
+        Some(current) => *slot = Some(sum_of(current, &g)?),
     }
     Ok(())
+}
+
+/// `a + g` in a new buffer.
+fn sum_of(a: &Storage, g: &Storage) -> Result<Arc<Storage>, Error> {
+    let sum = Storage::uninit(a.dtype(), a.len())?;
+    sum.copy_from(a);
+    sum.add_assign(g);
+    Ok(sum)
 }
 
 /// What a node keeps for its backward program: the inputs and the output
