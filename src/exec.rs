@@ -140,7 +140,17 @@ fn run_sized(
         }
         let mut o = out.write();
         let n = out.len();
-        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])
+        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])?;
+        #[cfg(feature = "cuda")]
+        if crate::gpu::observe::active() {
+            use crate::gpu::observe::{notify, values, KernelRun};
+            notify(&KernelRun {
+                kernel: k,
+                inputs: slices.iter().map(|s| values(s)).collect(),
+                output: values(&o.as_slice::<T>()[..n]),
+            });
+        }
+        Ok(())
     }
     let storages: Vec<&Arc<Storage>> = inputs.iter().map(|(s, _)| *s).collect();
     check_dtypes(kernel, &storages)?;
@@ -182,6 +192,20 @@ pub(crate) unsafe fn run_in_place(
                 None => target.slice::<T>(&w),
             })
             .collect();
+        #[cfg(feature = "cuda")]
+        if crate::gpu::observe::active() {
+            use crate::gpu::observe::{notify, values, KernelRun};
+            let before: Vec<Vec<T>> = slices.iter().map(|s| s.to_vec()).collect();
+            let ran = unsafe { k.run_in_place(&slices, aliased) }?;
+            if ran {
+                notify(&KernelRun {
+                    kernel: k,
+                    inputs: before.iter().map(|s| values(s)).collect(),
+                    output: values(slices[aliased]),
+                });
+            }
+            return Ok(ran);
+        }
         unsafe { k.run_in_place(&slices, aliased) }
     }
     check_dtypes(kernel, inputs)?;

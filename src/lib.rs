@@ -50,6 +50,8 @@ pub mod autograd;
 pub mod dtype;
 pub mod error;
 mod exec;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 mod gradcheck;
 pub mod jit;
 #[doc(hidden)]

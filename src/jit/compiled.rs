@@ -50,6 +50,9 @@ pub struct CompiledKernel {
     pub(crate) out_shape: Vec<usize>,
     pub(crate) dtype: DType,
     pub(crate) kernel: Kernel,
+    /// The function it computes (other backends plan their own kernel of
+    /// it).
+    pub(crate) source: crate::symbolic::IndexFn,
     pub(crate) exec: Exec,
     /// Estimated work of one parallel-loop iteration.
     pub(crate) cost_per_iteration: u64,
@@ -168,6 +171,11 @@ impl CompiledKernel {
     /// The function's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The index function this kernel computes.
+    pub fn source(&self) -> &crate::symbolic::IndexFn {
+        &self.source
     }
 
     /// The element type the kernel computes in.

@@ -125,6 +125,7 @@ fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKern
         dtype,
         cost_per_iteration: kernel.cost_per_iteration(),
         kernel,
+        source: f.clone(),
         exec,
     })
 }

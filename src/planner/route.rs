@@ -54,7 +54,7 @@ impl Route {
 /// (below it, packing costs more than the generic kernel's loop).
 pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 
-fn worth_gemm(plan: &Contraction) -> bool {
+pub(crate) fn worth_gemm(plan: &Contraction) -> bool {
     let [calls, m, n, k] = plan.gemm_shape();
     calls > 0 && m * n * k >= MIN_GEMM_VOLUME
 }

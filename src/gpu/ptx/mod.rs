@@ -1,0 +1,109 @@
+//! PTX text emitted directly from the kernel IR ([`crate::kernel::Kernel`]).
+//!
+//! Owns [`emit`] and [`Arch`]. One thread computes one output element: the
+//! kernel's output loops (the parallel loop and the loops nested in it)
+//! are replaced by a grid-stride loop over the flat output index, which
+//! each thread decomposes into the output coordinates; everything inside
+//! (reductions with their solved bounds, guards, loads at affine offsets)
+//! is emitted as the IR says, in the IR's order. Derivatives are gathers,
+//! so no two threads ever write one element and no atomics exist.
+//!
+//! Floating-point arithmetic is `.rn` throughout (`add.rn`, `mul.rn`, ...),
+//! so `ptxas` never contracts a multiply and an add into an FMA we did not
+//! choose, and f64 kernels made of `+ − × ÷ √` give the CPU backend's
+//! results bit for bit. Comparisons are NaN-correct (`!=` is `setp.neu`,
+//! the others ordered), and `max`/`min` keep the first operand on ties and
+//! a NaN operand, like the interpreter. Transcendental functions are our
+//! own sequences (`math`, with its accuracy table).
+//!
+//! Must not allocate device memory or launch anything (that is
+//! `crate::gpu::driver`'s job); it only writes text.
+//!
+//! ```
+//! use tenjin::gpu::ptx::{emit, Arch};
+//! use tenjin::symbolic::IndexFn;
+//! let f = IndexFn::parse("f[i; j] = exp(x[j; i]) * 2", &[("x", &[3, 2][..])])?;
+//! let text = emit(&tenjin::kernel::lower(&f)?, tenjin::DType::F32, Arch::Sm80, "k")?;
+//! assert!(text.starts_with(".version 7.0\n.target sm_80"));
+//! assert!(text.contains("mul.rn.f32"));
+//! # Ok::<(), tenjin::Error>(())
+//! ```
+
+mod asm;
+pub(crate) mod math;
+mod stmt;
+
+use crate::kernel::Kernel;
+use crate::{DType, Error};
+
+/// A GPU architecture the emitted module declares (`.target`) with the
+/// oldest PTX version that allows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Volta (`sm_70`, PTX 6.0).
+    Sm70,
+    /// Ampere (`sm_80`, PTX 7.0).
+    Sm80,
+    /// Hopper (`sm_90`, PTX 7.8).
+    Sm90,
+}
+
+impl Arch {
+    /// Every architecture, oldest first.
+    pub const ALL: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
+
+    /// The `.target` name (`sm_80`).
+    pub fn target(self) -> &'static str {
+        match self {
+            Arch::Sm70 => "sm_70",
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+        }
+    }
+
+    /// The `.version` the module declares.
+    pub fn ptx_version(self) -> &'static str {
+        match self {
+            Arch::Sm70 => "6.0",
+            Arch::Sm80 => "7.0",
+            Arch::Sm90 => "7.8",
+        }
+    }
+
+    /// The newest of these a device of compute capability
+    /// `major.minor` runs (`None` below 7.0).
+    pub fn for_capability(major: i32, minor: i32) -> Option<Arch> {
+        match (major, minor) {
+            (m, _) if m >= 9 => Some(Arch::Sm90),
+            (8, _) => Some(Arch::Sm80),
+            (7, _) => Some(Arch::Sm70),
+            _ => None,
+        }
+    }
+}
+
+/// The PTX module computing `k` in `dtype` for `arch`, with one entry
+/// function named `entry` whose parameters are the output's address, then
+/// each argument's address in the kernel's order (all `.u64`, global
+/// memory). Launch it with any grid: threads stride over the output.
+///
+/// Errors when `k` is not a freshly lowered kernel (`crate::kernel::lower`
+/// and `crate::planner::blocked_sums` produce these; vector loops and
+/// peeled output loops are the CPU backend's and are refused).
+pub fn emit(k: &Kernel, dtype: DType, arch: Arch, entry: &str) -> Result<String, Error> {
+    let body = stmt::Emitter::kernel(k, dtype).map_err(|message| Error::Invalid {
+        function: k.name.clone(),
+        message: format!("PTX emission: {message}\n{k}"),
+    })?;
+    let mut params = vec!["\t.param .u64 out".to_string()];
+    params.extend((0..k.args.len()).map(|i| format!("\t.param .u64 a{i}")));
+    Ok(format!(
+        ".version {}\n.target {}\n.address_size 64\n\n// {}\n.visible .entry {entry}(\n{}\n)\n{{\n{}{}}}\n",
+        arch.ptx_version(),
+        arch.target(),
+        k.name.replace('\n', " "),
+        params.join(",\n"),
+        body.declarations,
+        body.code,
+    ))
+}

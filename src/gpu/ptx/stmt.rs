@@ -1,0 +1,650 @@
+//! The kernel IR's statements and expressions as PTX instructions (the
+//! lowering rules), and the grid-stride loop that replaces the output
+//! loops. See the parent module for the rules every instruction follows.
+
+use super::asm::{f32_lit, f64_lit, Asm, Ty, R};
+use super::math;
+use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
+use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::DType;
+
+type Res<T> = Result<T, String>;
+
+/// The emitted body: register declarations and code.
+pub(super) struct Body {
+    pub(super) declarations: String,
+    pub(super) code: String,
+}
+
+/// Emission state of one kernel.
+pub(super) struct Emitter<'k> {
+    k: &'k Kernel,
+    a: Asm,
+    /// The kernel's element type as a register type.
+    w: Ty,
+    /// Its PTX suffix (`f32`/`f64`) and element size in bytes.
+    sfx: &'static str,
+    size: i64,
+    out: R,
+    args: Vec<R>,
+    /// The output coordinates of the current thread, outermost first.
+    coords: Vec<R>,
+}
+
+fn ivar(v: IVar) -> R {
+    R {
+        ty: Ty::B64,
+        n: v.0,
+    }
+}
+
+fn cmp_name(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Eq => "eq",
+        // NaN compares unequal: the unordered-or-not-equal test.
+        CmpOp::Ne => "neu",
+        CmpOp::Ge => "ge",
+        CmpOp::Gt => "gt",
+        CmpOp::Le => "le",
+        CmpOp::Lt => "lt",
+    }
+}
+
+impl<'k> Emitter<'k> {
+    pub(super) fn kernel(k: &'k Kernel, dtype: DType) -> Res<Body> {
+        let (w, sfx, size) = match dtype {
+            DType::F32 => (Ty::F32, "f32", 4),
+            DType::F64 => (Ty::F64, "f64", 8),
+        };
+        let mut a = Asm::new(k.num_ivars, (w, k.num_regs));
+        let out = a.reg(Ty::B64);
+        a.op(format!("ld.param.u64 {out}, [out]"));
+        a.op(format!("cvta.to.global.u64 {out}, {out}"));
+        let args = (0..k.args.len())
+            .map(|i| {
+                let r = a.reg(Ty::B64);
+                a.op(format!("ld.param.u64 {r}, [a{i}]"));
+                a.op(format!("cvta.to.global.u64 {r}, {r}"));
+                r
+            })
+            .collect();
+        let mut e = Emitter {
+            k,
+            a,
+            w,
+            sfx,
+            size,
+            out,
+            args,
+            coords: Vec::new(),
+        };
+        e.grid_stride()?;
+        Ok(Body {
+            declarations: e.a.declarations(),
+            code: std::mem::take(&mut e.a.body),
+        })
+    }
+
+    fn reg(&self, r: Reg) -> R {
+        R { ty: self.w, n: r.0 }
+    }
+
+    /// `for idx = global thread id; idx < total; idx += grid size`, with
+    /// the output coordinates decomposed from `idx` and the kernel's
+    /// statements inside.
+    fn grid_stride(&mut self) -> Res<()> {
+        let dims: Vec<u64> = if self.k.out_shape.is_empty() {
+            vec![1]
+        } else {
+            self.k.out_shape.iter().map(|&d| d as u64).collect()
+        };
+        let total: u64 = dims.iter().product();
+        let a = &mut self.a;
+        a.op(format!("mov.b64 {}, 0", ivar(START)));
+        a.op(format!("mov.b64 {}, {}", ivar(END), self.k.extent));
+        if total == 0 {
+            a.op("ret");
+            return Ok(());
+        }
+        let ctaid = a.un("mov.u32", Ty::B32, "%ctaid.x");
+        let ntid = a.un("mov.u32", Ty::B32, "%ntid.x");
+        let tid = a.un("mov.u32", Ty::B32, "%tid.x");
+        let nctaid = a.un("mov.u32", Ty::B32, "%nctaid.x");
+        let base = a.bin("mul.wide.u32", Ty::B64, ctaid, ntid);
+        let t64 = a.un("cvt.u64.u32", Ty::B64, tid);
+        let idx = a.bin("add.s64", Ty::B64, base, t64);
+        let stride = a.bin("mul.wide.u32", Ty::B64, ntid, nctaid);
+        let head = a.label();
+        let done = a.label();
+        a.place(&head);
+        let p = a.setp("ge", "u64", idx, total);
+        a.op(format!("@{p} bra {done}"));
+        // Coordinates, innermost first: 32-bit divisions when they fit.
+        let narrow = total <= u32::MAX as u64;
+        let mut coords = vec![idx; dims.len()];
+        if narrow {
+            let mut rest = a.un("cvt.u32.u64", Ty::B32, idx);
+            for d in (1..dims.len()).rev() {
+                let c = a.bin("rem.u32", Ty::B32, rest, dims[d]);
+                coords[d] = a.un("cvt.u64.u32", Ty::B64, c);
+                rest = a.bin("div.u32", Ty::B32, rest, dims[d]);
+            }
+            coords[0] = a.un("cvt.u64.u32", Ty::B64, rest);
+        } else {
+            let mut rest = idx;
+            for d in (1..dims.len()).rev() {
+                coords[d] = a.bin("rem.u64", Ty::B64, rest, dims[d]);
+                rest = a.bin("div.u64", Ty::B64, rest, dims[d]);
+            }
+            coords[0] = rest;
+        }
+        self.coords = coords;
+        let body = &self.k.body;
+        self.output_level(body, 0)?;
+        let a = &mut self.a;
+        a.op(format!("add.s64 {idx}, {idx}, {stride}"));
+        a.op(format!("bra.uni {head}"));
+        a.place(&done);
+        a.op("ret");
+        Ok(())
+    }
+
+    /// The statements of output level `depth`: the one output loop in it
+    /// becomes this thread's coordinate.
+    fn output_level(&mut self, stmts: &[Stmt], depth: usize) -> Res<()> {
+        let levels = self.coords.len();
+        for s in stmts {
+            match s {
+                Stmt::For(l) if depth < levels => {
+                    self.check_output_loop(l, depth)?;
+                    let c = self.coords[depth];
+                    self.a.op(format!("mov.b64 {}, {c}", ivar(l.var)));
+                    self.output_level(&l.body, depth + 1)?;
+                }
+                Stmt::For(_) => return Err("a loop below the output loops".into()),
+                s => self.stmt(s)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn check_output_loop(&self, l: &Loop, depth: usize) -> Res<()> {
+        let full = if depth == 0 {
+            l.lower.len() == 1
+                && l.lower[0].den == 1
+                && l.lower[0].num == Lin::var(START)
+                && l.upper.len() == 1
+                && l.upper[0].den == 1
+                && l.upper[0].num.terms == [(END, 1)]
+                && l.upper[0].num.constant == -1
+        } else {
+            let n = self.k.out_shape.get(depth).copied().unwrap_or(0) as i64;
+            l.lower
+                == [Bound {
+                    num: Lin::constant(0),
+                    den: 1,
+                }]
+                && l.upper
+                    == [Bound {
+                        num: Lin::constant(n - 1),
+                        den: 1,
+                    }]
+        };
+        if l.vector {
+            return Err("vector loops are the CPU backend's".into());
+        }
+        if !full {
+            return Err(format!("output loop {depth} does not cover its dimension"));
+        }
+        Ok(())
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Res<()> {
+        stmts.iter().try_for_each(|s| self.stmt(s))
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Res<()> {
+        match s {
+            Stmt::Let(r, e) => self.let_(*r, e),
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => {
+                let p = self.cond(cond)?;
+                let (else_l, end_l) = (self.a.label(), self.a.label());
+                let sfx = self.sfx;
+                let res = self.reg(*result);
+                self.a.op(format!("@!{p} bra {else_l}"));
+                self.stmts(then)?;
+                let tv = self.reg(*then_value);
+                self.a.op(format!("mov.{sfx} {res}, {tv}"));
+                self.a.op(format!("bra.uni {end_l}"));
+                self.a.place(&else_l);
+                self.stmts(otherwise)?;
+                let ov = self.reg(*otherwise_value);
+                self.a.op(format!("mov.{sfx} {res}, {ov}"));
+                self.a.place(&end_l);
+                Ok(())
+            }
+            Stmt::Reduce {
+                op,
+                value,
+                result,
+                body,
+                wide,
+            } => self.reduce(*op, *value, *result, body, *wide),
+            Stmt::For(l) => {
+                if l.vector {
+                    return Err("vector loops are the CPU backend's".into());
+                }
+                self.counted(l, |_, _, _| Ok(()))
+            }
+            Stmt::Store { offset, value } => {
+                let addr = self.address(self.out, offset)?;
+                let v = self.reg(*value);
+                self.a.op(format!("st.global.{} [{addr}], {v}", self.sfx));
+                Ok(())
+            }
+        }
+    }
+
+    /// `l`'s loop: its statements, then `fold(k, lo)` at every iteration.
+    fn counted(&mut self, l: &Loop, mut fold: impl FnMut(&mut Self, R, R) -> Res<()>) -> Res<()> {
+        let lo = self.bounds(&l.lower, true)?;
+        let hi = self.bounds(&l.upper, false)?;
+        let k = ivar(l.var);
+        let (head, done) = (self.a.label(), self.a.label());
+        self.a.op(format!("mov.b64 {k}, {lo}"));
+        self.a.place(&head);
+        let p = self.a.setp("gt", "s64", k, hi);
+        self.a.op(format!("@{p} bra {done}"));
+        self.stmts(&l.body)?;
+        fold(self, k, lo)?;
+        self.a.op(format!("add.s64 {k}, {k}, 1"));
+        self.a.op(format!("bra.uni {head}"));
+        self.a.place(&done);
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        value: Reg,
+        result: Reg,
+        body: &Loop,
+        wide: bool,
+    ) -> Res<()> {
+        let (w, sfx) = (self.w, self.sfx);
+        let res = self.reg(result);
+        if body.vector {
+            return Err("vector loops are the CPU backend's".into());
+        }
+        match op {
+            ReduceOp::Sum if wide => {
+                let acc = self.a.f64_const(0.0);
+                self.counted(body, |e, _, _| {
+                    let x = e.reg(value);
+                    let xw = if w == Ty::F64 {
+                        x
+                    } else {
+                        e.a.un("cvt.f64.f32", Ty::F64, x)
+                    };
+                    e.a.op(format!("add.rn.f64 {acc}, {acc}, {xw}"));
+                    Ok(())
+                })?;
+                if w == Ty::F64 {
+                    self.a.op(format!("mov.f64 {res}, {acc}"));
+                } else {
+                    self.a.op(format!("cvt.rn.f32.f64 {res}, {acc}"));
+                }
+            }
+            ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min => {
+                let init = match op {
+                    ReduceOp::Sum => 0.0,
+                    ReduceOp::Max => f64::NEG_INFINITY,
+                    _ => f64::INFINITY,
+                };
+                let acc = self.constant(init);
+                self.counted(body, |e, _, _| {
+                    let x = e.reg(value);
+                    match op {
+                        ReduceOp::Sum => e.a.op(format!("add.rn.{sfx} {acc}, {acc}, {x}")),
+                        _ => {
+                            let cmp = if op == ReduceOp::Max { "ge" } else { "le" };
+                            let m = e.first_unless(cmp, acc, x);
+                            e.a.op(format!("mov.{sfx} {acc}, {m}"));
+                        }
+                    }
+                    Ok(())
+                })?;
+                self.a.op(format!("mov.{sfx} {res}, {acc}"));
+            }
+            ReduceOp::ArgMax | ReduceOp::ArgMin => {
+                let idx = self.constant(-1.0);
+                let best = self.constant(0.0);
+                let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
+                self.counted(body, |e, k, lo| {
+                    let x = e.reg(value);
+                    // The first iteration always takes its value; later
+                    // ones a strictly better one, and a NaN beats a number.
+                    let first = e.a.setp("eq", "s64", k, lo);
+                    let better = e.a.setp(cmp, sfx, x, best);
+                    let x_nan = e.a.setp("nan", sfx, x, x);
+                    let best_num = e.a.setp("num", sfx, best, best);
+                    let take = e.a.reg(Ty::Pred);
+                    e.a.op(format!("and.pred {take}, {x_nan}, {best_num}"));
+                    e.a.op(format!("or.pred {take}, {take}, {better}"));
+                    e.a.op(format!("or.pred {take}, {take}, {first}"));
+                    let kf = e.a.un(&format!("cvt.rn.{sfx}.s64"), w, k);
+                    e.a.op(format!("selp.{sfx} {idx}, {kf}, {idx}, {take}"));
+                    e.a.op(format!("selp.{sfx} {best}, {x}, {best}, {take}"));
+                    Ok(())
+                })?;
+                self.a.op(format!("mov.{sfx} {res}, {idx}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh register of the element type holding `c`.
+    fn constant(&mut self, c: f64) -> R {
+        if self.w == Ty::F64 {
+            self.a.f64_const(c)
+        } else {
+            self.a.f32_const(c as f32)
+        }
+    }
+
+    /// `a cmp b || a is NaN ? a : b` (max with `ge`, min with `le`).
+    fn first_unless(&mut self, cmp: &str, a: R, b: R) -> R {
+        let (w, sfx) = (self.w, self.sfx);
+        let c = self.a.setp(cmp, sfx, a, b);
+        let nan = self.a.setp("nan", sfx, a, a);
+        self.a.op(format!("or.pred {c}, {c}, {nan}"));
+        self.a.select(w, a, b, c)
+    }
+
+    /// The s64 value of `l`.
+    fn lin(&mut self, l: &Lin) -> Res<R> {
+        let mut acc: Option<R> = None;
+        for &(v, c) in &l.terms {
+            if v.0 >= self.k.num_ivars {
+                return Err(format!("unknown integer value {v}"));
+            }
+            let x = ivar(v);
+            acc = Some(match (acc, c) {
+                (None, 1) => x,
+                (None, c) => self.a.bin("mul.lo.s64", Ty::B64, x, c),
+                (Some(a), 1) => self.a.bin("add.s64", Ty::B64, a, x),
+                (Some(a), c) => {
+                    let d = self.a.reg(Ty::B64);
+                    self.a.op(format!("mad.lo.s64 {d}, {x}, {c}, {a}"));
+                    d
+                }
+            });
+        }
+        Ok(match acc {
+            None => self.a.i64_const(l.constant),
+            Some(a) if l.constant == 0 => a,
+            Some(a) => self.a.bin("add.s64", Ty::B64, a, l.constant),
+        })
+    }
+
+    /// The maximum of the rounded-up (`ceil`) or the minimum of the
+    /// rounded-down bounds.
+    fn bounds(&mut self, list: &[Bound], ceil: bool) -> Res<R> {
+        let mut acc: Option<R> = None;
+        for b in list {
+            let v = self.bound(b, ceil)?;
+            acc = Some(match acc {
+                None => v,
+                Some(a) => self
+                    .a
+                    .bin(if ceil { "max.s64" } else { "min.s64" }, Ty::B64, a, v),
+            });
+        }
+        acc.ok_or_else(|| "a loop without bounds".to_string())
+    }
+
+    /// `⌈num/den⌉` or `⌊num/den⌋` for `den > 0`: truncating division fixed
+    /// up by the remainder's sign.
+    fn bound(&mut self, b: &Bound, ceil: bool) -> Res<R> {
+        let n = self.lin(&b.num)?;
+        if b.den == 1 {
+            return Ok(n);
+        }
+        if b.den <= 0 {
+            return Err(format!("bound denominator {}", b.den));
+        }
+        let q = self.a.bin("div.s64", Ty::B64, n, b.den);
+        let r = self.a.bin("rem.s64", Ty::B64, n, b.den);
+        let (cmp, step) = if ceil { ("gt", 1) } else { ("lt", -1) };
+        let p = self.a.setp(cmp, "s64", r, 0);
+        let q2 = self.a.bin("add.s64", Ty::B64, q, step);
+        Ok(self.a.select(Ty::B64, q2, q, p))
+    }
+
+    fn cond(&mut self, c: &Cond) -> Res<R> {
+        Ok(match c {
+            Cond::Index(l, op) => {
+                let v = self.lin(l)?;
+                self.a.setp(cmp_name(*op), "s64", v, 0)
+            }
+            Cond::Divisible(l, d) => {
+                let v = self.lin(l)?;
+                let r = self.a.bin("rem.s64", Ty::B64, v, d);
+                self.a.setp("eq", "s64", r, 0)
+            }
+            Cond::Value(x, op, y) => {
+                let (x, y) = (self.reg(*x), self.reg(*y));
+                let sfx = self.sfx;
+                self.a.setp(cmp_name(*op), sfx, x, y)
+            }
+        })
+    }
+
+    /// `base + offset · element size`.
+    fn address(&mut self, base: R, offset: &Lin) -> Res<R> {
+        let off = self.lin(offset)?;
+        let d = self.a.reg(Ty::B64);
+        self.a
+            .op(format!("mad.lo.s64 {d}, {off}, {}, {base}", self.size));
+        Ok(d)
+    }
+
+    fn let_(&mut self, r: Reg, e: &Expr) -> Res<()> {
+        if r.0 >= self.k.num_regs {
+            return Err(format!("unknown register {r}"));
+        }
+        let d = self.reg(r);
+        let (w, sfx) = (self.w, self.sfx);
+        let v = match e {
+            Expr::Const(c) => {
+                let lit = if w == Ty::F64 {
+                    f64_lit(*c)
+                } else {
+                    f32_lit(*c as f32)
+                };
+                self.a.op(format!("mov.{sfx} {d}, {lit}"));
+                return Ok(());
+            }
+            Expr::Load { arg, offset } => {
+                let base = *self
+                    .args
+                    .get(*arg)
+                    .ok_or_else(|| format!("load of unknown argument {arg}"))?;
+                let addr = self.address(base, offset)?;
+                self.a.op(format!("ld.global.{sfx} {d}, [{addr}]"));
+                return Ok(());
+            }
+            Expr::Index(l) => {
+                let v = self.lin(l)?;
+                self.a.op(format!("cvt.rn.{sfx}.s64 {d}, {v}"));
+                return Ok(());
+            }
+            Expr::Unary(op, x) => self.unary(*op, self.reg(*x)),
+            Expr::Binary(op, x, y) => self.binary(*op, self.reg(*x), self.reg(*y)),
+            Expr::PowI(x, n) => self.powi_const(self.reg(*x), *n),
+        };
+        self.a.op(format!("mov.{sfx} {d}, {v}"));
+        Ok(())
+    }
+
+    /// `f` computed in f64 on `x` and rounded to the element type.
+    fn via_f64(&mut self, x: R, f: impl FnOnce(&mut Asm, R) -> R) -> R {
+        if self.w == Ty::F64 {
+            return f(&mut self.a, x);
+        }
+        let xw = self.a.un("cvt.f64.f32", Ty::F64, x);
+        let y = f(&mut self.a, xw);
+        self.a.un("cvt.rn.f32.f64", Ty::F32, y)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: R) -> R {
+        let (w, sfx) = (self.w, self.sfx);
+        match op {
+            UnaryOp::Neg => self.a.un(&format!("neg.{sfx}"), w, x),
+            UnaryOp::Abs => self.a.un(&format!("abs.{sfx}"), w, x),
+            UnaryOp::Sqrt => self.a.un(&format!("sqrt.rn.{sfx}"), w, x),
+            UnaryOp::Sgn => {
+                // x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and ±0).
+                let zero = self.constant(0.0);
+                let one = self.constant(1.0);
+                let minus = self.constant(-1.0);
+                let zx = self.a.bin(&format!("mul.rn.{sfx}"), w, zero, x);
+                let lt = self.a.setp("lt", sfx, x, zero);
+                let neg = self.a.select(w, minus, zx, lt);
+                let gt = self.a.setp("gt", sfx, x, zero);
+                self.a.select(w, one, neg, gt)
+            }
+            UnaryOp::Sigmoid => {
+                // 1 / (1 + exp(−x)) in the element type, like the CPU.
+                let nx = self.a.un(&format!("neg.{sfx}"), w, x);
+                let e = self.via_f64(nx, math::exp);
+                let one = self.constant(1.0);
+                let d = self.a.bin(&format!("add.rn.{sfx}"), w, one, e);
+                self.a.bin(&format!("div.rn.{sfx}"), w, one, d)
+            }
+            UnaryOp::Exp => self.via_f64(x, math::exp),
+            UnaryOp::Log => self.via_f64(x, math::log),
+            UnaryOp::Log10 => self.via_f64(x, math::log10),
+            UnaryOp::Tanh => self.via_f64(x, math::tanh),
+            UnaryOp::Sin => self.via_f64(x, |a, x| math::sin_cos(a, x, false)),
+            UnaryOp::Cos => self.via_f64(x, |a, x| math::sin_cos(a, x, true)),
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, x: R, y: R) -> R {
+        let (w, sfx) = (self.w, self.sfx);
+        match op {
+            BinaryOp::Add => self.a.bin(&format!("add.rn.{sfx}"), w, x, y),
+            BinaryOp::Sub => self.a.bin(&format!("sub.rn.{sfx}"), w, x, y),
+            BinaryOp::Mul => self.a.bin(&format!("mul.rn.{sfx}"), w, x, y),
+            BinaryOp::Div => self.a.bin(&format!("div.rn.{sfx}"), w, x, y),
+            BinaryOp::Max => self.first_unless("ge", x, y),
+            BinaryOp::Min => self.first_unless("le", x, y),
+            BinaryOp::Pow => self.pow(x, y),
+        }
+    }
+
+    /// `x ** n` for a constant `n` in the order of compiler-rt's
+    /// `__powidf2` (square and multiply, `1/x**|n|` for negative `n`).
+    fn powi_const(&mut self, x: R, n: i32) -> R {
+        let (w, sfx) = (self.w, self.sfx);
+        let mul = format!("mul.rn.{sfx}");
+        let mut p = n.unsigned_abs();
+        let mut base = x;
+        let mut acc: Option<R> = None;
+        let r = loop {
+            if p & 1 == 1 {
+                acc = Some(match acc {
+                    None => base,
+                    Some(a) => self.a.bin(&mul, w, a, base),
+                });
+            }
+            p >>= 1;
+            if p == 0 {
+                break acc;
+            }
+            base = self.a.bin(&mul, w, base, base);
+        };
+        let r = r.unwrap_or_else(|| self.constant(1.0));
+        if n < 0 {
+            let one = self.constant(1.0);
+            self.a.bin(&format!("div.rn.{sfx}"), w, one, r)
+        } else {
+            r
+        }
+    }
+
+    /// `x ** y` as `crate::symbolic::expr::pow`: an integral `|y| ≤ 64` by
+    /// square and multiply at run time, anything else by `math::powf`.
+    fn pow(&mut self, x: R, y: R) -> R {
+        let (w, sfx) = (self.w, self.sfx);
+        let res = self.a.reg(w);
+        let yt = self.a.un(&format!("cvt.rzi.{sfx}.{sfx}"), w, y);
+        let integral = self.a.setp("eq", sfx, yt, y);
+        let ay = self.a.un(&format!("abs.{sfx}"), w, y);
+        let small = self.a.setp("le", sfx, ay, 64.0f64.to_lit(w));
+        self.a
+            .op(format!("and.pred {integral}, {integral}, {small}"));
+        let (general, done) = (self.a.label(), self.a.label());
+        self.a.op(format!("@!{integral} bra {general}"));
+        // Square and multiply with the bits of |n|.
+        let n = self.a.un(&format!("cvt.rzi.s32.{sfx}"), Ty::B32, y);
+        let m = self.a.un("abs.s32", Ty::B32, n);
+        let one = self.constant(1.0);
+        let acc = self.a.reg(w);
+        let base = self.a.reg(w);
+        self.a.op(format!("mov.{sfx} {acc}, {one}"));
+        self.a.op(format!("mov.{sfx} {base}, {x}"));
+        let (head, out) = (self.a.label(), self.a.label());
+        self.a.place(&head);
+        let bit = self.a.bin("and.b32", Ty::B32, m, 1);
+        let odd = self.a.setp("ne", "s32", bit, 0);
+        let prod = self.a.bin(&format!("mul.rn.{sfx}"), w, acc, base);
+        self.a.op(format!("selp.{sfx} {acc}, {prod}, {acc}, {odd}"));
+        self.a.op(format!("shr.u32 {m}, {m}, 1"));
+        let zero = self.a.setp("eq", "s32", m, 0);
+        self.a.op(format!("@{zero} bra {out}"));
+        self.a.op(format!("mul.rn.{sfx} {base}, {base}, {base}"));
+        self.a.op(format!("bra.uni {head}"));
+        self.a.place(&out);
+        let negative = self.a.setp("lt", "s32", n, 0);
+        let inv = self.a.bin(&format!("div.rn.{sfx}"), w, one, acc);
+        self.a
+            .op(format!("selp.{sfx} {res}, {inv}, {acc}, {negative}"));
+        self.a.op(format!("bra.uni {done}"));
+        self.a.place(&general);
+        let v = if w == Ty::F64 {
+            math::powf(&mut self.a, x, y)
+        } else {
+            let xw = self.a.un("cvt.f64.f32", Ty::F64, x);
+            let yw = self.a.un("cvt.f64.f32", Ty::F64, y);
+            let p = math::powf(&mut self.a, xw, yw);
+            self.a.un("cvt.rn.f32.f64", Ty::F32, p)
+        };
+        self.a.op(format!("mov.{sfx} {res}, {v}"));
+        self.a.place(&done);
+        res
+    }
+}
+
+/// A literal of the element type.
+trait ToLit {
+    fn to_lit(self, w: Ty) -> String;
+}
+
+impl ToLit for f64 {
+    fn to_lit(self, w: Ty) -> String {
+        if w == Ty::F64 {
+            f64_lit(self)
+        } else {
+            f32_lit(self as f32)
+        }
+    }
+}
