@@ -1,0 +1,147 @@
+//! Runs the emitted PTX of every kernel the CPU backend runs, in the PTX
+//! interpreter, on the CPU's own inputs, and compares the outputs.
+//!
+//! Installed as a kernel observer (`tenjin::gpu::observe`). For each kernel
+//! the GPU's loop kernel of the same function (`tenjin::gpu::plan`) is
+//! emitted for every architecture (so `TENJIN_PTX_DUMP` collects them all
+//! for `ptxas`) and the sm_80 module is interpreted. f64 results must equal
+//! the CPU's bit for bit where both run the same operations in the same
+//! order (a CPU loop kernel without transcendental functions); otherwise
+//! they agree within a relative tolerance (f64: 1e-10, f32: 1e-4 of
+//! `1 + |value|`). Any disagreement, any out-of-bounds access and any
+//! element stored by two threads panics the test that ran the kernel.
+#![allow(dead_code)]
+
+use super::ptx_interp::{Buf, Program};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use tenjin::gpu::observe::{set_kernel_observer, KernelRun, Values};
+use tenjin::gpu::ptx::{module, Arch};
+use tenjin::jit::RouteKind;
+use tenjin::kernel::{Expr, Stmt};
+use tenjin::symbolic::{BinaryOp, UnaryOp};
+
+/// Kernel runs observed and checked, distinct kernels seen, and runs
+/// compared bit for bit.
+pub static OBSERVED: AtomicU64 = AtomicU64::new(0);
+pub static CHECKED: AtomicU64 = AtomicU64::new(0);
+pub static KERNELS: AtomicU64 = AtomicU64::new(0);
+pub static BITWISE: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the check as the kernel observer.
+pub fn install() {
+    set_kernel_observer(Some(Box::new(|run: &KernelRun<'_>| check(run))));
+}
+
+/// Whether a statement list uses a function whose PTX sequence is not the
+/// CPU's (`std`) implementation.
+fn approximate(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Let(_, Expr::Unary(op, _)) => !matches!(
+            op,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn | UnaryOp::Sqrt
+        ),
+        Stmt::Let(_, Expr::Binary(BinaryOp::Pow, _, _)) => true,
+        Stmt::If {
+            then, otherwise, ..
+        } => approximate(then) || approximate(otherwise),
+        Stmt::Reduce { body, .. } | Stmt::For(body) => approximate(&body.body),
+        _ => false,
+    })
+}
+
+/// Runs of one kernel (structural key and dtype) that are checked; later
+/// runs of the same kernel only count.
+const RUNS_PER_KERNEL: u32 = 3;
+
+static SEEN: std::sync::Mutex<Option<std::collections::HashMap<(u64, bool), u32>>> =
+    std::sync::Mutex::new(None);
+
+pub fn check(run: &KernelRun<'_>) {
+    let f = run.kernel.source();
+    let dtype = run.kernel.dtype();
+    OBSERVED.fetch_add(1, Relaxed);
+    {
+        let key = (
+            tenjin::kernel::key::structural_key(f).hash,
+            dtype == tenjin::DType::F32,
+        );
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        let n = seen
+            .get_or_insert_with(Default::default)
+            .entry(key)
+            .or_insert(0);
+        *n += 1;
+        if *n > RUNS_PER_KERNEL {
+            return;
+        }
+        if *n == 1 {
+            KERNELS.fetch_add(1, Relaxed);
+        }
+    }
+    let kernel = tenjin::gpu::plan::loop_kernel(f, dtype).expect("GPU loop kernel");
+    let hash = tenjin::kernel::key::structural_key(f).hash;
+    let mut text = String::new();
+    for arch in Arch::ALL {
+        let t = module(hash, &kernel, dtype, arch).unwrap_or_else(|e| panic!("emit: {e}"));
+        if arch == Arch::Sm80 {
+            text = t;
+        }
+    }
+    let program = Program::parse(&text).unwrap_or_else(|e| panic!("parse: {e}\n{text}"));
+    let out_len = match run.output {
+        Values::F32(v) => v.len(),
+        Values::F64(v) => v.len(),
+    };
+    let nan = |n: usize| match run.output {
+        Values::F32(_) => Buf::f32(&vec![f32::NAN; n], true),
+        Values::F64(_) => Buf::f64(&vec![f64::NAN; n], true),
+    };
+    let mut bufs = vec![nan(out_len)];
+    for v in &run.inputs {
+        bufs.push(match v {
+            Values::F32(v) => Buf::f32(v, false),
+            Values::F64(v) => Buf::f64(v, false),
+        });
+    }
+    // A grid smaller than the output exercises the grid-stride loop.
+    let block = 32;
+    let grid = (out_len as u32).div_ceil(block).clamp(1, 3);
+    program
+        .run(&mut bufs, grid, block)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", f.name()));
+    let same_ops = run.kernel.route() == RouteKind::Jit && !approximate(&kernel.body);
+    let got: Vec<f64>;
+    let want: Vec<f64>;
+    let tol;
+    match run.output {
+        Values::F32(w) => {
+            got = bufs[0].to_f32().iter().map(|&x| x as f64).collect();
+            want = w.iter().map(|&x| x as f64).collect();
+            tol = 1e-4;
+        }
+        Values::F64(w) => {
+            got = bufs[0].to_f64();
+            want = w.to_vec();
+            tol = if same_ops { 0.0 } else { 1e-10 };
+        }
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if tol == 0.0 || w.is_infinite() {
+            g.to_bits() == w.to_bits() || (g == w && *w == 0.0 && tol != 0.0)
+        } else {
+            (g - w).abs() <= tol * (1.0 + w.abs())
+        };
+        assert!(
+            ok,
+            "{}: element {i}: PTX {g:e}, CPU {w:e} (tolerance {tol:e})\n{}\n{kernel}",
+            f.name(),
+            f
+        );
+    }
+    CHECKED.fetch_add(1, Relaxed);
+    if tol == 0.0 {
+        BITWISE.fetch_add(1, Relaxed);
+    }
+}

@@ -1,0 +1,54 @@
+//! The emitted PTX of every kernel the op/gradcheck, tape and nn/optim
+//! suites run — forward kernels, derivatives and optimizer updates — run
+//! in the test-only PTX interpreter and compared with the CPU backend
+//! (`common/ptx_check.rs`). The suites are included here unchanged; the
+//! check is installed before any test starts.
+//!
+//! Run it with `--test-threads=1`: the included suites assert on
+//! process-wide statistics, which tests of another suite running at the
+//! same time would change.
+//!
+//! With `TENJIN_PTX_DUMP=dir`, every module is also written to `dir` for
+//! every architecture: `.ci/run` assembles them all with `ptxas`.
+#![cfg(feature = "cuda")]
+
+#[path = "common/ptx_interp.rs"]
+mod ptx_interp;
+
+#[path = "common/ptx_check.rs"]
+mod ptx_check;
+
+#[path = "ops_gradcheck.rs"]
+mod ops_gradcheck;
+
+#[path = "nn_optim.rs"]
+mod nn_optim;
+
+#[path = "tape.rs"]
+mod tape;
+
+#[ctor::ctor]
+fn install_check() {
+    ptx_check::install();
+}
+
+#[test]
+fn the_check_runs_on_every_kernel() {
+    let before = ptx_check::OBSERVED.load(std::sync::atomic::Ordering::Relaxed);
+    let x = tenjin::Tensor::from_vec_f64(vec![1.0, -2.0, 3.0], &[3]).unwrap();
+    let y = x.exp().unwrap().sum().unwrap();
+    assert!((y.item().unwrap() - (1f64.exp() + (-2f64).exp() + 3f64.exp())).abs() < 1e-12);
+    assert!(ptx_check::OBSERVED.load(std::sync::atomic::Ordering::Relaxed) >= before + 1);
+}
+
+/// Runs last (alphabetically, with one test thread): how much was checked.
+#[test]
+fn zz_summary() {
+    use std::sync::atomic::Ordering::Relaxed;
+    eprintln!(
+        "PTX check: {} distinct kernels, {} runs compared, {} of them bit for bit",
+        ptx_check::KERNELS.load(Relaxed),
+        ptx_check::CHECKED.load(Relaxed),
+        ptx_check::BITWISE.load(Relaxed)
+    );
+}
