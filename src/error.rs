@@ -46,6 +46,9 @@ pub enum Error {
         reserved: usize,
         limit: Option<usize>,
     },
+    /// A device could not be used: no driver, no such GPU, a failed launch
+    /// or copy, or tensors on different devices meeting in one operation.
+    Device { device: String, message: String },
 }
 
 impl Error {
@@ -98,6 +101,7 @@ impl fmt::Display for Error {
                     None => write!(f, " (no limit; the system refused)"),
                 }
             }
+            Error::Device { device, message } => write!(f, "{device}: {message}"),
         }
     }
 }

@@ -52,6 +52,11 @@ pub mod error;
 mod exec;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+/// CUDA devices (feature `cuda`): availability and device count.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    pub use crate::gpu::driver::{device_count, is_available};
+}
 mod gradcheck;
 pub mod jit;
 #[doc(hidden)]

@@ -46,9 +46,10 @@ fn the_check_runs_on_every_kernel() {
 fn zz_summary() {
     use std::sync::atomic::Ordering::Relaxed;
     eprintln!(
-        "PTX check: {} distinct kernels, {} runs compared, {} of them bit for bit",
+        "PTX check: {} distinct kernels, {} runs compared, {} of them bit for bit; {} also on the GPU",
         ptx_check::KERNELS.load(Relaxed),
         ptx_check::CHECKED.load(Relaxed),
-        ptx_check::BITWISE.load(Relaxed)
+        ptx_check::BITWISE.load(Relaxed),
+        ptx_check::GPU_CHECKED.load(Relaxed)
     );
 }

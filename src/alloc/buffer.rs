@@ -43,16 +43,22 @@ impl Buffer {
         zeroed: bool,
     ) -> Result<Buffer, crate::Error> {
         let (ptr, block_bytes) = allocator.alloc(len_bytes)?;
-        if zeroed {
-            // SAFETY: the block has block_bytes ≥ len_bytes writable bytes.
-            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len_bytes) };
-        }
-        Ok(Buffer {
+        let buffer = Buffer {
             ptr,
             len_bytes,
             block_bytes,
             allocator,
-        })
+        };
+        if zeroed {
+            // SAFETY: the block has block_bytes ≥ len_bytes writable bytes.
+            unsafe { allocator.memory().zero(ptr, len_bytes) }.map_err(|message| {
+                crate::Error::Device {
+                    device: allocator.device().to_string(),
+                    message,
+                }
+            })?;
+        }
+        Ok(buffer)
     }
 
     /// The number of bytes requested (the usable length).
@@ -83,7 +89,12 @@ impl Buffer {
 
     /// The buffer as `len_bytes / size_of::<T>()` elements (trailing bytes
     /// that do not make a whole element are not part of the view).
+    ///
+    /// Only host memory can be viewed: a device buffer's view is empty.
     pub fn as_slice<T: Element>(&self) -> &[T] {
+        if !self.allocator.memory().is_host() {
+            return &[];
+        }
         // SAFETY: the block is initialised, aligned to 64 ≥ align_of::<T>(),
         // and every bit pattern is a valid T (sealed: f32, f64).
         unsafe {
@@ -96,6 +107,9 @@ impl Buffer {
 
     /// The buffer as mutable elements; see [`Buffer::as_slice`].
     pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+        if !self.allocator.memory().is_host() {
+            return &mut [];
+        }
         // SAFETY: as in as_slice, and `&mut self` makes the view unique.
         unsafe {
             std::slice::from_raw_parts_mut(

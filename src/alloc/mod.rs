@@ -61,7 +61,9 @@ mod pool;
 pub use buffer::{Buffer, Element};
 pub use pool::{exact_size, size_class, ALIGN, LARGE_GRANULE, SMALL_LIMIT, TRIM_FLOOR};
 
+pub(crate) use pool::RawMemory;
 use pool::{Allocator, HostMemory};
+use std::sync::OnceLock;
 
 /// A memory space with its own allocator, pool, mode, limit and statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,7 +71,22 @@ use pool::{Allocator, HostMemory};
 pub enum Device {
     /// Host memory.
     Cpu,
+    /// The memory of CUDA device `n` (feature `cuda`; its allocator exists
+    /// once the GPU backend has opened the device).
+    Cuda(usize),
 }
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// The most CUDA devices a process uses.
+pub const MAX_CUDA_DEVICES: usize = 16;
 
 /// How an allocator trades memory for speed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -116,11 +133,34 @@ impl AllocStats {
 
 static HOST_MEMORY: HostMemory = HostMemory;
 static CPU: Allocator = Allocator::new(Device::Cpu, &HOST_MEMORY);
+static CUDA: [OnceLock<Allocator>; MAX_CUDA_DEVICES] =
+    [const { OnceLock::new() }; MAX_CUDA_DEVICES];
 
-fn allocator(device: Device) -> &'static Allocator {
+/// Gives CUDA device `n` its allocator over `memory` (the GPU backend does
+/// this when it opens the device; tests with a fake device memory).
+/// Returns `false`, changing nothing, when `n` already has one or is out
+/// of range.
+pub(crate) fn register_device_memory(n: usize, memory: &'static dyn RawMemory) -> bool {
+    CUDA.get(n)
+        .is_some_and(|slot| slot.set(Allocator::new(Device::Cuda(n), memory)).is_ok())
+}
+
+/// `device`'s allocator, if it has one.
+fn allocator(device: Device) -> Option<&'static Allocator> {
     match device {
-        Device::Cpu => &CPU,
+        Device::Cpu => Some(&CPU),
+        Device::Cuda(n) => CUDA.get(n).and_then(OnceLock::get),
     }
+}
+
+/// `device`'s allocator, or the error saying why there is none.
+fn allocator_or_err(device: Device) -> Result<&'static Allocator, crate::Error> {
+    allocator(device).ok_or_else(|| crate::Error::Device {
+        device: device.to_string(),
+        message: "no allocator: the device is not open (it opens on first use by a tensor, \
+                  with the `cuda` feature and a GPU present)"
+            .into(),
+    })
 }
 
 /// A host buffer of `bytes` bytes with unspecified (but initialised)
@@ -146,12 +186,12 @@ pub fn allocate_zeroed(bytes: usize) -> Result<Buffer, crate::Error> {
 /// ));
 /// ```
 pub fn allocate_on(device: Device, bytes: usize) -> Result<Buffer, crate::Error> {
-    Buffer::new(allocator(device), bytes, false)
+    Buffer::new(allocator_or_err(device)?, bytes, false)
 }
 
 /// A buffer of `bytes` zero bytes on `device`.
 pub fn allocate_zeroed_on(device: Device, bytes: usize) -> Result<Buffer, crate::Error> {
-    Buffer::new(allocator(device), bytes, true)
+    Buffer::new(allocator_or_err(device)?, bytes, true)
 }
 
 /// Sets the host allocator's mode; see [`set_mode_for`].
@@ -162,7 +202,9 @@ pub fn set_mode(mode: AllocMode) {
 /// Sets `device`'s mode. Live buffers stay valid; switching to
 /// [`AllocMode::MemoryEfficient`] also returns cached blocks to the system.
 pub fn set_mode_for(device: Device, mode: AllocMode) {
-    allocator(device).set_mode(mode)
+    if let Some(a) = allocator(device) {
+        a.set_mode(mode)
+    }
 }
 
 /// The host allocator's mode.
@@ -172,7 +214,7 @@ pub fn mode() -> AllocMode {
 
 /// `device`'s mode.
 pub fn mode_for(device: Device) -> AllocMode {
-    allocator(device).mode()
+    allocator(device).map_or(AllocMode::default(), |a| a.mode())
 }
 
 /// Returns the host allocator's cached blocks to the system.
@@ -182,7 +224,9 @@ pub fn empty_cache() {
 
 /// Returns `device`'s cached blocks to the system.
 pub fn empty_cache_for(device: Device) {
-    allocator(device).empty_cache()
+    if let Some(a) = allocator(device) {
+        a.empty_cache()
+    }
 }
 
 /// The host allocator's statistics.
@@ -192,7 +236,7 @@ pub fn stats() -> AllocStats {
 
 /// `device`'s statistics.
 pub fn stats_for(device: Device) -> AllocStats {
-    allocator(device).stats()
+    allocator(device).map_or(AllocStats::default(), |a| a.stats())
 }
 
 /// Resets the host allocator's peaks to the current values.
@@ -202,7 +246,9 @@ pub fn reset_peak() {
 
 /// Resets `device`'s peaks to the current values.
 pub fn reset_peak_for(device: Device) {
-    allocator(device).reset_peak()
+    if let Some(a) = allocator(device) {
+        a.reset_peak()
+    }
 }
 
 /// Caps the host allocator's reserved bytes (`None`: no cap); see
@@ -216,7 +262,9 @@ pub fn set_memory_limit(limit: Option<usize>) {
 /// [`Error::OutOfMemory`](crate::Error::OutOfMemory). Lowering the cap below
 /// the current reserved bytes empties the cache; live buffers are untouched.
 pub fn set_memory_limit_for(device: Device, limit: Option<usize>) {
-    allocator(device).set_limit(limit)
+    if let Some(a) = allocator(device) {
+        a.set_limit(limit)
+    }
 }
 
 /// The host allocator's limit.
@@ -226,7 +274,7 @@ pub fn memory_limit() -> Option<usize> {
 
 /// `device`'s limit.
 pub fn memory_limit_for(device: Device) -> Option<usize> {
-    allocator(device).limit()
+    allocator(device).and_then(|a| a.limit())
 }
 
 #[cfg(test)]
@@ -257,6 +305,128 @@ mod tests {
             self.held.fetch_sub(size, Ordering::SeqCst);
             HostMemory.dealloc(ptr, size)
         }
+        unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
+            HostMemory.zero(ptr, len)
+        }
+        fn is_host(&self) -> bool {
+            true
+        }
+    }
+
+    /// A fake device: `capacity` bytes of "device" memory (host memory the
+    /// CPU must not read), counting the driver calls.
+    struct FakeDevice {
+        capacity: usize,
+        held: AtomicUsize,
+        mallocs: AtomicUsize,
+        frees: AtomicUsize,
+    }
+
+    impl RawMemory for FakeDevice {
+        fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+            if self.held.load(Ordering::SeqCst) + size > self.capacity {
+                return None;
+            }
+            self.mallocs.fetch_add(1, Ordering::SeqCst);
+            self.held.fetch_add(size, Ordering::SeqCst);
+            HostMemory.alloc(size)
+        }
+        unsafe fn dealloc(&self, ptr: NonNull<u8>, size: usize) {
+            self.frees.fetch_add(1, Ordering::SeqCst);
+            self.held.fetch_sub(size, Ordering::SeqCst);
+            HostMemory.dealloc(ptr, size)
+        }
+        unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
+            HostMemory.zero(ptr, len)
+        }
+        fn is_host(&self) -> bool {
+            false
+        }
+    }
+
+    /// The device allocator's logic against a fake device memory: both
+    /// modes, statistics, the limit and the out-of-memory retry, and no
+    /// host view of device memory.
+    #[test]
+    fn device_allocator_over_a_fake_device() {
+        const N: usize = MAX_CUDA_DEVICES - 1;
+        let dev = Device::Cuda(N);
+        assert!(matches!(
+            allocate_on(Device::Cuda(N - 1), 64),
+            Err(Error::Device { .. })
+        ));
+        let fake: &'static FakeDevice = Box::leak(Box::new(FakeDevice {
+            capacity: 8 << 20,
+            held: AtomicUsize::new(0),
+            mallocs: AtomicUsize::new(0),
+            frees: AtomicUsize::new(0),
+        }));
+        assert!(register_device_memory(N, fake));
+        assert!(!register_device_memory(N, fake), "registered once");
+        // Runtime-efficient: after a warm-up iteration, no driver calls.
+        set_mode_for(dev, AllocMode::RuntimeEfficient);
+        let step = || {
+            let a = allocate_on(dev, 3000).unwrap();
+            let b = allocate_zeroed_on(dev, 2 << 20).unwrap();
+            assert!(
+                b.as_slice::<f32>().is_empty(),
+                "device memory has no host view"
+            );
+            assert_eq!(b.device(), dev);
+            drop((a, b));
+        };
+        step();
+        let mallocs = fake.mallocs.load(Ordering::SeqCst);
+        for _ in 0..5 {
+            step();
+        }
+        assert_eq!(
+            fake.mallocs.load(Ordering::SeqCst),
+            mallocs,
+            "warm loop allocates nothing"
+        );
+        let st = stats_for(dev);
+        assert_eq!(st.bytes_in_use, 0);
+        assert!(st.bytes_reserved > 0 && st.pool_hits >= 10, "{st:?}");
+        assert_eq!(
+            stats().bytes_in_use,
+            stats().bytes_in_use,
+            "host stats untouched"
+        );
+        // Memory-efficient: freed at once.
+        set_mode_for(dev, AllocMode::MemoryEfficient);
+        assert_eq!(
+            stats_for(dev).bytes_reserved,
+            0,
+            "switching empties the cache"
+        );
+        let frees = fake.frees.load(Ordering::SeqCst);
+        drop(allocate_on(dev, 5000).unwrap());
+        assert_eq!(fake.frees.load(Ordering::SeqCst), frees + 1);
+        assert_eq!(fake.held.load(Ordering::SeqCst), 0);
+        // OOM: a cached block is released and the request retried; then a
+        // typed error, with live buffers untouched.
+        set_mode_for(dev, AllocMode::RuntimeEfficient);
+        let keep = allocate_on(dev, 3 << 20).unwrap();
+        drop(allocate_on(dev, 4 << 20).unwrap()); // cached
+        let retried = allocate_on(dev, (5 << 20) - 4096).expect("fits after emptying the cache");
+        match allocate_on(dev, 6 << 20) {
+            Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, 6 << 20),
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        assert_eq!(keep.len_bytes(), 3 << 20);
+        // The limit caps reserved bytes.
+        drop(retried);
+        set_memory_limit_for(dev, Some(4 << 20));
+        assert!(matches!(
+            allocate_on(dev, 2 << 20),
+            Err(Error::OutOfMemory { limit: Some(_), .. })
+        ));
+        set_memory_limit_for(dev, None);
+        drop(keep);
+        empty_cache_for(dev);
+        assert_eq!(fake.held.load(Ordering::SeqCst), 0);
+        assert_eq!(stats_for(dev).bytes_reserved, 0);
     }
 
     /// A private allocator, so unit tests do not share global state.

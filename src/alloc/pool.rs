@@ -72,6 +72,13 @@ pub(crate) trait RawMemory: Sync {
     /// # Safety
     /// `ptr` came from `self.alloc(size)` and is not used afterwards.
     unsafe fn dealloc(&self, ptr: NonNull<u8>, size: usize);
+    /// Sets `len` bytes at `ptr` (inside a block of this memory) to zero.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` lies in a live block obtained from `self.alloc`.
+    unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String>;
+    /// Whether blocks are host memory the CPU may read and write.
+    fn is_host(&self) -> bool;
 }
 
 /// Host memory from the global Rust allocator.
@@ -89,6 +96,15 @@ impl RawMemory for HostMemory {
     unsafe fn dealloc(&self, ptr: NonNull<u8>, size: usize) {
         let layout = std::alloc::Layout::from_size_align_unchecked(size, ALIGN);
         std::alloc::dealloc(ptr.as_ptr(), layout);
+    }
+
+    unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
+        std::ptr::write_bytes(ptr.as_ptr(), 0, len);
+        Ok(())
+    }
+
+    fn is_host(&self) -> bool {
+        true
     }
 }
 
@@ -358,6 +374,10 @@ impl Allocator {
 
     pub(crate) fn device(&self) -> Device {
         self.device
+    }
+
+    pub(crate) fn memory(&self) -> &'static dyn RawMemory {
+        self.memory
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

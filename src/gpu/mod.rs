@@ -14,7 +14,11 @@
 //! Nothing here panics without a driver or a GPU: the driver library is
 //! opened on first use and its absence is an error.
 
+#[doc(hidden)]
+pub mod check;
+pub mod driver;
 pub mod dump;
+mod memory;
 #[doc(hidden)]
 pub mod observe;
 pub mod plan;

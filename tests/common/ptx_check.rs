@@ -25,6 +25,20 @@ use tenjin::symbolic::{BinaryOp, UnaryOp};
 pub static OBSERVED: AtomicU64 = AtomicU64::new(0);
 pub static CHECKED: AtomicU64 = AtomicU64::new(0);
 pub static KERNELS: AtomicU64 = AtomicU64::new(0);
+pub static GPU_CHECKED: AtomicU64 = AtomicU64::new(0);
+
+/// `TENJIN_CHECK_ON_GPU=1` with a GPU present: every checked run also runs
+/// on CUDA device 0 and is compared the same way.
+pub fn on_gpu() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let asked = std::env::var("TENJIN_CHECK_ON_GPU").is_ok_and(|v| v == "1");
+        if asked && !tenjin::cuda::is_available() {
+            eprintln!("TENJIN_CHECK_ON_GPU=1 but no CUDA device is available: interpreter only");
+        }
+        asked && tenjin::cuda::is_available()
+    })
+}
 pub static BITWISE: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the check as the kernel observer.
@@ -139,6 +153,26 @@ pub fn check(run: &KernelRun<'_>) {
             f.name(),
             f
         );
+    }
+    if on_gpu() {
+        let gpu = tenjin::gpu::check::run_loop_kernel(0, f, dtype, &run.inputs)
+            .unwrap_or_else(|e| panic!("{}: on the GPU: {e}", f.name()));
+        for (i, (g, w)) in gpu.iter().zip(&want).enumerate() {
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else if tol == 0.0 || w.is_infinite() {
+                g.to_bits() == w.to_bits() || (g == w && *w == 0.0 && tol != 0.0)
+            } else {
+                (g - w).abs() <= tol * (1.0 + w.abs())
+            };
+            assert!(
+                ok,
+                "{}: element {i}: GPU {g:e}, CPU {w:e} (tolerance {tol:e})\n{}\n{kernel}",
+                f.name(),
+                f
+            );
+        }
+        GPU_CHECKED.fetch_add(1, Relaxed);
     }
     CHECKED.fetch_add(1, Relaxed);
     if tol == 0.0 {

@@ -338,7 +338,7 @@ fn locate(bufs: &[Buf], addr: u64, size: usize) -> Result<(usize, usize), String
     }
     let b = ((addr - BASE) / SPACING) as usize;
     let off = ((addr - BASE) % SPACING) as usize;
-    if off % size != 0 {
+    if !off.is_multiple_of(size) {
         return Err(format!("misaligned access at {addr:#x}"));
     }
     if off + size > bufs[b].bytes.len() {
