@@ -140,6 +140,7 @@ static CUDA: [OnceLock<Allocator>; MAX_CUDA_DEVICES] =
 /// this when it opens the device; tests with a fake device memory).
 /// Returns `false`, changing nothing, when `n` already has one or is out
 /// of range.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn register_device_memory(n: usize, memory: &'static dyn RawMemory) -> bool {
     CUDA.get(n)
         .is_some_and(|slot| slot.set(Allocator::new(Device::Cuda(n), memory)).is_ok())
