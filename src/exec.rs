@@ -142,8 +142,8 @@ fn run_sized(
         let n = out.len();
         k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])?;
         #[cfg(feature = "cuda")]
-        if crate::gpu::observe::active() {
-            use crate::gpu::observe::{notify, values, KernelRun};
+        if crate::observe::active() {
+            use crate::observe::{notify, values, KernelRun};
             notify(&KernelRun {
                 kernel: k,
                 inputs: slices.iter().map(|s| values(s)).collect(),
@@ -192,21 +192,21 @@ pub(crate) unsafe fn run_in_place(
                 None => target.slice::<T>(&w),
             })
             .collect();
+        // The observer needs the inputs as they were before the run.
         #[cfg(feature = "cuda")]
-        if crate::gpu::observe::active() {
-            use crate::gpu::observe::{notify, values, KernelRun};
-            let before: Vec<Vec<T>> = slices.iter().map(|s| s.to_vec()).collect();
-            let ran = unsafe { k.run_in_place(&slices, aliased) }?;
-            if ran {
-                notify(&KernelRun {
-                    kernel: k,
-                    inputs: before.iter().map(|s| values(s)).collect(),
-                    output: values(slices[aliased]),
-                });
-            }
-            return Ok(ran);
+        let before: Option<Vec<Vec<T>>> =
+            crate::observe::active().then(|| slices.iter().map(|s| s.to_vec()).collect());
+        let ran = unsafe { k.run_in_place(&slices, aliased) }?;
+        #[cfg(feature = "cuda")]
+        if let (Some(before), true) = (before, ran) {
+            use crate::observe::{notify, values, KernelRun};
+            notify(&KernelRun {
+                kernel: k,
+                inputs: before.iter().map(|s| values(s)).collect(),
+                output: values(slices[aliased]),
+            });
         }
-        unsafe { k.run_in_place(&slices, aliased) }
+        Ok(ran)
     }
     check_dtypes(kernel, inputs)?;
     match kernel.dtype() {

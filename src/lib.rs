@@ -62,6 +62,9 @@ pub mod jit;
 #[doc(hidden)]
 pub mod kernel;
 pub mod nn;
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub mod observe;
 mod ops;
 pub mod optim;
 #[doc(hidden)]

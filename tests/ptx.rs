@@ -215,8 +215,8 @@ fn kernels_run_on_a_gpu_when_one_is_present() {
     for dtype in [DType::F32, DType::F64] {
         let inputs32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
         let values = match dtype {
-            DType::F32 => tenjin::gpu::observe::Values::F32(&inputs32),
-            _ => tenjin::gpu::observe::Values::F64(&x),
+            DType::F32 => tenjin::observe::Values::F32(&inputs32),
+            _ => tenjin::observe::Values::F64(&x),
         };
         let got = tenjin::gpu::check::run_loop_kernel(0, &f, dtype, &[values]).unwrap();
         let interp = run("tanh(x[i]) * 2 + x[i] / 3", &x, None, dtype);

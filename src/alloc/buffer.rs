@@ -92,7 +92,7 @@ impl Buffer {
     ///
     /// Only host memory can be viewed: a device buffer's view is empty.
     pub fn as_slice<T: Element>(&self) -> &[T] {
-        if !self.allocator.memory().is_host() {
+        if self.device() != Device::Cpu {
             return &[];
         }
         // SAFETY: the block is initialised, aligned to 64 ≥ align_of::<T>(),
@@ -107,7 +107,7 @@ impl Buffer {
 
     /// The buffer as mutable elements; see [`Buffer::as_slice`].
     pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
-        if !self.allocator.memory().is_host() {
+        if self.device() != Device::Cpu {
             return &mut [];
         }
         // SAFETY: as in as_slice, and `&mut self` makes the view unique.

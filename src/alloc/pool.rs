@@ -77,8 +77,6 @@ pub(crate) trait RawMemory: Sync {
     /// # Safety
     /// `ptr..ptr+len` lies in a live block obtained from `self.alloc`.
     unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String>;
-    /// Whether blocks are host memory the CPU may read and write.
-    fn is_host(&self) -> bool;
 }
 
 /// Host memory from the global Rust allocator.
@@ -101,10 +99,6 @@ impl RawMemory for HostMemory {
     unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
         std::ptr::write_bytes(ptr.as_ptr(), 0, len);
         Ok(())
-    }
-
-    fn is_host(&self) -> bool {
-        true
     }
 }
 

@@ -3,8 +3,8 @@
 //! documentation.
 
 use super::driver::gpu;
-use super::observe::Values;
 use crate::alloc::{allocate_on, Device};
+use crate::observe::Values;
 use crate::symbolic::IndexFn;
 use crate::{DType, Error};
 
@@ -20,22 +20,22 @@ pub fn run_loop_kernel(
     let g = gpu(ordinal)?;
     let function = g.loop_function(f, dtype)?;
     let device = Device::Cuda(ordinal);
-    let mut bufs = Vec::new();
-    for v in inputs {
-        let b = match v {
-            Values::F32(x) => {
-                let b = allocate_on(device, std::mem::size_of_val(*x).max(1))?;
-                g.upload(b.as_ptr() as u64, x)?;
-                b
-            }
-            Values::F64(x) => {
-                let b = allocate_on(device, std::mem::size_of_val(*x).max(1))?;
-                g.upload(b.as_ptr() as u64, x)?;
-                b
-            }
-        };
-        bufs.push(b);
+    fn uploaded<T: cudarc::driver::DeviceRepr>(
+        g: &super::driver::Gpu,
+        device: Device,
+        x: &[T],
+    ) -> Result<crate::alloc::Buffer, Error> {
+        let b = allocate_on(device, std::mem::size_of_val(x).max(1))?;
+        g.upload(b.as_ptr() as u64, x)?;
+        Ok(b)
     }
+    let bufs = inputs
+        .iter()
+        .map(|v| match v {
+            Values::F32(x) => uploaded(g, device, x),
+            Values::F64(x) => uploaded(g, device, x),
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
     let n = f.output_shape().iter().product::<usize>();
     let out = allocate_on(device, (n * dtype.size()).max(1))?;
     let args: Vec<u64> = bufs.iter().map(|b| b.as_ptr() as u64).collect();

@@ -68,11 +68,6 @@ pub struct Gpu {
     kernels: Mutex<HashMap<(Vec<u8>, DType), CudaFunction>>,
 }
 
-// SAFETY: cudarc's handles are used behind mutexes or are themselves
-// thread-safe (context and stream are `Send + Sync` in cudarc).
-unsafe impl Sync for Gpu {}
-unsafe impl Send for Gpu {}
-
 static OPEN: Mutex<Vec<Option<&'static Gpu>>> = Mutex::new(Vec::new());
 
 /// Device `ordinal`, opened on first use (its context, stream and

@@ -16,9 +16,6 @@ pub(crate) struct DeviceMemory {
     pub(crate) ctx: Arc<CudaContext>,
 }
 
-// SAFETY: the context handle is thread-safe; every call binds it first.
-unsafe impl Sync for DeviceMemory {}
-
 impl RawMemory for DeviceMemory {
     fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
         self.ctx.bind_to_thread().ok()?;
@@ -38,9 +35,5 @@ impl RawMemory for DeviceMemory {
     unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
         self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
         result::memset_d8_sync(ptr.as_ptr() as u64, 0, len).map_err(|e| e.to_string())
-    }
-
-    fn is_host(&self) -> bool {
-        false
     }
 }

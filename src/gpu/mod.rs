@@ -4,9 +4,10 @@
 //! stages and the backend-neutral kernel IR, and neither imports the
 //! other. Here:
 //!
-//! - [`plan`]: how a stage runs on a GPU (a cuBLAS GEMM, a GEMM then an
-//!   element-wise kernel over its output, or a loop kernel), from the same
-//!   contraction detection the CPU uses;
+//! - [`plan`]: how a stage runs on a GPU (a GEMM, a GEMM then an
+//!   element-wise kernel over its output, or a loop kernel), the planner's
+//!   own decision with the GPU's loop kernels (the GEMM routes are not run
+//!   yet: cuBLAS is not wired in);
 //! - [`ptx`]: PTX text emitted directly from the kernel IR — no NVRTC and
 //!   no CUDA toolkit, so a user's machine needs only the driver;
 //!   `TENJIN_PTX_DUMP=dir` writes every module to `dir` ([`dump`]).
@@ -19,7 +20,5 @@ pub mod check;
 pub mod driver;
 pub mod dump;
 mod memory;
-#[doc(hidden)]
-pub mod observe;
 pub mod plan;
 pub mod ptx;

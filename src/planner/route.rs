@@ -54,7 +54,7 @@ impl Route {
 /// (below it, packing costs more than the generic kernel's loop).
 pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 
-pub(crate) fn worth_gemm(plan: &Contraction) -> bool {
+fn worth_gemm(plan: &Contraction) -> bool {
     let [calls, m, n, k] = plan.gemm_shape();
     calls > 0 && m * n * k >= MIN_GEMM_VOLUME
 }
@@ -83,6 +83,23 @@ pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
+    route_with(f, |g, is_epilogue| {
+        let kernel = match dtype {
+            DType::F32 if !is_epilogue => crate::kernel::lower(&reorder::interchange_sums(g))?,
+            _ => crate::kernel::lower(g)?,
+        };
+        Ok(plan_vectors(kernel, dtype))
+    })
+}
+
+/// The route of `f` with the loop nests a backend plans itself:
+/// `loop_kernel(g, is_epilogue)` is the planned kernel of `g`, either `f`
+/// itself or the epilogue after a GEMM. The choice between GEMM, GEMM and
+/// epilogue, and loop is the same for every backend.
+pub fn route_with(
+    f: &IndexFn,
+    loop_kernel: impl Fn(&IndexFn, bool) -> Result<Kernel, Error>,
+) -> Result<Route, Error> {
     if let Some(plan) = contraction::detect(f) {
         if worth_gemm(&plan) {
             return Ok(Route::Gemm(plan));
@@ -90,7 +107,7 @@ pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
     }
     if let Some(split) = epilogue::split(f) {
         if worth_gemm(&split.contraction) {
-            let kernel = plan_vectors(crate::kernel::lower(&split.epilogue)?, dtype);
+            let kernel = loop_kernel(&split.epilogue, true)?;
             return Ok(Route::GemmThenLoop {
                 contraction: split.contraction,
                 epilogue: split.epilogue,
@@ -98,9 +115,5 @@ pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
             });
         }
     }
-    let kernel = match dtype {
-        DType::F32 => crate::kernel::lower(&reorder::interchange_sums(f))?,
-        DType::F64 => crate::kernel::lower(f)?,
-    };
-    Ok(Route::Loop(plan_vectors(kernel, dtype)))
+    Ok(Route::Loop(loop_kernel(f, false)?))
 }

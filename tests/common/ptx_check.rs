@@ -1,7 +1,7 @@
 //! Runs the emitted PTX of every kernel the CPU backend runs, in the PTX
 //! interpreter, on the CPU's own inputs, and compares the outputs.
 //!
-//! Installed as a kernel observer (`tenjin::gpu::observe`). For each kernel
+//! Installed as a kernel observer (`tenjin::observe`). For each kernel
 //! the GPU's loop kernel of the same function (`tenjin::gpu::plan`) is
 //! emitted for every architecture (so `TENJIN_PTX_DUMP` collects them all
 //! for `ptxas`) and the sm_80 module is interpreted. f64 results must equal
@@ -14,10 +14,10 @@
 
 use super::ptx_interp::{Buf, Program};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use tenjin::gpu::observe::{set_kernel_observer, KernelRun, Values};
 use tenjin::gpu::ptx::{module, Arch};
 use tenjin::jit::RouteKind;
 use tenjin::kernel::{Expr, Stmt};
+use tenjin::observe::{set_kernel_observer, KernelRun, Values};
 use tenjin::symbolic::{BinaryOp, UnaryOp};
 
 /// Kernel runs observed and checked, distinct kernels seen, and runs
@@ -139,25 +139,8 @@ pub fn check(run: &KernelRun<'_>) {
             tol = if same_ops { 0.0 } else { 1e-10 };
         }
     }
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if tol == 0.0 || w.is_infinite() {
-            g.to_bits() == w.to_bits() || (g == w && *w == 0.0 && tol != 0.0)
-        } else {
-            (g - w).abs() <= tol * (1.0 + w.abs())
-        };
-        assert!(
-            ok,
-            "{}: element {i}: PTX {g:e}, CPU {w:e} (tolerance {tol:e})\n{}\n{kernel}",
-            f.name(),
-            f
-        );
-    }
-    if on_gpu() {
-        let gpu = tenjin::gpu::check::run_loop_kernel(0, f, dtype, &run.inputs)
-            .unwrap_or_else(|e| panic!("{}: on the GPU: {e}", f.name()));
-        for (i, (g, w)) in gpu.iter().zip(&want).enumerate() {
+    let compare = |by: &str, got: &[f64]| {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let ok = if w.is_nan() {
                 g.is_nan()
             } else if tol == 0.0 || w.is_infinite() {
@@ -167,11 +150,17 @@ pub fn check(run: &KernelRun<'_>) {
             };
             assert!(
                 ok,
-                "{}: element {i}: GPU {g:e}, CPU {w:e} (tolerance {tol:e})\n{}\n{kernel}",
+                "{}: element {i}: {by} {g:e}, CPU {w:e} (tolerance {tol:e})\n{}\n{kernel}",
                 f.name(),
                 f
             );
         }
+    };
+    compare("PTX", &got);
+    if on_gpu() {
+        let gpu = tenjin::gpu::check::run_loop_kernel(0, f, dtype, &run.inputs)
+            .unwrap_or_else(|e| panic!("{}: on the GPU: {e}", f.name()));
+        compare("GPU", &gpu);
         GPU_CHECKED.fetch_add(1, Relaxed);
     }
     CHECKED.fetch_add(1, Relaxed);

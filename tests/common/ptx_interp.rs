@@ -471,10 +471,6 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
         if name != "copysign" && name != "min" && name != "max" && op.get(1) != Some(&"rn") {
             return None; // every float add/mul/div is `.rn`
         }
-        let (x, y) = (
-            if ty == "f32" { f32b(a) as f64 } else { f64b(a) },
-            if ty == "f32" { f32b(b) as f64 } else { f64b(b) },
-        );
         if ty == "f32" {
             let (x, y) = (f32b(a), f32b(b));
             return Some(f32u(match name {
@@ -485,6 +481,7 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
                 _ => return None,
             }));
         }
+        let (x, y) = (f64b(a), f64b(b));
         return Some(
             match name {
                 "add" => x + y,

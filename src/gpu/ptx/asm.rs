@@ -120,13 +120,6 @@ impl Asm {
         d
     }
 
-    /// `d = value` as an f32 constant.
-    pub(crate) fn f32_const(&mut self, value: f32) -> R {
-        let d = self.reg(Ty::F32);
-        self.op(format!("mov.f32 {d}, {}", f32_lit(value)));
-        d
-    }
-
     /// `d = value` as an s64 constant.
     pub(crate) fn i64_const(&mut self, value: i64) -> R {
         let d = self.reg(Ty::B64);

@@ -350,13 +350,19 @@ impl<'k> Emitter<'k> {
         Ok(())
     }
 
+    /// `c` as a literal of the element type.
+    fn lit(&self, c: f64) -> String {
+        if self.w == Ty::F64 {
+            f64_lit(c)
+        } else {
+            f32_lit(c as f32)
+        }
+    }
+
     /// A fresh register of the element type holding `c`.
     fn constant(&mut self, c: f64) -> R {
-        if self.w == Ty::F64 {
-            self.a.f64_const(c)
-        } else {
-            self.a.f32_const(c as f32)
-        }
+        let (w, sfx, lit) = (self.w, self.sfx, self.lit(c));
+        self.a.un(&format!("mov.{sfx}"), w, lit)
     }
 
     /// `a cmp b || a is NaN ? a : b` (max with `ge`, min with `le`).
@@ -461,14 +467,10 @@ impl<'k> Emitter<'k> {
             return Err(format!("unknown register {r}"));
         }
         let d = self.reg(r);
-        let (w, sfx) = (self.w, self.sfx);
+        let sfx = self.sfx;
         let v = match e {
             Expr::Const(c) => {
-                let lit = if w == Ty::F64 {
-                    f64_lit(*c)
-                } else {
-                    f32_lit(*c as f32)
-                };
+                let lit = self.lit(*c);
                 self.a.op(format!("mov.{sfx} {d}, {lit}"));
                 return Ok(());
             }
@@ -589,7 +591,7 @@ impl<'k> Emitter<'k> {
         let yt = self.a.un(&format!("cvt.rzi.{sfx}.{sfx}"), w, y);
         let integral = self.a.setp("eq", sfx, yt, y);
         let ay = self.a.un(&format!("abs.{sfx}"), w, y);
-        let small = self.a.setp("le", sfx, ay, 64.0f64.to_lit(w));
+        let small = self.a.setp("le", sfx, ay, self.lit(64.0));
         self.a
             .op(format!("and.pred {integral}, {integral}, {small}"));
         let (general, done) = (self.a.label(), self.a.label());
@@ -631,20 +633,5 @@ impl<'k> Emitter<'k> {
         self.a.op(format!("mov.{sfx} {res}, {v}"));
         self.a.place(&done);
         res
-    }
-}
-
-/// A literal of the element type.
-trait ToLit {
-    fn to_lit(self, w: Ty) -> String;
-}
-
-impl ToLit for f64 {
-    fn to_lit(self, w: Ty) -> String {
-        if w == Ty::F64 {
-            f64_lit(self)
-        } else {
-            f32_lit(self as f32)
-        }
     }
 }

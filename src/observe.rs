@@ -1,5 +1,7 @@
 //! A development hook: a function called after every kernel the CPU
-//! backend runs, with the kernel, its inputs and its output.
+//! backend runs (from `exec`), with the kernel, its inputs and its output.
+//! It sits beside the backends, so the GPU backend need not know the
+//! CPU's.
 //!
 //! The GPU backend's tests use it to run the emitted PTX of every kernel a
 //! test suite generates (in the test-only PTX interpreter, or on a real
