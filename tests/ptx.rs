@@ -97,8 +97,28 @@ fn transcendentals_match_std_within_the_table() {
     ]);
     let tanh_r = sweep(-30.0, 30.0, 20001);
     let pow_x = log_sweep(1e-6, 1e6, 20001);
+    let near_zero: Vec<f64> = sweep(-0.9, 10.0, 20001)
+        .into_iter()
+        .chain(log_sweep(1e-300, 1e-3, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain([0.0, -0.0, f64::INFINITY, -1.0, f64::NAN])
+        .collect();
+    let expm1_r: Vec<f64> = sweep(-40.0, 709.0, 20001)
+        .into_iter()
+        .chain(log_sweep(1e-300, 1e-3, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain([0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
+        .collect();
+    let atan_r: Vec<f64> = sweep(-5.0, 5.0, 20001)
+        .into_iter()
+        .chain(log_sweep(1e-300, 1e300, 4001).into_iter().flat_map(|x| [x, -x]))
+        .chain([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
+        .collect();
+    let erf_r: Vec<f64> = sweep(-7.0, 7.0, 20001)
+        .into_iter()
+        .chain(log_sweep(1e-300, 1.0, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
+        .collect();
     type Case<'a> = (&'a str, &'a str, &'a [f64], fn(f64) -> f64, f64, f64);
-    let cases: [Case; 8] = [
+    let cases: [Case; 12] = [
         ("exp", "exp(x[i])", &wide, f64::exp, 1.0, 1.0),
         ("log", "log(x[i])", &positive, f64::ln, 1.0, 1.0),
         ("log10", "log10(x[i])", &positive, f64::log10, 2.0, 1.0),
@@ -121,6 +141,10 @@ fn transcendentals_match_std_within_the_table() {
             8.0,
             1.0,
         ),
+        ("log1p", "log1p(x[i])", &near_zero, libm::log1p, 2.0, 1.0),
+        ("expm1", "expm1(x[i])", &expm1_r, libm::expm1, 2.0, 1.0),
+        ("atan", "atan(x[i])", &atan_r, libm::atan, 0.0, 1.0),
+        ("erf", "erf(x[i])", &erf_r, libm::erf, 2.0, 1.0),
     ];
     let mut failures = Vec::new();
     for (name, body, xs, exact, bound64, bound32) in cases {

@@ -406,6 +406,7 @@ impl Emitter<'_> {
             UnaryOp::Neg => return Ok(self.b.ins().fneg(x)),
             UnaryOp::Abs => return Ok(self.b.ins().fabs(x)),
             UnaryOp::Sqrt => return Ok(self.b.ins().sqrt(x)),
+            UnaryOp::Floor => return Ok(self.b.ins().floor(x)),
             UnaryOp::Sgn => {
                 // x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and ±0).
                 let zero = self.fconst(0.0);
@@ -428,6 +429,10 @@ impl Emitter<'_> {
             UnaryOp::Tanh => MathFn::Tanh,
             UnaryOp::Sin => MathFn::Sin,
             UnaryOp::Cos => MathFn::Cos,
+            UnaryOp::Log1p => MathFn::Log1p,
+            UnaryOp::Expm1 => MathFn::Expm1,
+            UnaryOp::Atan => MathFn::Atan,
+            UnaryOp::Erf => MathFn::Erf,
         };
         self.call(f, &[x])
     }

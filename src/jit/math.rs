@@ -8,8 +8,8 @@
 //! loops (`super::simd`) call only `sin`, `cos` and `pow` from here, lane
 //! by lane; their other functions are inline (`super::vmath`).
 //!
-//! **Accuracy.** The f64 functions are Rust's `std` functions (the ones the
-//! reference interpreter uses), so f64 kernels agree with the interpreter
+//! **Accuracy.** The f64 functions are Rust's `std` functions and `libm`'s
+//! (the ones the reference interpreter uses), so f64 kernels agree with the interpreter
 //! exactly (0 ulp). The f32 functions compute in f32 with `std`'s f32
 //! functions. Their maximum relative error against the f64 functions at the
 //! same inputs, measured by this module's tests (sweeps of 20,001 points;
@@ -23,6 +23,13 @@
 //! | log10 | [1e-6, 1e4], away from 1 | 6.3e-8 |
 //! | sin, cos | [-100, 100], where \|value\| ≥ 1e-3 | 6.2e-8 |
 //! | pow (x^0.37) | [1e-6, 1e4] | 9.4e-8 |
+//! | log1p | [-0.9, 1e4] | 6.1e-8 |
+//! | expm1 | [-80, 80] | 7.4e-8 |
+//! | atan | [-100, 100] | 6.9e-8 |
+//! | erf | [-6, 6] | 6.3e-8 |
+//!
+//! `log1p`, `expm1`, `atan` and `erf` (both widths) are the `libm` crate's
+//! (musl's), which the interpreter also calls.
 //!
 //! `sigmoid` inherits exp's accuracy. `pow` follows
 //! `crate::symbolic::expr::pow`: an
@@ -38,18 +45,26 @@ pub(crate) enum MathFn {
     Tanh,
     Sin,
     Cos,
+    Log1p,
+    Expm1,
+    Atan,
+    Erf,
     /// Two arguments.
     Pow,
 }
 
 impl MathFn {
-    pub(crate) const ALL: [MathFn; 7] = [
+    pub(crate) const ALL: [MathFn; 11] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Log10,
         MathFn::Tanh,
         MathFn::Sin,
         MathFn::Cos,
+        MathFn::Log1p,
+        MathFn::Expm1,
+        MathFn::Atan,
+        MathFn::Erf,
         MathFn::Pow,
     ];
 
@@ -73,6 +88,14 @@ impl MathFn {
             (Sin, F64) => ("tenjin_sin_f64", sin_f64 as *const u8),
             (Cos, F64) => ("tenjin_cos_f64", cos_f64 as *const u8),
             (Pow, F64) => ("tenjin_pow_f64", pow_f64 as *const u8),
+            (Log1p, F64) => ("tenjin_log1p_f64", libm_f64::log1p as *const u8),
+            (Expm1, F64) => ("tenjin_expm1_f64", libm_f64::expm1 as *const u8),
+            (Atan, F64) => ("tenjin_atan_f64", libm_f64::atan as *const u8),
+            (Erf, F64) => ("tenjin_erf_f64", libm_f64::erf as *const u8),
+            (Log1p, F32) => ("tenjin_log1p_f32", libm_f32::log1p as *const u8),
+            (Expm1, F32) => ("tenjin_expm1_f32", libm_f32::expm1 as *const u8),
+            (Atan, F32) => ("tenjin_atan_f32", libm_f32::atan as *const u8),
+            (Erf, F32) => ("tenjin_erf_f32", libm_f32::erf as *const u8),
             (Exp, F32) => ("tenjin_exp_f32", exp_f32 as *const u8),
             (Log, F32) => ("tenjin_log_f32", log_f32 as *const u8),
             (Log10, F32) => ("tenjin_log10_f32", log10_f32 as *const u8),
@@ -83,6 +106,23 @@ impl MathFn {
         }
     }
 }
+
+/// `extern "C"` wrappers of the `libm` crate's functions (musl's), the
+/// ones the reference interpreter calls.
+macro_rules! libm_wrappers {
+    ($module:ident, $t:ty, $($name:ident => $f:path),*) => {
+        mod $module {
+            $(
+                pub(super) extern "C" fn $name(x: $t) -> $t {
+                    $f(x)
+                }
+            )*
+        }
+    };
+}
+
+libm_wrappers!(libm_f64, f64, log1p => libm::log1p, expm1 => libm::expm1, atan => libm::atan, erf => libm::erf);
+libm_wrappers!(libm_f32, f32, log1p => libm::log1pf, expm1 => libm::expm1f, atan => libm::atanf, erf => libm::erff);
 
 extern "C" fn exp_f64(x: f64) -> f64 {
     x.exp()
@@ -178,7 +218,9 @@ mod tests {
         let wide = sweep(-80.0, 80.0, 20001);
         let trig = sweep(-100.0, 100.0, 20001);
         let positive = sweep(1e-6, 1e4, 20001);
-        let cases: [(&str, f64); 7] = [
+        let near_zero = sweep(-0.9, 1e4, 20001);
+        let small = sweep(-6.0, 6.0, 20001);
+        let cases: [(&str, f64); 11] = [
             ("exp", max_rel(&wide, 0.0, |x| exp_f32(x), f64::exp)),
             ("tanh", max_rel(&wide, 1e-30, |x| tanh_f32(x), f64::tanh)),
             ("log", max_rel(&positive, 1e-3, |x| log_f32(x), f64::ln)),
@@ -192,6 +234,16 @@ mod tests {
                 "pow",
                 max_rel(&positive, 0.0, |x| pow_f32(x, 0.37), |x| x.powf(0.37)),
             ),
+            (
+                "log1p",
+                max_rel(&near_zero, 1e-30, |x| libm_f32::log1p(x), libm::log1p),
+            ),
+            (
+                "expm1",
+                max_rel(&wide, 1e-30, |x| libm_f32::expm1(x), libm::expm1),
+            ),
+            ("atan", max_rel(&trig, 1e-30, |x| libm_f32::atan(x), libm::atan)),
+            ("erf", max_rel(&small, 1e-30, |x| libm_f32::erf(x), libm::erf)),
         ];
         for (name, err) in cases {
             eprintln!("{name}: max relative error {err:e}");

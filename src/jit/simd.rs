@@ -576,6 +576,7 @@ impl<'f> Emitter<'f> {
             UnaryOp::Neg => vm.b.ins().fneg(x),
             UnaryOp::Abs => vm.b.ins().fabs(x),
             UnaryOp::Sqrt => vm.b.ins().sqrt(x),
+            UnaryOp::Floor => vm.b.ins().floor(x),
             UnaryOp::Sgn => {
                 // As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x.
                 let zero = vm.c(0.0);
@@ -594,6 +595,10 @@ impl<'f> Emitter<'f> {
             UnaryOp::Log10 => vm.log10(x),
             UnaryOp::Sin => return self.per_lane(MathFn::Sin, &[x], lanes),
             UnaryOp::Cos => return self.per_lane(MathFn::Cos, &[x], lanes),
+            UnaryOp::Log1p => return self.per_lane(MathFn::Log1p, &[x], lanes),
+            UnaryOp::Expm1 => return self.per_lane(MathFn::Expm1, &[x], lanes),
+            UnaryOp::Atan => return self.per_lane(MathFn::Atan, &[x], lanes),
+            UnaryOp::Erf => return self.per_lane(MathFn::Erf, &[x], lanes),
         })
     }
 

@@ -29,11 +29,20 @@ pub enum UnaryOp {
     Abs,
     Sgn,
     Sigmoid,
+    /// `log(1 + x)`, accurate near 0.
+    Log1p,
+    /// `exp(x) − 1`, accurate near 0.
+    Expm1,
+    Atan,
+    /// The error function.
+    Erf,
+    /// Rounds toward −∞ (its derivative is 0).
+    Floor,
 }
 
 impl UnaryOp {
     /// The functions written by name (`exp x`), with their names.
-    pub const NAMED: [(UnaryOp, &'static str); 10] = [
+    pub const NAMED: [(UnaryOp, &'static str); 15] = [
         (UnaryOp::Exp, "exp"),
         (UnaryOp::Log, "log"),
         (UnaryOp::Log10, "log10"),
@@ -44,6 +53,11 @@ impl UnaryOp {
         (UnaryOp::Abs, "abs"),
         (UnaryOp::Sgn, "sgn"),
         (UnaryOp::Sigmoid, "sigmoid"),
+        (UnaryOp::Log1p, "log1p"),
+        (UnaryOp::Expm1, "expm1"),
+        (UnaryOp::Atan, "atan"),
+        (UnaryOp::Erf, "erf"),
+        (UnaryOp::Floor, "floor"),
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +99,13 @@ impl UnaryOp {
                 }
             }
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            // musl's algorithms (the `libm` crate): Rust's `std` has no
+            // `erf`, and the JIT calls the same functions.
+            UnaryOp::Log1p => libm::log1p(x),
+            UnaryOp::Expm1 => libm::expm1(x),
+            UnaryOp::Atan => libm::atan(x),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::Floor => x.floor(),
         }
     }
 }

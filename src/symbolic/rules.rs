@@ -45,6 +45,29 @@ pub(crate) fn unary_partial(g: &mut Graph, op: UnaryOp, x: NodeId, y: NodeId) ->
             let rest = g.sub(one, y);
             g.mul(y, rest)
         }
+        UnaryOp::Log1p => {
+            let one = g.constant(1.0);
+            let u = g.add(one, x);
+            g.div(one, u)
+        }
+        UnaryOp::Expm1 => g.unary(UnaryOp::Exp, x),
+        UnaryOp::Atan => {
+            let one = g.constant(1.0);
+            let two = g.constant(2.0);
+            let sq = g.binary(BinaryOp::Pow, x, two);
+            let d = g.add(one, sq);
+            g.div(one, d)
+        }
+        UnaryOp::Erf => {
+            // 2/√π · exp(−x²)
+            let two = g.constant(2.0);
+            let sq = g.binary(BinaryOp::Pow, x, two);
+            let nsq = g.neg(sq);
+            let e = g.unary(UnaryOp::Exp, nsq);
+            let c = g.constant(std::f64::consts::FRAC_2_SQRT_PI);
+            g.mul(c, e)
+        }
+        UnaryOp::Floor => g.constant(0.0),
     }
 }
 

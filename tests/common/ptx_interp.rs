@@ -434,6 +434,7 @@ fn convert(m: &[&str], a: u64) -> Option<u64> {
     let int_round = |x: f64| match round {
         "rzi" => Some(x.trunc()),
         "rni" => Some(x.round_ties_even()),
+        "rmi" => Some(x.floor()),
         _ => None,
     };
     Some(match (dst, src) {

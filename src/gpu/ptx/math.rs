@@ -8,7 +8,7 @@
 //! are almost always correctly rounded. The sequences use `fma.rn.f64`
 //! where we choose a fused multiply-add, and `.rn` everywhere else.
 //!
-//! **Accuracy** against Rust's `std` (the functions the CPU backend calls),
+//! **Accuracy** against Rust's `std` and `libm` (the functions the CPU backend calls),
 //! measured by `tests/ptx.rs` (`transcendentals_match_std_within_the_table`)
 //! with the PTX interpreter over 20,001-point sweeps, in units in the last
 //! place of the result type (f32: distance from the correctly rounded
@@ -23,6 +23,10 @@
 //! | sin, cos | [-1e5, 1e5] | 2 (2) | 0 (1) |
 //! | sin | [-10, 10] | 1 (1) | 0 (1) |
 //! | pow (x^0.375) | [1e-6, 1e6] log-spaced | 5 (8) | 0 (1) |
+//! | log1p (`super::special`) | [-0.9, 10], ±[1e-300, 1e-3], −1, ∞, NaN | 2 (2) | 0 (1) |
+//! | expm1 | [-40, 709], ±[1e-300, 1e-3], ±∞, NaN | 1 (2) | 0 (1) |
+//! | atan | [-5, 5], ±[1e-300, 1e300], ±∞, NaN | 0 (0) | 0 (1) |
+//! | erf | [-7, 7], ±[1e-300, 1], ±∞, NaN | 1 (2) | 0 (1) |
 //!
 //! `sigmoid` is `1 / (1 + exp(−x))` in the element type, as on the CPU.
 //! `pow` with a non-integral exponent is `exp(b·log|a|)` in f64: its f64

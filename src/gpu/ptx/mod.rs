@@ -31,6 +31,7 @@
 
 mod asm;
 pub(crate) mod math;
+mod special;
 mod stmt;
 
 use crate::kernel::Kernel;

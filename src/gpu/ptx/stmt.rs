@@ -3,7 +3,7 @@
 //! loops. See the parent module for the rules every instruction follows.
 
 use super::asm::{f32_lit, f64_lit, Asm, Ty, R};
-use super::math;
+use super::{math, special};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -537,6 +537,11 @@ impl<'k> Emitter<'k> {
             UnaryOp::Tanh => self.via_f64(x, math::tanh),
             UnaryOp::Sin => self.via_f64(x, |a, x| math::sin_cos(a, x, false)),
             UnaryOp::Cos => self.via_f64(x, |a, x| math::sin_cos(a, x, true)),
+            UnaryOp::Log1p => self.via_f64(x, special::log1p),
+            UnaryOp::Expm1 => self.via_f64(x, special::expm1),
+            UnaryOp::Atan => self.via_f64(x, special::atan),
+            UnaryOp::Erf => self.via_f64(x, special::erf),
+            UnaryOp::Floor => self.a.un(&format!("cvt.rmi.{sfx}.{sfx}"), w, x),
         }
     }
 
