@@ -4,19 +4,38 @@
 //! it, shared by every layer (the allocator's typed views, the backends,
 //! storage, the tensor API); it must not know about any of them.
 
-/// Element types of compiled kernels.
+/// Element types of tensors. Kernels compute in `F32` and `F64`; the
+/// integer types hold index data (labels, token ids) and support creation,
+/// conversion, comparison and indexing, not arithmetic kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     F64,
+    I32,
+    I64,
 }
 
 impl DType {
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
-            DType::F64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// Whether kernels compute in this type (`F32`, `F64`).
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// The name PyTorch and safetensors use (`"F32"`, `"I64"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F64 => "F64",
+            DType::I32 => "I32",
+            DType::I64 => "I64",
         }
     }
 }
@@ -25,9 +44,11 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
 }
 
-/// The Rust types of tensor elements: `f32` and `f64`. Sealed: every bit
+/// The Rust types of tensor elements: `f32`, `f64`, `i32`, `i64`. Sealed: every bit
 /// pattern is a valid value and the alignment divides 64, so an allocator
 /// block can be viewed as a slice of them.
 pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
@@ -70,3 +91,42 @@ impl Element for f64 {
         self + other
     }
 }
+
+/// The element types kernels compute in: `f32` and `f64` (sealed).
+pub trait Float: Element {}
+impl Float for f32 {}
+impl Float for f64 {}
+
+/// The error for an integer tensor reaching an op that computes.
+pub(crate) fn not_computable(op: &str, dtype: DType) -> crate::Error {
+    crate::Error::DType {
+        op: op.to_string(),
+        message: format!(
+            "kernels compute in F32 or F64, not {dtype:?}: integer tensors hold indices (creation, conversion, comparison, indexing); convert with to_dtype"
+        ),
+    }
+}
+
+/// The integer element types with their conversions.
+macro_rules! integer_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            const ZERO: $t = 0;
+            const ONE: $t = 1;
+            /// Rounds toward zero, saturating (Rust's `as`; NaN gives 0).
+            fn from_f64(x: f64) -> $t {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn add(self, other: $t) -> $t {
+                self.wrapping_add(other)
+            }
+        }
+    };
+}
+
+integer_element!(i32, DType::I32);
+integer_element!(i64, DType::I64);

@@ -7,7 +7,6 @@
 //! the forward path (`ops`), the backward driver (`trace`) and optimizers.
 //! It must not decide what to run.
 
-use crate::dtype::Element;
 use crate::jit::CompiledKernel;
 use crate::planner::Program;
 use crate::planner::Source;
@@ -119,7 +118,7 @@ fn run_sized(
     inputs: &[(&Arc<Storage>, usize)],
     out: &Storage,
 ) -> Result<(), Error> {
-    fn go<T: Element>(
+    fn go<T: crate::dtype::Float>(
         k: &CompiledKernel,
         inputs: &[(&Arc<Storage>, usize)],
         out: &Storage,
@@ -157,6 +156,7 @@ fn run_sized(
     match kernel.dtype() {
         DType::F32 => go::<f32>(kernel, inputs, out),
         DType::F64 => go::<f64>(kernel, inputs, out),
+        d => Err(crate::dtype::not_computable(kernel.name(), d)),
     }
 }
 
@@ -171,7 +171,7 @@ pub(crate) unsafe fn run_in_place(
     inputs: &[&Arc<Storage>],
     aliased: usize,
 ) -> Result<bool, Error> {
-    unsafe fn go<T: Element>(
+    unsafe fn go<T: crate::dtype::Float>(
         k: &CompiledKernel,
         inputs: &[&Arc<Storage>],
         aliased: usize,
@@ -212,6 +212,7 @@ pub(crate) unsafe fn run_in_place(
     match kernel.dtype() {
         DType::F32 => unsafe { go::<f32>(kernel, inputs, aliased) },
         DType::F64 => unsafe { go::<f64>(kernel, inputs, aliased) },
+        d => Err(crate::dtype::not_computable(kernel.name(), d)),
     }
 }
 

@@ -54,15 +54,13 @@ pub(crate) fn notify(run: &KernelRun<'_>) {
 }
 
 /// The typed view of a slice of the sealed element types.
-pub(crate) fn values<T: crate::dtype::Element>(s: &[T]) -> Values<'_> {
+pub(crate) fn values<T: crate::dtype::Float>(s: &[T]) -> Values<'_> {
     match T::DTYPE {
-        // SAFETY: `Element` is sealed and implemented by f32 and f64 only,
+        // SAFETY: `Float` is sealed and implemented by f32 and f64 only,
         // each with its own DTYPE, so T is exactly the type cast to.
         crate::DType::F32 => {
             Values::F32(unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) })
         }
-        crate::DType::F64 => {
-            Values::F64(unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) })
-        }
+        _ => Values::F64(unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }),
     }
 }

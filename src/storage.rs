@@ -147,17 +147,43 @@ impl Storage {
                 .map(|&x| f64::from(x))
                 .collect(),
             DType::F64 => self.slice::<f64>(&g).to_vec(),
+            DType::I32 => self
+                .slice::<i32>(&g)
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect(),
+            DType::I64 => self.slice::<i64>(&g).iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    /// A copy of the elements of an `I32` or `I64` storage as `i64`
+    /// (`None` for a float storage).
+    pub(crate) fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        let g = self.read();
+        match self.dtype {
+            DType::I32 => Some(
+                self.slice::<i32>(&g)
+                    .iter()
+                    .map(|&x| i64::from(x))
+                    .collect(),
+            ),
+            DType::I64 => Some(self.slice::<i64>(&g).to_vec()),
+            DType::F32 | DType::F64 => None,
         }
     }
 
     /// Overwrites the elements with those of `other` (same dtype and length).
     pub(crate) fn copy_from(&self, other: &Storage) {
+        fn copy<T: Element>(a: &mut Buffer, b: &Buffer, n: usize) {
+            a.as_mut_slice::<T>()[..n].copy_from_slice(&b.as_slice::<T>()[..n]);
+        }
         let b = other.read();
         let mut a = self.write();
         let n = self.len.min(other.len);
-        match self.dtype {
-            DType::F32 => a.as_mut_slice::<f32>()[..n].copy_from_slice(&b.as_slice::<f32>()[..n]),
-            DType::F64 => a.as_mut_slice::<f64>()[..n].copy_from_slice(&b.as_slice::<f64>()[..n]),
+        // Bits are copied: a same-sized integer type moves any element.
+        match self.dtype.size() {
+            4 => copy::<i32>(&mut a, &b, n),
+            _ => copy::<i64>(&mut a, &b, n),
         }
     }
 
@@ -174,6 +200,8 @@ impl Storage {
         match self.dtype {
             DType::F32 => add(&mut a.as_mut_slice::<f32>()[..n], other.slice::<f32>(&b)),
             DType::F64 => add(&mut a.as_mut_slice::<f64>()[..n], other.slice::<f64>(&b)),
+            DType::I32 => add(&mut a.as_mut_slice::<i32>()[..n], other.slice::<i32>(&b)),
+            DType::I64 => add(&mut a.as_mut_slice::<i64>()[..n], other.slice::<i64>(&b)),
         }
     }
 }

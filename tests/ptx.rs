@@ -99,22 +99,38 @@ fn transcendentals_match_std_within_the_table() {
     let pow_x = log_sweep(1e-6, 1e6, 20001);
     let near_zero: Vec<f64> = sweep(-0.9, 10.0, 20001)
         .into_iter()
-        .chain(log_sweep(1e-300, 1e-3, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain(
+            log_sweep(1e-300, 1e-3, 2001)
+                .into_iter()
+                .flat_map(|x| [x, -x]),
+        )
         .chain([0.0, -0.0, f64::INFINITY, -1.0, f64::NAN])
         .collect();
     let expm1_r: Vec<f64> = sweep(-40.0, 709.0, 20001)
         .into_iter()
-        .chain(log_sweep(1e-300, 1e-3, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain(
+            log_sweep(1e-300, 1e-3, 2001)
+                .into_iter()
+                .flat_map(|x| [x, -x]),
+        )
         .chain([0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
         .collect();
     let atan_r: Vec<f64> = sweep(-5.0, 5.0, 20001)
         .into_iter()
-        .chain(log_sweep(1e-300, 1e300, 4001).into_iter().flat_map(|x| [x, -x]))
+        .chain(
+            log_sweep(1e-300, 1e300, 4001)
+                .into_iter()
+                .flat_map(|x| [x, -x]),
+        )
         .chain([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
         .collect();
     let erf_r: Vec<f64> = sweep(-7.0, 7.0, 20001)
         .into_iter()
-        .chain(log_sweep(1e-300, 1.0, 2001).into_iter().flat_map(|x| [x, -x]))
+        .chain(
+            log_sweep(1e-300, 1.0, 2001)
+                .into_iter()
+                .flat_map(|x| [x, -x]),
+        )
         .chain([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN])
         .collect();
     type Case<'a> = (&'a str, &'a str, &'a [f64], fn(f64) -> f64, f64, f64);

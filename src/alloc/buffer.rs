@@ -96,7 +96,7 @@ impl Buffer {
             return &[];
         }
         // SAFETY: the block is initialised, aligned to 64 ≥ align_of::<T>(),
-        // and every bit pattern is a valid T (sealed: f32, f64).
+        // and every bit pattern is a valid T (sealed: f32, f64, i32, i64).
         unsafe {
             std::slice::from_raw_parts(
                 self.ptr.as_ptr().cast::<T>(),

@@ -14,6 +14,8 @@ pub fn file_name(key_hash: u64, dtype: crate::DType, arch: super::ptx::Arch) -> 
     let d = match dtype {
         crate::DType::F32 => "f32",
         crate::DType::F64 => "f64",
+        crate::DType::I32 => "i32",
+        crate::DType::I64 => "i64",
     };
     format!("{key_hash:016x}-{d}-{}.ptx", arch.target())
 }

@@ -138,6 +138,8 @@ fn dtype_salt(d: DType) -> u64 {
     match d {
         DType::F32 => 0x5151_7A7A_0F0F_3232,
         DType::F64 => 0x0606_4444_A5A5_6464,
+        DType::I32 => 0x1313_2626_3939_4C4C,
+        DType::I64 => 0x2B2B_5656_8181_ACAC,
     }
 }
 

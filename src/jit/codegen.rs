@@ -92,6 +92,9 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
         function: k.name.clone(),
         message: format!("Cranelift could not {what}: {detail}"),
     };
+    if !width.is_float() {
+        return Err(crate::dtype::not_computable(&k.name, width));
+    }
     let isa = host_isa(k.num_regs > LARGE_KERNEL_REGS).map_err(|e| fail("target this host", e))?;
     let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
     for f in MathFn::ALL {
@@ -117,7 +120,8 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
             DType::F32 => types::F32,
-            DType::F64 => types::F64,
+            // Integer widths were refused above.
+            _ => types::F64,
         };
         let mut e = Emitter {
             b,
@@ -359,7 +363,8 @@ impl Emitter<'_> {
     fn fconst(&mut self, c: f64) -> Value {
         match self.width {
             DType::F32 => self.b.ins().f32const(c as f32),
-            DType::F64 => self.b.ins().f64const(c),
+            // Integer widths are refused by `compile`.
+            _ => self.b.ins().f64const(c),
         }
     }
 

@@ -80,6 +80,8 @@ impl MathFn {
     pub(crate) fn symbol(self, width: crate::DType) -> (&'static str, *const u8) {
         use crate::DType::*;
         use MathFn::*;
+        // Kernels compute in f32 or f64 (`codegen::compile` refuses others).
+        let width = if width == F32 { F32 } else { F64 };
         match (self, width) {
             (Exp, F64) => ("tenjin_exp_f64", exp_f64 as *const u8),
             (Log, F64) => ("tenjin_log_f64", log_f64 as *const u8),
@@ -103,6 +105,7 @@ impl MathFn {
             (Sin, F32) => ("tenjin_sin_f32", sin_f32 as *const u8),
             (Cos, F32) => ("tenjin_cos_f32", cos_f32 as *const u8),
             (Pow, F32) => ("tenjin_pow_f32", pow_f32 as *const u8),
+            (_, I32 | I64) => unreachable!("the width was made a float above"),
         }
     }
 }
@@ -242,8 +245,14 @@ mod tests {
                 "expm1",
                 max_rel(&wide, 1e-30, |x| libm_f32::expm1(x), libm::expm1),
             ),
-            ("atan", max_rel(&trig, 1e-30, |x| libm_f32::atan(x), libm::atan)),
-            ("erf", max_rel(&small, 1e-30, |x| libm_f32::erf(x), libm::erf)),
+            (
+                "atan",
+                max_rel(&trig, 1e-30, |x| libm_f32::atan(x), libm::atan),
+            ),
+            (
+                "erf",
+                max_rel(&small, 1e-30, |x| libm_f32::erf(x), libm::erf),
+            ),
         ];
         for (name, err) in cases {
             eprintln!("{name}: max relative error {err:e}");

@@ -29,6 +29,27 @@ const UNARY: &[(&str, &str)] = &[
     ("relu", "max(0, {x})"),
     ("square", "{x} ** 2"),
     ("recip", "1 / {x}"),
+    ("log1p", "log1p ({x})"),
+    ("expm1", "expm1 ({x})"),
+    ("log2", "log ({x}) / 0.6931471805599453"),
+    ("rsqrt", "1 / sqrt ({x})"),
+    ("tan", "sin ({x}) / cos ({x})"),
+    ("atan", "atan ({x})"),
+    // (1 − x)(1 + x) keeps 1 − x² accurate near ±1; |x| > 1 gives NaN.
+    ("asin", "atan ({x} / sqrt ((1 - {x}) * (1 + {x})))"),
+    // expm1 on both sides: no cancellation near 0.
+    ("sinh", "(expm1 ({x}) - expm1 (-{x})) * 0.5"),
+    ("cosh", "(exp ({x}) + exp (-{x})) * 0.5"),
+    ("erf", "erf ({x})"),
+    // PyTorch's default (exact) GELU: x·Φ(x).
+    ("gelu", "0.5 * {x} * (1 + erf ({x} * 0.7071067811865476))"),
+    // PyTorch's `approximate='tanh'`.
+    (
+        "gelu_tanh",
+        "0.5 * {x} * (1 + tanh (0.7978845608028654 * ({x} + 0.044715 * {x} ** 3)))",
+    ),
+    ("silu", "{x} * sigmoid ({x})"),
+    ("floor", "floor ({x})"),
 ];
 
 /// Binary ops with broadcasting: method name and body over `{a}`, `{b}`.
@@ -40,6 +61,12 @@ const BINARY: &[(&str, &str)] = &[
     ("pow", "{a} ** {b}"),
     ("maximum", "max({a}, {b})"),
     ("minimum", "min({a}, {b})"),
+    // The quadrant from the signs; `b = 0` by the sign of `a`; a NaN falls
+    // through to the last branch.
+    (
+        "atan2",
+        "if {{b} > 0} then (atan ({a} / {b})) else (if {{b} < 0} then (if {{a} >= 0} then (atan ({a} / {b}) + 3.141592653589793) else (atan ({a} / {b}) - 3.141592653589793)) else (if {{b} = 0} then (if {{a} > 0} then (1.5707963267948966) else (if {{a} < 0} then (-1.5707963267948966) else (0 * {a}))) else ({a} + {b})))",
+    ),
 ];
 
 /// Operations with a scalar `c`: method name and body over `{x}`, `{c}`.
@@ -150,6 +177,41 @@ impl Tensor {
         self.with_scalar("clamp", &template, hi)
     }
 
+    /// ELU: `x` where `x > 0`, else `alpha · (eˣ − 1)` (PyTorch's `elu`).
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec_f64(vec![-1., 2.], &[2])?;
+    /// let y = x.elu(1.0)?.to_vec_f64()?;
+    /// assert!((y[0] - (-1f64).exp_m1()).abs() < 1e-15 && y[1] == 2.0);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn elu(&self, alpha: f64) -> Result<Tensor, Error> {
+        self.with_scalar(
+            "elu",
+            "if {{x} > 0} then ({x}) else ({c} * expm1 ({x}))",
+            alpha,
+        )
+    }
+
+    /// Softplus `log(1 + e^(βx)) / β`, linear (`x`) where `βx > threshold`
+    /// (PyTorch's `softplus(beta=1, threshold=20)` is `softplus(1.0, 20.0)`).
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec_f64(vec![0., 30.], &[2])?;
+    /// let y = x.softplus(1.0, 20.0)?.to_vec_f64()?;
+    /// assert!((y[0] - 2f64.ln()).abs() < 1e-15 && y[1] == 30.0);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Result<Tensor, Error> {
+        let template =
+            "if {{x} * {beta} > {t}} then ({x}) else (log1p (exp ({x} * {beta})) / {beta})"
+                .replace("{beta}", &lit("softplus", beta)?)
+                .replace("{t}", &lit("softplus", threshold)?);
+        let ix = indices("i", self.rank());
+        let body = template.replace("{x}", &access("x", &ix));
+        apply("softplus", &define("f", &ix, body), &[("x", self)], &[])
+    }
+
     /// `max(x, slope · x)`: leaky ReLU (`slope` < 1).
     pub fn leaky_relu(&self, slope: f64) -> Result<Tensor, Error> {
         self.with_scalar("leaky_relu", "max({x}, {x} * {c})", slope)
@@ -183,6 +245,9 @@ impl Tensor {
 
     fn compare(&self, name: &str, other: &Tensor) -> Result<Tensor, Error> {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        if !self.dtype().is_float() || !other.dtype().is_float() {
+            return self.integer_compare(name, other, &shape);
+        }
         let a = self.detach().broadcast_to(&shape)?;
         let b = other.detach().broadcast_to(&shape)?;
         let ix = indices("i", shape.len());
@@ -236,6 +301,20 @@ table_methods!(unary() {
     relu: "`max(x, 0)` element-wise.\n\n```\nlet x = tenjin::Tensor::from_vec(vec![-1., 2.], &[2])?;\nassert_eq!(x.relu()?.to_vec()?, vec![0., 2.]);\n# Ok::<(), tenjin::Error>(())\n```",
     square: "`x²` element-wise.",
     recip: "`1 / x` element-wise.",
+    log1p: "`log(1 + x)` element-wise, accurate near 0.\n\n```\nlet x = tenjin::Tensor::from_vec_f64(vec![1e-20], &[1])?;\nassert_eq!(x.log1p()?.to_vec_f64()?, vec![1e-20]);\n# Ok::<(), tenjin::Error>(())\n```",
+    expm1: "`eˣ − 1` element-wise, accurate near 0.",
+    log2: "Base-2 logarithm element-wise.",
+    rsqrt: "`1 / √x` element-wise.",
+    tan: "`tan(x)` element-wise.",
+    atan: "`atan(x)` element-wise.",
+    asin: "`asin(x)` element-wise (NaN outside [−1, 1]).",
+    sinh: "`sinh(x)` element-wise.",
+    cosh: "`cosh(x)` element-wise.",
+    erf: "The error function element-wise.",
+    gelu: "GELU `x·Φ(x) = x·(1 + erf(x/√2))/2` (PyTorch's default, exact).\n\n```\nlet x = tenjin::Tensor::from_vec_f64(vec![0., 1.], &[2])?;\nlet y = x.gelu()?.to_vec_f64()?;\nassert!(y[0] == 0.0 && (y[1] - 0.8413447460685429).abs() < 1e-15);\n# Ok::<(), tenjin::Error>(())\n```",
+    gelu_tanh: "GELU with PyTorch's `approximate='tanh'`.",
+    silu: "SiLU (swish) `x · sigmoid(x)`.",
+    floor: "Rounds down element-wise; its gradient is zero.",
 });
 
 table_methods!(binary(other: &Tensor) {
@@ -246,6 +325,7 @@ table_methods!(binary(other: &Tensor) {
     pow: "`a ** b` with broadcasting.",
     maximum: "`max(a, b)` with broadcasting (ties send the gradient to `a`).",
     minimum: "`min(a, b)` with broadcasting (ties send the gradient to `a`).",
+    atan2: "`atan2(a, b)`: the angle of the point `(b, a)`, in (−π, π], with broadcasting.\n\n```\nuse tenjin::Tensor;\nlet y = Tensor::from_vec_f64(vec![1., -1.], &[2])?;\nlet x = Tensor::from_vec_f64(vec![-1., 0.], &[2])?;\nlet a = y.atan2(&x)?.to_vec_f64()?;\nassert!((a[0] - 0.75 * std::f64::consts::PI).abs() < 1e-15);\nassert_eq!(a[1], -std::f64::consts::FRAC_PI_2);\n# Ok::<(), tenjin::Error>(())\n```",
 });
 
 table_methods!(compare(other: &Tensor) {

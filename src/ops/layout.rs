@@ -61,6 +61,9 @@ impl Tensor {
 
     /// As [`Tensor::contiguous`], never recorded.
     pub(crate) fn contiguous_detached(&self) -> Result<Tensor, Error> {
+        if !self.dtype().is_float() {
+            return self.integer_contiguous();
+        }
         self.detach().contiguous() // a constant: nothing is recorded
     }
 }

@@ -27,6 +27,7 @@ fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Er
     match dtype {
         DType::F64 => Tensor::from_vec_f64(v, &shape),
         DType::F32 => Tensor::from_vec(v.into_iter().map(|x| x as f32).collect(), &shape),
+        d => Err(crate::dtype::not_computable("cross_entropy", d)),
     }
 }
 

@@ -14,8 +14,16 @@ mod formula;
 mod layout;
 mod linalg;
 mod loss;
+mod normalization;
+mod pointwise_loss;
 mod reduce;
 mod shape;
+mod statistics;
+mod triangle;
+
+pub(crate) use normalization::normalize;
+pub use pointwise_loss::LossReduction;
+pub use statistics::Norm;
 
 pub use custom::{index_fn, index_fn_with_sizes};
 
@@ -258,6 +266,9 @@ fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::DType, Erro
         .first()
         .map(|(_, t)| t.dtype())
         .unwrap_or(crate::DType::F32);
+    if let Some((_, t)) = args.iter().find(|(_, t)| !t.dtype().is_float()) {
+        return Err(crate::dtype::not_computable(op, t.dtype()));
+    }
     if let Some((name, t)) = args.iter().find(|(_, t)| t.dtype() != first) {
         let all: Vec<String> = args
             .iter()

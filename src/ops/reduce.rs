@@ -9,7 +9,7 @@ use crate::tensor::Tensor;
 use crate::Error;
 
 /// The index text of a reduction of `shape` over `dims`.
-struct Reduction {
+pub(super) struct Reduction {
     /// Output indices (`i0; j1; i2` with `j1` a kept size-1 dimension).
     out: Vec<String>,
     /// Per input dimension: the index it is read at, and whether that is
@@ -23,7 +23,12 @@ struct Reduction {
 }
 
 impl Reduction {
-    fn new(op: &str, shape: &[usize], dims: &[usize], keepdim: bool) -> Result<Reduction, Error> {
+    pub(super) fn new(
+        op: &str,
+        shape: &[usize],
+        dims: &[usize],
+        keepdim: bool,
+    ) -> Result<Reduction, Error> {
         let mut reduced_dims = vec![false; shape.len()];
         for &d in dims {
             if d >= shape.len() {
@@ -72,7 +77,7 @@ impl Reduction {
 
     /// `x[…]` with the reduced dimensions read through their variables,
     /// suffixed by `suffix` (so several reductions can sit in one body).
-    fn access(&self, suffix: &str) -> String {
+    pub(super) fn access(&self, suffix: &str) -> String {
         let index: Vec<String> = self
             .index
             .iter()
@@ -86,22 +91,22 @@ impl Reduction {
 
     /// `body` reduced by `op` over every reduced dimension (variables
     /// suffixed by `suffix`).
-    fn nest(&self, op: &str, suffix: &str, body: String) -> String {
+    pub(super) fn nest(&self, op: &str, suffix: &str, body: String) -> String {
         self.reduced.iter().rev().fold(body, |body, (k, n)| {
             formula::reduce(op, format!("{k}{suffix}"), 0, *n as i64 - 1, body)
         })
     }
 
     /// `op{k…}(x[…])` over every reduced dimension.
-    fn wrap(&self, op: &str, suffix: &str) -> String {
+    pub(super) fn wrap(&self, op: &str, suffix: &str) -> String {
         self.nest(op, suffix, self.access(suffix))
     }
 
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.reduced.iter().map(|(_, n)| n).product()
     }
 
-    fn run(&self, op: &str, x: &Tensor, body: &str) -> Result<Tensor, Error> {
+    pub(super) fn run(&self, op: &str, x: &Tensor, body: &str) -> Result<Tensor, Error> {
         let sizes = formula::size_refs(&self.sizes);
         let t = apply(
             op,
@@ -114,7 +119,7 @@ impl Reduction {
     }
 }
 
-fn all_dims(x: &Tensor) -> Vec<usize> {
+pub(super) fn all_dims(x: &Tensor) -> Vec<usize> {
     (0..x.rank()).collect()
 }
 

@@ -218,6 +218,7 @@ impl Scalars {
         let slots = match dtype {
             DType::F32 => &mut self.f32,
             DType::F64 => &mut self.f64,
+            d => return Err(crate::dtype::not_computable("optimizer", d)),
         };
         if slots.is_empty() {
             for &(_, len) in self.layout {
@@ -253,6 +254,7 @@ impl Scalars {
                     }
                 }
                 DType::F64 => b.as_mut_slice::<f64>()[..len].copy_from_slice(v),
+                d => return Err(crate::dtype::not_computable("optimizer", d)),
             }
         }
         Ok(())
@@ -263,6 +265,7 @@ impl Scalars {
         let slots = match dtype {
             DType::F32 => &self.f32,
             DType::F64 => &self.f64,
+            _ => return None,
         };
         let k = self.layout.iter().position(|(n, _)| *n == name)?;
         slots.get(k)

@@ -43,6 +43,8 @@ impl Tensor {
             match dtype {
                 DType::F32 => fill(&mut b.as_mut_slice::<f32>()[..n], &mut value),
                 DType::F64 => fill(&mut b.as_mut_slice::<f64>()[..n], &mut value),
+                DType::I32 => fill(&mut b.as_mut_slice::<i32>()[..n], &mut value),
+                DType::I64 => fill(&mut b.as_mut_slice::<i64>()[..n], &mut value),
             }
         }
         Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
@@ -156,9 +158,12 @@ impl Tensor {
     pub fn rand(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor, Error> {
         let mut rng = SplitMix64::new(seed);
         // f32 gets 24 random bits, so no value rounds up to 1.
+        if !dtype.is_float() {
+            return Err(crate::dtype::not_computable("rand", dtype));
+        }
         let draw = |r: &mut SplitMix64| match dtype {
             DType::F32 => (r.next_u64() >> 40) as f64 / (1u64 << 24) as f64,
-            DType::F64 => r.uniform(),
+            _ => r.uniform(),
         };
         Tensor::from_f64_fn("rand", shape, dtype, |_| draw(&mut rng))
     }
@@ -185,6 +190,9 @@ impl Tensor {
 
     /// The elements in row-major order, as f64.
     pub fn to_vec_f64(&self) -> Result<Vec<f64>, Error> {
+        if !self.dtype().is_float() {
+            return Ok(self.to_vec_i64()?.into_iter().map(|x| x as f64).collect());
+        }
         Ok(self.contiguous_detached()?.dense_storage()?.to_f64_vec())
     }
 
@@ -211,16 +219,18 @@ impl Tensor {
 
     /// The data converted to `dtype`, as a new constant tensor (conversion
     /// is not recorded on the trace: convert before `requires_grad`).
+    /// Floats become integers by rounding toward zero, as PyTorch's
+    /// `.long()`.
     ///
     /// ```
     /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::from_vec(vec![0.5, 1.5], &[2])?.to_dtype(DType::F64)?;
+    /// let x = Tensor::from_vec(vec![0.5, -1.5], &[2])?.to_dtype(DType::F64)?;
     /// assert_eq!(x.dtype(), DType::F64);
+    /// assert_eq!(x.to_dtype(DType::I64)?.to_vec_i64()?, vec![0, -1]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor, Error> {
-        let v = self.to_vec_f64()?;
-        Tensor::from_f64_fn("to_dtype", self.shape(), dtype, |i| v[i])
+        self.convert(dtype)
     }
 }
 

@@ -8,6 +8,7 @@
 //! derivative comes from [`crate::symbolic`].
 
 mod create;
+mod integer;
 mod tape;
 pub(crate) mod view;
 

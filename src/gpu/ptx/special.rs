@@ -130,11 +130,29 @@ pub(crate) fn atan(a: &mut Asm, x: R) -> R {
     let two_ax = add(a, ax, ax);
     let ranges: [(f64, R, R, f64, f64); 4] = [
         // below, numerator, denominator, hi, lo (from the widest range in)
-        (0.6875, sub(a, two_ax, f64_lit(1.0)), add(a, f64_lit(2.0), ax), ATAN_HI[0], ATAN_LO[0]),
-        (1.1875, sub(a, ax, f64_lit(1.0)), add(a, ax, f64_lit(1.0)), ATAN_HI[1], ATAN_LO[1]),
+        (
+            0.6875,
+            sub(a, two_ax, f64_lit(1.0)),
+            add(a, f64_lit(2.0), ax),
+            ATAN_HI[0],
+            ATAN_LO[0],
+        ),
+        (
+            1.1875,
+            sub(a, ax, f64_lit(1.0)),
+            add(a, ax, f64_lit(1.0)),
+            ATAN_HI[1],
+            ATAN_LO[1],
+        ),
         {
             let s = mul(a, f64_lit(1.5), ax);
-            (2.4375, sub(a, ax, f64_lit(1.5)), add(a, f64_lit(1.0), s), ATAN_HI[2], ATAN_LO[2])
+            (
+                2.4375,
+                sub(a, ax, f64_lit(1.5)),
+                add(a, f64_lit(1.0), s),
+                ATAN_HI[2],
+                ATAN_LO[2],
+            )
         },
         (f64::INFINITY, a.f64_const(-1.0), ax, ATAN_HI[3], ATAN_LO[3]),
     ];

@@ -55,6 +55,7 @@ impl<'k> Emitter<'k> {
         let (w, sfx, size) = match dtype {
             DType::F32 => (Ty::F32, "f32", 4),
             DType::F64 => (Ty::F64, "f64", 8),
+            d => return Err(format!("kernels compute in F32 or F64, not {d:?}")),
         };
         let mut a = Asm::new(k.num_ivars, (w, k.num_regs));
         let out = a.reg(Ty::B64);
