@@ -777,6 +777,140 @@ fn index_fn_cases(g: &mut Gen) -> Vec<Case> {
     ]
 }
 
+/// The everyday ops of issue 12: element-wise functions, statistics,
+/// triangles, layer norm and the pointwise losses.
+fn everyday_cases(g: &mut Gen) -> Vec<Case> {
+    use tenjin::{LossReduction, Norm};
+    let mut out = Vec::new();
+    type U = fn(&Tensor) -> Result<Tensor, Error>;
+    let smooth: &[(&str, U)] = &[
+        ("expm1", Tensor::expm1),
+        ("tan", Tensor::tan),
+        ("atan", Tensor::atan),
+        ("sinh", Tensor::sinh),
+        ("cosh", Tensor::cosh),
+        ("erf", Tensor::erf),
+        ("gelu", Tensor::gelu),
+        ("gelu_tanh", Tensor::gelu_tanh),
+        ("silu", Tensor::silu),
+        ("asin", |x| x.mul_scalar(0.8)?.asin()),
+        ("log1p", |x| x.mul_scalar(0.5)?.log1p()),
+    ];
+    let positive: &[(&str, U)] = &[("log2", Tensor::log2), ("rsqrt", Tensor::rsqrt)];
+    for &(name, f) in smooth {
+        let s = g.shape(0..=3);
+        out.push(case(name, vec![g.normal(&s)], move |t| f(&t[0])));
+    }
+    for &(name, f) in positive {
+        let s = g.shape(0..=3);
+        out.push(case(name, vec![g.positive(&s)], move |t| f(&t[0])));
+    }
+    let s = g.shape(1..=3);
+    out.push(case(
+        "floor",
+        vec![g.avoiding(&s, &[-1.0, 0.0, 1.0])],
+        |t| t[0].floor(),
+    ));
+    out.push(case("elu", vec![g.avoiding(&s, &[0.0])], |t| t[0].elu(0.7)));
+    out.push(case("softplus", vec![g.normal(&s)], |t| {
+        t[0].softplus(1.0, 20.0)
+    }));
+    out.push(case(
+        "softplus beta 2 threshold 1",
+        vec![g.avoiding(&s, &[0.5])],
+        |t| t[0].softplus(2.0, 1.0),
+    ));
+    let b = g.broadcastable(&s);
+    out.push(case(
+        "atan2",
+        vec![g.normal(&s), g.avoiding(&b, &[0.0])],
+        |t| t[0].atan2(&t[1]),
+    ));
+    // Statistics over one or more dimensions.
+    let s = g.shape(1..=3);
+    let dims = g.dims(s.len());
+    let keep = g.bool();
+    if s.iter()
+        .enumerate()
+        .filter(|(d, _)| dims.contains(d))
+        .map(|(_, &n)| n)
+        .product::<usize>()
+        > 1
+    {
+        let d1 = dims.clone();
+        out.push(case("var", vec![g.normal(&s)], move |t| {
+            t[0].var(&d1, 1, keep)
+        }));
+        let d2 = dims.clone();
+        out.push(case("std", vec![g.normal(&s)], move |t| {
+            t[0].std(&d2, 0, keep)
+        }));
+    }
+    let d3 = dims.clone();
+    out.push(case("norm p=2", vec![g.positive(&s)], move |t| {
+        t[0].norm(Norm::P(2.0), &d3, keep)
+    }));
+    let d4 = dims.clone();
+    out.push(case("norm p=1", vec![g.avoiding(&s, &[0.0])], move |t| {
+        t[0].norm(Norm::P(1.0), &d4, keep)
+    }));
+    let d5 = dims.clone();
+    out.push(case("norm p=3", vec![g.positive(&s)], move |t| {
+        t[0].norm(Norm::P(3.0), &d5, keep)
+    }));
+    let d6 = dims.clone();
+    out.push(case("norm inf", vec![g.distinct(&s, 2.0)], move |t| {
+        t[0].norm(Norm::Inf, &d6, keep)
+    }));
+    let dim = g.dim(0..=s.len() - 1);
+    out.push(case("prod", vec![g.normal(&s)], move |t| {
+        t[0].prod(dim, keep)
+    }));
+    out.push(case("cumsum", vec![g.normal(&s)], move |t| {
+        t[0].cumsum(dim)
+    }));
+    // Triangles and layer norm.
+    let m = g.shape(2..=3);
+    let k = g.dim(0..=2) as i64 - 1;
+    out.push(case("tril", vec![g.normal(&m)], move |t| t[0].tril(k)));
+    out.push(case("triu", vec![g.normal(&m)], move |t| t[0].triu(k)));
+    let x = g.shape(2..=3);
+    let inner = x[x.len() - 1..].to_vec();
+    if inner[0] > 1 {
+        out.push(case(
+            "layer_norm",
+            vec![g.normal(&x), g.normal(&inner), g.normal(&inner)],
+            |t| t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
+        ));
+    }
+    // Losses, each reduction.
+    let s = g.shape(1..=3);
+    for (name, r) in [
+        ("mean", LossReduction::Mean),
+        ("sum", LossReduction::Sum),
+        ("none", LossReduction::None),
+    ] {
+        let (p, y) = (g.normal(&s), g.normal(&s).mul_scalar(0.25).unwrap());
+        out.push(case(
+            format!("l1_loss {name}"),
+            vec![p.clone(), y.clone()],
+            move |t| t[0].l1_loss(&t[1], r),
+        ));
+        out.push(case(
+            format!("smooth_l1_loss {name}"),
+            vec![g.avoiding(&s, &[]), y.clone()],
+            move |t| t[0].smooth_l1_loss(&t[1], 0.5, r),
+        ));
+        let probs = g.positive(&s).mul_scalar(0.5).unwrap();
+        out.push(case(
+            format!("bce_with_logits {name}"),
+            vec![g.normal(&s), probs],
+            move |t| t[0].binary_cross_entropy_with_logits(&t[1], r),
+        ));
+    }
+    out
+}
+
 fn all_cases(g: &mut Gen) -> Vec<Case> {
     let mut out = Vec::new();
     for f in [
@@ -791,6 +925,7 @@ fn all_cases(g: &mut Gen) -> Vec<Case> {
         conv_cases,
         loss_cases,
         index_fn_cases,
+        everyday_cases,
     ] {
         out.extend(f(g));
     }
@@ -824,6 +959,7 @@ gradcheck_family! {
     gradcheck_conv_pool: conv_cases,
     gradcheck_losses: loss_cases,
     gradcheck_index_fn: index_fn_cases,
+    gradcheck_everyday_ops: everyday_cases,
 }
 
 /// Second derivatives of every op: its recorded gradient (built with
@@ -876,6 +1012,7 @@ gradgradcheck_family! {
     gradgradcheck_conv_pool: conv_cases,
     gradgradcheck_losses: loss_cases,
     gradgradcheck_index_fn: index_fn_cases,
+    gradgradcheck_everyday_ops: everyday_cases,
 }
 
 /// Forward mode on every op: `jvp` (each op's tangent function, one pass)

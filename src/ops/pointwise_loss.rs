@@ -27,10 +27,12 @@ const POINTWISE: &[(&str, &str)] = &[
         "smooth_l1_loss",
         "if {abs ({x} - {y}) < {beta}} then (0.5 * ({x} - {y}) ** 2 / {beta}) else (abs ({x} - {y}) - 0.5 * {beta})",
     ),
-    // max(x, 0) − x·y + log(1 + e^(−|x|)): stable for any logit.
+    // max(x, 0) − x·y + log(1 + e^(−|x|)), stable for any logit, written
+    // per sign so that each branch's derivative is exactly σ(x) − y (the
+    // `max`/`abs` form would send 1/2 too much at x = 0).
     (
         "binary_cross_entropy_with_logits",
-        "max({x}, 0) - {x} * {y} + log1p (exp (-abs ({x})))",
+        "if {{x} >= 0} then ((1 - {y}) * {x} + log1p (exp (-{x}))) else (log1p (exp ({x})) - {x} * {y})",
     ),
 ];
 
@@ -126,7 +128,8 @@ impl Tensor {
     }
 
     /// Binary cross-entropy of logits `x` against probabilities `y`:
-    /// `max(x, 0) − x·y + log(1 + e^(−|x|))`, stable for any logit
+    /// `max(x, 0) − x·y + log(1 + e^(−|x|))`, stable for any logit, with the
+    /// gradient `σ(x) − y` everywhere
     /// (PyTorch's `binary_cross_entropy_with_logits`).
     ///
     /// ```

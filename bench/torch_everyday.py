@@ -1,0 +1,76 @@
+"""Reference values for tests/everyday_ops_vs_torch.rs: each op's forward
+value and the gradient of sum(f(x) * w) w.r.t. every input, computed by
+PyTorch in float64. Run once with the venv of ../shared/bench/setup.sh:
+
+    $(../shared/bench/setup.sh) bench/torch_everyday.py > tests/data/torch_everyday.txt
+"""
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+n = torch.arange(12, dtype=torch.float64)
+X = (torch.sin(n * 1.3) * 1.5).reshape(3, 4)          # signs mixed
+P = (torch.sin(n * 0.7) * 0.4 + 1.0).reshape(3, 4)     # positive
+U = (torch.sin(n * 1.1) * 0.8).reshape(3, 4)           # inside (-1, 1)
+Y = (torch.cos(n * 0.9) * 0.7).reshape(3, 4)           # a second operand
+T = (torch.sin(n * 0.5) * 0.5 + 0.5).reshape(3, 4)     # probabilities
+W = (torch.cos(n) * 0.5 + 1.0).reshape(3, 4)           # the cotangent
+G = torch.tensor([0.5, -1.0, 2.0, 1.5])                # layer-norm weight
+B = torch.tensor([0.1, 0.2, -0.3, 0.0])                # layer-norm bias
+
+cases = {
+    "log1p": ([P], lambda x: torch.log1p(x)),
+    "expm1": ([X], lambda x: torch.expm1(x)),
+    "log2": ([P], lambda x: torch.log2(x)),
+    "rsqrt": ([P], lambda x: torch.rsqrt(x)),
+    "tan": ([U], lambda x: torch.tan(x)),
+    "atan": ([X], lambda x: torch.atan(x)),
+    "asin": ([U], lambda x: torch.asin(x)),
+    "sinh": ([X], lambda x: torch.sinh(x)),
+    "cosh": ([X], lambda x: torch.cosh(x)),
+    "erf": ([X], lambda x: torch.erf(x)),
+    "gelu": ([X], lambda x: F.gelu(x)),
+    "gelu_tanh": ([X], lambda x: F.gelu(x, approximate="tanh")),
+    "silu": ([X], lambda x: F.silu(x)),
+    "softplus": ([X], lambda x: F.softplus(x)),
+    "softplus_beta2_threshold1": ([X], lambda x: F.softplus(x, beta=2.0, threshold=1.0)),
+    "elu": ([X], lambda x: F.elu(x, alpha=0.7)),
+    "floor": ([X], lambda x: torch.floor(x)),
+    "atan2": ([X, Y], lambda a, b: torch.atan2(a, b)),
+    "prod_dim1": ([X], lambda x: torch.prod(x, 1)),
+    "var_dim1": ([X], lambda x: torch.var(x, 1)),
+    "std_dim0_biased": ([X], lambda x: torch.std(x, 0, correction=0)),
+    "norm2_dim1": ([X], lambda x: torch.linalg.vector_norm(x, 2, dim=1)),
+    "norm1_dim1": ([X], lambda x: torch.linalg.vector_norm(x, 1, dim=1)),
+    "norm3_all": ([P], lambda x: torch.linalg.vector_norm(x, 3)),
+    "cumsum_dim1": ([X], lambda x: torch.cumsum(x, 1)),
+    "tril_0": ([X], lambda x: torch.tril(x)),
+    "triu_1": ([X], lambda x: torch.triu(x, 1)),
+    "layer_norm": ([X, G, B], lambda x, g, b: F.layer_norm(x, (4,), g, b, 1e-5)),
+    "l1_loss": ([X, Y], lambda a, b: F.l1_loss(a, b)),
+    "smooth_l1_loss_beta0.5": ([X, Y], lambda a, b: F.smooth_l1_loss(a, b, beta=0.5)),
+    "bce_with_logits": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b)),
+    "bce_with_logits_sum": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="sum")),
+}
+
+
+def line(tag, t):
+    t = t.detach().reshape(-1)
+    print(tag, " ".join(repr(v) for v in t.tolist()))
+
+
+print(f"# torch {torch.__version__}, float64")
+for name, (inputs, f) in cases.items():
+    xs = [x.clone().requires_grad_(True) for x in inputs]
+    out = f(*xs)
+    w = W if out.shape == W.shape else torch.ones_like(out) * 0.75
+    (out * w).sum().backward()
+    print("case", name)
+    for k, x in enumerate(xs):
+        line(f"in{k} {list(x.shape)}".replace(" ", ""), x)
+    line(f"out {list(out.shape)}".replace(" ", "").replace("out", "out "), out)
+    for k, x in enumerate(xs):
+        line(f"grad{k}", x.grad)
+print("case argmax_dim1")
+line("in0[3,4]", X)
+line("out [3]", torch.argmax(X, 1).double())

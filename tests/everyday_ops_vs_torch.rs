@@ -1,0 +1,163 @@
+//! The everyday ops against PyTorch's own values: each op's forward value
+//! and the gradient of `sum(f(x) · w)` for every input, in f64, from
+//! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
+//! with the venv of `../shared/bench/setup.sh`; no Python needed here).
+
+use tenjin::{DType, Error, LossReduction, Norm, Tensor};
+
+struct Case {
+    name: String,
+    inputs: Vec<(Vec<usize>, Vec<f64>)>,
+    out: (Vec<usize>, Vec<f64>),
+    grads: Vec<Vec<f64>>,
+}
+
+fn shape_and_values(rest: &str) -> (Vec<usize>, Vec<f64>) {
+    let rest = rest.trim();
+    let (shape, values) = rest.split_at(rest.find(']').expect("a shape") + 1);
+    let shape = shape
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().expect("a dimension"))
+        .collect();
+    (shape, values_of(values))
+}
+
+fn values_of(s: &str) -> Vec<f64> {
+    s.split_whitespace()
+        .map(|v| match v {
+            "nan" => f64::NAN,
+            "inf" => f64::INFINITY,
+            "-inf" => f64::NEG_INFINITY,
+            v => v.parse().expect("a number"),
+        })
+        .collect()
+}
+
+fn cases() -> Vec<Case> {
+    let text = include_str!("data/torch_everyday.txt");
+    let mut out: Vec<Case> = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        if let Some(name) = line.strip_prefix("case ") {
+            out.push(Case {
+                name: name.to_string(),
+                inputs: vec![],
+                out: (vec![], vec![]),
+                grads: vec![],
+            });
+            continue;
+        }
+        let c = out.last_mut().expect("a case first");
+        if let Some(rest) = line.strip_prefix("in") {
+            c.inputs.push(shape_and_values(&rest[1..]));
+        } else if let Some(rest) = line.strip_prefix("out ") {
+            let (shape, values) = if rest.trim_start().starts_with('[') {
+                shape_and_values(rest)
+            } else {
+                (vec![], values_of(rest))
+            };
+            c.out = (shape, values);
+        } else if let Some(rest) = line.strip_prefix("grad") {
+            c.grads.push(values_of(&rest[1..]));
+        }
+    }
+    out
+}
+
+/// The tenjin op of a case.
+fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
+    let r = LossReduction::Mean;
+    match name {
+        "log1p" => t[0].log1p(),
+        "expm1" => t[0].expm1(),
+        "log2" => t[0].log2(),
+        "rsqrt" => t[0].rsqrt(),
+        "tan" => t[0].tan(),
+        "atan" => t[0].atan(),
+        "asin" => t[0].asin(),
+        "sinh" => t[0].sinh(),
+        "cosh" => t[0].cosh(),
+        "erf" => t[0].erf(),
+        "gelu" => t[0].gelu(),
+        "gelu_tanh" => t[0].gelu_tanh(),
+        "silu" => t[0].silu(),
+        "softplus" => t[0].softplus(1.0, 20.0),
+        "softplus_beta2_threshold1" => t[0].softplus(2.0, 1.0),
+        "elu" => t[0].elu(0.7),
+        "floor" => t[0].floor(),
+        "atan2" => t[0].atan2(&t[1]),
+        "prod_dim1" => t[0].prod(1, false),
+        "var_dim1" => t[0].var(&[1], 1, false),
+        "std_dim0_biased" => t[0].std(&[0], 0, false),
+        "norm2_dim1" => t[0].norm(Norm::P(2.0), &[1], false),
+        "norm1_dim1" => t[0].norm(Norm::P(1.0), &[1], false),
+        "norm3_all" => t[0].norm(Norm::P(3.0), &[0, 1], false),
+        "cumsum_dim1" => t[0].cumsum(1),
+        "tril_0" => t[0].tril(0),
+        "triu_1" => t[0].triu(1),
+        "layer_norm" => t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
+        "l1_loss" => t[0].l1_loss(&t[1], r),
+        "smooth_l1_loss_beta0.5" => t[0].smooth_l1_loss(&t[1], 0.5, r),
+        "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
+        "bce_with_logits_sum" => t[0].binary_cross_entropy_with_logits(&t[1], LossReduction::Sum),
+        "argmax_dim1" => t[0].argmax(1, false),
+        other => panic!("no tenjin op for the reference case {other}"),
+    }
+}
+
+fn close(what: &str, got: &[f64], want: &[f64]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} values, PyTorch {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-14 + 1e-12 * w.abs();
+        if !ok {
+            return Err(format!("{what}[{k}]: {g:e}, PyTorch {w:e}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_new_op_matches_pytorch_values_and_gradients_in_f64() -> Result<(), Error> {
+    let cases = cases();
+    assert!(cases.len() >= 30, "{} reference cases", cases.len());
+    let mut failures = Vec::new();
+    for c in &cases {
+        let inputs: Vec<Tensor> = c
+            .inputs
+            .iter()
+            .map(|(s, v)| Ok(Tensor::from_vec_f64(v.clone(), s)?.requires_grad()))
+            .collect::<Result<_, Error>>()?;
+        let y = op(&c.name, &inputs)?;
+        if let Err(e) = close(&c.name, &y.to_vec_f64()?, &c.out.1) {
+            failures.push(e);
+            continue;
+        }
+        assert_eq!(y.shape(), &c.out.0[..], "{}", c.name);
+        if c.grads.is_empty() {
+            continue;
+        }
+        // PyTorch's cotangent: w where the output has w's shape, else 0.75.
+        let n: Vec<f64> = (0..12).map(|k| (k as f64).cos() * 0.5 + 1.0).collect();
+        let w = if y.shape() == [3, 4] {
+            Tensor::from_vec_f64(n, &[3, 4])?
+        } else {
+            Tensor::full(y.shape(), 0.75, DType::F64)?
+        };
+        y.mul(&w)?.sum()?.backward()?;
+        for (k, (x, want)) in inputs.iter().zip(&c.grads).enumerate() {
+            let g = x.grad().expect("a gradient").to_vec_f64()?;
+            if let Err(e) = close(&format!("{} grad{k}", c.name), &g, want) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    Ok(())
+}
