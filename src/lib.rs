@@ -69,6 +69,7 @@ mod ops;
 pub mod optim;
 #[doc(hidden)]
 pub mod planner;
+pub mod safetensors;
 mod storage;
 pub mod symbolic;
 mod tensor;

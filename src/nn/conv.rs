@@ -193,4 +193,10 @@ impl Module for Conv2d {
             .chain(self.bias.clone())
             .collect()
     }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        std::iter::once(("weight".to_string(), self.weight.clone()))
+            .chain(self.bias.clone().map(|b| ("bias".to_string(), b)))
+            .collect()
+    }
 }

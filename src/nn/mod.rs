@@ -35,10 +35,12 @@ mod activation;
 mod conv;
 pub mod init;
 mod linear;
+mod norm;
 
 pub use activation::{Flatten, Lambda, ReLU, Sigmoid, Tanh};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use linear::Linear;
+pub use norm::{BatchNorm, LayerNorm};
 
 use crate::{Error, Tensor};
 
@@ -53,6 +55,92 @@ pub trait Module {
     fn parameters(&self) -> Vec<Tensor> {
         Vec::new()
     }
+
+    /// The parameters with PyTorch's names (`weight`, `bias`; `0.weight`
+    /// inside a [`Sequential`]). The default numbers them `0, 1, …`.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let params = self.parameters();
+        params
+            .into_iter()
+            .enumerate()
+            .map(|(k, p)| (k.to_string(), p))
+            .collect()
+    }
+
+    /// State that is not trained by gradients but saved with the model
+    /// (a batch norm's running statistics), named as PyTorch names it.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// Parameters and buffers by name: what [`crate::safetensors::save`]
+    /// writes and [`Module::load_state_dict`] reads.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.named_parameters();
+        out.extend(self.named_buffers());
+        out
+    }
+
+    /// Copies `state` into this module's parameters and buffers, in place
+    /// (tensors sharing them see the new values). Strict, as PyTorch's
+    /// default: every entry of [`Module::state_dict`] must be present with
+    /// its shape, and no other name; values are converted to each
+    /// parameter's dtype. On an error nothing has been changed.
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module};
+    /// use tenjin::{DType, Tensor};
+    /// let a = Linear::new(3, 2, 0)?;
+    /// let b = Linear::new(3, 2, 1)?;
+    /// b.load_state_dict(&a.state_dict())?;
+    /// let x = Tensor::ones(&[1, 3], DType::F32)?;
+    /// assert_eq!(b.forward(&x)?.to_vec()?, a.forward(&x)?.to_vec()?);
+    /// assert!(b.load_state_dict(&[]).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    fn load_state_dict(&self, state: &[(String, Tensor)]) -> Result<(), Error> {
+        load_into(&self.state_dict(), state)
+    }
+}
+
+/// Checks every pair of `(own, given)` first, then copies: all or nothing.
+pub(crate) fn load_into(own: &[(String, Tensor)], state: &[(String, Tensor)]) -> Result<(), Error> {
+    let err = |message: String| Error::Invalid {
+        function: "load_state_dict".into(),
+        message,
+    };
+    if let Some((name, _)) = state.iter().find(|(n, _)| !own.iter().any(|(m, _)| m == n)) {
+        let known: Vec<&str> = own.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(err(format!(
+            "unexpected key `{name}` (the module has {known:?})"
+        )));
+    }
+    let mut pairs = Vec::with_capacity(own.len());
+    for (name, target) in own {
+        let Some((_, value)) = state.iter().find(|(n, _)| n == name) else {
+            return Err(err(format!("missing key `{name}`")));
+        };
+        if value.shape() != target.shape() {
+            return Err(err(format!(
+                "`{name}`: the module's tensor has shape {:?}, the state's {:?}",
+                target.shape(),
+                value.shape()
+            )));
+        }
+        if target.is_view() {
+            return Err(err(format!(
+                "`{name}` is a view; only dense tensors can be loaded into"
+            )));
+        }
+        pairs.push((target, value.to_dtype(target.dtype())?));
+    }
+    for (target, value) in pairs {
+        target
+            .storage_and_origin()
+            .0
+            .copy_from(value.storage_and_origin().0);
+    }
+    Ok(())
 }
 
 impl<M: Module + ?Sized> Module for Box<M> {
@@ -63,6 +151,14 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn parameters(&self) -> Vec<Tensor> {
         (**self).parameters()
     }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        (**self).named_parameters()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).named_buffers()
+    }
 }
 
 impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
@@ -72,6 +168,14 @@ impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
 
     fn parameters(&self) -> Vec<Tensor> {
         (**self).parameters()
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        (**self).named_parameters()
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).named_buffers()
     }
 }
 
@@ -145,6 +249,31 @@ impl Module for Sequential {
             if !out.iter().any(|q| same_tensor(q, &p)) {
                 out.push(p);
             }
+        }
+        out
+    }
+
+    /// `{layer index}.{name}`, each shared parameter once (its first name).
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = Vec::new();
+        for (k, l) in self.layers.iter().enumerate() {
+            for (n, p) in l.named_parameters() {
+                if !out.iter().any(|(_, q)| same_tensor(q, &p)) {
+                    out.push((format!("{k}.{n}"), p));
+                }
+            }
+        }
+        out
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for (k, l) in self.layers.iter().enumerate() {
+            out.extend(
+                l.named_buffers()
+                    .into_iter()
+                    .map(|(n, b)| (format!("{k}.{n}"), b)),
+            );
         }
         out
     }
