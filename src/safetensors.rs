@@ -75,7 +75,9 @@ fn bytes_of(t: &Tensor) -> Result<Bytes, Error> {
 }
 
 /// Writes `tensors` to `path` (views are written as their elements, in
-/// row-major order). Names must be distinct.
+/// row-major order), with the metadata `format: pt` that PyTorch tools
+/// expect. Names must be distinct. The format lays tensors out by dtype
+/// and name, not in the order given.
 ///
 /// ```
 /// use tenjin::Tensor;
@@ -86,9 +88,9 @@ fn bytes_of(t: &Tensor) -> Result<Bytes, Error> {
 /// let ids = Tensor::from_vec_i64(vec![7, 8], &[2])?;
 /// tenjin::safetensors::save(&path, &[("w", &w), ("ids", &ids)])?;
 /// let back = tenjin::safetensors::load(&path)?;
-/// assert_eq!(back[0].0, "w");
-/// assert_eq!(back[0].1.to_vec()?, vec![1., 2., 3., 4.]);
-/// assert_eq!(back[1].1.to_vec_i64()?, vec![7, 8]);
+/// let get = |name: &str| back.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone()).unwrap();
+/// assert_eq!(get("w").to_vec()?, vec![1., 2., 3., 4.]);
+/// assert_eq!(get("ids").to_vec_i64()?, vec![7, 8]);
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// # Ok::<(), tenjin::Error>(())
 /// ```
@@ -104,11 +106,12 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<(), E
         .map(|(n, t)| Ok((n.to_string(), bytes_of(t)?)))
         .collect::<Result<_, Error>>()?;
     let views = bytes.iter().map(|(n, b)| (n.clone(), b));
-    safetensors::serialize_to_file(views, None, path).map_err(|e| io_error(path, e))
+    let metadata = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(views, Some(metadata), path).map_err(|e| io_error(path, e))
 }
 
 /// Reads every tensor of the file at `path`, in the order of their data in
-/// the file (the order [`save`] wrote them), as dense constant tensors.
+/// the file, as dense constant tensors.
 pub fn load(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
     let path = path.as_ref();
     let buffer = std::fs::read(path).map_err(|e| io_error(path, e))?;

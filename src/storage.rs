@@ -172,6 +172,44 @@ impl Storage {
         }
     }
 
+    /// Elements `start..start + n` of the whole block (past `len` lies an
+    /// optimizer's state) as f64, or `None` beyond the block or for an
+    /// integer storage.
+    pub(crate) fn read_span(&self, start: usize, n: usize) -> Option<Vec<f64>> {
+        let g = self.read();
+        let end = start.checked_add(n)?;
+        Some(match self.dtype {
+            DType::F32 => g
+                .as_slice::<f32>()
+                .get(start..end)?
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect(),
+            DType::F64 => g.as_slice::<f64>().get(start..end)?.to_vec(),
+            DType::I32 | DType::I64 => return None,
+        })
+    }
+
+    /// Writes `values` at `start..` of the whole block (see
+    /// [`Storage::read_span`]); `false` (nothing written) beyond the block
+    /// or for an integer storage.
+    pub(crate) fn write_span(&self, start: usize, values: &[f64]) -> bool {
+        let end = start + values.len();
+        let mut g = self.write();
+        match self.dtype {
+            DType::F32 => match g.as_mut_slice::<f32>().get_mut(start..end) {
+                Some(s) => s.iter_mut().zip(values).for_each(|(o, &v)| *o = v as f32),
+                None => return false,
+            },
+            DType::F64 => match g.as_mut_slice::<f64>().get_mut(start..end) {
+                Some(s) => s.copy_from_slice(values),
+                None => return false,
+            },
+            DType::I32 | DType::I64 => return false,
+        }
+        true
+    }
+
     /// Overwrites the elements with those of `other` (same dtype and length).
     pub(crate) fn copy_from(&self, other: &Storage) {
         fn copy<T: Element>(a: &mut Buffer, b: &Buffer, n: usize) {

@@ -2,8 +2,11 @@
 //! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
 //! `torch.optim.AdamW` (without `amsgrad`).
 
-use super::{check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate};
+use super::{
+    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
+};
 use crate::tensor::Tensor;
+use crate::DType;
 use crate::Error;
 
 /// Hyperparameters of [`Adam`] and [`AdamW`].
@@ -235,6 +238,70 @@ impl AdamCore {
     }
 }
 
+impl AdamCore {
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
+        let mut out = Vec::new();
+        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
+            let Some(s) = s.as_ref().filter(|s| s.steps > 0) else {
+                continue;
+            };
+            out.push((
+                format!("state.{k}.step"),
+                Tensor::scalar(s.steps as f64, DType::F64)?,
+            ));
+            out.push((format!("state.{k}.exp_avg"), s.update.row(p, 1)?));
+            out.push((format!("state.{k}.exp_avg_sq"), s.update.row(p, 2)?));
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
+        let mut given = StateDict::new(self.name, state);
+        let mut loads = Vec::new();
+        for (k, p) in self.params.iter().enumerate() {
+            let step = given.take(k, "step", &[])?;
+            let m = given.take(k, "exp_avg", p.shape())?;
+            let v = given.take(k, "exp_avg_sq", p.shape())?;
+            match (step, m, v) {
+                (None, None, None) => {}
+                (Some(step), Some(m), Some(v)) if self.state[k].is_some() => {
+                    let t = step.item()?;
+                    if !(t >= 1.0 && t.fract() == 0.0) {
+                        return Err(invalid(
+                            self.name,
+                            format!("`state.{k}.step` is {t}, not a step count ≥ 1"),
+                        ));
+                    }
+                    loads.push((k, t as u64, m, v));
+                }
+                _ => {
+                    return Err(invalid(
+                        self.name,
+                        format!(
+                            "parameter {k}: the state needs step, exp_avg and exp_avg_sq together"
+                        ),
+                    ))
+                }
+            }
+        }
+        given.finish()?;
+        for (p, s) in self.params.iter().zip(self.state.iter_mut()) {
+            if let Some(s) = s {
+                s.update.clear_rows(p)?;
+                s.steps = 0;
+            }
+        }
+        for (k, steps, m, v) in loads {
+            if let Some(s) = &mut self.state[k] {
+                s.update.set_row(&self.params[k], 1, m)?;
+                s.update.set_row(&self.params[k], 2, v)?;
+                s.steps = steps;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_config(name: &str, c: &AdamConfig) -> Result<(), Error> {
     check_non_negative(name, "lr", c.lr)?;
     check_non_negative(name, "eps", c.eps)?;
@@ -283,6 +350,14 @@ macro_rules! adam_impls {
                 check_non_negative($name, "lr", lr)?;
                 self.inner.config.lr = lr;
                 Ok(())
+            }
+
+            fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
+                self.inner.state_dict()
+            }
+
+            fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
+                self.inner.load_state_dict(state)
             }
         }
     };

@@ -1,5 +1,6 @@
 //! Optimizers: [`SGD`] (momentum, dampening, Nesterov, weight decay),
-//! [`Adam`] and [`AdamW`], with PyTorch's update formulas.
+//! [`Adam`], [`AdamW`] and [`RMSprop`], with PyTorch's update formulas,
+//! and their state by PyTorch's names ([`Optimizer::state_dict`]).
 //!
 //! Every update is an index function like any op's, compiled once per
 //! parameter size: **one fused kernel per parameter and step**. The
@@ -16,6 +17,7 @@
 //! | `SGD`, no momentum | `p ← p − lr·d`, written in place over `p` |
 //! | `SGD` with momentum (also Nesterov) | rows `[p; v]` of the parameter's block → a fresh block that replaces it |
 //! | `Adam`, `AdamW` | rows `[p; m; v]` of the parameter's block → a fresh block that replaces it |
+//! | `RMSprop` | rows `[p; square_avg; (grad_avg); (momentum_buffer)]` → a fresh block |
 //!
 //! With state, the state lives in the parameter's own block, after its `n`
 //! elements (the tensor sees only those): the kernel reads the stacked
@@ -41,9 +43,11 @@
 //! ```
 
 mod adam;
+mod rmsprop;
 mod sgd;
 
 pub use adam::{Adam, AdamConfig, AdamW};
+pub use rmsprop::{RMSprop, RmspropConfig};
 pub use sgd::{SgdConfig, SGD};
 
 use crate::jit::{self, CompiledKernel};
@@ -73,6 +77,19 @@ pub trait Optimizer {
     /// Changes the learning rate used by the following steps (a schedule).
     /// No kernel is recompiled: the rate is a scalar tensor argument.
     fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error>;
+
+    /// The per-parameter state with PyTorch's names: `state.{k}.{name}`
+    /// for parameter `k` (SGD: `momentum_buffer`; Adam: `step`, `exp_avg`,
+    /// `exp_avg_sq`; RMSprop: `step`, `square_avg`, `grad_avg`,
+    /// `momentum_buffer`). Entries appear once the state exists (after the
+    /// first step). Hyperparameters are the configuration's, not part of
+    /// this state.
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error>;
+
+    /// Restores a state made by [`Optimizer::state_dict`] for the same
+    /// parameters; a parameter with no entries starts afresh. A wrong
+    /// shape or an unknown key is an error, and then nothing has changed.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error>;
 }
 
 pub(crate) fn invalid(op: &str, message: String) -> Error {
@@ -145,6 +162,10 @@ impl Param {
 
     pub(crate) fn storage(&self) -> &Arc<Storage> {
         self.tensor.storage_and_origin().0
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        self.tensor.shape()
     }
 
     pub(crate) fn numel(&self) -> usize {
@@ -321,15 +342,7 @@ impl StackedUpdate {
         arg: impl Fn(&str) -> Option<&'a Arc<Storage>>,
     ) -> Result<(), Error> {
         let stacked = self.rows * param.numel();
-        if param.storage().owner() != self.token || param.storage().capacity() < stacked {
-            return Err(invalid(
-                self.kernel.name(),
-                format!(
-                    "the parameter of shape {:?} no longer holds this optimizer's state: another optimizer created for the same parameter took it over (use one stateful optimizer per parameter)",
-                    param.tensor.shape()
-                ),
-            ));
-        }
+        self.check_owner(param)?;
         let inputs = self
             .kernel
             .args()
@@ -354,6 +367,112 @@ impl StackedUpdate {
 }
 
 /// One compiled element-wise update that overwrites one of its arguments.
+impl StackedUpdate {
+    fn check_owner(&self, param: &Param) -> Result<(), Error> {
+        if param.storage().owner() != self.token
+            || param.storage().capacity() < self.rows * param.numel()
+        {
+            return Err(invalid(
+                self.kernel.name(),
+                format!(
+                    "the parameter of shape {:?} no longer holds this optimizer's state: another optimizer created for the same parameter took it over (use one stateful optimizer per parameter)",
+                    param.tensor.shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// State row `r` (≥ 1) of the parameter's block, in the parameter's
+    /// shape and dtype.
+    pub(crate) fn row(&self, param: &Param, r: usize) -> Result<Tensor, Error> {
+        self.check_owner(param)?;
+        let n = param.numel();
+        let v = param
+            .storage()
+            .read_span(r * n, n)
+            .ok_or_else(|| invalid(self.kernel.name(), format!("no state row {r}")))?;
+        Tensor::from_vec_f64(v, param.tensor.shape())?.to_dtype(param.dtype())
+    }
+
+    /// Zeros every state row (a fresh start).
+    pub(crate) fn clear_rows(&self, param: &Param) -> Result<(), Error> {
+        self.check_owner(param)?;
+        let n = param.numel();
+        param
+            .storage()
+            .write_span(n, &vec![0.0; (self.rows - 1) * n]);
+        Ok(())
+    }
+
+    /// Overwrites state row `r` (≥ 1) with `value` (the parameter's shape).
+    pub(crate) fn set_row(&self, param: &Param, r: usize, value: &Tensor) -> Result<(), Error> {
+        self.check_owner(param)?;
+        let v = value.to_vec_f64()?;
+        if !param.storage().write_span(r * param.numel(), &v) {
+            return Err(invalid(self.kernel.name(), format!("no state row {r}")));
+        }
+        Ok(())
+    }
+}
+
+/// An optimizer's state by PyTorch's names, `state.{k}.{name}` for the
+/// parameter `k`, read back by [`StateDict::take`] when loading.
+pub(crate) struct StateDict<'a> {
+    op: &'a str,
+    given: &'a [(String, Tensor)],
+    used: Vec<bool>,
+}
+
+impl<'a> StateDict<'a> {
+    pub(crate) fn new(op: &'a str, given: &'a [(String, Tensor)]) -> StateDict<'a> {
+        StateDict {
+            op,
+            given,
+            used: vec![false; given.len()],
+        }
+    }
+
+    /// The entry `state.{k}.{name}`, checked against `shape`.
+    pub(crate) fn take(
+        &mut self,
+        k: usize,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<&'a Tensor>, Error> {
+        let key = format!("state.{k}.{name}");
+        let Some(i) = self.given.iter().position(|(n, _)| *n == key) else {
+            return Ok(None);
+        };
+        self.used[i] = true;
+        let t = &self.given[i].1;
+        if t.shape() != shape {
+            return Err(invalid(
+                self.op,
+                format!(
+                    "`{key}` has shape {:?}, the parameter's state {shape:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(Some(t))
+    }
+
+    /// An error naming the first entry no parameter took.
+    pub(crate) fn finish(&self) -> Result<(), Error> {
+        match self.used.iter().position(|u| !u) {
+            Some(i) => Err(invalid(
+                self.op,
+                format!(
+                    "unexpected key `{}` in the optimizer state",
+                    self.given[i].0
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
 pub(crate) struct Update {
     kernel: Arc<CompiledKernel>,
     /// The kernel argument written over.

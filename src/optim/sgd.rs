@@ -2,7 +2,8 @@
 //! and L2 weight decay, as `torch.optim.SGD`.
 
 use super::{
-    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, Update,
+    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
+    Update,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -227,6 +228,56 @@ impl Optimizer for SGD {
     fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
         check_non_negative("SGD", "lr", lr)?;
         self.config.lr = lr;
+        Ok(())
+    }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
+        let mut out = Vec::new();
+        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
+            if let Some(State {
+                update: UpdateKernel::Stacked(u),
+                started: true,
+            }) = s
+            {
+                out.push((format!("state.{k}.momentum_buffer"), u.row(p, 1)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
+        let mut given = StateDict::new("SGD", state);
+        let mut loads = Vec::new();
+        for (k, p) in self.params.iter().enumerate() {
+            if let Some(t) = given.take(k, "momentum_buffer", p.shape())? {
+                match &self.state[k] {
+                    Some(State {
+                        update: UpdateKernel::Stacked(_),
+                        ..
+                    }) => loads.push((k, t)),
+                    _ => {
+                        return Err(invalid(
+                            "SGD",
+                            format!("parameter {k} has no momentum buffer (momentum is 0 or it has no elements)"),
+                        ))
+                    }
+                }
+            }
+        }
+        given.finish()?;
+        for s in self.state.iter_mut().flatten() {
+            s.started = false;
+        }
+        for (k, t) in loads {
+            if let Some(State {
+                update: UpdateKernel::Stacked(u),
+                started,
+            }) = &mut self.state[k]
+            {
+                u.set_row(&self.params[k], 1, t)?;
+                *started = true;
+            }
+        }
         Ok(())
     }
 }

@@ -1,0 +1,292 @@
+//! RMSprop as `torch.optim.RMSprop` (smoothing `alpha`, `eps`, L2 weight
+//! decay, momentum, the centred variant).
+
+use super::{
+    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
+};
+use crate::tensor::Tensor;
+use crate::{DType, Error};
+
+/// RMSprop's hyperparameters (PyTorch's defaults but `lr`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RmspropConfig {
+    pub lr: f64,
+    pub alpha: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    pub centered: bool,
+}
+
+impl Default for RmspropConfig {
+    fn default() -> Self {
+        RmspropConfig {
+            lr: 1e-2,
+            alpha: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            momentum: 0.0,
+            centered: false,
+        }
+    }
+}
+
+/// RMSprop with PyTorch's update. With `d = g + weight_decay·p`:
+///
+/// ```text
+/// v ← α·v + (1 − α)·d²                       (square_avg)
+/// a ← α·a + (1 − α)·d;  s = √(v − a²) + eps  (centred; else s = √v + eps)
+/// b ← momentum·b + d/s;  p ← p − lr·b         (momentum; else p ← p − lr·d/s)
+/// ```
+///
+/// One fused kernel per parameter and step over the rows `[p; v; (a);
+/// (b)]` of the parameter's block, as [`super::Adam`].
+///
+/// ```
+/// use tenjin::optim::{Optimizer, RmspropConfig, RMSprop};
+/// use tenjin::Tensor;
+/// let w = Tensor::from_vec_f64(vec![1.0], &[1])?.requires_grad();
+/// let mut opt = RMSprop::new(vec![w.clone()], RmspropConfig { lr: 0.01, ..Default::default() })?;
+/// w.mul(&w)?.sum()?.backward()?; // g = 2
+/// opt.step()?;
+/// // v = 0.01·4, p = 1 − 0.01·2/(√0.04 + 1e-8)
+/// assert!((w.item()? - (1.0 - 0.02 / (0.04f64.sqrt() + 1e-8))).abs() < 1e-15);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[allow(clippy::upper_case_acronyms)]
+pub struct RMSprop {
+    params: Vec<Param>,
+    config: RmspropConfig,
+    state: Vec<Option<State>>,
+    scalars: Scalars,
+}
+
+struct State {
+    update: StackedUpdate,
+    steps: u64,
+}
+
+const SCALARS: &[(&str, usize)] = &[
+    ("lr", 1),
+    ("al", 1),
+    ("oma", 1),
+    ("eps", 1),
+    ("wd", 1),
+    ("mu", 1),
+];
+
+impl RMSprop {
+    pub fn new(params: Vec<Tensor>, config: RmspropConfig) -> Result<RMSprop, Error> {
+        check_config(&config)?;
+        let params = Param::collect("RMSprop", params)?;
+        let mut opt = RMSprop {
+            state: Vec::new(),
+            params,
+            config,
+            scalars: Scalars::new(SCALARS),
+        };
+        opt.state = per_param(&opt.params, |p| opt.build_state(p))?;
+        opt.scalars.prepare_for(&opt.params)?;
+        Ok(opt)
+    }
+
+    pub fn config(&self) -> &RmspropConfig {
+        &self.config
+    }
+
+    /// The rows of the state: `(name, row)` in PyTorch's names.
+    fn rows(&self) -> Vec<(&'static str, usize)> {
+        let c = &self.config;
+        let mut rows = vec![("square_avg", 1)];
+        if c.centered {
+            rows.push(("grad_avg", rows.len() + 1));
+        }
+        if c.momentum > 0.0 {
+            rows.push(("momentum_buffer", rows.len() + 1));
+        }
+        rows
+    }
+
+    fn build_state(&self, param: &Param) -> Result<State, Error> {
+        let c = &self.config;
+        let n = param.numel();
+        let rows = self.rows();
+        let row = |name: &str| rows.iter().find(|(r, _)| *r == name).map(|(_, k)| *k);
+        let d = if c.weight_decay != 0.0 {
+            "(g[i] + wd[] * s[0; i])"
+        } else {
+            "g[i]"
+        };
+        let v = format!("(al[] * s[1; i] + oma[] * {d} * {d})");
+        let mut values = vec![v.clone()];
+        let scale = match row("grad_avg") {
+            Some(r) => {
+                let a = format!("(al[] * s[{r}; i] + oma[] * {d})");
+                values.push(a.clone());
+                format!("(sqrt ({v} - {a} * {a}) + eps[])")
+            }
+            None => format!("(sqrt ({v}) + eps[])"),
+        };
+        let p = match row("momentum_buffer") {
+            Some(r) => {
+                let b = format!("(mu[] * s[{r}; i] + {d} / {scale})");
+                values.push(b.clone());
+                format!("s[0; i] - lr[] * {b}")
+            }
+            None => format!("s[0; i] - lr[] * {d} / {scale}"),
+        };
+        // rmsprop[r; i] = if {r = 0} then (p) else (if {r = 1} then (v) else …)
+        let mut body = values.pop().expect("square_avg");
+        for (k, value) in values.iter().enumerate().rev() {
+            body = format!("if {{r = {}}} then ({value}) else ({body})", k + 1);
+        }
+        let src = format!("rmsprop[r; i] = if {{r = 0}} then ({p}) else ({body})");
+        let (s0, v1): (&[usize], &[usize]) = (&[], &[n]);
+        let stacked = [rows.len() + 1, n];
+        let mut args = vec![("s", &stacked[..]), ("g", v1), ("al", s0), ("oma", s0)];
+        args.extend([("lr", s0), ("eps", s0)]);
+        if c.weight_decay != 0.0 {
+            args.push(("wd", s0));
+        }
+        if c.momentum > 0.0 {
+            args.push(("mu", s0));
+        }
+        Ok(State {
+            update: StackedUpdate::new(&src, &args, rows.len() + 1, param)?,
+            steps: 0,
+        })
+    }
+}
+
+fn check_config(c: &RmspropConfig) -> Result<(), Error> {
+    for (name, v) in [
+        ("lr", c.lr),
+        ("eps", c.eps),
+        ("weight_decay", c.weight_decay),
+        ("momentum", c.momentum),
+        ("alpha", c.alpha),
+    ] {
+        check_non_negative("RMSprop", name, v)?;
+    }
+    if c.alpha > 1.0 {
+        return Err(invalid(
+            "RMSprop",
+            format!("alpha must be in [0, 1], got {}", c.alpha),
+        ));
+    }
+    Ok(())
+}
+
+impl Optimizer for RMSprop {
+    fn step(&mut self) -> Result<(), Error> {
+        let c = self.config;
+        for k in 0..self.params.len() {
+            let param = &self.params[k];
+            let Some(g) = param.grad("RMSprop")? else {
+                continue;
+            };
+            let Some(state) = self.state[k].as_mut() else {
+                continue; // no elements
+            };
+            let values = [
+                c.lr,
+                c.alpha,
+                1.0 - c.alpha,
+                c.eps,
+                c.weight_decay,
+                c.momentum,
+            ];
+            self.scalars.set(param.dtype(), &values)?;
+            let (dtype, scalars) = (param.dtype(), &self.scalars);
+            let arg = |name: &str| match name {
+                "g" => Some(&g),
+                _ => scalars.get(dtype, name),
+            };
+            state.update.run(param, arg)?;
+            state.steps += 1;
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Param::zero_grad);
+    }
+
+    fn learning_rate(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
+        check_non_negative("RMSprop", "lr", lr)?;
+        self.config.lr = lr;
+        Ok(())
+    }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
+        let mut out = Vec::new();
+        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
+            let Some(s) = s.as_ref().filter(|s| s.steps > 0) else {
+                continue;
+            };
+            out.push((
+                format!("state.{k}.step"),
+                Tensor::scalar(s.steps as f64, DType::F64)?,
+            ));
+            for (name, r) in self.rows() {
+                out.push((format!("state.{k}.{name}"), s.update.row(p, r)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
+        let mut given = StateDict::new("RMSprop", state);
+        let rows = self.rows();
+        let mut loads = Vec::new();
+        for (k, p) in self.params.iter().enumerate() {
+            let step = given.take(k, "step", &[])?;
+            let mut found = Vec::new();
+            for &(name, r) in &rows {
+                if let Some(t) = given.take(k, name, p.shape())? {
+                    found.push((r, t));
+                }
+            }
+            match step {
+                None if found.is_empty() => {}
+                Some(step) if found.len() == rows.len() && self.state[k].is_some() => {
+                    let t = step.item()?;
+                    if !(t >= 1.0 && t.fract() == 0.0) {
+                        return Err(invalid(
+                            "RMSprop",
+                            format!("`state.{k}.step` is {t}, not a step count ≥ 1"),
+                        ));
+                    }
+                    loads.push((k, t as u64, found));
+                }
+                _ => {
+                    let names: Vec<&str> = rows.iter().map(|(n, _)| *n).collect();
+                    return Err(invalid(
+                        "RMSprop",
+                        format!("parameter {k}: the state needs step and {names:?} together"),
+                    ));
+                }
+            }
+        }
+        given.finish()?;
+        for (p, s) in self.params.iter().zip(self.state.iter_mut()) {
+            if let Some(s) = s {
+                s.update.clear_rows(p)?;
+                s.steps = 0;
+            }
+        }
+        for (k, steps, found) in loads {
+            if let Some(s) = &mut self.state[k] {
+                for (r, t) in found {
+                    s.update.set_row(&self.params[k], r, t)?;
+                }
+                s.steps = steps;
+            }
+        }
+        Ok(())
+    }
+}
