@@ -303,18 +303,33 @@ fn conv_nd(
     }
 }
 
+/// `[n, size]`: row `i` averages `⌊i·size/n⌋ … ⌈(i+1)·size/n⌉ − 1`.
+fn averaging_matrix(n: usize, size: usize, dtype: crate::DType) -> Result<Tensor, Error> {
+    let mut v = vec![0.0; n * size];
+    for i in 0..n {
+        let (lo, hi) = (i * size / n, ((i + 1) * size).div_ceil(n));
+        for j in lo..hi {
+            v[i * size + j] = 1.0 / (hi - lo) as f64;
+        }
+    }
+    Tensor::from_vec_f64(v, &[n, size])?.to_dtype(dtype)
+}
+
 #[derive(Clone, Copy)]
 enum Pool {
     Avg,
     Max,
 }
 
-/// Pooling over the last `kernel.len()` dimensions, no padding.
+/// Pooling over the last `kernel.len()` dimensions with `padding` on
+/// each side: padded positions count as 0 for `Avg` (PyTorch's
+/// `count_include_pad=True`) and are ignored by `Max` (−∞).
 fn pool_nd(
     op: &str,
     x: &Tensor,
     kernel: &[usize],
     stride: &[usize],
+    padding: &[usize],
     kind: Pool,
 ) -> Result<Tensor, Error> {
     let s = kernel.len();
@@ -339,12 +354,20 @@ fn pool_nd(
                 ),
             ));
         }
-        let size = xs[lead + d];
+        if 2 * padding[d] > kernel[d] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input of shape {xs:?}: padding {padding:?} exceeds half the kernel {kernel:?} in spatial dimension {d} (as PyTorch requires)"
+                ),
+            ));
+        }
+        let size = xs[lead + d] + 2 * padding[d];
         if kernel[d] > size {
             return Err(Error::shape(
                 op,
                 format!(
-                    "input of shape {xs:?}: kernel size {} exceeds dimension {} ({size})",
+                    "input of shape {xs:?}: kernel size {} exceeds dimension {} ({size} with padding)",
                     kernel[d],
                     lead + d
                 ),
@@ -355,19 +378,29 @@ fn pool_nd(
     if out_shape.contains(&0) {
         return empty_like(&out_shape, x);
     }
-    // y[a…; t…] = op_k… x[a…; stride·t + k]
+    // y[a…; t…] = op_k… x[a…; stride·t + k − pad] (padding as guards)
     let (t, k) = (indices("t", s), indices("k", s));
     let mut out_idx = indices("a", lead);
     let mut x_index = out_idx.clone();
+    let mut guards = Vec::new();
     for (d, &st) in stride.iter().enumerate() {
         out_idx.push(t[d].clone());
-        x_index.push(position(st, &t[d], 1, &k[d], 0));
+        let p = position(st, &t[d], 1, &k[d], padding[d]);
+        if padding[d] > 0 {
+            guards.push(cmp(&p, ">=", 0));
+            guards.push(cmp(&p, "<=", xs[lead + d] - 1));
+        }
+        x_index.push(p);
     }
-    let red = match kind {
-        Pool::Avg => "sum",
-        Pool::Max => "max",
+    let (red, outside) = match kind {
+        Pool::Avg => ("sum", "0"),
+        Pool::Max => ("max", "-inf"),
     };
-    let mut body = (0..s).rev().fold(access("x", &x_index), |body, d| {
+    let guarded = guards
+        .iter()
+        .rev()
+        .fold(access("x", &x_index), |body, c| guard(c, body, outside));
+    let mut body = (0..s).rev().fold(guarded, |body, d| {
         reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
     });
     if let Pool::Avg = kind {
@@ -462,7 +495,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn avg_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
-        pool_nd("avg_pool1d", self, &[kernel], &[stride], Pool::Avg)
+        pool_nd("avg_pool1d", self, &[kernel], &[stride], &[0], Pool::Avg)
     }
 
     /// Max pooling over the last dimension (the gradient goes to the first
@@ -474,7 +507,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn max_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
-        pool_nd("max_pool1d", self, &[kernel], &[stride], Pool::Max)
+        pool_nd("max_pool1d", self, &[kernel], &[stride], &[0], Pool::Max)
     }
 
     /// Average pooling over the last two dimensions (`[.., H, W]`).
@@ -486,7 +519,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn avg_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd("avg_pool2d", self, &kernel, &stride, Pool::Avg)
+        pool_nd("avg_pool2d", self, &kernel, &stride, &[0, 0], Pool::Avg)
     }
 
     /// Max pooling over the last two dimensions (`[.., H, W]`).
@@ -499,6 +532,74 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd("max_pool2d", self, &kernel, &stride, Pool::Max)
+        pool_nd("max_pool2d", self, &kernel, &stride, &[0, 0], Pool::Max)
     }
+
+    /// [`Tensor::avg_pool2d`] with `padding` zeros on each side, counted
+    /// in every window's mean (PyTorch's default `count_include_pad=True`);
+    /// `padding` at most half the kernel.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
+    /// assert_eq!(x.avg_pool2d_padded([2, 2], [2, 2], [1, 1])?.to_vec()?, vec![0.25; 4]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool2d_padded(
+        &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Result<Tensor, Error> {
+        pool_nd("avg_pool2d", self, &kernel, &stride, &padding, Pool::Avg)
+    }
+
+    /// [`Tensor::max_pool2d`] with `padding` on each side that no window's
+    /// maximum takes (PyTorch pads with −∞); `padding` at most half the
+    /// kernel.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(4, DType::F32)?.reshape(&[1, 1, 2, 2])?.neg()?;
+    /// assert_eq!(x.max_pool2d_padded([2, 2], [1, 1], [1, 1])?.to_vec()?,
+    ///            vec![0., 0., -1., 0., 0., -1., -2., -2., -3.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d_padded(
+        &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Result<Tensor, Error> {
+        pool_nd("max_pool2d", self, &kernel, &stride, &padding, Pool::Max)
+    }
+
+    /// Average pooling to an `[oh, ow]` output (PyTorch's
+    /// `adaptive_avg_pool2d`): output cell `i` averages rows
+    /// `⌊i·H/oh⌋ … ⌈(i+1)·H/oh⌉ − 1` (and the same for columns). The
+    /// windows as two constant averaging matrices: `P · x · Qᵀ` (weights
+    /// `1/count`, so a mean of three elements may differ from PyTorch's
+    /// `sum / 3` in the last bit).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(9, DType::F64)?.reshape(&[1, 1, 3, 3])?;
+    /// assert!((x.adaptive_avg_pool2d([1, 1])?.item()? - 4.0).abs() < 1e-15);
+    /// assert_eq!(x.adaptive_avg_pool2d([2, 2])?.to_vec_f64()?, vec![2., 3., 5., 6.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn adaptive_avg_pool2d(&self, out: [usize; 2]) -> Result<Tensor, Error> {
+        let xs = self.shape();
+        if xs.len() < 2 || out.contains(&0) {
+            return Err(Error::shape(
+                "adaptive_avg_pool2d",
+                format!("input of shape {xs:?} to output {out:?}: needs rank ≥ 2 and a non-empty output"),
+            ));
+        }
+        let (h, w) = (xs[xs.len() - 2], xs[xs.len() - 1]);
+        let p = averaging_matrix(out[0], h, self.dtype())?;
+        let q = averaging_matrix(out[1], w, self.dtype())?;
+        p.matmul(&self.matmul(&q.t()?)?)
+    }
+
 }
