@@ -18,7 +18,18 @@ W = (torch.cos(n) * 0.5 + 1.0).reshape(3, 4)           # the cotangent
 G = torch.tensor([0.5, -1.0, 2.0, 1.5])                # layer-norm weight
 B = torch.tensor([0.1, 0.2, -0.3, 0.0])                # layer-norm bias
 
+m = torch.arange(72, dtype=torch.float64)
+CX = torch.sin(m * 0.37).reshape(2, 3, 3, 4)            # conv_transpose input
+CW = torch.cos(torch.arange(36, dtype=torch.float64) * 0.61).reshape(3, 2, 2, 3)
+CB = torch.tensor([0.3, -0.2])
+PX = torch.sin(torch.arange(50, dtype=torch.float64) * 0.83).reshape(1, 2, 5, 5)
+
 cases = {
+    "conv_transpose2d": ([CX, CW, CB], lambda x, w, b: F.conv_transpose2d(
+        x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2))),
+    "avg_pool2d_padded": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1)),
+    "max_pool2d_padded": ([PX], lambda x: F.max_pool2d(x, 3, 2, 1)),
+    "adaptive_avg_pool2d": ([PX], lambda x: F.adaptive_avg_pool2d(x, (2, 3))),
     "log1p": ([P], lambda x: torch.log1p(x)),
     "expm1": ([X], lambda x: torch.expm1(x)),
     "log2": ([P], lambda x: torch.log2(x)),
@@ -64,6 +75,8 @@ for name, (inputs, f) in cases.items():
     xs = [x.clone().requires_grad_(True) for x in inputs]
     out = f(*xs)
     w = W if out.shape == W.shape else torch.ones_like(out) * 0.75
+    if out.dim() == 4:  # a cotangent that varies over the image
+        w = torch.cos(torch.arange(out.numel(), dtype=torch.float64) * 0.29).reshape(out.shape)
     (out * w).sum().backward()
     print("case", name)
     for k, x in enumerate(xs):

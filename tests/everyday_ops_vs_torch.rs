@@ -102,6 +102,12 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
         "bce_with_logits_sum" => t[0].binary_cross_entropy_with_logits(&t[1], LossReduction::Sum),
         "argmax_dim1" => t[0].argmax(1, false),
+        "conv_transpose2d" => {
+            t[0].conv_transpose2d(&t[1], Some(&t[2]), [2, 1], [1, 0], [1, 0], [1, 2])
+        }
+        "avg_pool2d_padded" => t[0].avg_pool2d_padded([3, 3], [2, 2], [1, 1]),
+        "max_pool2d_padded" => t[0].max_pool2d_padded([3, 3], [2, 2], [1, 1]),
+        "adaptive_avg_pool2d" => t[0].adaptive_avg_pool2d([2, 3]),
         other => panic!("no tenjin op for the reference case {other}"),
     }
 }
@@ -143,9 +149,12 @@ fn every_new_op_matches_pytorch_values_and_gradients_in_f64() -> Result<(), Erro
         if c.grads.is_empty() {
             continue;
         }
-        // PyTorch's cotangent: w where the output has w's shape, else 0.75.
+        // PyTorch's cotangent (see bench/torch_everyday.py).
         let n: Vec<f64> = (0..12).map(|k| (k as f64).cos() * 0.5 + 1.0).collect();
-        let w = if y.shape() == [3, 4] {
+        let w = if y.rank() == 4 {
+            let v = (0..y.numel()).map(|k| (k as f64 * 0.29).cos()).collect();
+            Tensor::from_vec_f64(v, y.shape())?
+        } else if y.shape() == [3, 4] {
             Tensor::from_vec_f64(n, &[3, 4])?
         } else {
             Tensor::full(y.shape(), 0.75, DType::F64)?

@@ -883,6 +883,36 @@ fn everyday_cases(g: &mut Gen) -> Vec<Case> {
             |t| t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
         ));
     }
+    // Padded pools, adaptive pooling, transposed convolution.
+    let (h, w) = (g.dim(2..=5), g.dim(2..=5));
+    let img = [g.dim(1..=2), g.dim(1..=2), h, w];
+    out.push(case("avg_pool2d_padded", vec![g.normal(&img)], |t| {
+        t[0].avg_pool2d_padded([2, 2], [1, 2], [1, 1])
+    }));
+    out.push(case(
+        "max_pool2d_padded",
+        vec![g.distinct(&img, 0.0)],
+        |t| t[0].max_pool2d_padded([3, 2], [2, 1], [1, 1]),
+    ));
+    let (oh, ow) = (g.dim(1..=h), g.dim(1..=w));
+    out.push(case(
+        "adaptive_avg_pool2d",
+        vec![g.normal(&img)],
+        move |t| t[0].adaptive_avg_pool2d([oh, ow]),
+    ));
+    let (cin, cout) = (g.dim(1..=3), g.dim(1..=2));
+    let stride = [g.dim(1..=2), g.dim(1..=3)];
+    let dilation = [g.dim(1..=2), 1];
+    let output_padding = [stride[0].max(dilation[0]) - 1, stride[1] - 1];
+    let x = [g.dim(1..=2), cin, g.dim(1..=3), g.dim(1..=3)];
+    let k = [cin, cout, g.dim(1..=3), g.dim(1..=2)];
+    out.push(case(
+        format!("conv_transpose2d stride {stride:?} dilation {dilation:?}"),
+        vec![g.normal(&x), g.normal(&k), g.normal(&[cout])],
+        move |t| {
+            t[0].conv_transpose2d(&t[1], Some(&t[2]), stride, [0, 0], output_padding, dilation)
+        },
+    ));
     // Losses, each reduction.
     let s = g.shape(1..=3);
     for (name, r) in [

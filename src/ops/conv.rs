@@ -236,12 +236,28 @@ fn conv_nd(
     spec: &ConvSpec,
 ) -> Result<Tensor, Error> {
     let g = geometry(op, x, w, b, spec)?;
-    let s = g.out.len();
     let final_shape: Vec<usize> = [&[g.n, g.o][..], &g.out].concat();
     if final_shape.contains(&0) {
         let inputs: Vec<&Tensor> = [Some(x), Some(w), b].into_iter().flatten().collect();
         return empty_of(&final_shape, &inputs);
     }
+    let (src, sizes) = conv_source(&g, b.is_some());
+    let sizes = size_refs(&sizes);
+    let y = match b {
+        Some(b) => apply(op, &src, &[("x", x), ("w", w), ("b", b)], &sizes)?,
+        None => apply(op, &src, &[("x", x), ("w", w)], &sizes)?,
+    };
+    if g.groups > 1 {
+        y.reshape(&final_shape)
+    } else {
+        Ok(y)
+    }
+}
+
+/// The convolution of `g` as index-function text over `x`, `w` (and `b`),
+/// with the explicit sizes of its output indices.
+fn conv_source(g: &ConvGeometry, bias: bool) -> (String, Vec<(String, usize)>) {
+    let s = g.out.len();
     let grouped = g.groups > 1;
     let (out_ch, in_ch) = if grouped {
         (format!("{}*g + q", g.q), format!("{}*g + c", g.cg))
@@ -274,7 +290,7 @@ fn conv_nd(
         .rev()
         .fold(guarded, |body, d| sum_to(&k[d], g.kernel[d], body));
     let mut body = sum_to("c", g.cg, taps);
-    if b.is_some() {
+    if bias {
         body = format!("{body} + {}", access("b", &[&out_ch]));
     }
     let mut out_idx = vec!["n".to_string()];
@@ -290,17 +306,7 @@ fn conv_nd(
         out_idx.push(td.clone());
         sizes.push((td.clone(), n));
     }
-    let src = define("y", &out_idx, body);
-    let sizes = size_refs(&sizes);
-    let y = match b {
-        Some(b) => apply(op, &src, &[("x", x), ("w", w), ("b", b)], &sizes)?,
-        None => apply(op, &src, &[("x", x), ("w", w)], &sizes)?,
-    };
-    if grouped {
-        y.reshape(&final_shape)
-    } else {
-        Ok(y)
-    }
+    (define("y", &out_idx, body), sizes)
 }
 
 /// `[n, size]`: row `i` averages `⌊i·size/n⌋ … ⌈(i+1)·size/n⌉ − 1`.
@@ -601,5 +607,128 @@ impl Tensor {
         let q = averaging_matrix(out[1], w, self.dtype())?;
         p.matmul(&self.matmul(&q.t()?)?)
     }
+}
 
+impl Tensor {
+    /// 2-D transposed convolution (PyTorch's `conv_transpose2d`, groups 1)
+    /// of `self` `[N, Cin, H, W]` with `w` `[Cin, Cout, KH, KW]` and an
+    /// optional bias `[Cout]`, giving `[N, Cout, Ho, Wo]` with
+    /// `Ho = (H − 1)·stride − 2·padding + dilation·(KH − 1) + output_padding + 1`.
+    ///
+    /// It is the gradient of `conv2d` with respect to its input, and is
+    /// computed as exactly that: the convolution `[N, Cout, Ho, Wo] →
+    /// [N, Cin, H, W]` is written as an index function and derived by the
+    /// symbolic core, whose derivative has its strided sums solved exactly
+    /// (no zero-stuffed input, no scatter). Its own gradients are derived in
+    /// turn as for any op.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1., 2.], &[1, 1, 1, 2])?;
+    /// let w = Tensor::from_vec(vec![1., 10., 100.], &[1, 1, 1, 3])?;
+    /// let y = x.conv_transpose2d(&w, None, [1, 2], [0, 0], [0, 0], [1, 1])?;
+    /// assert_eq!(y.shape(), &[1, 1, 1, 5]);
+    /// assert_eq!(y.to_vec()?, vec![1., 10., 102., 20., 200.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_transpose2d(
+        &self,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        stride: [usize; 2],
+        padding: [usize; 2],
+        output_padding: [usize; 2],
+        dilation: [usize; 2],
+    ) -> Result<Tensor, Error> {
+        let op = "conv_transpose2d";
+        let (xs, ws) = (self.shape(), w.shape());
+        let what = format!("input {xs:?} and weight {ws:?}");
+        if xs.len() != 4 || ws.len() != 4 || xs[1] != ws[0] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{what}: expected [N, Cin, H, W] and [Cin, Cout, KH, KW] with the same Cin"
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(2);
+        for d in 0..2 {
+            if stride[d] == 0 || dilation[d] == 0 || ws[2 + d] == 0 || xs[2 + d] == 0 {
+                return Err(Error::shape(
+                    op,
+                    format!("{what}: stride {stride:?}, dilation {dilation:?}, the kernel and the input must be ≥ 1 in spatial dimension {d}"),
+                ));
+            }
+            if output_padding[d] >= stride[d].max(dilation[d]) {
+                return Err(Error::shape(
+                    op,
+                    format!("{what}: output_padding {output_padding:?} must be smaller than the stride or the dilation in spatial dimension {d}"),
+                ));
+            }
+            let full =
+                (xs[2 + d] - 1) * stride[d] + dilation[d] * (ws[2 + d] - 1) + output_padding[d] + 1;
+            if full <= 2 * padding[d] {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "{what}: padding {padding:?} leaves no output in spatial dimension {d}"
+                    ),
+                ));
+            }
+            out.push(full - 2 * padding[d]);
+        }
+        if let Some(b) = b {
+            if b.shape() != [ws[1]] {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "{what}: the bias has shape {:?}, expected [{}]",
+                        b.shape(),
+                        ws[1]
+                    ),
+                ));
+            }
+        }
+        // The convolution whose input gradient this is: input [N, Cout, Ho, Wo],
+        // weight w as [O = Cin, C = Cout, KH, KW], output [N, Cin, H, W].
+        let g = ConvGeometry {
+            n: xs[0],
+            o: ws[0],
+            cg: ws[1],
+            q: ws[0],
+            groups: 1,
+            input: out.clone(),
+            kernel: ws[2..].to_vec(),
+            stride: stride.to_vec(),
+            padding: padding.to_vec(),
+            dilation: dilation.to_vec(),
+            out: xs[2..].to_vec(),
+        };
+        let (src, sizes) = conv_source(&g, false);
+        let x_shape = [xs[0], ws[1], out[0], out[1]];
+        let f = crate::symbolic::IndexFn::parse_with_sizes(
+            &src,
+            &[("x", &x_shape[..]), ("w", ws)],
+            &size_refs(&sizes),
+        )?;
+        let (dx, kept) = f.derive("x")?.without_unused_args();
+        // The derivative's arguments: x (unused, dropped), w, then dy.
+        let inputs: Vec<&Tensor> = kept
+            .iter()
+            .map(|&k| match k {
+                1 => Ok(w),
+                2 => Ok(self),
+                _ => Err(Error::shape(
+                    op,
+                    "internal: the derivative reads the convolution's input".into(),
+                )),
+            })
+            .collect::<Result<_, Error>>()?;
+        let y = super::apply_index_fn(op, &dx, &dx.to_string(), &inputs, self.dtype())?;
+        match b {
+            Some(b) => y.add(&b.reshape(&[1, ws[1], 1, 1])?),
+            None => Ok(y),
+        }
+    }
 }
