@@ -151,6 +151,9 @@ fn run_sized(
         }
         Ok(())
     }
+    if let Some(host) = kernel.host() {
+        return run_host(host.as_ref(), inputs, out);
+    }
     let storages: Vec<&Arc<Storage>> = inputs.iter().map(|(s, _)| *s).collect();
     check_dtypes(kernel, &storages)?;
     match kernel.dtype() {
@@ -171,6 +174,9 @@ pub(crate) unsafe fn run_in_place(
     inputs: &[&Arc<Storage>],
     aliased: usize,
 ) -> Result<bool, Error> {
+    if kernel.host().is_some() {
+        return Ok(false);
+    }
     unsafe fn go<T: crate::dtype::Float>(
         k: &CompiledKernel,
         inputs: &[&Arc<Storage>],
@@ -213,6 +219,37 @@ pub(crate) unsafe fn run_in_place(
         DType::F32 => unsafe { go::<f32>(kernel, inputs, aliased) },
         DType::F64 => unsafe { go::<f64>(kernel, inputs, aliased) },
         d => Err(crate::dtype::not_computable(kernel.name(), d)),
+    }
+}
+
+/// A host kernel over the storages' typed slices (inputs of any dtype,
+/// the output a float buffer).
+fn run_host(
+    host: &dyn crate::planner::host::HostKernel,
+    inputs: &[(&Arc<Storage>, usize)],
+    out: &Storage,
+) -> Result<(), Error> {
+    use crate::planner::host::{HostIn, HostOut};
+    let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
+    let slices: Vec<HostIn> = guards
+        .iter()
+        .zip(inputs)
+        .map(|(g, (s, n))| {
+            let n = *n;
+            match s.dtype() {
+                DType::F32 => HostIn::F32(&g.as_slice::<f32>()[..n]),
+                DType::F64 => HostIn::F64(&g.as_slice::<f64>()[..n]),
+                DType::I32 => HostIn::I32(&g.as_slice::<i32>()[..n]),
+                DType::I64 => HostIn::I64(&g.as_slice::<i64>()[..n]),
+            }
+        })
+        .collect();
+    let mut o = out.write();
+    let n = out.len();
+    match out.dtype() {
+        DType::F32 => host.run(&slices, HostOut::F32(&mut o.as_mut_slice::<f32>()[..n])),
+        DType::F64 => host.run(&slices, HostOut::F64(&mut o.as_mut_slice::<f64>()[..n])),
+        d => Err(crate::dtype::not_computable(host.name(), d)),
     }
 }
 

@@ -81,7 +81,7 @@ pub use error::Error;
 pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
-pub use ops::{index_fn, index_fn_with_sizes, LossReduction, Norm};
+pub use ops::{index_fn, index_fn_with_sizes, CrossEntropyOptions, LossReduction, Norm};
 pub use tensor::{explain, Tensor};
 pub use trace::{
     no_grad, plan_cache_capacity, set_plan_cache_capacity, stats, Explanation, NoGradGuard, Stats,

@@ -105,6 +105,12 @@ pub(crate) fn tangent(
         if wrt.is_empty() {
             continue;
         }
+        if node.plan.is_host() {
+            return Err(crate::trace::autograd_error(
+                node.op_name(),
+                "forward mode (jvp) through a data-dependent op (index_select, gather, embedding) is not supported yet".into(),
+            ));
+        }
         let tf = tangent_fn(&node.plan, &wrt)?;
         let mut args: Vec<Tensor> = Vec::with_capacity(tf.reads.len());
         for &r in &tf.reads {

@@ -305,6 +305,12 @@ impl Walk {
                 Some(p) => p,
             }
         };
+        if node.plan.is_host() {
+            return Err(crate::trace::autograd_error(
+                node.op_name(),
+                "a graph of gradients (create_graph, grad of grad, jacobian, hessian) through a data-dependent op (index_select, gather, embedding) is not supported yet: its backward is a host kernel, not an index function".into(),
+            ));
+        }
         let f = &node.plan.f;
         let n = f.args().len();
         let out = || -> Result<Tensor, Error> {

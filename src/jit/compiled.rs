@@ -70,13 +70,16 @@ pub(crate) enum Exec {
     /// argument (see `jit::epilogue`) at the output index only, so it runs
     /// in place over the output: no temporary, no allocation per call.
     GemmThenJit(Contraction, JitCode),
+    /// Rust code on the host over the storages' typed slices (a
+    /// data-dependent stage, see `crate::planner::host`); run by `exec`.
+    Host(std::sync::Arc<dyn crate::planner::host::HostKernel>),
 }
 
 impl Exec {
     fn code(&self) -> Option<&JitCode> {
         match self {
             Exec::Jit(code) | Exec::GemmThenJit(_, code) => Some(code),
-            Exec::Gemm(_) => None,
+            Exec::Gemm(_) | Exec::Host(_) => None,
         }
     }
 }
@@ -133,6 +136,8 @@ pub enum RouteKind {
     /// A contraction, then generated code for the element-wise work
     /// around it (its epilogue, run in place over the output).
     GemmThenJit,
+    /// Rust code on the host (gathers by integer ids and their gradients).
+    Host,
 }
 
 impl fmt::Display for RouteKind {
@@ -141,6 +146,7 @@ impl fmt::Display for RouteKind {
             RouteKind::Jit => "jit",
             RouteKind::Gemm => "gemm",
             RouteKind::GemmThenJit => "gemm+jit",
+            RouteKind::Host => "host",
         })
     }
 }
@@ -216,6 +222,7 @@ impl CompiledKernel {
             Exec::Jit(_) => RouteKind::Jit,
             Exec::Gemm(_) => RouteKind::Gemm,
             Exec::GemmThenJit(..) => RouteKind::GemmThenJit,
+            Exec::Host(_) => RouteKind::Host,
         }
     }
 
@@ -328,12 +335,26 @@ impl CompiledKernel {
         Ok(())
     }
 
+    /// The host kernel of a [`RouteKind::Host`] kernel.
+    pub(crate) fn host(&self) -> Option<&std::sync::Arc<dyn crate::planner::host::HostKernel>> {
+        match &self.exec {
+            Exec::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+
     pub(crate) fn run_into<T: Element>(&self, inputs: &[&[T]], out: &mut [T]) -> Result<(), Error> {
         self.check(inputs, out)?;
         if out.is_empty() {
             return Ok(());
         }
         match &self.exec {
+            Exec::Host(h) => {
+                return Err(Error::Invalid {
+                    function: h.name().to_string(),
+                    message: "a host kernel runs on storages of several dtypes, through the runtime (not on one slice type)".into(),
+                })
+            }
             Exec::Jit(code) => self.launch(code, inputs, out),
             Exec::Gemm(plan) => run_contraction(plan, inputs, out),
             Exec::GemmThenJit(plan, code) => {

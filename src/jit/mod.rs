@@ -81,6 +81,11 @@ pub fn compile_planned(
     route: &Route,
     dtype: DType,
 ) -> Result<Arc<CompiledKernel>, Error> {
+    if let Route::Host(_) = route {
+        // Not cached by structure: a host stage's function only describes
+        // its shapes, so equal descriptions may be different kernels.
+        return Ok(Arc::new(compile_route(f, route.clone(), dtype)?));
+    }
     let key = crate::kernel::key::structural_key(f);
     cache::get_or_compile(key, dtype, || {
         f.check_bounds()?;
@@ -117,6 +122,8 @@ fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKern
             let code = compiled::JitCode::new(codegen::compile(&kernel, dtype)?);
             (kernel, compiled::Exec::Jit(code))
         }
+        // The loop nest of the description (`0` over the output).
+        Route::Host(h) => (crate::kernel::lower(f)?, compiled::Exec::Host(h)),
     };
     Ok(CompiledKernel {
         name: f.name().to_string(),

@@ -33,12 +33,14 @@
 
 mod activation;
 mod conv;
+mod embedding;
 pub mod init;
 mod linear;
 mod norm;
 
 pub use activation::{Flatten, Lambda, ReLU, Sigmoid, Tanh};
 pub use conv::{Conv2d, Conv2dConfig};
+pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm, LayerNorm};
 

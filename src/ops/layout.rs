@@ -50,6 +50,9 @@ impl Tensor {
         if !self.is_view() {
             return Ok(self.clone());
         }
+        if !self.dtype().is_float() {
+            return self.integer_contiguous(); // indices: copied on the host
+        }
         let ix = indices("i", self.rank());
         super::apply(
             "contiguous",
@@ -61,9 +64,6 @@ impl Tensor {
 
     /// As [`Tensor::contiguous`], never recorded.
     pub(crate) fn contiguous_detached(&self) -> Result<Tensor, Error> {
-        if !self.dtype().is_float() {
-            return self.integer_contiguous();
-        }
         self.detach().contiguous() // a constant: nothing is recorded
     }
 }

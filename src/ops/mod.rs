@@ -11,6 +11,8 @@ mod conv;
 mod custom;
 mod elementwise;
 mod formula;
+mod indexing;
+mod label_loss;
 mod layout;
 mod linalg;
 mod loss;
@@ -21,6 +23,7 @@ mod shape;
 mod statistics;
 mod triangle;
 
+pub use label_loss::CrossEntropyOptions;
 pub(crate) use normalization::normalize;
 pub use pointwise_loss::LossReduction;
 pub use statistics::Norm;
@@ -163,6 +166,41 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         }
         OpPlan::new(op, f, dtype, output == Output::SharesInput)
     })?;
+    run_and_record(op, &plan, args, output)
+}
+
+/// Applies an op run by host stages (see `crate::planner::host`) to dense
+/// tensors; `key` names everything its programs depend on beyond the
+/// arguments' shapes and dtypes (the op's parameters).
+pub(crate) fn apply_host(
+    op: &str,
+    key: &str,
+    host: impl FnOnce() -> Arc<dyn crate::planner::host::HostOp>,
+    args: &[(&str, &Tensor)],
+    dtype: DType,
+) -> Result<Tensor, Error> {
+    let mut full = format!("{op}\u{1}host\u{1}{key}\u{1}{dtype:?}");
+    for (name, t) in args {
+        if t.is_view() {
+            return Err(Error::Invalid {
+                function: op.to_string(),
+                message: format!("internal: `{name}` must be dense"),
+            });
+        }
+        let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
+    }
+    let plan = plan::cached(full, || OpPlan::host(op, host(), dtype))?;
+    run_and_record(op, &plan, args, Output::Fresh)
+}
+
+/// Runs `plan` on `args` (recording it when one of them requires a
+/// gradient): the part of every op after its plan is found.
+fn run_and_record(
+    op: &str,
+    plan: &Arc<OpPlan>,
+    args: &[(&str, &Tensor)],
+    output: Output,
+) -> Result<Tensor, Error> {
     let inputs: Vec<&Arc<Storage>> = args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
     let needs_grad: Vec<bool> = args
         .iter()

@@ -21,6 +21,7 @@ pub mod contraction;
 mod cut;
 pub(crate) mod epilogue;
 mod extract;
+pub mod host;
 mod node;
 mod normalize;
 pub(crate) mod peel;

@@ -57,6 +57,8 @@ impl Stage {
                 ..
             } => ((contraction.flops() / 2) as u64).saturating_add(kernel.total_cost()),
             Route::Loop(kernel) => kernel.total_cost(),
+            // One pass over the output (gathers, segmented sums).
+            Route::Host(_) => self.len() as u64,
         }
     }
 }

@@ -37,6 +37,9 @@ pub enum Route {
     /// A loop nest computing the function (in f32 its sums may be
     /// reordered), lowered and planned.
     Loop(Kernel),
+    /// Rust code on the host (a data-dependent stage, see `super::host`):
+    /// the stage's function only describes its shapes.
+    Host(std::sync::Arc<dyn super::host::HostKernel>),
 }
 
 impl Route {
@@ -46,6 +49,7 @@ impl Route {
             Route::Gemm(_) => "gemm",
             Route::GemmThenLoop { .. } => "gemm+loop",
             Route::Loop(_) => "loop",
+            Route::Host(_) => "host",
         }
     }
 }

@@ -177,6 +177,9 @@ pub(crate) struct OpPlan {
     pub(crate) dtype: DType,
     /// Per set of arguments needing a gradient.
     grads: Mutex<Vec<(Vec<bool>, Arc<GradCell>)>>,
+    /// For an op run by host stages (`crate::planner::host`): its programs.
+    /// `f` then only describes the op's shapes.
+    pub(crate) host: Option<Arc<dyn crate::planner::host::HostOp>>,
 }
 
 /// A node plan, built once by the first caller (or its error).
@@ -374,7 +377,32 @@ impl OpPlan {
             plain,
             dtype,
             grads: Mutex::new(Vec::new()),
+            host: None,
         })
+    }
+
+    /// The plan of an op run by host stages: its forward program from
+    /// `host`, its node plans from `host` too (see `crate::planner::host`).
+    pub(crate) fn host(
+        op: &str,
+        host: Arc<dyn crate::planner::host::HostOp>,
+        dtype: DType,
+    ) -> Result<OpPlan, Error> {
+        let program = host.forward()?;
+        let f = program.stages[program.outputs[0]].f.clone();
+        Ok(OpPlan {
+            op: op.to_string(),
+            f,
+            plain: Some(compile_program(program, dtype, |_| true)?),
+            dtype,
+            grads: Mutex::new(Vec::new()),
+            host: Some(host),
+        })
+    }
+
+    /// Whether the op runs by host stages (its `f` then only describes it).
+    pub(crate) fn is_host(&self) -> bool {
+        self.host.is_some()
     }
 
     /// Whether the output shares its input's storage (reshape).
@@ -402,6 +430,9 @@ impl OpPlan {
 
     fn build_grad(&self, mask: &[bool]) -> Result<NodeGrad, Error> {
         let wrt: Vec<usize> = (0..mask.len()).filter(|&a| mask[a]).collect();
+        if let Some(host) = &self.host {
+            return NodeGrad::new(host.node_plan(&wrt)?, self.dtype, false);
+        }
         DERIVATIONS.fetch_add(wrt.len() as u64, Relaxed);
         let plan = planner::plan_node(&self.f, &wrt, self.dtype)?;
         NodeGrad::new(plan, self.dtype, self.is_alias())

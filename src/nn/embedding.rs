@@ -1,0 +1,58 @@
+//! [`Embedding`]: a table of vectors looked up by integer ids.
+
+use super::Module;
+use crate::{DType, Error, Tensor};
+
+/// A `[num, dim]` table looked up by integer ids (PyTorch's
+/// `nn.Embedding`, weights drawn from N(0, 1) as PyTorch's): `forward(ids)`
+/// with ids of any shape `S` gives `S + [dim]`. The look-up is
+/// [`Tensor::index_select`]; its gradient a deterministic segmented sum.
+///
+/// ```
+/// use tenjin::nn::{Embedding, Module};
+/// use tenjin::Tensor;
+/// let emb = Embedding::new(10, 4, 0)?;
+/// let ids = Tensor::from_vec_i64(vec![1, 7, 1, 0, 9, 9], &[2, 3])?;
+/// let h = emb.forward(&ids)?;
+/// assert_eq!(h.shape(), &[2, 3, 4]);
+/// h.sum()?.backward()?;
+/// let g = emb.weight.grad().unwrap().to_vec()?;
+/// assert_eq!(&g[4..8], &[2.0; 4]); // id 1 appears twice
+/// assert_eq!(&g[8..12], &[0.0; 4]); // id 2 never
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct Embedding {
+    pub weight: Tensor,
+}
+
+impl Embedding {
+    /// `num` vectors of `dim` f32 values from N(0, 1), reproducible from
+    /// `seed`.
+    pub fn new(num: usize, dim: usize, seed: u64) -> Result<Embedding, Error> {
+        Embedding::with_dtype(num, dim, DType::F32, seed)
+    }
+
+    pub fn with_dtype(num: usize, dim: usize, dtype: DType, seed: u64) -> Result<Embedding, Error> {
+        Ok(Embedding {
+            weight: Tensor::randn(&[num, dim], dtype, seed)?.requires_grad(),
+        })
+    }
+}
+
+impl Module for Embedding {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor, Error> {
+        let flat = ids.reshape(&[ids.numel()])?;
+        let rows = self.weight.index_select(0, &flat)?;
+        let mut shape = ids.shape().to_vec();
+        shape.push(self.weight.shape()[1]);
+        rows.reshape(&shape)
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        vec![self.weight.clone()]
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+}
