@@ -24,7 +24,18 @@ CW = torch.cos(torch.arange(36, dtype=torch.float64) * 0.61).reshape(3, 2, 2, 3)
 CB = torch.tensor([0.3, -0.2])
 PX = torch.sin(torch.arange(50, dtype=torch.float64) * 0.83).reshape(1, 2, 5, 5)
 
+IDS = torch.tensor([2, 0, 2, 1, 2])                     # repeated ids
+GIDX = torch.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])  # gather along dim 1
+LAB = torch.tensor([3, 0, 1])                           # class labels of X's rows
+
 cases = {
+    "index_select_dim0": ([X], lambda x: torch.index_select(x, 0, IDS)),
+    "index_select_dim1": ([X], lambda x: torch.index_select(x, 1, torch.tensor([3, 3, 1]))),
+    "gather_dim1": ([X], lambda x: torch.gather(x, 1, GIDX)),
+    "nll_loss": ([X], lambda x: F.nll_loss(F.log_softmax(x, 1), LAB)),
+    "cross_entropy_smoothing": ([X], lambda x: F.cross_entropy(x, LAB, label_smoothing=0.1)),
+    "cross_entropy_ignore_sum": ([X], lambda x: F.cross_entropy(x, LAB, ignore_index=0, reduction="sum")),
+    "cross_entropy_none": ([X], lambda x: F.cross_entropy(x, LAB, reduction="none")),
     "conv_transpose2d": ([CX, CW, CB], lambda x, w, b: F.conv_transpose2d(
         x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2))),
     "avg_pool2d_padded": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1)),

@@ -3,7 +3,7 @@
 //! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
-use tenjin::{DType, Error, LossReduction, Norm, Tensor};
+use tenjin::{CrossEntropyOptions, DType, Error, LossReduction, Norm, Tensor};
 
 struct Case {
     name: String,
@@ -65,6 +65,14 @@ fn cases() -> Vec<Case> {
     out
 }
 
+fn ids(v: Vec<i64>, shape: &[usize]) -> Result<Tensor, Error> {
+    Tensor::from_vec_i64(v, shape)
+}
+
+fn labels() -> Result<Tensor, Error> {
+    ids(vec![3, 0, 1], &[3])
+}
+
 /// The tenjin op of a case.
 fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
     let r = LossReduction::Mean;
@@ -102,6 +110,32 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
         "bce_with_logits_sum" => t[0].binary_cross_entropy_with_logits(&t[1], LossReduction::Sum),
         "argmax_dim1" => t[0].argmax(1, false),
+        "index_select_dim0" => t[0].index_select(0, &ids(vec![2, 0, 2, 1, 2], &[5])?),
+        "index_select_dim1" => t[0].index_select(1, &ids(vec![3, 3, 1], &[3])?),
+        "gather_dim1" => t[0].gather(1, &ids(vec![3, 3, 0, 1, 2, 1, 0, 0, 0], &[3, 3])?),
+        "nll_loss" => t[0].log_softmax(1)?.nll_loss(&labels()?, None, r),
+        "cross_entropy_smoothing" => t[0].cross_entropy_with(
+            &labels()?,
+            CrossEntropyOptions {
+                label_smoothing: 0.1,
+                ..Default::default()
+            },
+        ),
+        "cross_entropy_ignore_sum" => t[0].cross_entropy_with(
+            &labels()?,
+            CrossEntropyOptions {
+                ignore_index: Some(0),
+                reduction: LossReduction::Sum,
+                ..Default::default()
+            },
+        ),
+        "cross_entropy_none" => t[0].cross_entropy_with(
+            &labels()?,
+            CrossEntropyOptions {
+                reduction: LossReduction::None,
+                ..Default::default()
+            },
+        ),
         "conv_transpose2d" => {
             t[0].conv_transpose2d(&t[1], Some(&t[2]), [2, 1], [1, 0], [1, 0], [1, 2])
         }
