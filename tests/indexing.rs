@@ -114,7 +114,9 @@ fn gradients_are_bitwise_identical_at_1_2_and_3_threads() -> Result<(), Error> {
         let emb = Embedding::new(v, d, 3)?;
         let x = Tensor::randn(&[t / 64, 64, 32], DType::F32, 4)?.requires_grad();
         let idx = Tensor::from_vec_i64(
-            (0..(t / 64 * 32 * 32) as i64).map(|k| (k * 13) % 64).collect(),
+            (0..(t / 64 * 32 * 32) as i64)
+                .map(|k| (k * 13) % 64)
+                .collect(),
             &[t / 64, 32, 32],
         )?;
         let h = emb.forward(&Tensor::from_vec_i64(id_list.clone(), &[t])?)?;

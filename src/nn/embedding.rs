@@ -6,7 +6,7 @@ use crate::{DType, Error, Tensor};
 /// A `[num, dim]` table looked up by integer ids (PyTorch's
 /// `nn.Embedding`, weights drawn from N(0, 1) as PyTorch's): `forward(ids)`
 /// with ids of any shape `S` gives `S + [dim]`. The look-up is
-/// [`Tensor::index_select`]; its gradient a deterministic segmented sum.
+/// [`Tensor::embedding`]; its gradient a deterministic segmented sum.
 ///
 /// ```
 /// use tenjin::nn::{Embedding, Module};
@@ -41,11 +41,7 @@ impl Embedding {
 
 impl Module for Embedding {
     fn forward(&self, ids: &Tensor) -> Result<Tensor, Error> {
-        let flat = ids.reshape(&[ids.numel()])?;
-        let rows = self.weight.index_select(0, &flat)?;
-        let mut shape = ids.shape().to_vec();
-        shape.push(self.weight.shape()[1]);
-        rows.reshape(&shape)
+        self.weight.embedding(ids)
     }
 
     fn parameters(&self) -> Vec<Tensor> {

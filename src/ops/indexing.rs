@@ -409,23 +409,45 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn index_select(&self, dim: usize, ids: &Tensor) -> Result<Tensor, Error> {
-        let op = "index_select";
-        check_dim(op, self, dim)?;
-        check_index_tensor(op, self, ids)?;
         if ids.rank() != 1 {
             return Err(Error::shape(
-                op,
+                "index_select",
                 format!(
                     "the ids have shape {:?}; index_select takes a 1-D index tensor",
                     ids.shape()
                 ),
             ));
         }
+        self.select("index_select", dim, ids)
+    }
+
+    /// Rows of the table `self` `[num, …]` at `ids` of any shape `S`
+    /// (PyTorch's `F.embedding`): the result has shape `S + […]`. As
+    /// [`Tensor::index_select`] along dimension 0, without reshaping the
+    /// ids or the result.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let table = Tensor::from_vec(vec![0., 1., 10., 11., 20., 21.], &[3, 2])?;
+    /// let ids = Tensor::from_vec_i64(vec![2, 2, 0, 1], &[2, 2])?;
+    /// let h = table.embedding(&ids)?;
+    /// assert_eq!(h.shape(), &[2, 2, 2]);
+    /// assert_eq!(h.to_vec()?, vec![20., 21., 20., 21., 0., 1., 10., 11.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn embedding(&self, ids: &Tensor) -> Result<Tensor, Error> {
+        self.select("embedding", 0, ids)
+    }
+
+    /// The entries at `ids` (any shape `S`) along `dim`: `shape[..dim] + S +
+    /// shape[dim + 1..]`.
+    fn select(&self, op: &'static str, dim: usize, ids: &Tensor) -> Result<Tensor, Error> {
+        check_dim(op, self, dim)?;
+        check_index_tensor(op, self, ids)?;
         validate(op, ids, self.shape()[dim])?;
         let (x, ids) = (dense(self)?, dense(ids)?);
         let lines = Lines::of(x.shape(), dim, ids.numel());
-        let mut out_shape = x.shape().to_vec();
-        out_shape[dim] = ids.numel();
+        let out_shape = [&x.shape()[..dim], ids.shape(), &x.shape()[dim + 1..]].concat();
         let host = || -> Arc<dyn HostOp> {
             Arc::new(Indexing {
                 op,
