@@ -253,3 +253,32 @@ fn integer_tensors_compare_convert_and_read_back_through_views() -> Result<(), E
     assert!(a.gt(&x).is_err()); // integer against float
     Ok(())
 }
+
+/// `to_dtype` between floats is recorded: the gradient comes back in the
+/// input's type, equal to the gradient computed without the conversion.
+#[test]
+fn conversions_carry_gradients_back_in_the_input_type() -> Result<(), Error> {
+    let x32 = Tensor::randn(&[3, 4], DType::F32, 1)?.requires_grad();
+    let w64 = randn(&[4, 2], 2).requires_grad();
+    let loss = x32.to_dtype(DType::F64)?.matmul(&w64)?.tanh()?.sum()?;
+    loss.backward()?;
+    let g = x32.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F32);
+    // The same in f64 throughout, rounded to f32 at the end.
+    let x64 = x32.detach().to_dtype(DType::F64)?.requires_grad();
+    x64.matmul(&w64.detach())?.tanh()?.sum()?.backward()?;
+    let want: Vec<f32> = x64.grad().unwrap().to_vec()?;
+    assert_eq!(g.to_vec()?, want);
+    // f64 → f32 → loss: the gradient converted back to f64.
+    let y = randn(&[5], 3).requires_grad();
+    y.to_dtype(DType::F32)?.square()?.sum()?.backward()?;
+    let gy = y.grad().unwrap();
+    assert_eq!(gy.dtype(), DType::F64);
+    for (g, v) in gy.to_vec_f64()?.iter().zip(y.to_vec_f64()?) {
+        assert_eq!(*g, f64::from(2.0 * (v as f32)));
+    }
+    // Under no_grad, or into integers, nothing is recorded.
+    assert!(!tenjin::no_grad(|| y.to_dtype(DType::F32))?.is_requires_grad());
+    assert!(!y.to_dtype(DType::I64)?.is_requires_grad());
+    Ok(())
+}

@@ -125,6 +125,10 @@ fn compile_route(f: &IndexFn, route: Route, dtype: DType) -> Result<CompiledKern
         // The loop nest of the description (`0` over the output).
         Route::Host(h) => (crate::kernel::lower(f)?, compiled::Exec::Host(h)),
     };
+    let dtype = match &exec {
+        compiled::Exec::Host(h) => h.out_dtype().unwrap_or(dtype),
+        _ => dtype,
+    };
     Ok(CompiledKernel {
         name: f.name().to_string(),
         args: f.args().to_vec(),

@@ -8,6 +8,7 @@
 //! are derived from the op's index function by `trace`.
 
 mod conv;
+mod convert;
 mod custom;
 mod elementwise;
 mod formula;

@@ -68,6 +68,11 @@ pub trait HostKernel: Send + Sync + Debug {
     /// The kernel's name (errors, `explain`).
     fn name(&self) -> &str;
     fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error>;
+    /// The output's element type when it is not the op's (a conversion's
+    /// forward or backward); `None`: the op's.
+    fn out_dtype(&self) -> Option<crate::DType> {
+        None
+    }
 }
 
 /// An operation run by host stages: its forward program and, per set of

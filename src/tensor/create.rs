@@ -216,22 +216,6 @@ impl Tensor {
         }
         Ok(self.to_vec_f64()?[0])
     }
-
-    /// The data converted to `dtype`, as a new constant tensor (conversion
-    /// is not recorded on the trace: convert before `requires_grad`).
-    /// Floats become integers by rounding toward zero, as PyTorch's
-    /// `.long()`.
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::from_vec(vec![0.5, -1.5], &[2])?.to_dtype(DType::F64)?;
-    /// assert_eq!(x.dtype(), DType::F64);
-    /// assert_eq!(x.to_dtype(DType::I64)?.to_vec_i64()?, vec![0, -1]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor, Error> {
-        self.convert(dtype)
-    }
 }
 
 fn fill<T: Element>(out: &mut [T], mut value: impl FnMut(usize) -> f64) {
