@@ -47,6 +47,7 @@
 
 pub mod alloc;
 pub mod autograd;
+mod checkpoint;
 pub mod dtype;
 pub mod error;
 mod exec;
@@ -76,6 +77,7 @@ mod tensor;
 pub mod trace;
 
 pub use alloc::Device;
+pub use checkpoint::checkpoint;
 pub use dtype::DType;
 pub use error::Error;
 pub use gradcheck::{

@@ -194,6 +194,19 @@ pub(crate) fn apply_host(
     run_and_record(op, &plan, args, Output::Fresh)
 }
 
+/// As [`apply_host`] for an op whose programs are made for this call alone
+/// (they hold the call's closure): the plan is built and used once, not
+/// cached.
+pub(crate) fn apply_host_once(
+    op: &str,
+    host: Arc<dyn crate::planner::host::HostOp>,
+    args: &[(&str, &Tensor)],
+    dtype: DType,
+) -> Result<Tensor, Error> {
+    let plan = Arc::new(OpPlan::host(op, host, dtype)?);
+    run_and_record(op, &plan, args, Output::Fresh)
+}
+
 /// Runs `plan` on `args` (recording it when one of them requires a
 /// gradient): the part of every op after its plan is found.
 fn run_and_record(

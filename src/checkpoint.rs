@@ -1,0 +1,336 @@
+//! Activation checkpointing: [`checkpoint`] runs a block without keeping
+//! its intermediate values and recomputes them during backward.
+//!
+//! The block becomes one recorded node (a host op, `crate::planner::host`)
+//! that saves only its inputs. Its forward runs `f` with recording off.
+//! Its backward, when the first gradient of the node is needed, runs `f`
+//! again with recording on, over fresh leaves holding the saved inputs,
+//! and runs a backward of that recomputed graph from the incoming
+//! gradient: the inputs' gradients are delivered along the node's edges,
+//! and parameters the block captures (a layer's weights) receive theirs
+//! from that inner backward directly. A private scalar leaf, an argument
+//! of every checkpoint node, keeps the node on the tape when no input
+//! requires a gradient (a first layer reading data).
+//!
+//! Must not know how ops or backward work inside: it only calls `f` and
+//! [`Tensor::backward_with`].
+
+use crate::planner::host::{host_stage, HostIn, HostKernel, HostOp, HostOut};
+use crate::planner::{NodePlan, Program, Source};
+use crate::{DType, Error, Tensor};
+use std::sync::{Arc, Mutex};
+
+type Block = dyn Fn(&[Tensor]) -> Result<Tensor, Error> + Send + Sync;
+
+/// Runs `f(inputs)` so that its intermediate values are not kept for
+/// backward but recomputed from `inputs` when backward needs them (PyTorch's
+/// `torch.utils.checkpoint`). Gradients are the same as without
+/// checkpointing; memory held between forward and backward is the block's
+/// inputs and output only. `f` must compute the same function each time
+/// (it runs again during backward); parameters it captures get their
+/// gradients during that second run, outside the all-or-nothing commit of
+/// the outer backward. A graph of gradients (`create_graph`) through a
+/// checkpoint is not supported yet (an error says so).
+///
+/// ```
+/// use tenjin::{checkpoint, DType, Tensor};
+/// let w = Tensor::randn(&[8, 8], DType::F64, 1)?.requires_grad();
+/// let x = Tensor::randn(&[4, 8], DType::F64, 2)?.requires_grad();
+/// let block = {
+///     let w = w.clone();
+///     move |t: &[Tensor]| t[0].matmul(&w)?.tanh()?.matmul(&w)?.tanh()
+/// };
+/// let y = checkpoint(block.clone(), &[x.clone()])?;
+/// y.sum()?.backward()?;
+/// let (gx, gw) = (x.grad().unwrap().to_vec_f64()?, w.grad().unwrap().to_vec_f64()?);
+/// x.zero_grad();
+/// w.zero_grad();
+/// block(&[x.clone()])?.sum()?.backward()?;
+/// assert_eq!(gx, x.grad().unwrap().to_vec_f64()?);
+/// assert_eq!(gw, w.grad().unwrap().to_vec_f64()?);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn checkpoint<F>(f: F, inputs: &[Tensor]) -> Result<Tensor, Error>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor, Error> + Send + Sync + 'static,
+{
+    let dense: Vec<Tensor> = inputs
+        .iter()
+        .map(Tensor::contiguous)
+        .collect::<Result<_, _>>()?;
+    let out = crate::trace::no_grad(|| f(&dense))?.contiguous()?;
+    if !crate::trace::is_grad_enabled() {
+        return Ok(out);
+    }
+    let dtype = out.dtype();
+    if !dtype.is_float() {
+        return Ok(out);
+    }
+    let anchor = Tensor::zeros(&[1], dtype)?.requires_grad();
+    let block = Arc::new(CheckpointRef(Arc::new(Checkpoint {
+        f: Arc::new(f),
+        shapes: dense
+            .iter()
+            .map(|t| (t.shape().to_vec(), t.dtype()))
+            .collect(),
+        needs: dense.iter().map(Tensor::is_requires_grad).collect(),
+        out_shape: out.shape().to_vec(),
+        dtype,
+        forward: Mutex::new(Some(out)),
+        grads: Mutex::new(Vec::new()),
+    })));
+    let names: Vec<String> = (0..dense.len()).map(|k| format!("x{k}")).collect();
+    let mut args: Vec<(&str, &Tensor)> = vec![("anchor", &anchor)];
+    args.extend(names.iter().map(String::as_str).zip(&dense));
+    crate::ops::apply_host_once("checkpoint", block, &args, dtype)
+}
+
+struct Checkpoint {
+    f: Arc<Block>,
+    /// Per input: shape and dtype.
+    shapes: Vec<(Vec<usize>, DType)>,
+    /// Per input: whether it requires a gradient.
+    needs: Vec<bool>,
+    out_shape: Vec<usize>,
+    dtype: DType,
+    /// The output computed by `checkpoint`, handed to the forward stage.
+    forward: Mutex<Option<Tensor>>,
+    /// Per argument (the anchor first): its gradient from the last
+    /// recomputation, until its stage takes it.
+    grads: Mutex<Vec<Option<Vec<f64>>>>,
+}
+
+impl Checkpoint {
+    fn arg_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        std::iter::once(("anchor".to_string(), vec![1]))
+            .chain(
+                self.shapes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (s, _))| (format!("x{k}"), s.clone())),
+            )
+            .collect()
+    }
+
+    fn program(
+        &self,
+        stage_for: impl FnOnce(&[(&str, &[usize])]) -> Result<crate::planner::Stage, Error>,
+    ) -> Result<Program, Error> {
+        let shapes = self.arg_shapes();
+        let args: Vec<(&str, &[usize])> =
+            shapes.iter().map(|(n, s)| (n.as_str(), &s[..])).collect();
+        let stage = stage_for(&args)?;
+        Ok(crate::planner::host::single_stage_program(&args, stage))
+    }
+
+    /// Recomputes the block over fresh leaves and runs its backward from
+    /// `seed`: the gradient of every argument (the anchor's is zero).
+    fn recompute(&self, inputs: &[HostIn], seed: &HostIn) -> Result<Vec<Vec<f64>>, Error> {
+        crate::trace::with_grad_enabled(true, || {
+            let leaves: Vec<Tensor> = self
+                .shapes
+                .iter()
+                .zip(inputs)
+                .zip(&self.needs)
+                .map(|(((shape, dtype), data), &needs)| {
+                    let t = tensor_of(data, shape, *dtype)?;
+                    Ok(if needs { t.requires_grad() } else { t })
+                })
+                .collect::<Result<_, Error>>()?;
+            let out = (self.f)(&leaves)?;
+            if out.shape() != self.out_shape {
+                return Err(Error::shape(
+                    "checkpoint",
+                    format!(
+                        "the block gave shape {:?} when recomputed, {:?} the first time",
+                        out.shape(),
+                        self.out_shape
+                    ),
+                ));
+            }
+            if out.is_requires_grad() {
+                let seed = tensor_of(seed, &self.out_shape, self.dtype)?;
+                out.backward_with(&seed)?;
+            }
+            let mut grads = vec![vec![0.0]];
+            for (t, (shape, _)) in leaves.iter().zip(&self.shapes) {
+                let n: usize = shape.iter().product();
+                grads.push(match t.grad() {
+                    Some(g) => g.to_vec_f64()?,
+                    None => vec![0.0; n],
+                });
+            }
+            Ok(grads)
+        })
+    }
+}
+
+/// A tensor holding a host slice's elements.
+fn tensor_of(data: &HostIn, shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
+    match *data {
+        HostIn::F32(v) => Tensor::from_vec(v.to_vec(), shape),
+        HostIn::F64(v) => Tensor::from_vec_f64(v.to_vec(), shape),
+        HostIn::I32(v) => Tensor::from_vec_i32(v.to_vec(), shape),
+        HostIn::I64(v) => Tensor::from_vec_i64(v.to_vec(), shape),
+    }
+    .and_then(|t| {
+        if t.dtype() == dtype {
+            Ok(t)
+        } else {
+            t.to_dtype(dtype)
+        }
+    })
+}
+
+fn write(values: &[f64], out: HostOut) {
+    match out {
+        HostOut::F32(o) => o.iter_mut().zip(values).for_each(|(o, &v)| *o = v as f32),
+        HostOut::F64(o) => o.copy_from_slice(&values[..o.len()]),
+    }
+}
+
+/// The forward stage: the output `checkpoint` computed.
+#[derive(Debug)]
+struct Forward(Arc<CheckpointRef>);
+
+/// The backward stage of argument `which` (0: the anchor).
+#[derive(Debug)]
+struct Backward(Arc<CheckpointRef>, usize);
+
+/// A shared handle on the block for its kernels.
+struct CheckpointRef(Arc<Checkpoint>);
+
+impl std::fmt::Debug for CheckpointRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "checkpoint({:?})", self.0.out_shape)
+    }
+}
+
+impl HostKernel for Forward {
+    fn name(&self) -> &str {
+        "checkpoint"
+    }
+
+    fn run(&self, _inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+        let t = self
+            .0
+             .0
+            .forward
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let t = t.ok_or_else(|| Error::Invalid {
+            function: "checkpoint".into(),
+            message: "internal: the forward stage ran twice".into(),
+        })?;
+        write(&t.to_vec_f64()?, out);
+        Ok(())
+    }
+}
+
+impl HostKernel for Backward {
+    fn name(&self) -> &str {
+        "checkpoint_backward"
+    }
+
+    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+        let block = &self.0 .0;
+        let which = self.1;
+        // inputs: the block's inputs (not the anchor), then the gradient.
+        let n = block.shapes.len();
+        let taken = {
+            let mut grads = block.grads.lock().unwrap_or_else(|e| e.into_inner());
+            grads.get_mut(which).and_then(Option::take)
+        };
+        let g = match taken {
+            Some(g) => g,
+            None => {
+                let mut all = block.recompute(&inputs[..n], &inputs[n])?;
+                let mine = std::mem::take(&mut all[which]);
+                let mut grads = block.grads.lock().unwrap_or_else(|e| e.into_inner());
+                *grads = all
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, g)| (k != which).then_some(g))
+                    .collect();
+                mine
+            }
+        };
+        write(&g, out);
+        Ok(())
+    }
+
+    fn out_dtype(&self) -> Option<DType> {
+        match self.1 {
+            0 => Some(self.0 .0.dtype),
+            k => Some(self.0 .0.shapes[k - 1].1),
+        }
+    }
+}
+
+impl HostOp for CheckpointRef {
+    fn forward(&self) -> Result<Program, Error> {
+        let me = Arc::new(CheckpointRef(self.0.clone()));
+        let sources = (0..=self.0.shapes.len()).map(Source::Input).collect();
+        self.0.program(|args| {
+            host_stage(
+                "checkpoint",
+                args,
+                sources,
+                &self.0.out_shape,
+                Arc::new(Forward(me)),
+            )
+        })
+    }
+
+    fn node_plan(&self, wrt: &[usize]) -> Result<NodePlan, Error> {
+        let c = &self.0;
+        let n = c.shapes.len();
+        if let Some(&k) = wrt
+            .iter()
+            .find(|&&k| k > 0 && !c.shapes[k - 1].1.is_float())
+        {
+            return Err(Error::Invalid {
+                function: "checkpoint".into(),
+                message: format!("input {} is an integer tensor and takes no gradient", k - 1),
+            });
+        }
+        let shapes = c.arg_shapes();
+        // Backward inputs: anchor, x0…, the output's gradient, the output.
+        let mut inputs: Vec<(&str, &[usize])> =
+            shapes.iter().map(|(s, v)| (s.as_str(), &v[..])).collect();
+        inputs.push(("dcheckpoint", &c.out_shape));
+        inputs.push(("checkpoint", &c.out_shape));
+        let reads: Vec<(&str, &[usize])> = inputs[1..=n + 1].to_vec();
+        let sources: Vec<Source> = (1..=n + 1).map(Source::Input).collect();
+        let mut stages = Vec::new();
+        for &k in wrt {
+            let me = Arc::new(CheckpointRef(c.clone()));
+            let shape = &shapes[k].1;
+            stages.push(host_stage(
+                "checkpoint_backward",
+                &reads,
+                sources.clone(),
+                shape,
+                Arc::new(Backward(me, k)),
+            )?);
+        }
+        let backward = Program {
+            inputs: inputs
+                .iter()
+                .map(|(name, s)| crate::symbolic::ArgDecl {
+                    name: name.to_string(),
+                    shape: s.to_vec(),
+                })
+                .collect(),
+            outputs: (0..stages.len()).collect(),
+            stages,
+        };
+        Ok(NodePlan {
+            forward: self.forward()?,
+            backward,
+            wrt: wrt.to_vec(),
+            derivatives: Vec::new(),
+        })
+    }
+}

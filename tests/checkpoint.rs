@@ -1,0 +1,142 @@
+//! Activation checkpointing: gradients bitwise identical to the run
+//! without it (inputs that require a gradient, inputs that do not, weights
+//! the blocks capture), and a lower measured peak of memory in use.
+//! `cargo run --release --example checkpoint_memory` prints the numbers
+//! BENCHMARKS.md quotes.
+
+use std::sync::Mutex;
+use tenjin::alloc;
+use tenjin::{checkpoint, DType, Error, Tensor};
+
+/// The tests of this file run one at a time: one measures the process's
+/// peak of memory in use.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Net {
+    w: Vec<Tensor>,
+    b: Vec<Tensor>,
+}
+
+fn net(width: usize, blocks: usize) -> Result<Net, Error> {
+    let mut w = Vec::new();
+    let mut b = Vec::new();
+    for k in 0..blocks {
+        w.push(
+            Tensor::randn(&[width, width], DType::F32, 10 + k as u64)?
+                .mul_scalar(0.05)?
+                .requires_grad(),
+        );
+        b.push(Tensor::randn(&[width], DType::F32, 50 + k as u64)?.requires_grad());
+    }
+    Ok(Net { w, b })
+}
+
+/// One residual block: `h + tanh(tanh(h·W + b)·W)`.
+fn block(
+    w: Tensor,
+    b: Tensor,
+) -> impl Fn(&[Tensor]) -> Result<Tensor, Error> + Clone + Send + Sync + 'static {
+    move |t: &[Tensor]| {
+        let a = t[0].matmul(&w)?.add(&b)?.tanh()?;
+        t[0].add(&a.matmul(&w)?.tanh()?)
+    }
+}
+
+fn loss(net: &Net, x: &Tensor, checkpointed: bool) -> Result<Tensor, Error> {
+    let mut h = x.clone();
+    for (w, b) in net.w.iter().zip(&net.b) {
+        let f = block(w.clone(), b.clone());
+        h = if checkpointed {
+            checkpoint(f, &[h])?
+        } else {
+            f(&[h])?
+        };
+    }
+    h.square()?.mean()
+}
+
+fn grads(net: &Net, x: &Tensor) -> Result<Vec<Vec<f32>>, Error> {
+    let mut out = Vec::new();
+    for t in net.w.iter().chain(&net.b).chain([x]) {
+        out.push(
+            t.grad()
+                .map(|g| g.to_vec())
+                .transpose()?
+                .unwrap_or_default(),
+        );
+        t.zero_grad();
+    }
+    Ok(out)
+}
+
+#[test]
+fn gradients_are_bitwise_those_without_checkpointing() -> Result<(), Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = net(32, 4)?;
+    for x_needs_grad in [true, false] {
+        let mut x = Tensor::randn(&[8, 32], DType::F32, 1)?;
+        if x_needs_grad {
+            x = x.requires_grad();
+        }
+        let l0 = loss(&n, &x, false)?;
+        l0.backward()?;
+        let plain = grads(&n, &x)?;
+        let l1 = loss(&n, &x, true)?;
+        assert_eq!(l0.item()?, l1.item()?);
+        l1.backward()?;
+        let ckpt = grads(&n, &x)?;
+        assert!(plain.iter().all(|g| !g.is_empty() || !x_needs_grad));
+        assert_eq!(plain, ckpt, "x requires grad: {x_needs_grad}");
+    }
+    Ok(())
+}
+
+#[test]
+fn checkpointing_lowers_the_peak_in_use() -> Result<(), Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (n, x) = (
+        net(256, 6)?,
+        Tensor::randn(&[256, 256], DType::F32, 3)?.requires_grad(),
+    );
+    let peak = |checkpointed: bool| -> Result<usize, Error> {
+        loss(&n, &x, checkpointed)?.backward()?; // warm: plans and pools
+        grads(&n, &x)?;
+        alloc::empty_cache();
+        alloc::reset_peak();
+        let before = alloc::stats().bytes_in_use;
+        loss(&n, &x, checkpointed)?.backward()?;
+        let p = alloc::stats().peak_in_use - before;
+        grads(&n, &x)?;
+        Ok(p)
+    };
+    let (plain, ckpt) = (peak(false)?, peak(true)?);
+    eprintln!("peak in use above the baseline: plain {plain} B, checkpointed {ckpt} B");
+    assert!(
+        ckpt < plain,
+        "checkpointed {ckpt} B is not below plain {plain} B"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_checkpointed_block_takes_integer_inputs_and_refuses_create_graph() -> Result<(), Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let table = Tensor::randn(&[10, 4], DType::F64, 1)?.requires_grad();
+    let ids = Tensor::from_vec_i64(vec![3, 3, 9], &[3])?;
+    let t2 = table.clone();
+    let y = checkpoint(
+        move |t: &[Tensor]| t2.embedding(&t[0])?.tanh(),
+        &[ids.clone()],
+    )?;
+    y.sum()?.backward()?;
+    let g = table.grad().unwrap().to_vec_f64()?;
+    table.zero_grad();
+    table.embedding(&ids)?.tanh()?.sum()?.backward()?;
+    assert_eq!(g, table.grad().unwrap().to_vec_f64()?);
+    let x = Tensor::randn(&[3], DType::F64, 2)?.requires_grad();
+    let y = tenjin::autograd::keep_inputs(|| {
+        checkpoint(|t: &[Tensor]| t[0].exp(), &[x.clone()])?.sum()
+    })?;
+    assert!(tenjin::autograd::grad(&[&y], &[&x], None, true).is_err());
+    Ok(())
+}
