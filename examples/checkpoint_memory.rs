@@ -2,7 +2,8 @@
 //! `h + tanh(tanh(h·W + b)·W)` (width 512, batch 512, f32), one forward and
 //! backward with and without `tenjin::checkpoint` around each block: the
 //! allocator's peak of bytes in use above the baseline, the median step
-//! time, and whether the gradients are bitwise equal.
+//! time, and whether the gradients are bitwise equal (exits non-zero if
+//! not).
 //!
 //! ```sh
 //! cargo run --release --example checkpoint_memory
