@@ -8,6 +8,7 @@
 /// integer types hold index data (labels, token ids) and support creation,
 /// conversion, comparison and indexing, not arithmetic kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DType {
     F32,
     F64,

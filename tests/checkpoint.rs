@@ -126,7 +126,7 @@ fn a_checkpointed_block_takes_integer_inputs_and_refuses_create_graph() -> Resul
     let t2 = table.clone();
     let y = checkpoint(
         move |t: &[Tensor]| t2.embedding(&t[0])?.tanh(),
-        &[ids.clone()],
+        std::slice::from_ref(&ids),
     )?;
     y.sum()?.backward()?;
     let g = table.grad().unwrap().to_vec_f64()?;
@@ -135,7 +135,7 @@ fn a_checkpointed_block_takes_integer_inputs_and_refuses_create_graph() -> Resul
     assert_eq!(g, table.grad().unwrap().to_vec_f64()?);
     let x = Tensor::randn(&[3], DType::F64, 2)?.requires_grad();
     let y = tenjin::autograd::keep_inputs(|| {
-        checkpoint(|t: &[Tensor]| t[0].exp(), &[x.clone()])?.sum()
+        checkpoint(|t: &[Tensor]| t[0].exp(), std::slice::from_ref(&x))?.sum()
     })?;
     assert!(tenjin::autograd::grad(&[&y], &[&x], None, true).is_err());
     Ok(())

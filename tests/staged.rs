@@ -41,10 +41,7 @@ fn run(kind: &Kind, n: usize, dtype: DType) -> Result<(Tensor, Vec<Tensor>), Err
         .enumerate()
         .map(|(k, (_, shape))| {
             let v = data(shape.iter().product(), k);
-            let t = match dtype {
-                DType::F64 => Tensor::from_vec_f64(v, shape),
-                DType::F32 => Tensor::from_vec(v.iter().map(|&x| x as f32).collect(), shape),
-            };
+            let t = Tensor::from_vec_f64(v, shape).and_then(|t| t.to_dtype(dtype));
             t.map(|t| t.requires_grad())
         })
         .collect::<Result<_, _>>()?;
@@ -55,10 +52,7 @@ fn run(kind: &Kind, n: usize, dtype: DType) -> Result<(Tensor, Vec<Tensor>), Err
 
 fn incoming(y: &Tensor) -> Result<Tensor, Error> {
     let v = data(y.numel(), 99);
-    match y.dtype() {
-        DType::F64 => Tensor::from_vec_f64(v, y.shape()),
-        DType::F32 => Tensor::from_vec(v.iter().map(|&x| x as f32).collect(), y.shape()),
-    }
+    Tensor::from_vec_f64(v, y.shape())?.to_dtype(y.dtype())
 }
 
 fn close(got: &[f64], want: &[f64], what: &str) {

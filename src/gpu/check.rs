@@ -52,6 +52,6 @@ pub fn run_loop_kernel(
             g.download(&mut v, out.as_ptr() as u64)?;
             v
         }
-        d => return Err(crate::dtype::not_computable(&f.name(), d)),
+        d => return Err(crate::dtype::not_computable(f.name(), d)),
     })
 }

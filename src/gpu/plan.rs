@@ -30,7 +30,7 @@ pub fn loop_kernel(f: &IndexFn, dtype: DType) -> Result<Kernel, Error> {
     Ok(match dtype {
         DType::F32 => blocked_sums::block_long_sums(k),
         DType::F64 => k,
-        d => return Err(crate::dtype::not_computable(&f.name(), d)),
+        d => return Err(crate::dtype::not_computable(f.name(), d)),
     })
 }
 

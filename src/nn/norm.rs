@@ -57,8 +57,8 @@ impl Module for LayerNorm {
     }
 }
 
-/// Batch normalisation over every dimension but the channels (dimension
-/// 1) of `[N, C]` or `[N, C, …]` inputs, as PyTorch's `BatchNorm1d/2d`:
+/// Batch normalisation over every dimension but the channels (the second
+/// dimension) of `[N, C]` or `[N, C, …]` inputs, as PyTorch's `BatchNorm1d/2d`:
 /// in training, the batch's mean and biased variance normalise, and the
 /// running statistics move by `momentum` towards the batch's mean and
 /// unbiased variance; in evaluation ([`BatchNorm::eval`]) the running

@@ -62,8 +62,8 @@ impl Tensor {
         let x = r.access("");
         let body = match p {
             Norm::Inf => r.nest("max", "", format!("abs ({x})")),
-            Norm::P(p) if p == 2.0 => format!("sqrt ({})", r.nest("sum", "", format!("{x} ** 2"))),
-            Norm::P(p) if p == 1.0 => r.nest("sum", "", format!("abs ({x})")),
+            Norm::P(2.0) => format!("sqrt ({})", r.nest("sum", "", format!("{x} ** 2"))),
+            Norm::P(1.0) => r.nest("sum", "", format!("abs ({x})")),
             Norm::P(p) if p > 0.0 && p.is_finite() => {
                 let (pl, inv) = (lit("norm", p)?, lit("norm", 1.0 / p)?);
                 let inner = r.nest("sum", "", format!("abs ({x}) ** {pl}"));

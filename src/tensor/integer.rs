@@ -13,8 +13,10 @@ use crate::dtype::Element;
 use crate::storage::Storage;
 use crate::{DType, Error};
 
+type IntTest = fn(i64, i64) -> bool;
+
 /// Comparisons between integer tensors, by method name.
-const INT_COMPARE: &[(&str, fn(i64, i64) -> bool)] = &[
+const INT_COMPARE: &[(&str, IntTest)] = &[
     ("gt", |a, b| a > b),
     ("ge", |a, b| a >= b),
     ("lt", |a, b| a < b),
