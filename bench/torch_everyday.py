@@ -28,7 +28,25 @@ IDS = torch.tensor([2, 0, 2, 1, 2])                     # repeated ids
 GIDX = torch.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])  # gather along dim 1
 LAB = torch.tensor([3, 0, 1])                           # class labels of X's rows
 
+BW = torch.tensor([0.7, -1.3])
+BB = torch.tensor([0.2, 0.5])
+
+
+def bn_train(x, w, b):
+    return F.batch_norm(x, torch.zeros(2), torch.ones(2), w, b, training=True, momentum=0.1, eps=1e-5)
+
+
+def bn_running(x):
+    rm, rv = torch.zeros(2), torch.ones(2)
+    F.batch_norm(x, rm, rv, None, None, training=True, momentum=0.1, eps=1e-5)
+    return torch.cat([rm, rv]).detach().requires_grad_(False) + 0 * x.sum()
+
+
 cases = {
+    "batch_norm_train": ([PX, BW, BB], bn_train),
+    "batch_norm_eval": ([PX, BW, BB], lambda x, w, b: F.batch_norm(
+        x, torch.tensor([0.1, -0.2]), torch.tensor([0.5, 2.0]), w, b, training=False, eps=1e-5)),
+    "batch_norm_running_stats": ([PX], bn_running),
     "index_select_dim0": ([X], lambda x: torch.index_select(x, 0, IDS)),
     "index_select_dim1": ([X], lambda x: torch.index_select(x, 1, torch.tensor([3, 3, 1]))),
     "gather_dim1": ([X], lambda x: torch.gather(x, 1, GIDX)),

@@ -3,6 +3,7 @@
 //! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
+use tenjin::nn::{BatchNorm, Module};
 use tenjin::{CrossEntropyOptions, DType, Error, LossReduction, Norm, Tensor};
 
 struct Case {
@@ -73,6 +74,21 @@ fn labels() -> Result<Tensor, Error> {
     ids(vec![3, 0, 1], &[3])
 }
 
+/// A batch norm over `[1, 2, 5, 5]` with weight `t[1]` and bias `t[2]`,
+/// in training (running statistics from 0 and 1) or evaluation (running
+/// statistics [0.1, −0.2] and [0.5, 2.0], as the reference).
+fn batch_norm(t: &[Tensor], training: bool) -> Result<(Tensor, BatchNorm), Error> {
+    let mut bn = BatchNorm::new(2, 1e-5, 0.1, DType::F64)?;
+    bn.weight = t[1].clone();
+    bn.bias = t[2].clone();
+    if !training {
+        bn.running_mean = Tensor::from_vec_f64(vec![0.1, -0.2], &[2])?;
+        bn.running_var = Tensor::from_vec_f64(vec![0.5, 2.0], &[2])?;
+        bn.eval();
+    }
+    Ok((bn.forward(&t[0])?, bn))
+}
+
 /// The tenjin op of a case.
 fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
     let r = LossReduction::Mean;
@@ -136,6 +152,20 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
                 ..Default::default()
             },
         ),
+        "batch_norm_train" => batch_norm(t, true).map(|(y, _)| y),
+        "batch_norm_eval" => batch_norm(t, false).map(|(y, _)| y),
+        "batch_norm_running_stats" => {
+            let (_, bn) = batch_norm(
+                &[
+                    t[0].clone(),
+                    Tensor::ones(&[2], DType::F64)?,
+                    Tensor::zeros(&[2], DType::F64)?,
+                ],
+                true,
+            )?;
+            // PyTorch's value plus 0·Σx: the gradient is zero.
+            Tensor::cat(&[&bn.running_mean, &bn.running_var], 0)?.add(&t[0].sum()?.mul_scalar(0.0)?)
+        }
         "conv_transpose2d" => {
             t[0].conv_transpose2d(&t[1], Some(&t[2]), [2, 1], [1, 0], [1, 0], [1, 2])
         }

@@ -59,30 +59,12 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor, Error> {
-        Tensor::from_slice_of("from_vec", &data, shape)
+        Tensor::from_host("from_vec", &data, shape)
     }
 
     /// An f64 tensor holding `data` (row-major) with `shape`.
     pub fn from_vec_f64(data: Vec<f64>, shape: &[usize]) -> Result<Tensor, Error> {
-        Tensor::from_slice_of("from_vec_f64", &data, shape)
-    }
-
-    fn from_slice_of<T: Element>(op: &str, data: &[T], shape: &[usize]) -> Result<Tensor, Error> {
-        let n = numel_of(op, shape)?;
-        if n != data.len() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "{} values cannot fill the shape {shape:?} ({n} elements)",
-                    data.len()
-                ),
-            ));
-        }
-        Ok(Tensor::dense(
-            shape.to_vec(),
-            Storage::from_slice(data)?,
-            Origin::Constant,
-        ))
+        Tensor::from_host("from_vec_f64", &data, shape)
     }
 
     /// A scalar (shape `[]`) tensor.

@@ -46,6 +46,7 @@ impl Tensor {
         Tensor::from_host("from_vec_i32", &data, shape)
     }
 
+    /// A dense constant copy of `data` (any element type) with `shape`.
     pub(crate) fn from_host<T: Element>(
         op: &str,
         data: &[T],
