@@ -231,19 +231,27 @@ fn run_host(
 ) -> Result<(), Error> {
     use crate::planner::host::{HostIn, HostOut};
     let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
+    let short = |s: &Storage, n: usize| Error::Shape {
+        op: host.name().to_string(),
+        message: format!(
+            "{n} elements read from a {:?} block holding fewer on the host",
+            s.dtype()
+        ),
+    };
     let slices: Vec<HostIn> = guards
         .iter()
         .zip(inputs)
         .map(|(g, (s, n))| {
             let n = *n;
-            match s.dtype() {
-                DType::F32 => HostIn::F32(&g.as_slice::<f32>()[..n]),
-                DType::F64 => HostIn::F64(&g.as_slice::<f64>()[..n]),
-                DType::I32 => HostIn::I32(&g.as_slice::<i32>()[..n]),
-                DType::I64 => HostIn::I64(&g.as_slice::<i64>()[..n]),
-            }
+            let input = match s.dtype() {
+                DType::F32 => g.as_slice::<f32>().get(..n).map(HostIn::F32),
+                DType::F64 => g.as_slice::<f64>().get(..n).map(HostIn::F64),
+                DType::I32 => g.as_slice::<i32>().get(..n).map(HostIn::I32),
+                DType::I64 => g.as_slice::<i64>().get(..n).map(HostIn::I64),
+            };
+            input.ok_or_else(|| short(s, n))
         })
-        .collect();
+        .collect::<Result<_, Error>>()?;
     let mut o = out.write();
     let n = out.len();
     match out.dtype() {

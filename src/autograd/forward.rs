@@ -108,7 +108,7 @@ pub(crate) fn tangent(
         if node.plan.is_host() {
             return Err(crate::trace::autograd_error(
                 node.op_name(),
-                "forward mode (jvp) through a data-dependent op (index_select, gather, embedding) is not supported yet".into(),
+                "forward mode (jvp) through a host stage (index_select, embedding, gather, to_dtype, checkpoint) is not supported yet".into(),
             ));
         }
         let tf = tangent_fn(&node.plan, &wrt)?;

@@ -308,7 +308,7 @@ impl Walk {
         if node.plan.is_host() {
             return Err(crate::trace::autograd_error(
                 node.op_name(),
-                "a graph of gradients (create_graph, grad of grad, jacobian, hessian) through a data-dependent op (index_select, gather, embedding) is not supported yet: its backward is a host kernel, not an index function".into(),
+                "a graph of gradients (create_graph, grad of grad, jacobian, hessian) through a host stage (index_select, embedding, gather, to_dtype, checkpoint) is not supported yet: its backward is a host kernel, not an index function".into(),
             ));
         }
         let f = &node.plan.f;
