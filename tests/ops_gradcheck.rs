@@ -883,6 +883,19 @@ fn everyday_cases(g: &mut Gen) -> Vec<Case> {
             |t| t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
         ));
     }
+    // Batch norm in training (batch statistics), over [N, C] and [N, C, H, W].
+    for shape in [vec![4, 3], vec![2, 3, 2, 2]] {
+        out.push(case(
+            format!("batch_norm {shape:?}"),
+            vec![g.normal(&shape), g.normal(&[3]), g.normal(&[3])],
+            |t| {
+                let mut bn = tenjin::nn::BatchNorm::new(3, 1e-5, 0.1, t[0].dtype())?;
+                bn.weight = t[1].clone();
+                bn.bias = t[2].clone();
+                tenjin::nn::Module::forward(&bn, &t[0])
+            },
+        ));
+    }
     // Padded pools, adaptive pooling, transposed convolution.
     let (h, w) = (g.dim(2..=5), g.dim(2..=5));
     let img = [g.dim(1..=2), g.dim(1..=2), h, w];
