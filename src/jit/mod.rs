@@ -45,6 +45,7 @@ mod vmath;
 
 pub use cache::{JitStats, MissReason};
 pub use compiled::{CompiledKernel, RouteKind};
+pub(crate) use pool::parallel_for;
 pub use pool::{num_threads, set_num_threads};
 
 use crate::planner::Route;

@@ -15,7 +15,7 @@
 //! Every gradient element is summed by one thread in a fixed order: no
 //! atomics, and the result is bitwise the same at any thread count. Ids
 //! out of range are an error naming the op, the id and the size, raised
-//! before anything runs. The ids carry no gradient; a graph of gradients
+//! by the kernel before it writes anything (nothing is recorded). The ids carry no gradient; a graph of gradients
 //! (`create_graph`) and forward mode through these ops are refused with an
 //! error (not yet supported).
 
@@ -47,24 +47,11 @@ impl Lines {
     }
 }
 
-/// Runs `f(first, last)` over `0..n` split into chunks for the worker
-/// threads (one chunk, on this thread, when the work is small).
+/// Runs `f(first, last)` over chunks of `0..n` on the worker pool, each
+/// chunk about 32k elements of `work` (all on this thread when small).
 fn parallel_chunks(n: usize, work: usize, f: impl Fn(usize, usize) + Sync) {
-    let threads = crate::jit::num_threads().clamp(1, n.max(1));
-    if threads == 1 || work < 1 << 15 {
-        f(0, n);
-        return;
-    }
-    let chunk = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        for c in 0..threads {
-            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
-            if lo < hi {
-                let f = &f;
-                s.spawn(move || f(lo, hi));
-            }
-        }
-    });
+    let per_item = work.div_ceil(n.max(1)).max(1);
+    crate::jit::parallel_for(n, (1usize << 15).div_ceil(per_item), &f);
 }
 
 /// A raw output pointer shared by threads that write disjoint elements.
@@ -113,7 +100,7 @@ macro_rules! with_floats {
 
 /// `y[o; t; i] = x[o; ids[t]; i]`.
 #[derive(Debug)]
-struct SelectRows(Lines);
+struct SelectRows(Lines, &'static str);
 
 impl HostKernel for SelectRows {
     fn name(&self) -> &str {
@@ -127,14 +114,15 @@ impl HostKernel for SelectRows {
             inner,
             count,
         } = self.0;
+        let op = self.1;
         let ids = &inputs[1];
-        check_ids("index_select", ids, size)?;
-        with_floats!("index_select", inputs[0], out, |x, y| {
+        check_ids(op, ids, size)?;
+        with_floats!(op, inputs[0], out, |x, y| {
             let rows = outer * count;
             let y = Shared(y.as_mut_ptr());
             parallel_chunks(rows, rows * inner, |lo, hi| {
                 for r in lo..hi {
-                    let (o, t) = (r / count.max(1), r % count.max(1));
+                    let (o, t) = (r / count, r % count);
                     let v = ids.index(t).unwrap_or(0) as usize;
                     let src = &x[(o * size + v) * inner..][..inner];
                     // SAFETY: row r of y belongs to this chunk alone.
@@ -150,7 +138,7 @@ impl HostKernel for SelectRows {
 /// `dx[o; v; i] = Σ_{t : ids[t] = v} dy[o; t; i]`, by runs of the ids
 /// sorted once.
 #[derive(Debug)]
-struct SegmentSum(Lines);
+struct SegmentSum(Lines, &'static str);
 
 impl HostKernel for SegmentSum {
     fn name(&self) -> &str {
@@ -164,8 +152,9 @@ impl HostKernel for SegmentSum {
             inner,
             count,
         } = self.0;
+        let op = self.1;
         let ids = &inputs[0];
-        check_ids("index_select_backward", ids, size)?;
+        check_ids(op, ids, size)?;
         // A stable counting sort: `order[start[v]..start[v + 1]]` are the
         // positions with id v, in increasing order.
         let mut start = vec![0usize; size + 1];
@@ -182,7 +171,7 @@ impl HostKernel for SegmentSum {
             order[next[v]] = t;
             next[v] += 1;
         }
-        with_floats!("index_select_backward", inputs[1], out, |dy, dx| {
+        with_floats!(op, inputs[1], out, |dy, dx| {
             let rows = outer * size;
             let dx = Shared(dx.as_mut_ptr());
             parallel_chunks(rows, outer * count * inner + rows * inner, |lo, hi| {
@@ -207,7 +196,7 @@ impl HostKernel for SegmentSum {
 /// `y[o; j; i] = x[o; idx[o; j; i]; i]` (`idx` of shape `[outer, count,
 /// inner]`).
 #[derive(Debug)]
-struct GatherAlong(Lines);
+struct GatherAlong(Lines, &'static str);
 
 impl HostKernel for GatherAlong {
     fn name(&self) -> &str {
@@ -221,9 +210,10 @@ impl HostKernel for GatherAlong {
             inner,
             count,
         } = self.0;
+        let op = self.1;
         let idx = &inputs[1];
-        check_ids("gather", idx, size)?;
-        with_floats!("gather", inputs[0], out, |x, y| {
+        check_ids(op, idx, size)?;
+        with_floats!(op, inputs[0], out, |x, y| {
             for o in 0..outer {
                 for j in 0..count {
                     for i in 0..inner {
@@ -241,7 +231,7 @@ impl HostKernel for GatherAlong {
 /// `dx[o; k; i] = Σ_{j : idx[o; j; i] = k} dy[o; j; i]`: each line `(o, i)`
 /// by one thread, in increasing `j`.
 #[derive(Debug)]
-struct ScatterSum(Lines);
+struct ScatterSum(Lines, &'static str);
 
 impl HostKernel for ScatterSum {
     fn name(&self) -> &str {
@@ -255,9 +245,10 @@ impl HostKernel for ScatterSum {
             inner,
             count,
         } = self.0;
+        let op = self.1;
         let idx = &inputs[0];
-        check_ids("gather_backward", idx, size)?;
-        with_floats!("gather_backward", inputs[1], out, |dy, dx| {
+        check_ids(op, idx, size)?;
+        with_floats!(op, inputs[1], out, |dy, dx| {
             dx.fill(Default::default());
             let lines = outer * inner;
             let dx = Shared(dx.as_mut_ptr());
@@ -339,15 +330,6 @@ impl HostOp for Indexing {
     }
 }
 
-/// `t` itself when dense, else a dense copy (recorded for floats).
-fn dense(t: &Tensor) -> Result<Tensor, Error> {
-    match (t.is_view(), t.dtype().is_float()) {
-        (false, _) => Ok(t.clone()),
-        (true, true) => t.contiguous(),
-        (true, false) => t.integer_contiguous(),
-    }
-}
-
 fn check_index_tensor(op: &str, x: &Tensor, idx: &Tensor) -> Result<(), Error> {
     if idx.dtype().is_float() {
         return Err(Error::DType {
@@ -361,16 +343,6 @@ fn check_index_tensor(op: &str, x: &Tensor, idx: &Tensor) -> Result<(), Error> {
     }
     if !x.dtype().is_float() {
         return Err(crate::dtype::not_computable(op, x.dtype()));
-    }
-    Ok(())
-}
-
-/// The first id out of `0..size`, as an error.
-fn validate(op: &str, idx: &Tensor, size: usize) -> Result<(), Error> {
-    for (k, &id) in idx.to_vec_i64()?.iter().enumerate() {
-        if id < 0 || id as usize >= size {
-            return Err(id_error(op, id, size, k));
-        }
     }
     Ok(())
 }
@@ -444,8 +416,7 @@ impl Tensor {
     fn select(&self, op: &'static str, dim: usize, ids: &Tensor) -> Result<Tensor, Error> {
         check_dim(op, self, dim)?;
         check_index_tensor(op, self, ids)?;
-        validate(op, ids, self.shape()[dim])?;
-        let (x, ids) = (dense(self)?, dense(ids)?);
+        let (x, ids) = (self.contiguous()?, ids.contiguous()?);
         let lines = Lines::of(x.shape(), dim, ids.numel());
         let out_shape = [&x.shape()[..dim], ids.shape(), &x.shape()[dim + 1..]].concat();
         let host = || -> Arc<dyn HostOp> {
@@ -454,8 +425,8 @@ impl Tensor {
                 x_shape: x.shape().to_vec(),
                 idx_shape: ids.shape().to_vec(),
                 out_shape: out_shape.clone(),
-                forward: Arc::new(SelectRows(lines)),
-                backward: Arc::new(SegmentSum(lines)),
+                forward: Arc::new(SelectRows(lines, op)),
+                backward: Arc::new(SegmentSum(lines, op)),
             })
         };
         apply_host(
@@ -500,7 +471,6 @@ impl Tensor {
                 format!("input {xs:?} and index {is:?}: the index must have the input's rank and be no larger in dimensions other than {dim}"),
             ));
         }
-        validate(op, index, xs[dim])?;
         // The input cut to the index's extent in the other dimensions (a
         // view, copied below), so both share `outer` and `inner`.
         let mut x = self.clone();
@@ -509,7 +479,7 @@ impl Tensor {
                 x = x.narrow(d, 0, n)?;
             }
         }
-        let (x, index) = (dense(&x)?, dense(index)?);
+        let (x, index) = (x.contiguous()?, index.contiguous()?);
         let lines = Lines::of(x.shape(), dim, is[dim]);
         let host = || -> Arc<dyn HostOp> {
             Arc::new(Indexing {
@@ -517,8 +487,8 @@ impl Tensor {
                 x_shape: x.shape().to_vec(),
                 idx_shape: index.shape().to_vec(),
                 out_shape: index.shape().to_vec(),
-                forward: Arc::new(GatherAlong(lines)),
-                backward: Arc::new(ScatterSum(lines)),
+                forward: Arc::new(GatherAlong(lines, op)),
+                backward: Arc::new(ScatterSum(lines, op)),
             })
         };
         apply_host(
