@@ -67,7 +67,7 @@ where
         return Ok(out);
     }
     let anchor = Tensor::zeros(&[1], dtype)?.requires_grad();
-    let block = Arc::new(CheckpointRef(Arc::new(Checkpoint {
+    let block = Arc::new(CheckpointOp(Arc::new(Checkpoint {
         f: Arc::new(f),
         shapes: dense
             .iter()
@@ -132,8 +132,8 @@ impl Checkpoint {
                 .iter()
                 .zip(inputs)
                 .zip(&self.needs)
-                .map(|(((shape, dtype), data), &needs)| {
-                    let t = tensor_of(data, shape, *dtype)?;
+                .map(|(((shape, _), data), &needs)| {
+                    let t = tensor_of(data, shape)?;
                     Ok(if needs { t.requires_grad() } else { t })
                 })
                 .collect::<Result<_, Error>>()?;
@@ -149,7 +149,7 @@ impl Checkpoint {
                 ));
             }
             if out.is_requires_grad() {
-                let seed = tensor_of(seed, &self.out_shape, self.dtype)?;
+                let seed = tensor_of(seed, &self.out_shape)?;
                 out.backward_with(&seed)?;
             }
             let mut grads = vec![vec![0.0]];
@@ -165,21 +165,14 @@ impl Checkpoint {
     }
 }
 
-/// A tensor holding a host slice's elements.
-fn tensor_of(data: &HostIn, shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
+/// A tensor holding a host slice's elements (in the slice's type).
+fn tensor_of(data: &HostIn, shape: &[usize]) -> Result<Tensor, Error> {
     match *data {
         HostIn::F32(v) => Tensor::from_vec(v.to_vec(), shape),
         HostIn::F64(v) => Tensor::from_vec_f64(v.to_vec(), shape),
         HostIn::I32(v) => Tensor::from_vec_i32(v.to_vec(), shape),
         HostIn::I64(v) => Tensor::from_vec_i64(v.to_vec(), shape),
     }
-    .and_then(|t| {
-        if t.dtype() == dtype {
-            Ok(t)
-        } else {
-            t.to_dtype(dtype)
-        }
-    })
 }
 
 fn write(values: &[f64], out: HostOut) {
@@ -191,18 +184,18 @@ fn write(values: &[f64], out: HostOut) {
 
 /// The forward stage: the output `checkpoint` computed.
 #[derive(Debug)]
-struct Forward(Arc<CheckpointRef>);
+struct Forward(Arc<Checkpoint>);
 
 /// The backward stage of argument `which` (0: the anchor).
 #[derive(Debug)]
-struct Backward(Arc<CheckpointRef>, usize);
+struct Backward(Arc<Checkpoint>, usize);
 
-/// A shared handle on the block for its kernels.
-struct CheckpointRef(Arc<Checkpoint>);
+/// The block as a host op (its programs hand the block to their kernels).
+struct CheckpointOp(Arc<Checkpoint>);
 
-impl std::fmt::Debug for CheckpointRef {
+impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "checkpoint({:?})", self.0.out_shape)
+        write!(f, "checkpoint({:?})", self.out_shape)
     }
 }
 
@@ -214,7 +207,6 @@ impl HostKernel for Forward {
     fn run(&self, _inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
         let t = self
             .0
-             .0
             .forward
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -234,7 +226,7 @@ impl HostKernel for Backward {
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
-        let block = &self.0 .0;
+        let block = &self.0;
         let which = self.1;
         // inputs: the block's inputs (not the anchor), then the gradient.
         let n = block.shapes.len();
@@ -262,15 +254,15 @@ impl HostKernel for Backward {
 
     fn out_dtype(&self) -> Option<DType> {
         match self.1 {
-            0 => Some(self.0 .0.dtype),
-            k => Some(self.0 .0.shapes[k - 1].1),
+            0 => Some(self.0.dtype),
+            k => Some(self.0.shapes[k - 1].1),
         }
     }
 }
 
-impl HostOp for CheckpointRef {
+impl HostOp for CheckpointOp {
     fn forward(&self) -> Result<Program, Error> {
-        let me = Arc::new(CheckpointRef(self.0.clone()));
+        let me = self.0.clone();
         let sources = (0..=self.0.shapes.len()).map(Source::Input).collect();
         self.0.program(|args| {
             host_stage(
@@ -305,7 +297,7 @@ impl HostOp for CheckpointRef {
         let sources: Vec<Source> = (1..=n + 1).map(Source::Input).collect();
         let mut stages = Vec::new();
         for &k in wrt {
-            let me = Arc::new(CheckpointRef(c.clone()));
+            let me = c.clone();
             let shape = &shapes[k].1;
             stages.push(host_stage(
                 "checkpoint_backward",
