@@ -32,63 +32,69 @@ impl Default for CrossEntropyOptions {
     }
 }
 
-/// The labels checked against `[B, C]` log-probabilities: `(labels with
-/// ignored rows set to class 0, as [B, 1]; the kept-row mask as [B])`.
-fn prepare(
-    op: &str,
-    x: &Tensor,
-    labels: &Tensor,
-    ignore: Option<i64>,
-) -> Result<(Tensor, Tensor), Error> {
-    let s = x.shape();
-    if s.len() != 2 || labels.shape() != [s[0]] || labels.dtype().is_float() {
-        return Err(Error::shape(
-            op,
-            format!(
-                "input {s:?} and labels {:?} ({:?}): expected [B, C] scores and B integer labels",
-                labels.shape(),
-                labels.dtype()
-            ),
-        ));
-    }
-    let mut ids = labels.to_vec_i64()?;
-    let mut keep = vec![1.0; ids.len()];
-    for (k, id) in ids.iter_mut().enumerate() {
-        if Some(*id) == ignore {
-            keep[k] = 0.0;
-            *id = 0;
-        } else if *id < 0 || *id as usize >= s[1] {
-            return Err(Error::shape(
-                op,
-                format!("label {id} at row {k} is out of range for {} classes", s[1]),
-            ));
-        }
-    }
-    let n = ids.len();
-    let mask = Tensor::from_vec_f64(keep, &[n])?.to_dtype(x.dtype())?;
-    Ok((Tensor::from_vec_i64(ids, &[n, 1])?, mask))
+/// Integer labels checked against `[B, C]` scores, as the gather reads
+/// them (`[B, 1]`, ignored rows pointing at class 0), with the rows kept.
+struct Labels {
+    ids: Tensor,
+    /// The kept-row mask `[B]` when a row is ignored (`None`: all kept).
+    mask: Option<Tensor>,
+    kept: usize,
 }
 
-/// `per_row · mask`, reduced: the mean divides by the kept rows.
-fn reduce(
-    op: &str,
-    per_row: Tensor,
-    mask: &Tensor,
-    reduction: LossReduction,
-) -> Result<Tensor, Error> {
-    let masked = per_row.mul(mask)?;
-    match reduction {
-        LossReduction::None => Ok(masked),
-        LossReduction::Sum => masked.sum(),
-        LossReduction::Mean => {
-            let kept = mask.to_vec_f64()?.iter().sum::<f64>();
-            if kept == 0.0 {
+impl Labels {
+    fn new(op: &str, x: &Tensor, labels: &Tensor, ignore: Option<i64>) -> Result<Labels, Error> {
+        let s = x.shape();
+        if s.len() != 2 || labels.shape() != [s[0]] || labels.dtype().is_float() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input {s:?} and labels {:?} ({:?}): expected [B, C] scores and B integer labels",
+                    labels.shape(),
+                    labels.dtype()
+                ),
+            ));
+        }
+        let mut ids = labels.to_vec_i64()?;
+        let mut keep = vec![1.0; ids.len()];
+        for (k, id) in ids.iter_mut().enumerate() {
+            if Some(*id) == ignore {
+                keep[k] = 0.0;
+                *id = 0;
+            } else if *id < 0 || *id as usize >= s[1] {
                 return Err(Error::shape(
                     op,
-                    "every row is ignored: the mean over no rows is undefined".into(),
+                    format!("label {id} at row {k} is out of range for {} classes", s[1]),
                 ));
             }
-            masked.sum()?.div_scalar(kept)
+        }
+        let n = ids.len();
+        let kept = keep.iter().filter(|&&k| k == 1.0).count();
+        let mask = match kept < n {
+            true => Some(Tensor::from_vec_f64(keep, &[n])?.to_dtype(x.dtype())?),
+            false => None,
+        };
+        Ok(Labels {
+            ids: Tensor::from_vec_i64(ids, &[n, 1])?,
+            mask,
+            kept,
+        })
+    }
+
+    /// `per_row` with ignored rows zeroed, reduced: the mean divides by
+    /// the kept rows.
+    fn reduce(&self, op: &str, per_row: Tensor, reduction: LossReduction) -> Result<Tensor, Error> {
+        let masked = match &self.mask {
+            Some(m) => per_row.mul(m)?,
+            None => per_row,
+        };
+        match reduction {
+            LossReduction::None => Ok(masked),
+            LossReduction::Sum => masked.sum(),
+            LossReduction::Mean if self.kept == 0 => Err(Error::shape(
+                op,
+                "every row is ignored: the mean over no rows is undefined".into(),
+            )),
+            LossReduction::Mean => masked.sum()?.div_scalar(self.kept as f64),
         }
     }
 }
@@ -112,9 +118,9 @@ impl Tensor {
         ignore_index: Option<i64>,
         reduction: LossReduction,
     ) -> Result<Tensor, Error> {
-        let (ids, mask) = prepare("nll_loss", self, labels, ignore_index)?;
-        let picked = self.gather(1, &ids)?.reshape(&[ids.numel()])?;
-        reduce("nll_loss", picked.neg()?, &mask, reduction)
+        let l = Labels::new("nll_loss", self, labels, ignore_index)?;
+        let picked = self.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?;
+        l.reduce("nll_loss", picked.neg()?, reduction)
     }
 
     /// The cross-entropy of logits `[B, C]` with integer `labels` `[B]`,
@@ -143,15 +149,15 @@ impl Tensor {
                 format!("label_smoothing {eps} must be in [0, 1]"),
             ));
         }
-        let (ids, mask) = prepare(op, self, labels, options.ignore_index)?;
+        let l = Labels::new(op, self, labels, options.ignore_index)?;
         let lp = self.log_softmax(1)?;
-        let nll = lp.gather(1, &ids)?.reshape(&[ids.numel()])?.neg()?;
+        let nll = lp.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?.neg()?;
         let per_row = if eps > 0.0 {
             let smooth = lp.mean_dims(&[1], false)?.neg()?;
             nll.mul_scalar(1.0 - eps)?.add(&smooth.mul_scalar(eps)?)?
         } else {
             nll
         };
-        reduce(op, per_row, &mask, options.reduction)
+        l.reduce(op, per_row, options.reduction)
     }
 }
