@@ -141,18 +141,10 @@ impl Storage {
     pub(crate) fn to_f64_vec(&self) -> Vec<f64> {
         let g = self.read();
         match self.dtype {
-            DType::F32 => self
-                .slice::<f32>(&g)
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect(),
+            DType::F32 => widen(self.slice::<f32>(&g)),
             DType::F64 => self.slice::<f64>(&g).to_vec(),
-            DType::I32 => self
-                .slice::<i32>(&g)
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect(),
-            DType::I64 => self.slice::<i64>(&g).iter().map(|&x| x as f64).collect(),
+            DType::I32 => widen(self.slice::<i32>(&g)),
+            DType::I64 => widen(self.slice::<i64>(&g)),
         }
     }
 
@@ -179,12 +171,7 @@ impl Storage {
         let g = self.read();
         let end = start.checked_add(n)?;
         Some(match self.dtype {
-            DType::F32 => g
-                .as_slice::<f32>()
-                .get(start..end)?
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect(),
+            DType::F32 => widen(g.as_slice::<f32>().get(start..end)?),
             DType::F64 => g.as_slice::<f64>().get(start..end)?.to_vec(),
             DType::I32 | DType::I64 => return None,
         })
@@ -242,6 +229,11 @@ impl Storage {
             DType::I64 => add(&mut a.as_mut_slice::<i64>()[..n], other.slice::<i64>(&b)),
         }
     }
+}
+
+/// The elements as f64 (`Element::to_f64`).
+fn widen<T: Element>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
 }
 
 impl std::fmt::Debug for Storage {

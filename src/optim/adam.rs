@@ -3,10 +3,10 @@
 //! `torch.optim.AdamW` (without `amsgrad`).
 
 use super::{
-    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
+    check_non_negative, invalid, load_stepped_state, per_param, stepped_state_dict, Optimizer,
+    Param, Scalars, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
-use crate::DType;
 use crate::Error;
 
 /// Hyperparameters of [`Adam`] and [`AdamW`].
@@ -110,15 +110,8 @@ struct AdamCore {
     params: Vec<Param>,
     config: AdamConfig,
     /// Per parameter (`None` for parameters without elements).
-    state: Vec<Option<State>>,
+    state: Vec<Option<StepState>>,
     scalars: Scalars,
-}
-
-/// Per parameter: the one compiled update of the rows `[p; m; v]` of the
-/// parameter's block, and the step count.
-struct State {
-    update: StackedUpdate,
-    steps: u64,
 }
 
 /// Hyperparameter tensors (shape `[]`): `b1`, `b2` and `omb1 = 1 − β₁`,
@@ -157,7 +150,7 @@ impl AdamCore {
         Ok(core)
     }
 
-    fn build_state(&self, param: &Param) -> Result<State, Error> {
+    fn build_state(&self, param: &Param) -> Result<StepState, Error> {
         let n = param.numel();
         let s0: &[usize] = &[];
         let v1: &[usize] = &[n];
@@ -199,10 +192,8 @@ impl AdamCore {
         if l2 || decoupled {
             args.push(("wd", s0));
         }
-        Ok(State {
-            update: StackedUpdate::new(&src, &args, 3, param)?,
-            steps: 0,
-        })
+        // The one compiled update of the rows `[p; m; v]`.
+        Ok(StepState::new(StackedUpdate::new(&src, &args, 3, param)?))
     }
 
     fn step(&mut self) -> Result<(), Error> {
@@ -238,69 +229,8 @@ impl AdamCore {
     }
 }
 
-impl AdamCore {
-    fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-        let mut out = Vec::new();
-        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
-            let Some(s) = s.as_ref().filter(|s| s.steps > 0) else {
-                continue;
-            };
-            out.push((
-                format!("state.{k}.step"),
-                Tensor::scalar(s.steps as f64, DType::F64)?,
-            ));
-            out.push((format!("state.{k}.exp_avg"), s.update.row(p, 1)?));
-            out.push((format!("state.{k}.exp_avg_sq"), s.update.row(p, 2)?));
-        }
-        Ok(out)
-    }
-
-    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
-        let mut given = StateDict::new(self.name, state);
-        let mut loads = Vec::new();
-        for (k, p) in self.params.iter().enumerate() {
-            let step = given.take(k, "step", &[])?;
-            let m = given.take(k, "exp_avg", p.shape())?;
-            let v = given.take(k, "exp_avg_sq", p.shape())?;
-            match (step, m, v) {
-                (None, None, None) => {}
-                (Some(step), Some(m), Some(v)) if self.state[k].is_some() => {
-                    let t = step.item()?;
-                    if !(t >= 1.0 && t.fract() == 0.0) {
-                        return Err(invalid(
-                            self.name,
-                            format!("`state.{k}.step` is {t}, not a step count ≥ 1"),
-                        ));
-                    }
-                    loads.push((k, t as u64, m, v));
-                }
-                _ => {
-                    return Err(invalid(
-                        self.name,
-                        format!(
-                            "parameter {k}: the state needs step, exp_avg and exp_avg_sq together"
-                        ),
-                    ))
-                }
-            }
-        }
-        given.finish()?;
-        for (p, s) in self.params.iter().zip(self.state.iter_mut()) {
-            if let Some(s) = s {
-                s.update.clear_rows(p)?;
-                s.steps = 0;
-            }
-        }
-        for (k, steps, m, v) in loads {
-            if let Some(s) = &mut self.state[k] {
-                s.update.set_row(&self.params[k], 1, m)?;
-                s.update.set_row(&self.params[k], 2, v)?;
-                s.steps = steps;
-            }
-        }
-        Ok(())
-    }
-}
+/// Adam's state rows by PyTorch's names.
+const ROWS: &[(&str, usize)] = &[("exp_avg", 1), ("exp_avg_sq", 2)];
 
 fn check_config(name: &str, c: &AdamConfig) -> Result<(), Error> {
     check_non_negative(name, "lr", c.lr)?;
@@ -353,11 +283,12 @@ macro_rules! adam_impls {
             }
 
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-                self.inner.state_dict()
+                stepped_state_dict(&self.inner.params, &self.inner.state, ROWS)
             }
 
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
-                self.inner.load_state_dict(state)
+                let c = &mut self.inner;
+                load_stepped_state(c.name, &c.params, &mut c.state, ROWS, state)
             }
         }
     };

@@ -473,6 +473,100 @@ impl<'a> StateDict<'a> {
     }
 }
 
+/// The state of a parameter of an optimizer that counts its steps (Adam,
+/// RMSprop): the update of its stacked block and the step count.
+pub(crate) struct StepState {
+    pub(crate) update: StackedUpdate,
+    pub(crate) steps: u64,
+}
+
+impl StepState {
+    pub(crate) fn new(update: StackedUpdate) -> StepState {
+        StepState { update, steps: 0 }
+    }
+}
+
+/// `state.{k}.step` and each of `rows` (`(name, row)`) of every parameter
+/// that has taken a step.
+pub(crate) fn stepped_state_dict(
+    params: &[Param],
+    states: &[Option<StepState>],
+    rows: &[(&str, usize)],
+) -> Result<Vec<(String, Tensor)>, Error> {
+    let mut out = Vec::new();
+    for (k, (p, s)) in params.iter().zip(states).enumerate() {
+        let Some(s) = s.as_ref().filter(|s| s.steps > 0) else {
+            continue;
+        };
+        out.push((
+            format!("state.{k}.step"),
+            Tensor::scalar(s.steps as f64, DType::F64)?,
+        ));
+        for &(name, r) in rows {
+            out.push((format!("state.{k}.{name}"), s.update.row(p, r)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Loads what [`stepped_state_dict`] made: every entry checked first, then
+/// each parameter's rows zeroed (a fresh start) or set, with its count.
+pub(crate) fn load_stepped_state(
+    op: &str,
+    params: &[Param],
+    states: &mut [Option<StepState>],
+    rows: &[(&str, usize)],
+    state: &[(String, Tensor)],
+) -> Result<(), Error> {
+    let mut given = StateDict::new(op, state);
+    let mut loads = Vec::new();
+    for (k, p) in params.iter().enumerate() {
+        let step = given.take(k, "step", &[])?;
+        let mut found = Vec::new();
+        for &(name, r) in rows {
+            if let Some(t) = given.take(k, name, p.shape())? {
+                found.push((r, t));
+            }
+        }
+        match step {
+            None if found.is_empty() => {}
+            Some(step) if found.len() == rows.len() && states[k].is_some() => {
+                let t = step.item()?;
+                if !(t >= 1.0 && t.fract() == 0.0) {
+                    return Err(invalid(
+                        op,
+                        format!("`state.{k}.step` is {t}, not a step count ≥ 1"),
+                    ));
+                }
+                loads.push((k, t as u64, found));
+            }
+            _ => {
+                let names: Vec<&str> = rows.iter().map(|(n, _)| *n).collect();
+                return Err(invalid(
+                    op,
+                    format!("parameter {k}: the state needs step and {names:?} together"),
+                ));
+            }
+        }
+    }
+    given.finish()?;
+    for (p, s) in params.iter().zip(states.iter_mut()) {
+        if let Some(s) = s {
+            s.update.clear_rows(p)?;
+            s.steps = 0;
+        }
+    }
+    for (k, steps, found) in loads {
+        if let Some(s) = &mut states[k] {
+            for (r, t) in found {
+                s.update.set_row(&params[k], r, t)?;
+            }
+            s.steps = steps;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) struct Update {
     kernel: Arc<CompiledKernel>,
     /// The kernel argument written over.

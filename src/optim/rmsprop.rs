@@ -2,10 +2,11 @@
 //! decay, momentum, the centred variant).
 
 use super::{
-    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
+    check_non_negative, invalid, load_stepped_state, per_param, stepped_state_dict, Optimizer,
+    Param, Scalars, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
-use crate::{DType, Error};
+use crate::Error;
 
 /// RMSprop's hyperparameters (PyTorch's defaults but `lr`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,13 +58,8 @@ impl Default for RmspropConfig {
 pub struct RMSprop {
     params: Vec<Param>,
     config: RmspropConfig,
-    state: Vec<Option<State>>,
+    state: Vec<Option<StepState>>,
     scalars: Scalars,
-}
-
-struct State {
-    update: StackedUpdate,
-    steps: u64,
 }
 
 const SCALARS: &[(&str, usize)] = &[
@@ -107,7 +103,7 @@ impl RMSprop {
         rows
     }
 
-    fn build_state(&self, param: &Param) -> Result<State, Error> {
+    fn build_state(&self, param: &Param) -> Result<StepState, Error> {
         let c = &self.config;
         let n = param.numel();
         let rows = self.rows();
@@ -151,10 +147,12 @@ impl RMSprop {
         if c.momentum > 0.0 {
             args.push(("mu", s0));
         }
-        Ok(State {
-            update: StackedUpdate::new(&src, &args, rows.len() + 1, param)?,
-            steps: 0,
-        })
+        Ok(StepState::new(StackedUpdate::new(
+            &src,
+            &args,
+            rows.len() + 1,
+            param,
+        )?))
     }
 }
 
@@ -223,70 +221,11 @@ impl Optimizer for RMSprop {
     }
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-        let mut out = Vec::new();
-        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
-            let Some(s) = s.as_ref().filter(|s| s.steps > 0) else {
-                continue;
-            };
-            out.push((
-                format!("state.{k}.step"),
-                Tensor::scalar(s.steps as f64, DType::F64)?,
-            ));
-            for (name, r) in self.rows() {
-                out.push((format!("state.{k}.{name}"), s.update.row(p, r)?));
-            }
-        }
-        Ok(out)
+        stepped_state_dict(&self.params, &self.state, &self.rows())
     }
 
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
-        let mut given = StateDict::new("RMSprop", state);
         let rows = self.rows();
-        let mut loads = Vec::new();
-        for (k, p) in self.params.iter().enumerate() {
-            let step = given.take(k, "step", &[])?;
-            let mut found = Vec::new();
-            for &(name, r) in &rows {
-                if let Some(t) = given.take(k, name, p.shape())? {
-                    found.push((r, t));
-                }
-            }
-            match step {
-                None if found.is_empty() => {}
-                Some(step) if found.len() == rows.len() && self.state[k].is_some() => {
-                    let t = step.item()?;
-                    if !(t >= 1.0 && t.fract() == 0.0) {
-                        return Err(invalid(
-                            "RMSprop",
-                            format!("`state.{k}.step` is {t}, not a step count ≥ 1"),
-                        ));
-                    }
-                    loads.push((k, t as u64, found));
-                }
-                _ => {
-                    let names: Vec<&str> = rows.iter().map(|(n, _)| *n).collect();
-                    return Err(invalid(
-                        "RMSprop",
-                        format!("parameter {k}: the state needs step and {names:?} together"),
-                    ));
-                }
-            }
-        }
-        given.finish()?;
-        for (p, s) in self.params.iter().zip(self.state.iter_mut()) {
-            if let Some(s) = s {
-                s.update.clear_rows(p)?;
-                s.steps = 0;
-            }
-        }
-        for (k, steps, found) in loads {
-            if let Some(s) = &mut self.state[k] {
-                for (r, t) in found {
-                    s.update.set_row(&self.params[k], r, t)?;
-                }
-                s.steps = steps;
-            }
-        }
-        Ok(())
+        load_stepped_state("RMSprop", &self.params, &mut self.state, &rows, state)
     }
 }
