@@ -15,7 +15,7 @@
 //! Must not know how ops or backward work inside: it only calls `f` and
 //! [`Tensor::backward_with`].
 
-use crate::planner::host::{host_stage, HostIn, HostKernel, HostOp, HostOut};
+use crate::planner::host::{host_stage, HostIn, HostKernel, HostOp, HostOut, Workers};
 use crate::planner::{NodePlan, Program, Source};
 use crate::{DType, Error, Tensor};
 use std::sync::{Arc, Mutex};
@@ -175,13 +175,6 @@ fn tensor_of(data: &HostIn, shape: &[usize]) -> Result<Tensor, Error> {
     }
 }
 
-fn write(values: &[f64], out: HostOut) {
-    match out {
-        HostOut::F32(o) => o.iter_mut().zip(values).for_each(|(o, &v)| *o = v as f32),
-        HostOut::F64(o) => o.copy_from_slice(&values[..o.len()]),
-    }
-}
-
 /// The forward stage: the output `checkpoint` computed.
 #[derive(Debug)]
 struct Forward(Arc<Checkpoint>);
@@ -204,7 +197,7 @@ impl HostKernel for Forward {
         "checkpoint"
     }
 
-    fn run(&self, _inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, _inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
         let t = self
             .0
             .forward
@@ -215,7 +208,7 @@ impl HostKernel for Forward {
             function: "checkpoint".into(),
             message: "internal: the forward stage ran twice".into(),
         })?;
-        write(&t.to_vec_f64()?, out);
+        out.write_f64(&t.to_vec_f64()?);
         Ok(())
     }
 }
@@ -225,7 +218,7 @@ impl HostKernel for Backward {
         "checkpoint_backward"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
         let block = &self.0;
         let which = self.1;
         // inputs: the block's inputs (not the anchor), then the gradient.
@@ -248,7 +241,7 @@ impl HostKernel for Backward {
                 mine
             }
         };
-        write(&g, out);
+        out.write_f64(&g);
         Ok(())
     }
 

@@ -60,6 +60,8 @@ pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     /// The nearest value (`as` conversion).
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
+    /// Rounds toward zero, saturating (`as`; NaN gives 0).
+    fn to_i64(self) -> i64;
     fn add(self, other: Self) -> Self;
 }
 
@@ -72,6 +74,9 @@ impl Element for f32 {
     }
     fn to_f64(self) -> f64 {
         self as f64
+    }
+    fn to_i64(self) -> i64 {
+        self as i64
     }
     fn add(self, other: f32) -> f32 {
         self + other
@@ -88,10 +93,40 @@ impl Element for f64 {
     fn to_f64(self) -> f64 {
         self
     }
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
     fn add(self, other: f64) -> f64 {
         self + other
     }
 }
+
+/// Evaluates `$body` with `$T` the Rust type of `$dtype`'s elements: the
+/// one dispatch from a run-time [`DType`] to code generic over
+/// [`Element`], so a new element type is added here and nowhere else.
+macro_rules! with_element {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_element;
 
 /// The element types kernels compute in: `f32` and `f64` (sealed).
 pub trait Float: Element {}
@@ -121,6 +156,9 @@ macro_rules! integer_element {
             }
             fn to_f64(self) -> f64 {
                 self as f64
+            }
+            fn to_i64(self) -> i64 {
+                self as i64
             }
             fn add(self, other: $t) -> $t {
                 self.wrapping_add(other)

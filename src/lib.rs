@@ -23,9 +23,22 @@
 //! - [`symbolic`]: [`symbolic::IndexFn`] (parser, printer, derivation,
 //!   the reference interpreter `eval_f64`/`eval_f32`).
 //!
-//! The layers, each looking only down: `alloc` → `storage` → `exec`
-//! (kernels on storages) → `trace` (the tape) → `ops` → `tensor`; beside
-//! them the compiler: `symbolic` → `planner` → `kernel` → `jit`.
+//! The layers, each looking only down (`tests/layering.rs` checks the
+//! `use` lines against this list, top to bottom):
+//!
+//! | layer | modules |
+//! | --- | --- |
+//! | the user's API above the tape | `nn`, `optim`, `autograd`, `gradcheck`, `checkpoint`, `safetensors` |
+//! | ops | `ops` (every op: one index function, one path through the runtime) |
+//! | tensors | `tensor` |
+//! | the tape | `trace` |
+//! | the runtime | `runtime`: op-plan cache, exec, storage, kernel cache; [`jit`] is its public face |
+//! | planner and backends (siblings: none imports another) | `planner`; `cpu` (Cranelift); `gpu` (PTX, feature `cuda`) |
+//! | kernel IR | `kernel`: loop nests, routes, contractions, host kernels, the `Backend` interface |
+//! | the symbolic core | `symbolic` |
+//! | memory | `alloc` |
+//! | foundations | `dtype`, `error` |
+//!
 //! The compiler's internals (`planner`, `kernel`, the integer linear
 //! algebra of `symbolic`, `jit::gemm`) are public for tests and
 //! benchmarks only: they are hidden from the documentation and may change
@@ -48,9 +61,9 @@
 pub mod alloc;
 pub mod autograd;
 mod checkpoint;
+mod cpu;
 pub mod dtype;
 pub mod error;
-mod exec;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 /// CUDA devices (feature `cuda`): availability and device count.
@@ -59,22 +72,23 @@ pub mod cuda {
     pub use crate::gpu::driver::{device_count, is_available};
 }
 mod gradcheck;
-pub mod jit;
 #[doc(hidden)]
 pub mod kernel;
 pub mod nn;
-#[cfg(feature = "cuda")]
-#[doc(hidden)]
-pub mod observe;
 mod ops;
 pub mod optim;
 #[doc(hidden)]
 pub mod planner;
+mod runtime;
 pub mod safetensors;
-mod storage;
 pub mod symbolic;
 mod tensor;
 pub mod trace;
+
+pub use runtime::jit;
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub use runtime::observe;
 
 pub use alloc::Device;
 pub use checkpoint::checkpoint;
@@ -84,11 +98,11 @@ pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
 pub use ops::{index_fn, index_fn_with_sizes, CrossEntropyOptions, LossReduction, Norm};
-pub use tensor::{explain, Tensor};
-pub use trace::{
-    no_grad, plan_cache_capacity, set_plan_cache_capacity, stats, Explanation, NoGradGuard, Stats,
-    DEFAULT_PLAN_CAPACITY,
+pub use runtime::{
+    plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };
+pub use tensor::{explain, Tensor};
+pub use trace::{no_grad, Explanation, NoGradGuard};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

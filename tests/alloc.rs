@@ -19,13 +19,14 @@ fn serial(mode: AllocMode) -> MutexGuard<'static, ()> {
 }
 
 fn fill(b: &mut Buffer, seed: f32) {
-    for (i, x) in b.as_mut_slice::<f32>().iter_mut().enumerate() {
+    for (i, x) in b.as_mut_slice::<f32>().unwrap().iter_mut().enumerate() {
         *x = seed + i as f32;
     }
 }
 
 fn intact(b: &Buffer, seed: f32) -> bool {
     b.as_slice::<f32>()
+        .unwrap()
         .iter()
         .enumerate()
         .all(|(i, &x)| x == seed + i as f32)
@@ -162,9 +163,9 @@ fn alignment_and_zeroing() {
         assert_eq!(b.as_ptr() as usize % 64, 0, "{n} bytes");
         assert_eq!(b.len_bytes(), n);
         assert!(b.block_bytes() >= n);
-        assert_eq!(b.as_slice::<f32>().len(), n / 4);
-        assert_eq!(b.as_slice::<f64>().len(), n / 8);
-        assert!(b.as_slice::<f64>().iter().all(|&x| x == 0.0));
+        assert_eq!(b.as_slice::<f32>().unwrap().len(), n / 4);
+        assert_eq!(b.as_slice::<f64>().unwrap().len(), n / 8);
+        assert!(b.as_slice::<f64>().unwrap().iter().all(|&x| x == 0.0));
         held.push(b);
     }
     // A reused block is zeroed again on request.
@@ -174,7 +175,7 @@ fn alignment_and_zeroing() {
     let hits = alloc::stats().pool_hits;
     let z = alloc::allocate_zeroed(4000).unwrap();
     assert_eq!(alloc::stats().pool_hits, hits + 1);
-    assert!(z.as_slice::<f32>().iter().all(|&x| x == 0.0));
+    assert!(z.as_slice::<f32>().unwrap().iter().all(|&x| x == 0.0));
 }
 
 #[test]

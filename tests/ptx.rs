@@ -258,7 +258,14 @@ fn kernels_run_on_a_gpu_when_one_is_present() {
             DType::F32 => tenjin::observe::Values::F32(&inputs32),
             _ => tenjin::observe::Values::F64(&x),
         };
-        let got = tenjin::gpu::check::run_loop_kernel(0, &f, dtype, &[values]).unwrap();
+        let kernel = tenjin::planner::passes::loop_kernel(
+            &f,
+            dtype,
+            tenjin::planner::Target::Gpu,
+            tenjin::planner::passes::LoopRole::Whole,
+        )
+        .unwrap();
+        let got = tenjin::gpu::check::run_loop_kernel(0, &f, &kernel, dtype, &[values]).unwrap();
         let interp = run("tanh(x[i]) * 2 + x[i] / 3", &x, None, dtype);
         assert_eq!(got.len(), n);
         for i in 0..n {

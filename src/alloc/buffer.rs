@@ -17,12 +17,16 @@ pub use crate::dtype::Element;
 /// to its allocator, which caches it or gives it back to the system
 /// according to the mode at that moment.
 ///
+/// Only host memory has a host view: on a device buffer, [`Buffer::as_slice`]
+/// is an error naming the device (its address is the device's, which the
+/// host cannot dereference).
+///
 /// ```
 /// let mut b = tenjin::alloc::allocate_zeroed(4 * 8)?;
 /// assert_eq!(b.len_bytes(), 32);
 /// assert_eq!(b.as_ptr() as usize % 64, 0);
-/// b.as_mut_slice::<f32>()[3] = 1.5;
-/// assert_eq!(b.as_slice::<f32>(), &[0., 0., 0., 1.5, 0., 0., 0., 0.]);
+/// b.as_mut_slice::<f32>()?[3] = 1.5;
+/// assert_eq!(b.as_slice::<f32>()?, &[0., 0., 0., 1.5, 0., 0., 0., 0.]);
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub struct Buffer {
@@ -77,7 +81,8 @@ impl Buffer {
         self.allocator.device()
     }
 
-    /// The start of the buffer, 64-byte aligned.
+    /// The start of the buffer, 64-byte aligned: a host pointer for host
+    /// memory, the device's address for device memory.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
@@ -87,36 +92,47 @@ impl Buffer {
         self.ptr.as_ptr()
     }
 
-    /// The buffer as `len_bytes / size_of::<T>()` elements (trailing bytes
-    /// that do not make a whole element are not part of the view).
-    ///
-    /// Only host memory can be viewed: a device buffer's view is empty.
-    pub fn as_slice<T: Element>(&self) -> &[T] {
-        if self.device() != Device::Cpu {
-            return &[];
+    /// The error for a host view of device memory.
+    fn no_host_view(&self) -> crate::Error {
+        crate::Error::Device {
+            device: self.device().to_string(),
+            message: format!(
+                "a buffer of {} bytes in device memory has no host view",
+                self.len_bytes
+            ),
         }
-        // SAFETY: the block is initialised, aligned to 64 ≥ align_of::<T>(),
-        // and every bit pattern is a valid T (sealed: f32, f64, i32, i64).
-        unsafe {
+    }
+
+    /// The buffer as `len_bytes / size_of::<T>()` elements (trailing bytes
+    /// that do not make a whole element are not part of the view); an
+    /// [`Error::Device`](crate::Error::Device) for device memory.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], crate::Error> {
+        if self.device() != Device::Cpu {
+            return Err(self.no_host_view());
+        }
+        // SAFETY: host memory; the block is initialised, aligned to
+        // 64 ≥ align_of::<T>(), and every bit pattern is a valid T (sealed:
+        // f32, f64, i32, i64).
+        Ok(unsafe {
             std::slice::from_raw_parts(
                 self.ptr.as_ptr().cast::<T>(),
                 self.len_bytes / std::mem::size_of::<T>(),
             )
-        }
+        })
     }
 
     /// The buffer as mutable elements; see [`Buffer::as_slice`].
-    pub fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], crate::Error> {
         if self.device() != Device::Cpu {
-            return &mut [];
+            return Err(self.no_host_view());
         }
         // SAFETY: as in as_slice, and `&mut self` makes the view unique.
-        unsafe {
+        Ok(unsafe {
             std::slice::from_raw_parts_mut(
                 self.ptr.as_ptr().cast::<T>(),
                 self.len_bytes / std::mem::size_of::<T>(),
             )
-        }
+        })
     }
 }
 

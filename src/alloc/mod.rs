@@ -56,6 +56,8 @@
 //! ```
 
 mod buffer;
+#[cfg(test)]
+pub(crate) mod fake;
 mod pool;
 
 pub use buffer::{Buffer, Element};
@@ -311,35 +313,6 @@ mod tests {
         }
     }
 
-    /// A fake device: `capacity` bytes of "device" memory (host memory,
-    /// registered as a CUDA device so the CPU gets no view of it), counting
-    /// the driver calls.
-    struct FakeDevice {
-        capacity: usize,
-        held: AtomicUsize,
-        mallocs: AtomicUsize,
-        frees: AtomicUsize,
-    }
-
-    impl RawMemory for FakeDevice {
-        fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
-            if self.held.load(Ordering::SeqCst) + size > self.capacity {
-                return None;
-            }
-            self.mallocs.fetch_add(1, Ordering::SeqCst);
-            self.held.fetch_add(size, Ordering::SeqCst);
-            HostMemory.alloc(size)
-        }
-        unsafe fn dealloc(&self, ptr: NonNull<u8>, size: usize) {
-            self.frees.fetch_add(1, Ordering::SeqCst);
-            self.held.fetch_sub(size, Ordering::SeqCst);
-            HostMemory.dealloc(ptr, size)
-        }
-        unsafe fn zero(&self, ptr: NonNull<u8>, len: usize) -> Result<(), String> {
-            HostMemory.zero(ptr, len)
-        }
-    }
-
     /// The device allocator's logic against a fake device memory: both
     /// modes, statistics, the limit and the out-of-memory retry, and no
     /// host view of device memory.
@@ -348,26 +321,21 @@ mod tests {
         const N: usize = MAX_CUDA_DEVICES - 1;
         let dev = Device::Cuda(N);
         assert!(matches!(
-            allocate_on(Device::Cuda(N - 1), 64),
+            allocate_on(Device::Cuda(N - 3), 64),
             Err(Error::Device { .. })
         ));
-        let fake: &'static FakeDevice = Box::leak(Box::new(FakeDevice {
-            capacity: 8 << 20,
-            held: AtomicUsize::new(0),
-            mallocs: AtomicUsize::new(0),
-            frees: AtomicUsize::new(0),
-        }));
-        assert!(register_device_memory(N, fake));
+        let fake = fake::FakeDevice::open(N, 8 << 20);
         assert!(!register_device_memory(N, fake), "registered once");
         // Runtime-efficient: after a warm-up iteration, no driver calls.
         set_mode_for(dev, AllocMode::RuntimeEfficient);
         let step = || {
             let a = allocate_on(dev, 3000).unwrap();
-            let b = allocate_zeroed_on(dev, 2 << 20).unwrap();
+            let mut b = allocate_zeroed_on(dev, 2 << 20).unwrap();
             assert!(
-                b.as_slice::<f32>().is_empty(),
+                matches!(b.as_slice::<f32>(), Err(Error::Device { .. })),
                 "device memory has no host view"
             );
+            assert!(matches!(b.as_mut_slice::<f64>(), Err(Error::Device { .. })));
             assert_eq!(b.device(), dev);
             drop((a, b));
         };
@@ -484,6 +452,7 @@ mod tests {
         let (a, _) = private(1 << 16);
         let mut b = Buffer::new(a, 1 << 15, true).unwrap();
         b.as_mut_slice::<f64>()
+            .unwrap()
             .iter_mut()
             .enumerate()
             .for_each(|(i, x)| *x = i as f64);
@@ -499,6 +468,7 @@ mod tests {
         );
         assert!(b
             .as_slice::<f64>()
+            .unwrap()
             .iter()
             .enumerate()
             .all(|(i, &x)| x == i as f64));
@@ -536,7 +506,7 @@ mod tests {
         let (a, _) = private(1 << 10);
         let b = Buffer::new(a, 0, true).unwrap();
         assert_eq!(b.len_bytes(), 0);
-        assert!(b.as_slice::<f32>().is_empty());
+        assert!(b.as_slice::<f32>().unwrap().is_empty());
         assert_eq!(b.as_ptr() as usize % ALIGN, 0);
     }
 }

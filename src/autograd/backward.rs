@@ -2,7 +2,7 @@
 //! that need no gradient, and the `Tensor::backward*` methods. The walk
 //! itself is the tape's (`crate::trace::run_backward`).
 
-use crate::storage::Storage;
+use crate::runtime::Storage;
 use crate::trace::{self, Origin};
 use crate::{Error, Tensor};
 use std::sync::Arc;

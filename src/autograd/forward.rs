@@ -9,10 +9,11 @@
 
 use super::post_order;
 use crate::ops::apply_index_fn;
+use crate::runtime::op_plan::OpPlan;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
 use crate::trace::Origin;
-use crate::trace::{self, plan::OpPlan, Node};
+use crate::trace::{self, Node};
 use crate::Error;
 use dashmap::DashMap;
 use std::collections::HashMap;

@@ -4,21 +4,24 @@
 
 use super::driver::gpu;
 use crate::alloc::{allocate_on, Device};
-use crate::observe::Values;
+use crate::kernel::backend::Values;
+use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
 use crate::{DType, Error};
 
-/// Runs the GPU loop kernel of `f` (`super::plan::loop_kernel`) on device
-/// `ordinal` with `inputs` (in argument order) and returns the output.
-/// Device buffers come from the device's pooled allocator.
+/// Runs `kernel`, the GPU loop kernel of `f` (planned for the GPU target:
+/// `crate::planner::passes::loop_kernel`), on device `ordinal` with
+/// `inputs` (in argument order) and returns the output. Device buffers
+/// come from the device's pooled allocator.
 pub fn run_loop_kernel(
     ordinal: usize,
     f: &IndexFn,
+    kernel: &Kernel,
     dtype: DType,
     inputs: &[Values<'_>],
 ) -> Result<Vec<f64>, Error> {
     let g = gpu(ordinal)?;
-    let function = g.loop_function(f, dtype)?;
+    let function = g.loop_function(f, kernel, dtype)?;
     let device = Device::Cuda(ordinal);
     fn uploaded<T: cudarc::driver::DeviceRepr>(
         g: &super::driver::Gpu,

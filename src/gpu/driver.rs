@@ -5,12 +5,12 @@
 //! The driver library is opened with `dlopen` on first use; without it, or
 //! without a device, every entry point returns an [`Error::Device`] —
 //! cudarc panics when the library is missing, so its presence is checked
-//! first. Must not plan or emit kernels (`plan`, `ptx` do) nor decide what
-//! to run (`crate::exec` does).
+//! first. Must not plan (the planner does) or emit kernels (`ptx` does)
+//! nor decide what to run (the runtime does).
 
-use super::plan;
 use super::ptx::{self, Arch};
 use crate::alloc::Device;
+use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
 use crate::{DType, Error};
 use cudarc::driver::{
@@ -136,17 +136,21 @@ impl Gpu {
         self.ctx.name().map_err(|e| self.err(e))
     }
 
-    /// The loop kernel of `f` in `dtype` on this device
-    /// (`plan::loop_kernel`): emitted and loaded on first use, then from
-    /// the module cache (keyed by the structural key and the dtype).
-    pub(crate) fn loop_function(&self, f: &IndexFn, dtype: DType) -> Result<CudaFunction, Error> {
+    /// The loop kernel `kernel` (planned for the GPU) of `f` in `dtype` on
+    /// this device: emitted and loaded on first use, then from the module
+    /// cache (keyed by the structural key of `f` and the dtype).
+    pub(crate) fn loop_function(
+        &self,
+        f: &IndexFn,
+        kernel: &Kernel,
+        dtype: DType,
+    ) -> Result<CudaFunction, Error> {
         let key = crate::kernel::key::structural_key(f);
         let mut cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = cache.get(&(key.bytes.clone(), dtype)) {
             return Ok(k.clone());
         }
-        let kernel = plan::loop_kernel(f, dtype)?;
-        let text = ptx::module(key.hash, &kernel, dtype, self.arch)?;
+        let text = ptx::module(key.hash, kernel, dtype, self.arch)?;
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(text))

@@ -1,13 +1,18 @@
-//! The backend-neutral kernel IR: an [`IndexFn`](crate::symbolic::IndexFn)
-//! lowered to a loop nest.
+//! The backend-neutral kernel IR: what a backend executes.
 //!
-//! Owns [`Kernel`] (loops with run-time `max`/`min`/`ceil`/`floor` bounds,
-//! guards as control flow, reductions, loads at flat affine offsets, stores),
-//! the lowering `lower` and the structural cache key (`key`). Every
-//! backend consumes this IR: the Cranelift JIT (`crate::jit`) today, a PTX
-//! printer later. It must therefore stay free of any backend's types, and it
-//! must not parse or derive (that is `crate::symbolic`'s job), allocate
-//! buffers or run anything.
+//! Owns [`Kernel`] (an [`IndexFn`](crate::symbolic::IndexFn) lowered to a
+//! loop nest: loops with run-time `max`/`min`/`ceil`/`floor` bounds, guards
+//! as control flow, reductions, loads at flat affine offsets, stores), the
+//! lowering `lower`, the structural cache key (`key`), and everything else
+//! a backend is handed: the [`Route`](route::Route) of a stage, the
+//! [`Contraction`](contraction::Contraction) a GEMM computes, the
+//! host-kernel interface (`host`), the vector width [`LANES`], and the
+//! [`Backend`](backend::Backend) interface itself with its operands. Every
+//! backend consumes this IR: the Cranelift CPU backend (`crate::cpu`) and
+//! the PTX backend (`crate::gpu`). It must therefore stay free of any
+//! backend's types, and it must not parse or derive (that is
+//! `crate::symbolic`'s job), plan (`crate::planner`), allocate buffers or
+//! run anything.
 //!
 //! # Semantics
 //!
@@ -42,11 +47,19 @@
 //! # Ok::<(), tenjin::Error>(())
 //! ```
 
+pub mod backend;
+pub mod contraction;
+pub mod host;
 pub mod key;
 mod lower;
 mod print;
+pub mod route;
 
 pub use lower::lower;
+pub use route::{Route, RouteKind};
+
+/// Elements of one f32 vector in the CPU's vector loops ([`Loop::vector`]).
+pub const LANES: i64 = 4;
 
 use crate::symbolic::{ArgDecl, BinaryOp, CmpOp, ReduceOp, UnaryOp};
 

@@ -134,13 +134,20 @@ pub(crate) fn load_into(own: &[(String, Tensor)], state: &[(String, Tensor)]) ->
                 "`{name}` is a view; only dense tensors can be loaded into"
             )));
         }
+        if value.device() != target.device() {
+            return Err(err(format!(
+                "`{name}` is on {} but the value given is on {}",
+                target.device(),
+                value.device()
+            )));
+        }
         pairs.push((target, value.to_dtype(target.dtype())?));
     }
     for (target, value) in pairs {
         target
             .storage_and_origin()
             .0
-            .copy_from(value.storage_and_origin().0);
+            .copy_from(value.storage_and_origin().0)?;
     }
     Ok(())
 }

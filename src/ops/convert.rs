@@ -6,7 +6,9 @@
 //! kernels (one type per kernel) do not.
 
 use super::apply_host;
-use crate::planner::host::{host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut};
+use crate::planner::host::{
+    host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
+};
 use crate::planner::{NodePlan, Program, Source};
 use crate::tensor::Tensor;
 use crate::{DType, Error};
@@ -23,7 +25,7 @@ impl HostKernel for Cast {
         "to_dtype"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
         match (inputs[0], out) {
             (HostIn::F32(x), HostOut::F64(o)) => {
                 o.iter_mut().zip(x).for_each(|(o, &x)| *o = f64::from(x))

@@ -20,7 +20,9 @@
 //! error (not yet supported).
 
 use super::apply_host;
-use crate::planner::host::{host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut};
+use crate::planner::host::{
+    host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
+};
 use crate::planner::{NodePlan, Program, Source};
 use crate::tensor::Tensor;
 use crate::Error;
@@ -47,11 +49,12 @@ impl Lines {
     }
 }
 
-/// Runs `f(first, last)` over chunks of `0..n` on the worker pool, each
-/// chunk about 32k elements of `work` (all on this thread when small).
-fn parallel_chunks(n: usize, work: usize, f: impl Fn(usize, usize) + Sync) {
+/// Runs `f(first, last)` over chunks of `0..n` on the backend's workers,
+/// each chunk about 32k elements of `work` (all on this thread when
+/// small).
+fn parallel_chunks(workers: &dyn Workers, n: usize, work: usize, f: impl Fn(usize, usize) + Sync) {
     let per_item = work.div_ceil(n.max(1)).max(1);
-    crate::jit::parallel_for(n, (1usize << 15).div_ceil(per_item), &f);
+    workers.parallel_for(n, (1usize << 15).div_ceil(per_item), &f);
 }
 
 /// A raw output pointer shared by threads that write disjoint elements.
@@ -107,7 +110,7 @@ impl HostKernel for SelectRows {
         "index_select"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
         let Lines {
             outer,
             size,
@@ -120,7 +123,7 @@ impl HostKernel for SelectRows {
         with_floats!(op, inputs[0], out, |x, y| {
             let rows = outer * count;
             let y = Shared(y.as_mut_ptr());
-            parallel_chunks(rows, rows * inner, |lo, hi| {
+            parallel_chunks(workers, rows, rows * inner, |lo, hi| {
                 for r in lo..hi {
                     let (o, t) = (r / count, r % count);
                     let v = ids.index(t).unwrap_or(0) as usize;
@@ -145,7 +148,7 @@ impl HostKernel for SegmentSum {
         "index_select_backward"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
         let Lines {
             outer,
             size,
@@ -174,20 +177,26 @@ impl HostKernel for SegmentSum {
         with_floats!(op, inputs[1], out, |dy, dx| {
             let rows = outer * size;
             let dx = Shared(dx.as_mut_ptr());
-            parallel_chunks(rows, outer * count * inner + rows * inner, |lo, hi| {
-                for r in lo..hi {
-                    let (o, v) = (r / size, r % size);
-                    // SAFETY: row r of dx belongs to this chunk alone.
-                    let acc = unsafe { std::slice::from_raw_parts_mut(dx.at(r * inner), inner) };
-                    acc.fill(Default::default());
-                    for &t in &order[start[v]..start[v + 1]] {
-                        let src = &dy[(o * count + t) * inner..][..inner];
-                        for (a, &s) in acc.iter_mut().zip(src) {
-                            *a += s;
+            parallel_chunks(
+                workers,
+                rows,
+                outer * count * inner + rows * inner,
+                |lo, hi| {
+                    for r in lo..hi {
+                        let (o, v) = (r / size, r % size);
+                        // SAFETY: row r of dx belongs to this chunk alone.
+                        let acc =
+                            unsafe { std::slice::from_raw_parts_mut(dx.at(r * inner), inner) };
+                        acc.fill(Default::default());
+                        for &t in &order[start[v]..start[v + 1]] {
+                            let src = &dy[(o * count + t) * inner..][..inner];
+                            for (a, &s) in acc.iter_mut().zip(src) {
+                                *a += s;
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
             Ok(())
         })
     }
@@ -203,7 +212,7 @@ impl HostKernel for GatherAlong {
         "gather"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
         let Lines {
             outer,
             size,
@@ -238,7 +247,7 @@ impl HostKernel for ScatterSum {
         "gather_backward"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut) -> Result<(), Error> {
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
         let Lines {
             outer,
             size,
@@ -252,7 +261,7 @@ impl HostKernel for ScatterSum {
             dx.fill(Default::default());
             let lines = outer * inner;
             let dx = Shared(dx.as_mut_ptr());
-            parallel_chunks(lines, outer * count * inner, |lo, hi| {
+            parallel_chunks(workers, lines, outer * count * inner, |lo, hi| {
                 for l in lo..hi {
                     let (o, i) = (l / inner, l % inner);
                     for j in 0..count {

@@ -31,15 +31,17 @@ pub use statistics::Norm;
 
 pub use custom::{index_fn, index_fn_with_sizes};
 
-use crate::storage::Storage;
+use crate::alloc::Device;
+use crate::runtime::exec;
+use crate::runtime::op_plan::{self as plan, OpPlan};
+use crate::runtime::Storage;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
-use crate::trace::plan::{self, OpPlan};
 use crate::trace::Origin;
 use crate::trace::{self, Node};
 use crate::DType;
-use crate::{exec, Error};
+use crate::Error;
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -130,12 +132,13 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         Def::Function { dtype, .. } if args.is_empty() => dtype,
         _ => common_dtype(op, args)?,
     };
+    let device = common_device(op, args)?;
     let (src, sizes) = match def {
         Def::Text { src, sizes } => (src, sizes),
         Def::Function { text, .. } => (text, &[][..]),
     };
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
-    let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");
+    let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}\u{1}{device}");
     for (n, v) in sizes {
         let _ = write!(key, "|{n}={v}");
     }
@@ -165,7 +168,7 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
                 f = f.compose_arg(i, base.shape(), map)?;
             }
         }
-        OpPlan::new(op, f, dtype, output == Output::SharesInput)
+        OpPlan::new(op, f, dtype, device, output == Output::SharesInput)
     })?;
     run_and_record(op, &plan, args, output)
 }
@@ -180,7 +183,8 @@ pub(crate) fn apply_host(
     args: &[(&str, &Tensor)],
     dtype: DType,
 ) -> Result<Tensor, Error> {
-    let mut full = format!("{op}\u{1}host\u{1}{key}\u{1}{dtype:?}");
+    let device = common_device(op, args)?;
+    let mut full = format!("{op}\u{1}host\u{1}{key}\u{1}{dtype:?}\u{1}{device}");
     for (name, t) in args {
         if t.is_view() {
             return Err(Error::Invalid {
@@ -190,7 +194,7 @@ pub(crate) fn apply_host(
         }
         let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
     }
-    let plan = plan::cached(full, || OpPlan::host(op, host(), dtype))?;
+    let plan = plan::cached(full, || OpPlan::host(op, host(), dtype, device))?;
     run_and_record(op, &plan, args, Output::Fresh)
 }
 
@@ -203,7 +207,8 @@ pub(crate) fn apply_host_once(
     args: &[(&str, &Tensor)],
     dtype: DType,
 ) -> Result<Tensor, Error> {
-    let plan = Arc::new(OpPlan::host(op, host, dtype)?);
+    let device = common_device(op, args)?;
+    let plan = Arc::new(OpPlan::host(op, host, dtype, device)?);
     run_and_record(op, &plan, args, Output::Fresh)
 }
 
@@ -311,6 +316,26 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
         &[("x", &elements)],
         Output::SharesInput,
     )
+}
+
+/// The device of every argument (the CPU for none), or an error naming the
+/// op and two devices: nothing moves between devices silently.
+fn common_device(op: &str, args: &[(&str, &Tensor)]) -> Result<Device, Error> {
+    let Some((_, first)) = args.first() else {
+        return Ok(Device::Cpu);
+    };
+    let device = first.device();
+    match args.iter().find(|(_, t)| t.device() != device) {
+        Some((name, t)) => Err(Error::Device {
+            device: device.to_string(),
+            message: format!(
+                "{op}: `{}` is on {device} but `{name}` is on {}; move one with to_device",
+                args[0].0,
+                t.device()
+            ),
+        }),
+        None => Ok(device),
+    }
 }
 
 fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::DType, Error> {

@@ -51,12 +51,13 @@ pub use rmsprop::{RMSprop, RmspropConfig};
 pub use sgd::{SgdConfig, SGD};
 
 use crate::jit::{self, CompiledKernel};
-use crate::storage::Storage;
+use crate::runtime::exec;
+use crate::runtime::Storage;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
 use crate::trace::Origin;
 use crate::DType;
-use crate::{exec, Error};
+use crate::Error;
 use std::sync::Arc;
 
 /// Updates parameters from their gradients.
@@ -265,18 +266,8 @@ impl Scalars {
         let slots = self.prepare(dtype)?;
         let mut at = 0;
         for (s, &(_, len)) in slots.iter().zip(layout) {
-            let v = &values[at..at + len];
+            s.write_span(0, &values[at..at + len])?;
             at += len;
-            let mut b = s.write();
-            match dtype {
-                DType::F32 => {
-                    for (o, &x) in b.as_mut_slice::<f32>().iter_mut().zip(v) {
-                        *o = x as f32;
-                    }
-                }
-                DType::F64 => b.as_mut_slice::<f64>()[..len].copy_from_slice(v),
-                d => return Err(crate::dtype::not_computable("optimizer", d)),
-            }
         }
         Ok(())
     }
@@ -321,7 +312,7 @@ impl StackedUpdate {
         let f = IndexFn::parse_with_sizes(src, args, &[("r", rows)])?;
         let kernel = jit::compile(&f, param.dtype())?;
         let stacked = Storage::zeros(param.dtype(), rows * param.numel())?;
-        stacked.copy_from(param.storage()); // row 0
+        stacked.copy_from(param.storage())?; // row 0
         let block = stacked
             .into_buffer()
             .ok_or_else(|| invalid("optimizer", "a fresh block is shared".into()))?;
@@ -390,7 +381,7 @@ impl StackedUpdate {
         let n = param.numel();
         let v = param
             .storage()
-            .read_span(r * n, n)
+            .read_span(r * n, n)?
             .ok_or_else(|| invalid(self.kernel.name(), format!("no state row {r}")))?;
         Tensor::from_vec_f64(v, param.tensor.shape())?.to_dtype(param.dtype())
     }
@@ -401,7 +392,7 @@ impl StackedUpdate {
         let n = param.numel();
         param
             .storage()
-            .write_span(n, &vec![0.0; (self.rows - 1) * n]);
+            .write_span(n, &vec![0.0; (self.rows - 1) * n])?;
         Ok(())
     }
 
@@ -409,7 +400,7 @@ impl StackedUpdate {
     pub(crate) fn set_row(&self, param: &Param, r: usize, value: &Tensor) -> Result<(), Error> {
         self.check_owner(param)?;
         let v = value.to_vec_f64()?;
-        if !param.storage().write_span(r * param.numel(), &v) {
+        if !param.storage().write_span(r * param.numel(), &v)? {
             return Err(invalid(self.kernel.name(), format!("no state row {r}")));
         }
         Ok(())
@@ -620,7 +611,7 @@ impl Update {
             // Not an element-wise route (never the case for these
             // functions): compute into a temporary and copy it back.
             let out = exec::run_new(&self.kernel, &inputs)?;
-            inputs[self.aliased].copy_from(&out);
+            inputs[self.aliased].copy_from(&out)?;
         }
         Ok(())
     }

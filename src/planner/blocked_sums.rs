@@ -199,14 +199,16 @@ impl Splitter {
 
 #[cfg(test)]
 mod tests {
-    use crate::planner::vectorize::plan_vectors;
+    use crate::planner::passes::{loop_kernel, LoopRole};
+    use crate::planner::route::Target;
     use crate::symbolic::IndexFn;
     use crate::DType;
 
     fn planned(src: &str, x: &[usize]) -> String {
         let f = IndexFn::parse(src, &[("x", x)]).unwrap();
-        let k = crate::kernel::lower(&f).unwrap();
-        plan_vectors(k, DType::F32).to_string()
+        loop_kernel(&f, DType::F32, Target::Cpu, LoopRole::Whole)
+            .unwrap()
+            .to_string()
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //!
 //! Owns [`detect`] (pattern matching on the [`IndexFn`] IR: a scaled chain
 //! of sums with constant bounds around a product of exactly two accesses
-//! whose index maps are strided views) and [`Contraction`] (the plan: which
-//! index variables are batch, M, N and K dimensions, their strides in
-//! elements, the scale). It is backend-neutral: the CPU backend runs a
-//! contraction with the `gemm` crate (`crate::jit::gemm`), a GPU backend
-//! with cuBLAS. Must not run anything: a function that is not a
-//! contraction (or not one this module can prove safe) gets `None` and is
-//! left to the generic kernel.
+//! whose index maps are strided views), which builds a [`Contraction`]
+//! (the kernel IR's description: which index variables are batch, M, N and
+//! K dimensions, their strides in elements, the scale). It is
+//! backend-neutral: the CPU backend runs a contraction with the `gemm`
+//! crate, a GPU backend with cuBLAS. Must not run anything: a function that
+//! is not a contraction (or not one this module can prove safe) gets `None`
+//! and is left to the generic kernel.
 //!
 //! # What is recognised
 //!
@@ -57,69 +57,8 @@ use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, Range, ReduceOp, UnaryOp};
 use crate::symbolic::IndexFn;
 
-/// One (possibly fused) loop dimension: its length and its stride, in
-/// elements, in the first operand, the second operand and the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dim {
-    pub(crate) len: usize,
-    pub(crate) a: isize,
-    pub(crate) b: isize,
-    pub(crate) out: isize,
-}
-
-impl Dim {
-    /// A dimension of length 1 (a role with no variable).
-    pub(crate) const UNIT: Dim = Dim {
-        len: 1,
-        a: 0,
-        b: 0,
-        out: 0,
-    };
-
-    /// `self` as the outer and `inner` as the inner part of one strided
-    /// dimension, when the strides nest in every operand and the output.
-    fn fuse(self, inner: Dim) -> Option<Dim> {
-        let l = isize::try_from(inner.len).ok()?;
-        let nests = |outer: isize, inner: isize| inner.checked_mul(l) == Some(outer);
-        if nests(self.a, inner.a) && nests(self.b, inner.b) && nests(self.out, inner.out) {
-            Some(Dim {
-                len: self.len.checked_mul(inner.len)?,
-                ..inner
-            })
-        } else {
-            None
-        }
-    }
-}
-
-/// A plan that computes an [`IndexFn`] recognised by [`detect`] with calls
-/// to a GEMM: `out[batch; m; n] = scale · Σ_k a[batch; m; k] · b[batch; k; n]`
-/// over strided views of the argument buffers.
-#[derive(Clone, Debug)]
-pub struct Contraction {
-    /// Argument numbers (into `f.args()`) of the two factors.
-    pub(crate) arg_a: usize,
-    pub(crate) arg_b: usize,
-    /// Declared length of every argument buffer, and of the output.
-    pub(crate) arg_lens: Vec<usize>,
-    pub(crate) out_len: usize,
-    /// Offset (elements) of the first element each operand reads.
-    pub(crate) base_a: usize,
-    pub(crate) base_b: usize,
-    /// The dimensions handed to gemm (`Dim::UNIT` where a role is empty).
-    pub(crate) m: Dim,
-    pub(crate) n: Dim,
-    pub(crate) k: Dim,
-    /// Outer loops, each iteration writing a distinct output slice.
-    pub(crate) batch: Vec<Dim>,
-    /// Extra summed dimensions, accumulated into the output slice.
-    pub(crate) k_outer: Vec<Dim>,
-    /// Number of terms of each sum (0: the output is all zeros).
-    pub(crate) k_total: usize,
-    /// Constant factor folded from the expression (gemm's `beta`).
-    pub(crate) scale: f64,
-    pub(crate) threads: usize,
-}
+pub use crate::kernel::contraction::Contraction;
+use crate::kernel::contraction::Dim;
 
 /// Inclusive range `lo..=hi` of an index variable (`lo > hi`: empty).
 #[derive(Clone, Copy, Debug)]
@@ -487,34 +426,4 @@ fn pick(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
     };
     let d = dims.remove(best);
     (d, dims)
-}
-
-impl Contraction {
-    /// Floating-point operations of one run: `2 · |output| · |summed range|`.
-    pub fn flops(&self) -> usize {
-        self.out_len.saturating_mul(self.k_total).saturating_mul(2)
-    }
-
-    /// Threads gemm may use per call (see `crate::jit::gemm`);
-    /// `0` is treated as 1.
-    pub fn set_threads(&mut self, n: usize) {
-        self.threads = n.max(1);
-    }
-
-    /// The thread count set by [`Contraction::set_threads`] (default 1).
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// `[calls, m, n, k]`: the number of gemm calls one run makes and the
-    /// size of each, for callers that prefer their own kernel for many tiny
-    /// products.
-    pub fn gemm_shape(&self) -> [usize; 4] {
-        let calls = self
-            .batch
-            .iter()
-            .chain(&self.k_outer)
-            .fold(1usize, |acc, d| acc.saturating_mul(d.len));
-        [calls, self.m.len, self.n.len, self.k.len]
-    }
 }

@@ -32,7 +32,7 @@
 use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
-use super::route::{route, routes_to_gemm};
+use super::route::{route_for, routes_to_gemm, Target};
 use super::window;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
@@ -77,6 +77,8 @@ impl CutKey {
 /// The stages of one program under construction.
 pub(crate) struct Builder {
     pub dtype: DType,
+    /// What the stages' loop nests are planned for.
+    pub target: Target,
     pub stages: Vec<Stage>,
     /// Per stage: the cut it was made from (`None` for a whole function).
     pub cut_as: Vec<Option<CutKey>>,
@@ -143,9 +145,10 @@ fn source_name(s: Source) -> String {
 }
 
 impl Builder {
-    pub(crate) fn new(dtype: DType) -> Builder {
+    pub(crate) fn new(dtype: DType, target: Target) -> Builder {
         Builder {
             dtype,
+            target,
             stages: Vec::new(),
             cut_as: Vec::new(),
             final_as: Vec::new(),
@@ -197,7 +200,7 @@ impl Builder {
             sources.clone(),
         );
         self.stages.push(Stage {
-            route: route(&f, self.dtype)?,
+            route: route_for(&f, self.dtype, self.target)?,
             f,
             sources,
             forward: None,

@@ -2,9 +2,12 @@
 //!
 //! Owns the decisions between an index function (a forward op, a
 //! derivative, a second derivative) and the code a backend emits. It is
-//! backend-neutral: the Cranelift JIT (`crate::jit`) and a GPU backend
-//! consume the same plans. It may use the symbolic core and the kernel IR;
-//! it must not emit or run code, allocate buffers or know about tensors.
+//! backend-neutral: it plans for a [`Target`] (the CPU or a GPU), and the
+//! Cranelift backend (`crate::cpu`) and the PTX backend (`crate::gpu`) run
+//! exactly what it plans; neither imports it, nor it them. Its passes are
+//! listed in order in `passes`. It may use the symbolic core and the kernel
+//! IR; it must not emit or run code, allocate buffers or know about
+//! tensors.
 //!
 //! | module | decides |
 //! | --- | --- |
@@ -14,7 +17,8 @@
 //! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
 //! | `window` | a convolution-shaped contraction (padding guards, ranges that follow the output, windows) rewritten over constant ranges, and how its reads are materialised (view, padded copy, im2col) |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
-//! | `reorder`, `peel`, `vectorize` | the loop nest's order, its peeled boundaries and its vector loops |
+//! | `passes` | the passes in order: the stage pipeline, and the loop passes per target |
+//! | `reorder`, `peel`, `vectorize`, `blocked_sums` | the loop nest's order, its peeled boundaries, its vector loops, its accurate long f32 sums |
 
 pub(crate) mod blocked_sums;
 pub mod contraction;
@@ -24,6 +28,7 @@ mod extract;
 pub mod host;
 mod node;
 mod normalize;
+pub mod passes;
 pub(crate) mod peel;
 mod program;
 pub(crate) mod reorder;
@@ -31,10 +36,10 @@ pub mod route;
 pub mod vectorize;
 mod window;
 
-pub use node::{plan_node, NodePlan};
+pub use node::{plan_node, plan_node_for, NodePlan};
 pub use normalize::normalize;
 pub use program::{Program, Source, Stage};
-pub use route::{route, Route};
+pub use route::{route, route_for, Route, Target};
 
 use crate::symbolic::IndexFn;
 use crate::{DType, Error};
@@ -58,7 +63,12 @@ use crate::{DType, Error};
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn plan_function(f: &IndexFn, dtype: DType) -> Result<Program, Error> {
-    let mut b = extract::Builder::new(dtype);
+    plan_function_for(f, dtype, Target::Cpu)
+}
+
+/// As [`plan_function`], with the loop nests planned for `target`.
+pub fn plan_function_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Program, Error> {
+    let mut b = extract::Builder::new(dtype, target);
     let sources: Vec<Source> = (0..f.args().len()).map(Source::Input).collect();
     let out = b.add(f, &sources)?;
     Ok(Program {

@@ -17,6 +17,7 @@
 use super::extract::{canonical, forward_cuts, Builder, CutKey};
 use super::normalize::normalize;
 use super::program::{Program, Source};
+use super::route::Target;
 use crate::symbolic::{ArgDecl, IndexFn};
 use crate::{DType, Error};
 
@@ -51,13 +52,23 @@ pub struct NodePlan {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn plan_node(f: &IndexFn, wrt: &[usize], dtype: DType) -> Result<NodePlan, Error> {
+    plan_node_for(f, wrt, dtype, Target::Cpu)
+}
+
+/// As [`plan_node`], with the loop nests planned for `target`.
+pub fn plan_node_for(
+    f: &IndexFn,
+    wrt: &[usize],
+    dtype: DType,
+    target: Target,
+) -> Result<NodePlan, Error> {
     let fnorm = normalize(f);
     let n = f.args().len();
     let forward_inputs: Vec<Source> = (0..n).map(Source::Input).collect();
     let candidates = forward_cuts(&fnorm, &forward_inputs);
 
     // Backward: every requested derivative into one program.
-    let mut back = Builder::new(dtype);
+    let mut back = Builder::new(dtype, target);
     back.wanted = candidates.clone();
     let sources: Vec<Source> = (0..n + 2).map(Source::Input).collect();
     let mut derivatives = Vec::with_capacity(wrt.len());
@@ -70,7 +81,7 @@ pub fn plan_node(f: &IndexFn, wrt: &[usize], dtype: DType) -> Result<NodePlan, E
     }
 
     // Forward: materialise what the backward wants and the forward has.
-    let mut fwd = Builder::new(dtype);
+    let mut fwd = Builder::new(dtype, target);
     fwd.wanted = back
         .cut_as
         .iter()

@@ -1,58 +1,22 @@
 //! How one stage runs: as a GEMM, as a GEMM followed by a fused
 //! element-wise epilogue, or as a loop nest.
 //!
-//! Owns [`Route`] and [`route`], the decision the backends obey: a
+//! Owns [`route`] and [`route_for`], the decision every backend obeys: a
 //! contraction big enough to pay for a GEMM call goes to GEMM (alone, or
 //! followed by one fused kernel for the element-wise work around it); every
-//! other function is a loop nest, in f32 with its nested sums ordered for
-//! contiguous inner loops (`reorder`; f64 keeps the interpreter's order
-//! exactly). Loop nests come lowered to the kernel IR with their vector
-//! loops marked and peeled (`vectorize`), so a backend only emits code.
-//! Must not generate or run code.
+//! other function is a loop nest, lowered and planned for the backend's
+//! [`Target`] by the loop passes (`super::passes`), so a backend only
+//! emits code. The choice between GEMM, GEMM and epilogue, and loop is the
+//! same for every target. The [`Route`] itself is kernel IR. Must not
+//! generate or run code.
 
 use super::contraction::{self, Contraction};
-use super::vectorize::plan_vectors;
-use super::{epilogue, reorder};
-use crate::kernel::Kernel;
+use super::epilogue;
+use super::passes::{loop_kernel, LoopRole};
+pub use crate::kernel::backend::Target;
+pub use crate::kernel::route::Route;
 use crate::symbolic::IndexFn;
 use crate::{DType, Error};
-
-/// The way a backend runs one function.
-// Built once per stage and stored: the size difference between variants
-// does not matter.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug)]
-pub enum Route {
-    /// A contraction computed by a GEMM.
-    Gemm(Contraction),
-    /// A contraction computed by a GEMM into the output, then `epilogue`
-    /// over it in place: the epilogue reads the contraction as its last
-    /// argument, only at the output index (see `epilogue::split`).
-    GemmThenLoop {
-        contraction: Contraction,
-        epilogue: IndexFn,
-        /// The epilogue's planned loop nest.
-        kernel: Kernel,
-    },
-    /// A loop nest computing the function (in f32 its sums may be
-    /// reordered), lowered and planned.
-    Loop(Kernel),
-    /// Rust code on the host (a data-dependent stage, see `super::host`):
-    /// the stage's function only describes its shapes.
-    Host(std::sync::Arc<dyn super::host::HostKernel>),
-}
-
-impl Route {
-    /// `"gemm"`, `"gemm+loop"` or `"loop"`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Route::Gemm(_) => "gemm",
-            Route::GemmThenLoop { .. } => "gemm+loop",
-            Route::Loop(_) => "loop",
-            Route::Host(_) => "host",
-        }
-    }
-}
 
 /// Smallest `m·n·k` of one product for which a contraction is sent to GEMM
 /// (below it, packing costs more than the generic kernel's loop).
@@ -73,7 +37,8 @@ pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
     is_gemm(f) || epilogue::split(f).is_some_and(|s| worth_gemm(&s.contraction))
 }
 
-/// The route of `f` computed in `dtype` (see the module documentation).
+/// The CPU route of `f` computed in `dtype` ([`route_for`] with
+/// [`Target::Cpu`]).
 ///
 /// ```
 /// use tenjin::planner::route::route;
@@ -87,23 +52,21 @@ pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
-    route_with(f, |g, is_epilogue| {
-        let kernel = match dtype {
-            DType::F32 if !is_epilogue => crate::kernel::lower(&reorder::interchange_sums(g))?,
-            _ => crate::kernel::lower(g)?,
-        };
-        Ok(plan_vectors(kernel, dtype))
-    })
+    route_for(f, dtype, Target::Cpu)
 }
 
-/// The route of `f` with the loop nests a backend plans itself:
-/// `loop_kernel(g, is_epilogue)` is the planned kernel of `g`, either `f`
-/// itself or the epilogue after a GEMM. The choice between GEMM, GEMM and
-/// epilogue, and loop is the same for every backend.
-pub fn route_with(
-    f: &IndexFn,
-    loop_kernel: impl Fn(&IndexFn, bool) -> Result<Kernel, Error>,
-) -> Result<Route, Error> {
+/// The route of `f` computed in `dtype` on `target` (see the module
+/// documentation).
+///
+/// ```
+/// use tenjin::planner::route::{route_for, Route, Target};
+/// use tenjin::symbolic::IndexFn;
+/// let f = IndexFn::parse("f[i] = sum{k}_0^9999 (x[i; k])", &[("x", &[2, 10000][..])])?;
+/// let Route::Loop(k) = route_for(&f, tenjin::DType::F32, Target::Gpu)? else { panic!() };
+/// assert!(k.to_string().contains("sum.f64"), "{k}"); // long f32 sums add blocks in f64
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Error> {
     if let Some(plan) = contraction::detect(f) {
         if worth_gemm(&plan) {
             return Ok(Route::Gemm(plan));
@@ -111,7 +74,7 @@ pub fn route_with(
     }
     if let Some(split) = epilogue::split(f) {
         if worth_gemm(&split.contraction) {
-            let kernel = loop_kernel(&split.epilogue, true)?;
+            let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
             return Ok(Route::GemmThenLoop {
                 contraction: split.contraction,
                 epilogue: split.epilogue,
@@ -119,5 +82,5 @@ pub fn route_with(
             });
         }
     }
-    Ok(Route::Loop(loop_kernel(f, false)?))
+    Ok(Route::Loop(loop_kernel(f, dtype, target, LoopRole::Whole)?))
 }

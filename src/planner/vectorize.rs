@@ -4,7 +4,7 @@
 //! [`Loop::vector`](crate::kernel::Loop) and peels boundary iterations off
 //! loops whose sum bounds depend on their index (`peel`), and the rules
 //! behind it (`vectorizable`, `reduction_vectorizable`). The CPU
-//! backend emits f32x4 code for exactly the marked loops (`crate::jit::simd`
+//! backend emits f32x4 code for exactly the marked loops (`crate::cpu::simd`
 //! documents the code and its fixed reduction order). Must not emit code.
 //!
 //! **Output loops.** A loop qualifies when it is an output loop
@@ -26,16 +26,13 @@
 //! fixed order that depends only on its range.
 //!
 //! f64 kernels stay scalar: they compute exactly what the interpreter does.
-//! Long sums of f32 kernels are then split into blocks added in f64
-//! (`super::blocked_sums`).
+//! Long sums of f32 kernels are split into blocks added in f64 by the next
+//! pass (`super::blocked_sums`; the order is `super::passes`).
 
 use super::peel::peel;
-use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Stmt};
+use crate::kernel::{Cond, Expr, IVar, Kernel, Lin, Loop, Stmt, LANES};
 use crate::symbolic::ReduceOp;
 use crate::DType;
-
-/// Elements of one f32 vector.
-pub(crate) const LANES: i64 = 4;
 
 /// `k` with its vector loops marked and its peelable loops split (see the
 /// module documentation); f64 kernels come back unchanged.
@@ -45,7 +42,7 @@ pub fn plan_vectors(mut k: Kernel, dtype: DType) -> Kernel {
     }
     let body = std::mem::take(&mut k.body);
     k.body = plan_stmts(&k, body);
-    super::blocked_sums::block_long_sums(k)
+    k
 }
 
 fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {

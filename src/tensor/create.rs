@@ -6,8 +6,8 @@
 //! `requires_grad()`.
 
 use super::{Origin, Tensor};
-use crate::dtype::Element;
-use crate::storage::Storage;
+use crate::dtype::{with_element, Element};
+use crate::runtime::Storage;
 use crate::DType;
 use crate::Error;
 
@@ -39,13 +39,10 @@ impl Tensor {
         let n = numel_of(op, shape)?;
         let storage = Storage::uninit(dtype, n)?;
         {
+            // Drawn straight into the host block (no second copy).
             let mut b = storage.write();
-            match dtype {
-                DType::F32 => fill(&mut b.as_mut_slice::<f32>()[..n], &mut value),
-                DType::F64 => fill(&mut b.as_mut_slice::<f64>()[..n], &mut value),
-                DType::I32 => fill(&mut b.as_mut_slice::<i32>()[..n], &mut value),
-                DType::I64 => fill(&mut b.as_mut_slice::<i64>()[..n], &mut value),
-            }
+            let out = storage.operand_mut(&mut b)?;
+            with_element!(dtype, T => fill(out.host_slice_mut::<T>()?, &mut value));
         }
         Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
     }
@@ -101,7 +98,9 @@ impl Tensor {
 
     /// `value` everywhere in `shape`.
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor, Error> {
-        Tensor::from_f64_fn("full", shape, dtype, |_| value)
+        let storage = Storage::uninit(dtype, numel_of("full", shape)?)?;
+        storage.fill(value)?;
+        Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
     }
 
     /// `[0, 1, ..., n - 1]`.
@@ -175,7 +174,7 @@ impl Tensor {
         if !self.dtype().is_float() {
             return Ok(self.to_vec_i64()?.into_iter().map(|x| x as f64).collect());
         }
-        Ok(self.contiguous_detached()?.dense_storage()?.to_f64_vec())
+        self.contiguous_detached()?.dense_storage()?.to_f64_vec()
     }
 
     /// The value of a one-element tensor.

@@ -10,7 +10,7 @@
 
 use super::{Origin, Tensor};
 use crate::dtype::Element;
-use crate::storage::Storage;
+use crate::runtime::Storage;
 use crate::{DType, Error};
 
 type IntTest = fn(i64, i64) -> bool;
@@ -92,7 +92,7 @@ impl Tensor {
         let data = base
             .storage_and_origin()
             .0
-            .to_i64_vec()
+            .to_i64_vec()?
             .ok_or_else(|| crate::dtype::not_computable("to_vec_i64", self.dtype()))?;
         let Some(map) = map else {
             return Ok(data);

@@ -13,7 +13,7 @@ mod tape;
 pub(crate) mod view;
 
 use crate::alloc::Device;
-pub(crate) use crate::storage::Storage;
+pub(crate) use crate::runtime::Storage;
 use crate::symbolic::compose::AffineMap;
 pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
@@ -96,9 +96,16 @@ impl Tensor {
         self.0.dtype
     }
 
-    /// The device holding the data (the CPU today).
+    /// The device holding the data (its storage's; the CPU for every
+    /// tensor today: no tensor can be created on another device yet).
+    ///
+    /// ```
+    /// let t = tenjin::Tensor::zeros(&[2], tenjin::DType::F32)?;
+    /// assert_eq!(t.device(), tenjin::Device::Cpu);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
     pub fn device(&self) -> Device {
-        Device::Cpu
+        self.storage_and_origin().0.device()
     }
 
     /// Whether this tensor is a view (transpose, slice, broadcast, ...) of

@@ -19,8 +19,8 @@
 use super::interpret::{replay, Machine};
 use super::schedule::{Schedule, Slot, Step};
 use super::{add_into, autograd_error, Leaf};
-use crate::exec;
-use crate::storage::Storage;
+use crate::runtime::exec;
+use crate::runtime::Storage;
 use crate::trace::Origin;
 use crate::Error;
 use std::collections::HashMap;

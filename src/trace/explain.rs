@@ -5,8 +5,8 @@
 //! changes nothing.
 
 use super::Node;
-use crate::exec::Compiled;
 use crate::planner::Program;
+use crate::runtime::exec::Compiled;
 use std::fmt;
 use std::sync::Arc;
 

@@ -3,33 +3,35 @@
 //!
 //! Owns trace nodes (`Node`: one recorded operation, owning its inputs'
 //! nodes through `Arc`, so a graph nobody holds frees itself), leaves'
-//! gradient slots (`Leaf`), the thread-local no-grad scope, the plan cache
-//! that makes the second iteration of a training loop free of symbolic work
-//! (`plan`), the backward schedule (`schedule`) and its one interpreter
-//! (`interpret`), run on storages by `backward` and on block sizes by
-//! `memory_plan`, and `explain`. It plans through [`crate::planner`] and
-//! runs what `jit` compiled; it must not generate code or contain a
-//! derivative rule of its own.
+//! gradient slots (`Leaf`), the thread-local no-grad scope, the backward
+//! schedule (`schedule`) and its one interpreter (`interpret`), run on
+//! storages by `backward` and on block sizes by `memory_plan`, and
+//! `explain`. A node holds its op's plan from the runtime's op-plan cache
+//! (which makes the second iteration of a training loop free of symbolic
+//! work), and backward runs its stages through the runtime
+//! (`crate::runtime::exec`); it must not generate code, reach a backend or
+//! contain a derivative rule of its own.
 
 mod backward;
 mod explain;
 mod interpret;
 mod memory_plan;
-pub(crate) mod plan;
 mod schedule;
 
+pub(crate) use crate::runtime::op_plan::GraphDerivative;
+pub use crate::runtime::{
+    plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
+};
 pub(crate) use backward::run as run_backward;
 pub(crate) use explain::explain_node;
 pub use explain::{Explanation, StageLine};
 pub(crate) use memory_plan::plan_backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
-pub(crate) use plan::GraphDerivative;
-pub use plan::{plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY};
 
 use crate::alloc::AllocMode;
-use crate::storage::Storage;
+use crate::runtime::op_plan::{NodeGrad, OpPlan};
+use crate::runtime::Storage;
 use crate::Error;
-use plan::{NodeGrad, OpPlan};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -268,17 +270,17 @@ pub(crate) struct PreparedSum {
 pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Result<(), Error> {
     match slot.as_mut() {
         None => *slot = Some(g),
-        Some(current) if Arc::strong_count(current) == 1 => current.add_assign(&g),
+        Some(current) if Arc::strong_count(current) == 1 => current.add_assign(&g)?,
         Some(current) => *slot = Some(sum_of(current, &g)?),
     }
     Ok(())
 }
 
-/// `a + g` in a new buffer.
+/// `a + g` in a new buffer (on their device).
 fn sum_of(a: &Storage, g: &Storage) -> Result<Arc<Storage>, Error> {
-    let sum = Storage::uninit(a.dtype(), a.len())?;
-    sum.copy_from(a);
-    sum.add_assign(g);
+    let sum = Storage::uninit_on(a.device(), a.dtype(), a.len())?;
+    sum.copy_from(a)?;
+    sum.add_assign(g)?;
     Ok(sum)
 }
 

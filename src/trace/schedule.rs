@@ -40,8 +40,8 @@
 //! (Zhabinski et al.; DeepDSL §4.4).
 
 use super::Node;
-use crate::jit::CompiledKernel;
 use crate::planner::Source;
+use crate::runtime::CompiledKernel;
 use crate::trace::Origin;
 use crate::Error;
 use std::collections::HashMap;
@@ -292,7 +292,7 @@ fn finish(steps: &mut [Step], nodes: &[Arc<Node>]) {
         steps[k].first_of_node = true;
     }
     for st in steps.iter_mut() {
-        if st.kernel.route() != crate::jit::RouteKind::Jit {
+        if st.kernel.route() != crate::kernel::RouteKind::Jit {
             continue;
         }
         let grad = &nodes[st.node].grad;

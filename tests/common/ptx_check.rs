@@ -2,7 +2,8 @@
 //! interpreter, on the CPU's own inputs, and compares the outputs.
 //!
 //! Installed as a kernel observer (`tenjin::observe`). For each kernel
-//! the GPU's loop kernel of the same function (`tenjin::gpu::plan`) is
+//! the GPU's loop kernel of the same function (planned for the GPU
+//! target, `tenjin::planner::passes`) is
 //! emitted for every architecture (so `TENJIN_PTX_DUMP` collects them all
 //! for `ptxas`) and the sm_80 module is interpreted. f64 results must equal
 //! the CPU's bit for bit where both run the same operations in the same
@@ -18,6 +19,8 @@ use tenjin::gpu::ptx::{module, Arch};
 use tenjin::jit::RouteKind;
 use tenjin::kernel::{Expr, Stmt};
 use tenjin::observe::{set_kernel_observer, KernelRun, Values};
+use tenjin::planner::passes::{loop_kernel, LoopRole};
+use tenjin::planner::Target;
 use tenjin::symbolic::{BinaryOp, UnaryOp};
 
 /// Kernel runs observed and checked, distinct kernels seen, and runs
@@ -92,7 +95,7 @@ pub fn check(run: &KernelRun<'_>) {
             KERNELS.fetch_add(1, Relaxed);
         }
     }
-    let kernel = tenjin::gpu::plan::loop_kernel(f, dtype).expect("GPU loop kernel");
+    let kernel = loop_kernel(f, dtype, Target::Gpu, LoopRole::Whole).expect("GPU loop kernel");
     let hash = tenjin::kernel::key::structural_key(f).hash;
     let mut text = String::new();
     for arch in Arch::ALL {
@@ -158,7 +161,7 @@ pub fn check(run: &KernelRun<'_>) {
     };
     compare("PTX", &got);
     if on_gpu() {
-        let gpu = tenjin::gpu::check::run_loop_kernel(0, f, dtype, &run.inputs)
+        let gpu = tenjin::gpu::check::run_loop_kernel(0, f, &kernel, dtype, &run.inputs)
             .unwrap_or_else(|e| panic!("{}: on the GPU: {e}", f.name()));
         compare("GPU", &gpu);
         GPU_CHECKED.fetch_add(1, Relaxed);

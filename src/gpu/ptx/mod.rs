@@ -86,9 +86,10 @@ impl Arch {
 /// The entry function's name in every module tenjin loads.
 pub const ENTRY: &str = "tenjin_kernel";
 
-/// The module of `k` (a kernel planned for the GPU, `crate::gpu::plan`)
-/// with entry [`ENTRY`], also written to `$TENJIN_PTX_DUMP` named by
-/// `key_hash` (the structural key's hash of the function it computes).
+/// The module of `k` (a kernel planned for the GPU target: the planner's
+/// GPU loop passes) with entry [`ENTRY`], also written to
+/// `$TENJIN_PTX_DUMP` named by `key_hash` (the structural key's hash of
+/// the function it computes).
 pub fn module(key_hash: u64, k: &Kernel, dtype: DType, arch: Arch) -> Result<String, Error> {
     let text = emit(k, dtype, arch, ENTRY)?;
     super::dump::write(&super::dump::file_name(key_hash, dtype, arch), &text);

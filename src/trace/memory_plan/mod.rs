@@ -17,7 +17,7 @@ use super::interpret::replay;
 use super::schedule::{Schedule, Slot};
 use super::Node;
 use crate::alloc::{self, AllocMode};
-use crate::storage::Storage;
+use crate::runtime::Storage;
 use crate::trace::Origin;
 use crate::DType;
 use crate::Error;

@@ -1,13 +1,13 @@
 //! The process-wide kernel cache and its statistics.
 //!
-//! Owns the map from structural keys (`crate::kernel::key`) plus dtype to
-//! compiled kernels, the bookkeeping that tells *why* a look-up missed,
-//! LRU-ish eviction and the counters behind [`JitStats`]. The target is
-//! always the host CPU through Cranelift (a GPU backend keeps its own
-//! cache), so it is not part of the key. Must not compile or run kernels:
-//! it is handed a closure that compiles.
+//! Owns the map from structural keys (`crate::kernel::key`) plus dtype and
+//! device to compiled kernels (of every backend), the bookkeeping that
+//! tells *why* a look-up missed, LRU-ish eviction and the counters behind
+//! [`JitStats`]. Must not compile or run kernels: it is handed a closure
+//! that compiles.
 
-use super::CompiledKernel;
+use super::compiled::CompiledKernel;
+use crate::alloc::Device;
 use crate::kernel::key::StructuralKey;
 use crate::DType;
 use crate::Error;
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// Why a [`super::compile`] call had to compile.
+/// Why a [`crate::jit::compile`] call had to compile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MissReason {
     /// No kernel for this expression was compiled before (for any shapes).
@@ -31,7 +31,7 @@ pub enum MissReason {
 }
 
 /// Counters of the kernel cache since the process started (see
-/// [`super::stats`]).
+/// [`crate::jit::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct JitStats {
     pub hits: u64,
@@ -87,6 +87,7 @@ type Pass = BuildHasherDefault<PassHasher>;
 struct Key {
     hash: u64,
     dtype: DType,
+    device: Device,
     bytes: Vec<u8>,
 }
 
@@ -143,16 +144,26 @@ fn dtype_salt(d: DType) -> u64 {
     }
 }
 
-/// The cached kernel for `key` and `dtype`, compiled by `build` on a miss.
+fn device_salt(d: Device) -> u64 {
+    match d {
+        Device::Cpu => 0,
+        Device::Cuda(n) => 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n as u64 + 1),
+    }
+}
+
+/// The cached kernel for `key`, `dtype` and `device`, compiled by `build`
+/// on a miss.
 pub(crate) fn get_or_compile(
     key: StructuralKey,
     dtype: DType,
+    device: Device,
     build: impl FnOnce() -> Result<CompiledKernel, Error>,
 ) -> Result<Arc<CompiledKernel>, Error> {
     let c = &*CACHE;
     let k = Key {
-        hash: key.hash ^ dtype_salt(dtype),
+        hash: key.hash ^ dtype_salt(dtype) ^ device_salt(device),
         dtype,
+        device,
         bytes: key.bytes,
     };
     let now = c.tick.fetch_add(1, Relaxed);

@@ -7,11 +7,16 @@
 //! [`NodeGrad`] (per set of arguments needing a gradient: the forward
 //! program that keeps what backward reads, and the backward program), the
 //! plan cache and the counters behind [`stats`]. Programs come from
-//! `crate::planner`; kernels are compiled by `jit` (which caches them too).
+//! `crate::planner`, planned for the target of the backend of the op's
+//! device; their stages are compiled by that backend through
+//! `super::compiled` (the kernel cache). A plan belongs to one device.
 
-use crate::alloc::AllocMode;
-use crate::exec::Compiled;
-use crate::jit;
+use super::backend_for;
+use super::compiled::compile_stage;
+use super::exec::Compiled;
+use super::kernel_cache;
+use crate::alloc::{AllocMode, Device};
+use crate::kernel::backend::Backend;
 use crate::planner::{self, NodePlan, Program, Source};
 use crate::symbolic::IndexFn;
 use crate::DType;
@@ -115,7 +120,7 @@ fn evict_plans() {
 
 /// The counters since the process started.
 pub fn stats() -> Stats {
-    let j = jit::stats();
+    let j = kernel_cache::stats();
     Stats {
         op_plans_built: PLANS_BUILT.load(Relaxed),
         op_cache_hits: PLAN_HITS.load(Relaxed),
@@ -144,10 +149,11 @@ impl std::fmt::Display for Stats {
     }
 }
 
-/// Compiles every stage of `program` that `run` selects.
+/// Compiles every stage of `program` that `run` selects, for `backend`.
 fn compile_program(
     program: Program,
     dtype: DType,
+    backend: &'static dyn Backend,
     run: impl Fn(usize) -> bool,
 ) -> Result<Compiled, Error> {
     STAGES_PLANNED.fetch_add(program.stages.len() as u64, Relaxed);
@@ -157,7 +163,7 @@ fn compile_program(
         .enumerate()
         .map(|(k, s)| {
             run(k)
-                .then(|| jit::compile_planned(&s.f, &s.route, dtype))
+                .then(|| compile_stage(&s.f, &s.route, dtype, backend))
                 .transpose()
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -175,6 +181,8 @@ pub(crate) struct OpPlan {
     /// aliases (reshape), whose output shares its input's storage.
     pub(crate) plain: Option<Compiled>,
     pub(crate) dtype: DType,
+    /// The backend of the device the plan runs on.
+    pub(crate) backend: &'static dyn Backend,
     /// Per set of arguments needing a gradient.
     grads: Mutex<Vec<(Vec<bool>, Arc<GradCell>)>>,
     /// For an op run by host stages (`crate::planner::host`): its programs.
@@ -272,16 +280,21 @@ impl NodeGrad {
             .map_or(0, |p| self.closures[p])
     }
 
-    fn new(plan: NodePlan, dtype: DType, alias: bool) -> Result<NodeGrad, Error> {
+    fn new(
+        plan: NodePlan,
+        dtype: DType,
+        backend: &'static dyn Backend,
+        alias: bool,
+    ) -> Result<NodeGrad, Error> {
         let n = plan.forward.inputs.len();
-        let forward = compile_program(plan.forward.clone(), dtype, |_| !alias)?;
+        let forward = compile_program(plan.forward.clone(), dtype, backend, |_| !alias)?;
         let tagged: Vec<bool> = plan
             .backward
             .stages
             .iter()
             .map(|s| s.forward.is_some())
             .collect();
-        let backward = compile_program(plan.backward.clone(), dtype, |k| !tagged[k])?;
+        let backward = compile_program(plan.backward.clone(), dtype, backend, |k| !tagged[k])?;
         let needs = |keep_forward: bool| {
             let mut needs = Needs {
                 args: vec![false; n],
@@ -364,18 +377,26 @@ fn stages_needed(program: &Program, out: usize) -> usize {
 }
 
 impl OpPlan {
-    pub(crate) fn new(op: &str, f: IndexFn, dtype: DType, alias: bool) -> Result<OpPlan, Error> {
+    pub(crate) fn new(
+        op: &str,
+        f: IndexFn,
+        dtype: DType,
+        device: Device,
+        alias: bool,
+    ) -> Result<OpPlan, Error> {
+        let backend = backend_for(device)?;
         let plain = if alias {
             None
         } else {
-            let program = planner::plan_function(&f, dtype)?;
-            Some(compile_program(program, dtype, |_| true)?)
+            let program = planner::plan_function_for(&f, dtype, backend.target())?;
+            Some(compile_program(program, dtype, backend, |_| true)?)
         };
         Ok(OpPlan {
             op: op.to_string(),
             f,
             plain,
             dtype,
+            backend,
             grads: Mutex::new(Vec::new()),
             host: None,
         })
@@ -387,14 +408,17 @@ impl OpPlan {
         op: &str,
         host: Arc<dyn crate::planner::host::HostOp>,
         dtype: DType,
+        device: Device,
     ) -> Result<OpPlan, Error> {
+        let backend = backend_for(device)?;
         let program = host.forward()?;
         let f = program.stages[program.outputs[0]].f.clone();
         Ok(OpPlan {
             op: op.to_string(),
             f,
-            plain: Some(compile_program(program, dtype, |_| true)?),
+            plain: Some(compile_program(program, dtype, backend, |_| true)?),
             dtype,
+            backend,
             grads: Mutex::new(Vec::new()),
             host: Some(host),
         })
@@ -431,11 +455,11 @@ impl OpPlan {
     fn build_grad(&self, mask: &[bool]) -> Result<NodeGrad, Error> {
         let wrt: Vec<usize> = (0..mask.len()).filter(|&a| mask[a]).collect();
         if let Some(host) = &self.host {
-            return NodeGrad::new(host.node_plan(&wrt)?, self.dtype, false);
+            return NodeGrad::new(host.node_plan(&wrt)?, self.dtype, self.backend, false);
         }
         DERIVATIONS.fetch_add(wrt.len() as u64, Relaxed);
-        let plan = planner::plan_node(&self.f, &wrt, self.dtype)?;
-        NodeGrad::new(plan, self.dtype, self.is_alias())
+        let plan = planner::plan_node_for(&self.f, &wrt, self.dtype, self.backend.target())?;
+        NodeGrad::new(plan, self.dtype, self.backend, self.is_alias())
     }
 }
 

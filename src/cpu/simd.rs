@@ -34,7 +34,7 @@ use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
 const V: types::Type = types::F32X4;
 
 /// Elements per vector.
-use crate::planner::vectorize::LANES;
+use crate::kernel::LANES;
 
 /// Whether a strip computes four elements or one (in lane 0).
 #[derive(Clone, Copy, PartialEq, Eq)]

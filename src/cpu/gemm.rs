@@ -18,7 +18,7 @@
 //! two cores it cost tens of microseconds per call and scaled poorly on
 //! `x·wᵀ`. Batch and K-outer loops run inside each tile.
 
-use crate::planner::contraction::{Contraction, Dim};
+use crate::kernel::contraction::{Contraction, Dim};
 
 use crate::dtype::Element;
 

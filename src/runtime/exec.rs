@@ -1,18 +1,18 @@
 //! Running compiled kernels on tensor storages.
 //!
-//! Owns the bridge between [`Storage`] (locked, typed memory) and
-//! [`CompiledKernel`] (slices in argument order), for both dtypes, and
-//! [`Compiled`], a program with its kernels and the facts running it needs
-//! (last uses, in-place candidates). Used by
-//! the forward path (`ops`), the backward driver (`trace`) and optimizers.
-//! It must not decide what to run.
+//! Owns the bridge between [`Storage`] (locked memory of one device) and
+//! [`CompiledKernel`] (operands in argument order), for every dtype, the
+//! device check of every run (a kernel's storages live on its device, or
+//! the run is an error naming both devices), and [`Compiled`], a program
+//! with its kernels and the facts running it needs (last uses, in-place
+//! candidates). Used by the forward path (`ops`), the backward driver
+//! (`trace`) and optimizers. It must not decide what to run.
 
-use crate::jit::CompiledKernel;
-use crate::planner::Program;
-use crate::planner::Source;
-use crate::storage::Storage;
+use super::compiled::CompiledKernel;
+use super::storage::{device_mismatch, Storage};
+use crate::kernel::RouteKind;
+use crate::planner::{Program, Source};
 use crate::symbolic::{IndexFn, Node};
-use crate::DType;
 use crate::Error;
 use std::sync::Arc;
 
@@ -90,7 +90,7 @@ pub(crate) fn reads_only_at_output(f: &IndexFn, arg: usize) -> bool {
 }
 
 /// Runs `kernel` on `inputs` (ordered like its arguments) into a new
-/// storage of the kernel's output size.
+/// storage of the kernel's output size, on the kernel's device.
 pub(crate) fn run_new(
     kernel: &CompiledKernel,
     inputs: &[&Arc<Storage>],
@@ -106,61 +106,60 @@ pub(crate) fn run_new_extended(
     kernel: &CompiledKernel,
     inputs: &[(&Arc<Storage>, usize)],
 ) -> Result<Arc<Storage>, Error> {
-    let out = Storage::uninit(kernel.dtype(), kernel.output_shape().iter().product())?;
+    check_devices(kernel, inputs.iter().map(|(s, _)| *s))?;
+    let out = Storage::uninit_on(
+        kernel.device(),
+        kernel.dtype(),
+        kernel.output_shape().iter().product(),
+    )?;
     run_sized(kernel, inputs, &out)?;
     Ok(out)
 }
 
-/// The one path that locks storages, slices them (each to its given
-/// number of elements, within its block) and runs the kernel into `out`.
+/// Every storage on the kernel's device, or an error naming the op and
+/// both devices (nothing moves between devices silently).
+fn check_devices<'a>(
+    kernel: &CompiledKernel,
+    storages: impl Iterator<Item = &'a Arc<Storage>>,
+) -> Result<(), Error> {
+    for s in storages {
+        if s.device() != kernel.device() {
+            return Err(device_mismatch(kernel.name(), kernel.device(), s.device()));
+        }
+    }
+    Ok(())
+}
+
+/// The one path that locks storages, makes them operands (each of its
+/// given number of elements, within its block) and runs the kernel into
+/// `out`.
 fn run_sized(
     kernel: &CompiledKernel,
     inputs: &[(&Arc<Storage>, usize)],
     out: &Storage,
 ) -> Result<(), Error> {
-    fn go<T: crate::dtype::Float>(
-        k: &CompiledKernel,
-        inputs: &[(&Arc<Storage>, usize)],
-        out: &Storage,
-    ) -> Result<(), Error> {
-        let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
-        let mut slices: Vec<&[T]> = Vec::with_capacity(inputs.len());
-        for (g, (s, n)) in guards.iter().zip(inputs) {
-            let all = g.as_slice::<T>();
-            let data = all.get(..*n).ok_or_else(|| Error::Shape {
-                op: k.name().to_string(),
+    let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
+    let operands = guards
+        .iter()
+        .zip(inputs)
+        .map(|(g, (s, n))| {
+            s.operand(g, *n).map_err(|_| Error::Shape {
+                op: kernel.name().to_string(),
                 message: format!(
                     "{n} elements read from a block of {} ({:?})",
-                    all.len(),
+                    g.len_bytes() / s.dtype().size(),
                     s.dtype()
                 ),
-            })?;
-            slices.push(data);
-        }
-        let mut o = out.write();
-        let n = out.len();
-        k.run_into(&slices, &mut o.as_mut_slice::<T>()[..n])?;
-        #[cfg(feature = "cuda")]
-        if crate::observe::active() {
-            use crate::observe::{notify, values, KernelRun};
-            notify(&KernelRun {
-                kernel: k,
-                inputs: slices.iter().map(|s| values(s)).collect(),
-                output: values(&o.as_slice::<T>()[..n]),
-            });
-        }
-        Ok(())
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let mut o = out.write();
+    kernel.run(&operands, out.operand_mut(&mut o)?)?;
+    #[cfg(feature = "cuda")]
+    if super::observe::active() {
+        super::observe::notify_run(kernel, &operands, out.operand(&o, out.len())?);
     }
-    if let Some(host) = kernel.host() {
-        return run_host(host.as_ref(), inputs, out);
-    }
-    let storages: Vec<&Arc<Storage>> = inputs.iter().map(|(s, _)| *s).collect();
-    check_dtypes(kernel, &storages)?;
-    match kernel.dtype() {
-        DType::F32 => go::<f32>(kernel, inputs, out),
-        DType::F64 => go::<f64>(kernel, inputs, out),
-        d => Err(crate::dtype::not_computable(kernel.name(), d)),
-    }
+    Ok(())
 }
 
 /// Runs an element-wise `kernel` writing its output over `inputs[aliased]`
@@ -174,105 +173,39 @@ pub(crate) unsafe fn run_in_place(
     inputs: &[&Arc<Storage>],
     aliased: usize,
 ) -> Result<bool, Error> {
-    if kernel.host().is_some() {
+    if kernel.route() != RouteKind::Jit {
         return Ok(false);
     }
-    unsafe fn go<T: crate::dtype::Float>(
-        k: &CompiledKernel,
-        inputs: &[&Arc<Storage>],
-        aliased: usize,
-    ) -> Result<bool, Error> {
-        let target = inputs[aliased];
-        // The aliased storage is write-locked (nobody else may read it
-        // meanwhile); the others are read-locked, each once.
-        let w = target.write();
-        let guards: Vec<_> = inputs
-            .iter()
-            .map(|s| (!Arc::ptr_eq(s, target)).then(|| s.read()))
-            .collect();
-        let slices: Vec<&[T]> = guards
-            .iter()
-            .zip(inputs)
-            .map(|(g, s)| match g {
-                Some(g) => s.slice::<T>(g),
-                None => target.slice::<T>(&w),
-            })
-            .collect();
-        // The observer needs the inputs as they were before the run.
-        #[cfg(feature = "cuda")]
-        let before: Option<Vec<Vec<T>>> =
-            crate::observe::active().then(|| slices.iter().map(|s| s.to_vec()).collect());
-        let ran = unsafe { k.run_in_place(&slices, aliased) }?;
-        #[cfg(feature = "cuda")]
-        if let (Some(before), true) = (before, ran) {
-            use crate::observe::{notify, values, KernelRun};
-            notify(&KernelRun {
-                kernel: k,
-                inputs: before.iter().map(|s| values(s)).collect(),
-                output: values(slices[aliased]),
-            });
-        }
-        Ok(ran)
-    }
-    check_dtypes(kernel, inputs)?;
-    match kernel.dtype() {
-        DType::F32 => unsafe { go::<f32>(kernel, inputs, aliased) },
-        DType::F64 => unsafe { go::<f64>(kernel, inputs, aliased) },
-        d => Err(crate::dtype::not_computable(kernel.name(), d)),
-    }
-}
-
-/// A host kernel over the storages' typed slices (inputs of any dtype,
-/// the output a float buffer).
-fn run_host(
-    host: &dyn crate::planner::host::HostKernel,
-    inputs: &[(&Arc<Storage>, usize)],
-    out: &Storage,
-) -> Result<(), Error> {
-    use crate::planner::host::{HostIn, HostOut};
-    let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
-    let short = |s: &Storage, n: usize| Error::Shape {
-        op: host.name().to_string(),
-        message: format!(
-            "{n} elements read from a {:?} block holding fewer on the host",
-            s.dtype()
-        ),
+    check_devices(kernel, inputs.iter().copied())?;
+    let Some(&target) = inputs.get(aliased) else {
+        return Ok(false);
     };
-    let slices: Vec<HostIn> = guards
+    // The aliased storage is write-locked (nobody else may read it
+    // meanwhile); the others are read-locked, each once.
+    let mut w = target.write();
+    let guards: Vec<_> = inputs
+        .iter()
+        .map(|s| (!Arc::ptr_eq(s, target)).then(|| s.read()))
+        .collect();
+    let written = target.operand_mut(&mut w)?;
+    let operands = guards
         .iter()
         .zip(inputs)
-        .map(|(g, (s, n))| {
-            let n = *n;
-            let input = match s.dtype() {
-                DType::F32 => g.as_slice::<f32>().get(..n).map(HostIn::F32),
-                DType::F64 => g.as_slice::<f64>().get(..n).map(HostIn::F64),
-                DType::I32 => g.as_slice::<i32>().get(..n).map(HostIn::I32),
-                DType::I64 => g.as_slice::<i64>().get(..n).map(HostIn::I64),
-            };
-            input.ok_or_else(|| short(s, n))
+        .map(|(g, s)| match g {
+            Some(g) => s.operand(g, s.len()),
+            None => Ok(written.as_operand()),
         })
-        .collect::<Result<_, Error>>()?;
-    let mut o = out.write();
-    let n = out.len();
-    match out.dtype() {
-        DType::F32 => host.run(&slices, HostOut::F32(&mut o.as_mut_slice::<f32>()[..n])),
-        DType::F64 => host.run(&slices, HostOut::F64(&mut o.as_mut_slice::<f64>()[..n])),
-        d => Err(crate::dtype::not_computable(host.name(), d)),
+        .collect::<Result<Vec<_>, Error>>()?;
+    // The observer needs the inputs as they were before the run.
+    #[cfg(feature = "cuda")]
+    let before = super::observe::active().then(|| super::observe::Snapshot::of(&operands));
+    // SAFETY: forwarded from the caller; the target is write-locked here.
+    let ran = unsafe { kernel.run_in_place(&operands, aliased) }?;
+    #[cfg(feature = "cuda")]
+    if let (Some(before), true) = (before, ran) {
+        before.notify(kernel, operands[aliased]);
     }
-}
-
-fn check_dtypes(kernel: &CompiledKernel, inputs: &[&Arc<Storage>]) -> Result<(), Error> {
-    match inputs.iter().find(|s| s.dtype() != kernel.dtype()) {
-        Some(s) => Err(Error::DType {
-            op: kernel.name().to_string(),
-            message: format!(
-                "the kernel runs on {:?}, an input is {:?}",
-                kernel.dtype(),
-                s.dtype()
-            ),
-        }),
-        None => Ok(()),
-    }
+    Ok(ran)
 }
 
 /// A program's outputs and the values it kept (by stage).
@@ -340,4 +273,38 @@ pub(crate) fn run_program(
         })
         .collect();
     Ok((outputs, kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolic::IndexFn;
+    use crate::DType;
+
+    /// A kernel compiled for the CPU refuses storages of another device,
+    /// naming both, before anything runs or is allocated.
+    #[test]
+    fn a_run_across_devices_is_an_error_naming_both() {
+        let dev = crate::alloc::fake::shared();
+        let f = IndexFn::parse("f[i] = x[i] * 2", &[("x", &[4][..])]).unwrap();
+        let k = crate::jit::compile(&f, DType::F32).unwrap();
+        let on_device = Storage::zeros_on(dev, DType::F32, 4).unwrap();
+        let before = crate::alloc::stats_for(dev);
+        for r in [
+            run_new(&k, &[&on_device]).map(drop),
+            unsafe { run_in_place(&k, &[&on_device], 0) }.map(drop),
+        ] {
+            match r {
+                Err(Error::Device { device, message }) => {
+                    assert_eq!(device, "cpu");
+                    assert!(message.contains(&dev.to_string()), "{message}");
+                }
+                other => panic!("expected a device error, got {other:?}"),
+            }
+        }
+        assert_eq!(crate::alloc::stats_for(dev), before);
+        let host = Storage::from_slice(&[1f32, 2., 3., 4.]).unwrap();
+        let out = run_new(&k, &[&host]).unwrap();
+        assert_eq!(out.to_f64_vec().unwrap(), vec![2., 4., 6., 8.]);
+    }
 }

@@ -1,0 +1,97 @@
+//! The CPU backend behind the runtime's [`Backend`] interface.
+//!
+//! Owns [`Cpu`]: compiling a planned route (Cranelift code for its loop
+//! nests, a `gemm` crate contraction, or a host kernel as it is) and the
+//! buffer operations on host memory (fill, copy, add). Must not plan: it
+//! compiles exactly the route it is given.
+
+use super::codegen;
+use super::compiled::{CpuKernel, Exec, JitCode};
+use crate::alloc::Device;
+use crate::dtype::{with_element, Element};
+use crate::kernel::backend::{check_same, Backend, Executable, Operand, OperandMut, Target};
+use crate::kernel::Route;
+use crate::{DType, Error};
+
+/// The host CPU: kernels compiled with Cranelift and run on the worker
+/// pool, over host memory.
+#[derive(Debug, Default)]
+pub struct Cpu;
+
+/// The one CPU backend.
+pub static CPU: Cpu = Cpu;
+
+impl Cpu {
+    /// `route` compiled for the host (the concrete form of
+    /// [`Backend::compile`]).
+    pub fn compile_route(&self, route: &Route, dtype: DType) -> Result<CpuKernel, Error> {
+        let (exec, kernel) = match route {
+            Route::Gemm(plan) => (Exec::Gemm(plan.clone()), None),
+            Route::GemmThenLoop {
+                contraction,
+                kernel,
+                ..
+            } => (
+                Exec::GemmThenJit(
+                    contraction.clone(),
+                    JitCode::new(codegen::compile(kernel, dtype)?),
+                ),
+                Some(kernel),
+            ),
+            Route::Loop(kernel) => (
+                Exec::Jit(JitCode::new(codegen::compile(kernel, dtype)?)),
+                Some(kernel),
+            ),
+            Route::Host(h) => (Exec::Host(h.clone()), None),
+        };
+        Ok(CpuKernel {
+            exec,
+            extent: kernel.map_or(0, |k| k.extent),
+            cost_per_iteration: kernel.map_or(0, |k| k.cost_per_iteration()),
+        })
+    }
+}
+
+impl Backend for Cpu {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn target(&self) -> Target {
+        Target::Cpu
+    }
+
+    fn compile(&self, route: &Route, dtype: DType) -> Result<Box<dyn Executable>, Error> {
+        Ok(Box::new(self.compile_route(route, dtype)?))
+    }
+
+    fn fill(&self, out: OperandMut<'_>, value: f64) -> Result<(), Error> {
+        with_element!(out.dtype(), T => {
+            out.host_slice_mut::<T>()?.fill(T::from_f64(value));
+        });
+        Ok(())
+    }
+
+    fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+        check_same("copy", &src, &dst)?;
+        with_element!(src.dtype(), T => {
+            dst.host_slice_mut::<T>()?.copy_from_slice(src.host_slice::<T>()?);
+        });
+        Ok(())
+    }
+
+    fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error> {
+        check_same("add_assign", &src, &dst)?;
+        with_element!(src.dtype(), T => {
+            let b = src.host_slice::<T>()?;
+            for (x, y) in dst.host_slice_mut::<T>()?.iter_mut().zip(b) {
+                *x = x.add(*y);
+            }
+        });
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}

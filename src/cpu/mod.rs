@@ -1,0 +1,39 @@
+//! The CPU backend: planned stages compiled with Cranelift and run on a
+//! persistent thread pool, over host memory.
+//!
+//! Owns code generation from the kernel IR (`codegen`, `math`, `simd`,
+//! `vmath`), running compiled stages (`compiled`), the thread pool
+//! (`pool`), running contractions with the `gemm` crate (`gemm`) and the
+//! [`Backend`](crate::kernel::backend::Backend) implementation
+//! (`backend`). It emits code for exactly the route it is given (the
+//! kernel IR's `Route`: GEMM, GEMM then a loop nest, a loop nest whose
+//! vector loops the planner marked, or a host kernel); it must not parse,
+//! derive or plan, and it imports neither the planner nor the GPU backend.
+//! Users reach it through the runtime (`tenjin::jit` is its public face).
+//!
+//! Results are bitwise identical for any number of threads: each output
+//! element is computed by one thread, reductions run in increasing index
+//! order. f64 kernels compute exactly what the reference interpreter
+//! computes (same operations in the same order, same `std` functions); f32
+//! kernels compute in f32 (see `math` for the accuracy of the f32 functions).
+//!
+//! **SIMD.** In f32 kernels, an output loop the planner marked (contiguous
+//! or broadcast loads and store) runs as f32x4 code unrolled four times,
+//! with a 4-wide and a 1-wide tail (`simd`); its `exp`, `tanh`, `sigmoid`, `log`
+//! and `log10` are inline polynomials (`vmath`, within 2.5 ulp) in every
+//! strip, so results stay independent of the thread count. f64 kernels stay
+//! scalar.
+
+mod backend;
+mod codegen;
+mod compiled;
+#[doc(hidden)]
+pub mod gemm;
+mod math;
+mod pool;
+mod simd;
+mod vmath;
+
+pub use backend::CPU;
+pub use compiled::{set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
+pub use pool::{num_threads, set_num_threads};

@@ -1,0 +1,347 @@
+//! The interface every backend implements, and the operands it runs on.
+//!
+//! Owns [`Backend`] (compile a planned stage for one device; fill, copy
+//! and add into buffers there), [`Executable`] (a compiled stage),
+//! [`Target`] (what the planner plans loop nests for) and the operands
+//! ([`Operand`], [`OperandMut`]): `len` elements of a dtype in a buffer of
+//! some device. The runtime (`crate::runtime`) reaches every backend
+//! through these alone; the Cranelift CPU backend (`crate::cpu`) and the
+//! GPU backend (`crate::gpu`) implement them and import neither each
+//! other nor the planner. Must not plan, compile or run anything itself.
+//!
+//! **Host views are checked.** An operand of device memory has an address
+//! the host cannot dereference: [`Operand::host_slice`] on it is an
+//! [`Error::Device`] naming the device, never an empty or dangling slice.
+//! Nothing in this interface is specific to one element type: operands
+//! carry their [`DType`], and the slices they give are of any
+//! [`Element`] type.
+//!
+//! ```
+//! use tenjin::kernel::backend::Operand;
+//! let x = [1.0f32, 2.0, 3.0];
+//! let op = Operand::host(&x[..]);
+//! assert_eq!(op.range(1, 2)?.host_slice::<f32>()?, &[2.0, 3.0]);
+//! assert!(op.host_slice::<f64>().is_err()); // not its element type
+//! # Ok::<(), tenjin::Error>(())
+//! ```
+
+use super::route::Route;
+use crate::alloc::{Buffer, Device};
+use crate::dtype::{DType, Element};
+use crate::Error;
+use std::marker::PhantomData;
+
+/// What the planner plans loop nests for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Host cores: the outermost loop split across threads, f32 vector
+    /// loops of [`super::LANES`] lanes, sums interchanged so inner loops
+    /// read contiguous memory.
+    Cpu,
+    /// NVIDIA GPUs: one thread per output element, loops in the
+    /// interpreter's order.
+    Gpu,
+}
+
+/// The error for a host view of device memory.
+fn no_host_view(device: Device) -> Error {
+    Error::Device {
+        device: device.to_string(),
+        message: "device memory has no host view: it is read and written through its backend"
+            .into(),
+    }
+}
+
+fn check_view<T: Element>(device: Device, dtype: DType) -> Result<(), Error> {
+    if device != Device::Cpu {
+        return Err(no_host_view(device));
+    }
+    if T::DTYPE != dtype {
+        return Err(Error::DType {
+            op: "operand".into(),
+            message: format!("{dtype:?} elements viewed as {:?}", T::DTYPE),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `len` elements of `dtype` fit in `bytes`.
+fn check_fits(dtype: DType, len: usize, bytes: usize, device: Device) -> Result<(), Error> {
+    match len.checked_mul(dtype.size()) {
+        Some(b) if b <= bytes => Ok(()),
+        _ => Err(Error::shape(
+            "operand",
+            format!("{len} {dtype:?} elements do not fit a block of {bytes} bytes on {device}"),
+        )),
+    }
+}
+
+/// The sub-range `start..start + n` of `len` elements, checked.
+fn check_range(len: usize, start: usize, n: usize) -> Result<(), Error> {
+    match start.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(Error::shape(
+            "operand",
+            format!("elements {start}..{start}+{n} of an operand of {len}"),
+        )),
+    }
+}
+
+/// `len` elements of `dtype` in memory of `device`, read by a kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    ptr: *const u8,
+    len: usize,
+    dtype: DType,
+    device: Device,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Operand<'a> {
+    /// The first `len` elements of `dtype` in `buffer`.
+    pub fn of_buffer(buffer: &'a Buffer, dtype: DType, len: usize) -> Result<Operand<'a>, Error> {
+        check_fits(dtype, len, buffer.len_bytes(), buffer.device())?;
+        Ok(Operand {
+            ptr: buffer.as_ptr(),
+            len,
+            dtype,
+            device: buffer.device(),
+            _borrow: PhantomData,
+        })
+    }
+
+    /// A host slice.
+    pub fn host<T: Element>(data: &'a [T]) -> Operand<'a> {
+        Operand {
+            ptr: data.as_ptr().cast(),
+            len: data.len(),
+            dtype: T::DTYPE,
+            device: Device::Cpu,
+            _borrow: PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The elements as a host slice: an error for device memory or
+    /// another element type.
+    pub fn host_slice<T: Element>(&self) -> Result<&'a [T], Error> {
+        check_view::<T>(self.device, self.dtype)?;
+        // SAFETY: host memory borrowed for 'a, holding `len` initialised
+        // elements of T (checked when made), aligned (allocator blocks are
+        // 64-byte aligned; host slices are typed).
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.cast::<T>(), self.len) })
+    }
+
+    /// The address of the first element in the device's address space
+    /// (what a device kernel is launched with; never dereferenced here).
+    pub fn address(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Elements `start..start + n`.
+    pub fn range(&self, start: usize, n: usize) -> Result<Operand<'a>, Error> {
+        check_range(self.len, start, n)?;
+        Ok(Operand {
+            ptr: self.ptr.wrapping_add(start * self.dtype.size()),
+            len: n,
+            ..*self
+        })
+    }
+}
+
+/// `len` elements of `dtype` in memory of `device`, written by a kernel.
+#[derive(Debug)]
+pub struct OperandMut<'a> {
+    ptr: *mut u8,
+    len: usize,
+    dtype: DType,
+    device: Device,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> OperandMut<'a> {
+    /// The first `len` elements of `dtype` in `buffer`.
+    pub fn of_buffer(
+        buffer: &'a mut Buffer,
+        dtype: DType,
+        len: usize,
+    ) -> Result<OperandMut<'a>, Error> {
+        check_fits(dtype, len, buffer.len_bytes(), buffer.device())?;
+        Ok(OperandMut {
+            len,
+            dtype,
+            device: buffer.device(),
+            ptr: buffer.as_mut_ptr(),
+            _borrow: PhantomData,
+        })
+    }
+
+    /// A host slice.
+    pub fn host<T: Element>(data: &'a mut [T]) -> OperandMut<'a> {
+        OperandMut {
+            len: data.len(),
+            ptr: data.as_mut_ptr().cast(),
+            dtype: T::DTYPE,
+            device: Device::Cpu,
+            _borrow: PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The elements as a mutable host slice: an error for device memory
+    /// or another element type.
+    pub fn host_slice_mut<T: Element>(self) -> Result<&'a mut [T], Error> {
+        check_view::<T>(self.device, self.dtype)?;
+        // SAFETY: as in `Operand::host_slice`, and the operand was made
+        // from a unique borrow for 'a.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.len) })
+    }
+
+    /// The same elements, read (a kernel writing over one of its inputs
+    /// receives its target this way; see [`Executable::run_in_place`]).
+    pub fn as_operand(&self) -> Operand<'_> {
+        Operand {
+            ptr: self.ptr,
+            len: self.len,
+            dtype: self.dtype,
+            device: self.device,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The address of the first element in the device's address space.
+    pub fn address(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Elements `start..start + n`.
+    pub fn range(self, start: usize, n: usize) -> Result<OperandMut<'a>, Error> {
+        check_range(self.len, start, n)?;
+        Ok(OperandMut {
+            ptr: self.ptr.wrapping_add(start * self.dtype.size()),
+            len: n,
+            ..self
+        })
+    }
+}
+
+/// One stage compiled by a backend for its device.
+pub trait Executable: Send + Sync {
+    /// Computes every element of `out` from `inputs` (ordered like the
+    /// stage's arguments). The caller has checked every operand's length
+    /// and device against the stage; element types are checked here.
+    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error>;
+
+    /// Computes the output over input `aliased` (in-place reuse of a
+    /// buffer whose last use this is). `Ok(false)`, having run nothing,
+    /// when the route cannot (a GEMM reads whole rows).
+    ///
+    /// # Safety
+    /// The stage reads argument `aliased` only at the output index itself,
+    /// and that operand was made from a buffer nobody else reads or writes
+    /// while this runs ([`OperandMut::as_operand`]): it is written through.
+    unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error>;
+
+    /// Whether some loop runs as vector code, and how many sums do (for
+    /// tests and diagnostics; backends without vector code say none).
+    fn vector_loops(&self) -> (bool, usize) {
+        (false, 0)
+    }
+}
+
+/// A backend: compiles the stages the planner planned for its
+/// [`Target`], and moves data in the memory of its [`Device`].
+pub trait Backend: Send + Sync {
+    /// The memory its kernels read and write.
+    fn device(&self) -> Device;
+
+    /// What its loop nests are planned for.
+    fn target(&self) -> Target;
+
+    /// Compiles one stage's `route` computing in `dtype` (code for exactly
+    /// the planned loop nests; a GEMM; a host kernel).
+    fn compile(&self, route: &Route, dtype: DType) -> Result<Box<dyn Executable>, Error>;
+
+    /// Sets every element of `out` to `value` (converted as `as` does).
+    fn fill(&self, out: OperandMut<'_>, value: f64) -> Result<(), Error>;
+
+    /// Copies `src` into `dst` (same dtype and length): within the device,
+    /// or between it and the host.
+    fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error>;
+
+    /// `dst += src` element-wise (same dtype and length): gradient
+    /// accumulation.
+    fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error>;
+
+    /// Waits until every queued operation has finished.
+    fn synchronize(&self) -> Result<(), Error>;
+}
+
+/// Checks that `src` and `dst` have one dtype and length (`op` names the
+/// caller in the error).
+pub fn check_same(op: &str, src: &Operand<'_>, dst: &OperandMut<'_>) -> Result<(), Error> {
+    if src.dtype() != dst.dtype() || src.len() != dst.len() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{} {:?} elements on {} against {} {:?} elements on {}",
+                src.len(),
+                src.dtype(),
+                src.device(),
+                dst.len(),
+                dst.dtype(),
+                dst.device()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The values of one float operand in host memory (test and diagnostic
+/// hooks: the kernel observer, running one kernel on a GPU).
+#[derive(Clone, Copy, Debug)]
+pub enum Values<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+}
+
+impl<'a> Values<'a> {
+    /// The values of `op`, when it is a float operand in host memory.
+    pub fn of(op: Operand<'a>) -> Option<Values<'a>> {
+        match op.dtype() {
+            DType::F32 => op.host_slice().ok().map(Values::F32),
+            DType::F64 => op.host_slice().ok().map(Values::F64),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The host-kernel interface: data-dependent stages (gathering rows by
+//! integer ids, their deterministic segmented-sum gradients, conversions
+//! between element types, a recomputed block) that affine index functions
+//! cannot express, written as Rust code over typed slices.
+//!
+//! Owns [`HostKernel`] (one host stage's computation), its typed inputs
+//! and output ([`HostIn`], [`HostOut`]) and [`Workers`] (the threads a
+//! backend lends a host kernel). The operations themselves live in
+//! `crate::ops`; the planner wraps a kernel as a stage
+//! (`crate::planner::host`); the CPU backend runs it. Must not know about
+//! storages, tensors or the tape.
+
+use super::backend::{Operand, OperandMut};
+use crate::dtype::Element;
+use crate::{DType, Error};
+use std::fmt::Debug;
+
+/// A host kernel's input: a slice of one of the tensor element types.
+#[derive(Clone, Copy, Debug)]
+pub enum HostIn<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+}
+
+impl<'a> HostIn<'a> {
+    /// The host slice behind `op` (an error for device memory).
+    pub fn of(op: Operand<'a>) -> Result<HostIn<'a>, Error> {
+        Ok(match op.dtype() {
+            DType::F32 => HostIn::F32(op.host_slice()?),
+            DType::F64 => HostIn::F64(op.host_slice()?),
+            DType::I32 => HostIn::I32(op.host_slice()?),
+            DType::I64 => HostIn::I64(op.host_slice()?),
+        })
+    }
+
+    /// Element `k` of an integer input as `i64` (`None` for floats or out
+    /// of range).
+    pub fn index(&self, k: usize) -> Option<i64> {
+        match self {
+            HostIn::I32(v) => v.get(k).map(|&x| i64::from(x)),
+            HostIn::I64(v) => v.get(k).copied(),
+            HostIn::F32(_) | HostIn::F64(_) => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            HostIn::F32(v) => v.len(),
+            HostIn::F64(v) => v.len(),
+            HostIn::I32(v) => v.len(),
+            HostIn::I64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A host kernel's output: the stage's buffer.
+#[derive(Debug)]
+pub enum HostOut<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    I32(&'a mut [i32]),
+    I64(&'a mut [i64]),
+}
+
+impl<'a> HostOut<'a> {
+    /// The host slice behind `op` (an error for device memory).
+    pub fn of(op: OperandMut<'a>) -> Result<HostOut<'a>, Error> {
+        Ok(match op.dtype() {
+            DType::F32 => HostOut::F32(op.host_slice_mut()?),
+            DType::F64 => HostOut::F64(op.host_slice_mut()?),
+            DType::I32 => HostOut::I32(op.host_slice_mut()?),
+            DType::I64 => HostOut::I64(op.host_slice_mut()?),
+        })
+    }
+
+    /// Writes `values` converted to the element type (as `as` converts),
+    /// as many as both hold.
+    pub fn write_f64(self, values: &[f64]) {
+        fn convert<T: Element>(out: &mut [T], values: &[f64]) {
+            for (o, &v) in out.iter_mut().zip(values) {
+                *o = T::from_f64(v);
+            }
+        }
+        match self {
+            HostOut::F32(o) => convert(o, values),
+            HostOut::F64(o) => convert(o, values),
+            HostOut::I32(o) => convert(o, values),
+            HostOut::I64(o) => convert(o, values),
+        }
+    }
+}
+
+/// Threads a backend lends a host kernel to split its work over.
+pub trait Workers: Sync {
+    /// Runs `f(start, end)` over chunks of `0..n` of at least `min_chunk`
+    /// items (every index in exactly one chunk) and returns when all have
+    /// run.
+    fn parallel_for(&self, n: usize, min_chunk: usize, f: &(dyn Fn(usize, usize) + Sync));
+}
+
+/// One host stage's computation: `out` from `inputs` (in the order of the
+/// stage's sources), every element of `out` written.
+pub trait HostKernel: Send + Sync + Debug {
+    /// The kernel's name (errors, `explain`).
+    fn name(&self) -> &str;
+    /// Runs the kernel; `workers` may split the work.
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error>;
+    /// The output's element type when it is not the op's (a conversion's
+    /// forward or backward); `None`: the op's.
+    fn out_dtype(&self) -> Option<DType> {
+        None
+    }
+}

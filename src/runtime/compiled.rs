@@ -1,0 +1,358 @@
+//! [`CompiledKernel`]: one stage compiled by a backend for its device,
+//! with what the runtime checks before it runs.
+//!
+//! Owns the compiled stage as every caller sees it (name, arguments,
+//! shapes, dtype, route, device, the loop nest it runs, the function it
+//! computes), the checks made before any backend code runs (the number of
+//! operands, each one's length, element type and device), and
+//! [`compile_stage`] / [`compile_function`], the two ways a stage gets
+//! compiled: both through the kernel cache (`super::kernel_cache`). What
+//! the code is belongs to the backend (`Executable`); must not plan
+//! beyond asking the planner for one function's route.
+
+use super::kernel_cache;
+use crate::alloc::Device;
+use crate::dtype::Element;
+use crate::kernel::backend::{Backend, Executable, Operand, OperandMut};
+use crate::kernel::{Kernel, Route, RouteKind};
+use crate::symbolic::{ArgDecl, IndexFn};
+use crate::{DType, Error};
+use std::fmt;
+use std::sync::Arc;
+
+/// A compiled index function for one dtype, one set of shapes and one
+/// device, obtained from [`crate::jit::compile`] (or, for the stages of a
+/// program, from the op-plan cache).
+///
+/// ```
+/// use tenjin::{jit::compile, DType};
+/// use tenjin::symbolic::IndexFn;
+/// let f = IndexFn::parse("f[i] = x[i] * 2 + y[i]", &[("x", &[3][..]), ("y", &[3][..])])?;
+/// let k = compile(&f, DType::F64)?;
+/// assert_eq!(k.run_f64(&[("x", &[1., 2., 3.][..]), ("y", &[1., 1., 1.][..])])?, vec![3., 5., 7.]);
+/// let mut out = vec![0.0; 3];
+/// k.run_into_f64(&[&[0., 1., 2.], &[0., 0., 1.]], &mut out)?;
+/// assert_eq!(out, vec![0., 2., 5.]);
+/// assert!(k.run_into_f64(&[&[0., 1.], &[0., 0., 1.]], &mut out).is_err()); // x too short
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct CompiledKernel {
+    name: String,
+    args: Vec<ArgDecl>,
+    out_shape: Vec<usize>,
+    /// The output's element type (the inputs' too, but for host kernels,
+    /// which read any types).
+    dtype: DType,
+    route: RouteKind,
+    device: Device,
+    /// The loop nest it runs (for GEMM and host routes: the function's
+    /// loop nest, a description for printing and cost estimates).
+    kernel: Kernel,
+    /// The function it computes.
+    source: IndexFn,
+    code: Box<dyn Executable>,
+}
+
+/// Compiles the stage `f` whose route the planner chose, for `backend`,
+/// through the kernel cache (keyed by the structure of `f` up to
+/// index-variable names, its shapes, `dtype` and the device). Host stages
+/// are compiled every time: a host stage's function only describes its
+/// shapes, so equal descriptions may be different kernels.
+pub(crate) fn compile_stage(
+    f: &IndexFn,
+    route: &Route,
+    dtype: DType,
+    backend: &'static dyn Backend,
+) -> Result<Arc<CompiledKernel>, Error> {
+    if let Route::Host(_) = route {
+        return Ok(Arc::new(build(f, route, dtype, backend)?));
+    }
+    let key = crate::kernel::key::structural_key(f);
+    kernel_cache::get_or_compile(key, dtype, backend.device(), || {
+        // Generated code does no bounds checks, so this is re-established
+        // here, where it is cheap next to code generation.
+        f.check_bounds()?;
+        build(f, route, dtype, backend)
+    })
+}
+
+/// Plans the route of the one function `f` for `backend`'s target and
+/// compiles it, through the kernel cache (the same key as
+/// [`compile_stage`]: a stage equal to a function compiled before is a
+/// hit).
+pub(crate) fn compile_function(
+    f: &IndexFn,
+    dtype: DType,
+    backend: &'static dyn Backend,
+) -> Result<Arc<CompiledKernel>, Error> {
+    let key = crate::kernel::key::structural_key(f);
+    kernel_cache::get_or_compile(key, dtype, backend.device(), || {
+        f.check_bounds()?;
+        let route = crate::planner::route_for(f, dtype, backend.target())?;
+        build(f, &route, dtype, backend)
+    })
+}
+
+/// The backend's code for `route`, with the facts the runtime keeps.
+fn build(
+    f: &IndexFn,
+    route: &Route,
+    dtype: DType,
+    backend: &'static dyn Backend,
+) -> Result<CompiledKernel, Error> {
+    let code = backend.compile(route, dtype)?;
+    let kernel = match route {
+        Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
+        Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
+    };
+    Ok(CompiledKernel {
+        name: f.name().to_string(),
+        args: f.args().to_vec(),
+        out_shape: f.output_shape().to_vec(),
+        dtype: route.out_dtype(dtype),
+        route: route.kind(),
+        device: backend.device(),
+        kernel,
+        source: f.clone(),
+        code,
+    })
+}
+
+impl CompiledKernel {
+    /// The function's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The index function this kernel computes.
+    pub fn source(&self) -> &IndexFn {
+        &self.source
+    }
+
+    /// The element type of the output (and, but for host kernels, of
+    /// every input).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The arguments, in the order `run_into_*` takes their buffers.
+    pub fn args(&self) -> &[ArgDecl] {
+        &self.args
+    }
+
+    pub fn output_shape(&self) -> &[usize] {
+        &self.out_shape
+    }
+
+    /// The device whose memory it reads and writes.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Whether some loop of the generated code runs as vector code (on the
+    /// CPU: f32 kernels whose innermost output loop, or a sum, is
+    /// contiguous). For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn is_vectorized(&self) -> bool {
+        self.code.vector_loops().0
+    }
+
+    /// How many sums of the generated code run as vector code (f32 sums
+    /// whose innermost loop reads contiguous memory, in a fixed order).
+    /// For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn vectorized_reductions(&self) -> usize {
+        self.code.vector_loops().1
+    }
+
+    /// How the kernel runs.
+    pub fn route(&self) -> RouteKind {
+        self.route
+    }
+
+    /// The lowered loop nest (printable with `{}`).
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Runs the kernel on f64 inputs named like the arguments (as
+    /// [`IndexFn::eval_f64`]).
+    pub fn run_f64(&self, inputs: &[(&str, &[f64])]) -> Result<Vec<f64>, Error> {
+        self.run_named(inputs)
+    }
+
+    /// Runs the kernel on f32 inputs named like the arguments.
+    pub fn run_f32(&self, inputs: &[(&str, &[f32])]) -> Result<Vec<f32>, Error> {
+        self.run_named(inputs)
+    }
+
+    /// Runs the kernel on f32 buffers ordered like [`CompiledKernel::args`],
+    /// writing the whole output. Every length is checked before any code runs.
+    pub fn run_into_f32(&self, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), Error> {
+        self.run_into(inputs, out)
+    }
+
+    /// As [`CompiledKernel::run_into_f32`], for f64.
+    pub fn run_into_f64(&self, inputs: &[&[f64]], out: &mut [f64]) -> Result<(), Error> {
+        self.run_into(inputs, out)
+    }
+
+    fn run_into<T: Element>(&self, inputs: &[&[T]], out: &mut [T]) -> Result<(), Error> {
+        let ops: Vec<Operand<'_>> = inputs.iter().map(|s| Operand::host(s)).collect();
+        self.run(&ops, OperandMut::host(out))
+    }
+
+    fn shape_error(&self, message: String) -> Error {
+        Error::Shape {
+            op: format!("run {}", self.name),
+            message,
+        }
+    }
+
+    fn run_named<T: Element>(&self, inputs: &[(&str, &[T])]) -> Result<Vec<T>, Error> {
+        for (name, _) in inputs {
+            if !self.args.iter().any(|a| a.name == *name) {
+                return Err(self.shape_error(format!(
+                    "`{name}` is not an argument of {} (arguments: {})",
+                    self.name,
+                    self.arg_list()
+                )));
+            }
+        }
+        let ordered = self
+            .args
+            .iter()
+            .map(|decl| {
+                inputs
+                    .iter()
+                    .find(|(n, _)| *n == decl.name)
+                    .map(|(_, d)| *d)
+                    .ok_or_else(|| {
+                        self.shape_error(format!("no data given for argument `{}`", decl.name))
+                    })
+            })
+            .collect::<Result<Vec<&[T]>, Error>>()?;
+        let mut out = vec![T::default(); self.out_shape.iter().product()];
+        self.run_into(&ordered, &mut out)?;
+        Ok(out)
+    }
+
+    fn arg_list(&self) -> String {
+        let names: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| format!("{}{:?}", a.name, a.shape))
+            .collect();
+        names.join(", ")
+    }
+
+    /// Every operand's device, element type and length against the
+    /// kernel's, before any code runs.
+    fn check(&self, inputs: &[Operand<'_>], out_dtype: DType, out_len: usize) -> Result<(), Error> {
+        if inputs.len() != self.args.len() {
+            return Err(self.shape_error(format!(
+                "{} buffers given for {} arguments ({})",
+                inputs.len(),
+                self.args.len(),
+                self.arg_list()
+            )));
+        }
+        if let Some(other) = inputs
+            .iter()
+            .map(Operand::device)
+            .find(|&d| d != self.device)
+        {
+            return Err(super::storage::device_mismatch(
+                &self.name,
+                self.device,
+                other,
+            ));
+        }
+        let typed = self.route != RouteKind::Host;
+        let dtypes = inputs.iter().map(Operand::dtype).filter(|_| typed);
+        if let Some(d) = dtypes.chain([out_dtype]).find(|&d| d != self.dtype) {
+            return Err(Error::DType {
+                op: self.name.clone(),
+                message: format!(
+                    "the kernel was compiled for {:?}, not {d:?} (an operand)",
+                    self.dtype
+                ),
+            });
+        }
+        for (decl, data) in self.args.iter().zip(inputs) {
+            let expected: usize = decl.shape.iter().product();
+            if data.len() != expected {
+                return Err(self.shape_error(format!(
+                    "argument `{}` of shape {:?} needs {expected} values, got {}",
+                    decl.name,
+                    decl.shape,
+                    data.len()
+                )));
+            }
+        }
+        let expected: usize = self.out_shape.iter().product();
+        if out_len != expected {
+            return Err(self.shape_error(format!(
+                "the output of shape {:?} needs {expected} values, got {out_len}",
+                self.out_shape
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs the kernel on `inputs` (ordered like its arguments) into `out`,
+    /// after [`CompiledKernel::check`].
+    pub(crate) fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        if out.device() != self.device {
+            return Err(super::storage::device_mismatch(
+                &self.name,
+                self.device,
+                out.device(),
+            ));
+        }
+        self.check(inputs, out.dtype(), out.len())?;
+        self.code.run(inputs, out)
+    }
+
+    /// Runs an element-wise kernel writing its output over
+    /// `inputs[aliased]`. `Ok(false)`, having run nothing, when its route
+    /// cannot (only generated loop code runs in place).
+    ///
+    /// # Safety
+    /// As [`Executable::run_in_place`]: the function reads argument
+    /// `aliased` only at the output index itself, and that operand's
+    /// memory is written by this call alone.
+    pub(crate) unsafe fn run_in_place(
+        &self,
+        inputs: &[Operand<'_>],
+        aliased: usize,
+    ) -> Result<bool, Error> {
+        if self.route != RouteKind::Jit {
+            return Ok(false);
+        }
+        let Some(target) = inputs.get(aliased) else {
+            return Err(self.shape_error(format!("no argument {aliased} to write over")));
+        };
+        self.check(inputs, target.dtype(), target.len())?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.code.run_in_place(inputs, aliased) }
+    }
+}
+
+impl fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledKernel")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("device", &self.device)
+            .field("args", &self.args)
+            .field("out_shape", &self.out_shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for CompiledKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} {}", self.dtype, self.kernel)
+    }
+}

@@ -1,0 +1,59 @@
+//! The runtime: the one seam between the tape and the backends.
+//!
+//! Every stage of every caller reaches a kernel through here: ops
+//! (`crate::ops::apply`), backward (`crate::trace`), the functional API
+//! (which applies derivatives as ops), optimizers (`crate::optim`) and
+//! host ops. It owns
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | `op_plan` | the op-plan cache (one op's programs per shapes, views, dtype and device), its statistics ([`stats`]) |
+//! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs, compiling through the kernel cache |
+//! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device) and its statistics |
+//! | `exec` | running kernels and programs on storages, the device check of every run |
+//! | `storage` | `Storage`: the memory behind tensors, on any device, every method by device |
+//! | `observe` | the kernel observer (hidden, feature `cuda`) |
+//! | [`jit`] | `tenjin::jit`: compiling one function for the CPU, the thread count, the cache's counters |
+//!
+//! and [`backend_for`], which picks the [`Backend`] of a device. It sits
+//! below the tape and above the planner and the backends: it asks the
+//! planner for programs planned for a backend's [`Target`] and hands each
+//! stage to that backend, which compiles exactly that. It must not know
+//! Cranelift or PTX: it sees backends only through the kernel IR's
+//! `Backend` interface.
+//!
+//! [`Target`]: crate::kernel::backend::Target
+
+pub(crate) mod compiled;
+pub(crate) mod exec;
+pub mod jit;
+mod kernel_cache;
+#[cfg(feature = "cuda")]
+pub mod observe;
+pub(crate) mod op_plan;
+pub(crate) mod storage;
+
+pub use compiled::CompiledKernel;
+pub use op_plan::{
+    plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
+};
+pub(crate) use storage::Storage;
+
+use crate::alloc::Device;
+use crate::kernel::backend::Backend;
+use crate::Error;
+
+/// The backend that runs kernels on `device`, or an error naming the
+/// device when none does.
+pub(crate) fn backend_for(device: Device) -> Result<&'static dyn Backend, Error> {
+    match device {
+        Device::Cpu => Ok(&crate::cpu::CPU),
+        Device::Cuda(_) => Err(Error::Device {
+            device: device.to_string(),
+            message: "no backend runs kernels on this device yet: tensors on the GPU are not \
+                      supported (the PTX emitter, the driver and the device pool exist, the GPU \
+                      backend does not implement the runtime's Backend interface yet)"
+                .into(),
+        }),
+    }
+}

@@ -1,0 +1,405 @@
+//! [`Storage`]: the dense, typed memory behind tensors, on any device.
+//!
+//! Owns one allocator [`Buffer`] with its element count, dtype and a
+//! version counter that in-place writes bump (the tape refuses to use a
+//! saved value that was overwritten after it was saved). Every method
+//! works by device: data moves through the device's backend
+//! (`super::backend_for`), and where no backend runs on a device, or a
+//! host view of its memory is asked for, the answer is an
+//! [`Error::Device`] naming it, never an empty slice. Nothing here is
+//! specific to one element type: values cross as any [`Element`] type,
+//! dispatched once by `with_element!`. It must not know about shapes,
+//! views or the trace.
+
+use super::backend_for;
+use crate::alloc::{self, Buffer, Device};
+use crate::dtype::{with_element, DType, Element};
+use crate::kernel::backend::{Operand, OperandMut};
+use crate::Error;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Dense memory of `len` elements of one dtype on one device.
+pub(crate) struct Storage {
+    buf: RwLock<Buffer>,
+    len: usize,
+    dtype: DType,
+    device: Device,
+    version: AtomicU64,
+    /// Who laid out the block beyond `len` (an optimizer's state), `0` for
+    /// nobody; see [`Storage::replace_buffer`].
+    owner: AtomicU64,
+}
+
+impl Storage {
+    /// `len` host elements with unspecified contents (every kernel writes
+    /// its whole output).
+    pub(crate) fn uninit(dtype: DType, len: usize) -> Result<Arc<Storage>, Error> {
+        Self::with(Device::Cpu, dtype, len, false)
+    }
+
+    /// `len` host zeros.
+    pub(crate) fn zeros(dtype: DType, len: usize) -> Result<Arc<Storage>, Error> {
+        Self::with(Device::Cpu, dtype, len, true)
+    }
+
+    /// `len` elements on `device` with unspecified contents.
+    pub(crate) fn uninit_on(
+        device: Device,
+        dtype: DType,
+        len: usize,
+    ) -> Result<Arc<Storage>, Error> {
+        Self::with(device, dtype, len, false)
+    }
+
+    /// `len` zeros on `device`.
+    #[cfg_attr(not(test), allow(dead_code))] // device tensors come next
+    pub(crate) fn zeros_on(
+        device: Device,
+        dtype: DType,
+        len: usize,
+    ) -> Result<Arc<Storage>, Error> {
+        Self::with(device, dtype, len, true)
+    }
+
+    fn with(device: Device, dtype: DType, len: usize, zeroed: bool) -> Result<Arc<Storage>, Error> {
+        let bytes = len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory {
+            requested: usize::MAX,
+            in_use: alloc::stats_for(device).bytes_in_use,
+            reserved: alloc::stats_for(device).bytes_reserved,
+            limit: alloc::memory_limit_for(device),
+        })?;
+        let buf = if zeroed {
+            alloc::allocate_zeroed_on(device, bytes)?
+        } else {
+            alloc::allocate_on(device, bytes)?
+        };
+        Ok(Arc::new(Storage {
+            buf: RwLock::new(buf),
+            len,
+            dtype,
+            device,
+            version: AtomicU64::new(0),
+            owner: AtomicU64::new(0),
+        }))
+    }
+
+    /// A host copy of `data`.
+    pub(crate) fn from_slice<T: Element>(data: &[T]) -> Result<Arc<Storage>, Error> {
+        Self::from_slice_on(Device::Cpu, data)
+    }
+
+    /// A copy of the host `data` on `device`.
+    pub(crate) fn from_slice_on<T: Element>(
+        device: Device,
+        data: &[T],
+    ) -> Result<Arc<Storage>, Error> {
+        let backend = backend_for(device)?;
+        let s = Storage::uninit_on(device, T::DTYPE, data.len())?;
+        {
+            let mut g = s.write();
+            let dst = OperandMut::of_buffer(&mut g, T::DTYPE, data.len())?;
+            backend.copy(Operand::host(data), dst)?;
+        }
+        Ok(s)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Bytes of the underlying block (what the allocator counts).
+    pub(crate) fn block_bytes(&self) -> usize {
+        self.read().block_bytes()
+    }
+
+    /// Elements the underlying block can hold (at least `len`): an
+    /// optimizer keeps a parameter's state in the same block, after its
+    /// `len` elements (see `optim`).
+    pub(crate) fn capacity(&self) -> usize {
+        self.read().len_bytes() / self.dtype.size()
+    }
+
+    /// The token of whoever last put a block here with
+    /// [`Storage::replace_buffer`] (`0`: nobody).
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner.load(Relaxed)
+    }
+
+    /// Puts `new` in place of the block (a parameter update computed into a
+    /// fresh buffer), records `owner` as the layout's owner and returns the
+    /// old block; counts as a write. `new` must hold at least `len`
+    /// elements, on this storage's device.
+    pub(crate) fn replace_buffer(&self, new: Buffer, owner: u64) -> Result<Buffer, Error> {
+        if new.device() != self.device {
+            return Err(device_mismatch("replace_buffer", self.device, new.device()));
+        }
+        if new.len_bytes() < self.len * self.dtype.size() {
+            return Err(Error::Shape {
+                op: "replace_buffer".into(),
+                message: format!(
+                    "a block of {} bytes cannot hold {} {:?} elements",
+                    new.len_bytes(),
+                    self.len,
+                    self.dtype
+                ),
+            });
+        }
+        let mut block = self.write();
+        self.owner.store(owner, Relaxed);
+        Ok(std::mem::replace(&mut *block, new))
+    }
+
+    /// The block of a storage nobody else holds.
+    pub(crate) fn into_buffer(self: Arc<Storage>) -> Option<Buffer> {
+        Arc::into_inner(self).map(|s| s.buf.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Bumped by every [`Storage::write`].
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(Relaxed)
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Buffer> {
+        self.buf.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
+        self.version.fetch_add(1, Relaxed);
+        self.buf.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The first `n` elements of the block held by `guard` (this storage's
+    /// block, read-locked), where `n` may exceed `len` up to the block's
+    /// capacity (an optimizer's state after a parameter).
+    pub(crate) fn operand<'g>(&self, guard: &'g Buffer, n: usize) -> Result<Operand<'g>, Error> {
+        Operand::of_buffer(guard, self.dtype, n)
+    }
+
+    /// The `len` elements of the block held by `guard` (write-locked).
+    pub(crate) fn operand_mut<'g>(&self, guard: &'g mut Buffer) -> Result<OperandMut<'g>, Error> {
+        OperandMut::of_buffer(guard, self.dtype, self.len)
+    }
+
+    /// Elements `start..start + n` of the whole block (past `len` may lie
+    /// an optimizer's state), copied to the host as `T` (this storage's
+    /// element type).
+    fn download<T: Element>(&self, start: usize, n: usize) -> Result<Vec<T>, Error> {
+        let backend = backend_for(self.device)?;
+        let g = self.read();
+        let all = self.operand(&g, g.len_bytes() / self.dtype.size())?;
+        let mut host = vec![T::ZERO; n];
+        backend.copy(all.range(start, n)?, OperandMut::host(&mut host))?;
+        Ok(host)
+    }
+
+    /// Writes the host `values` (of this storage's element type) at
+    /// elements `start..` of the whole block.
+    fn upload<T: Element>(&self, start: usize, values: &[T]) -> Result<(), Error> {
+        let backend = backend_for(self.device)?;
+        let mut g = self.write();
+        let capacity = g.len_bytes() / self.dtype.size();
+        let all = OperandMut::of_buffer(&mut g, self.dtype, capacity)?;
+        backend.copy(Operand::host(values), all.range(start, values.len())?)
+    }
+
+    /// A copy of the elements converted to f64.
+    pub(crate) fn to_f64_vec(&self) -> Result<Vec<f64>, Error> {
+        with_element!(self.dtype, T => {
+            Ok(self.download::<T>(0, self.len)?.into_iter().map(T::to_f64).collect())
+        })
+    }
+
+    /// A copy of the elements of an integer storage as `i64` (`None` for a
+    /// float storage).
+    pub(crate) fn to_i64_vec(&self) -> Result<Option<Vec<i64>>, Error> {
+        if self.dtype.is_float() {
+            return Ok(None);
+        }
+        with_element!(self.dtype, T => {
+            Ok(Some(self.download::<T>(0, self.len)?.into_iter().map(T::to_i64).collect()))
+        })
+    }
+
+    /// Elements `start..start + n` of the whole block (past `len` lies an
+    /// optimizer's state) as f64; `None` beyond the block.
+    pub(crate) fn read_span(&self, start: usize, n: usize) -> Result<Option<Vec<f64>>, Error> {
+        if !self.spans(start, n) {
+            return Ok(None);
+        }
+        with_element!(self.dtype, T => {
+            Ok(Some(self.download::<T>(start, n)?.into_iter().map(T::to_f64).collect()))
+        })
+    }
+
+    /// Writes `values` (converted to the element type) at `start..` of the
+    /// whole block (see [`Storage::read_span`]); `false`, with nothing
+    /// written, beyond the block.
+    pub(crate) fn write_span(&self, start: usize, values: &[f64]) -> Result<bool, Error> {
+        if !self.spans(start, values.len()) {
+            return Ok(false);
+        }
+        with_element!(self.dtype, T => {
+            let converted: Vec<T> = values.iter().map(|&v| T::from_f64(v)).collect();
+            self.upload(start, &converted)?;
+        });
+        Ok(true)
+    }
+
+    /// Whether `start..start + n` lies in the block.
+    fn spans(&self, start: usize, n: usize) -> bool {
+        start
+            .checked_add(n)
+            .is_some_and(|end| end <= self.capacity())
+    }
+
+    /// Sets every element to `value` (converted to the element type).
+    pub(crate) fn fill(&self, value: f64) -> Result<(), Error> {
+        let backend = backend_for(self.device)?;
+        let mut g = self.write();
+        backend.fill(self.operand_mut(&mut g)?, value)
+    }
+
+    /// Overwrites the first elements with those of `other` (same dtype and
+    /// device; as many as the shorter of the two holds).
+    pub(crate) fn copy_from(&self, other: &Storage) -> Result<(), Error> {
+        if std::ptr::eq(self, other) {
+            return Ok(());
+        }
+        let backend = self.backend_with("copy_from", other)?;
+        let n = self.len.min(other.len);
+        let b = other.read();
+        let mut a = self.write();
+        let src = other.operand(&b, n)?;
+        backend.copy(src, self.operand_mut(&mut a)?.range(0, n)?)
+    }
+
+    /// `self += other`, element-wise (gradient accumulation; same dtype,
+    /// length and device).
+    pub(crate) fn add_assign(&self, other: &Storage) -> Result<(), Error> {
+        if std::ptr::eq(self, other) {
+            return Err(Error::Invalid {
+                function: "add_assign".into(),
+                message: "internal: a storage added to itself".into(),
+            });
+        }
+        let backend = self.backend_with("add_assign", other)?;
+        let b = other.read();
+        let mut a = self.write();
+        let src = other.operand(&b, other.len)?;
+        backend.add_assign(self.operand_mut(&mut a)?, src)
+    }
+
+    /// The backend of this storage's device, when `other` lives there too.
+    fn backend_with(
+        &self,
+        op: &str,
+        other: &Storage,
+    ) -> Result<&'static dyn crate::kernel::backend::Backend, Error> {
+        if other.device != self.device {
+            return Err(device_mismatch(op, self.device, other.device));
+        }
+        backend_for(self.device)
+    }
+}
+
+/// The error for two operands on different devices.
+pub(crate) fn device_mismatch(op: &str, a: Device, b: Device) -> Error {
+    Error::Device {
+        device: a.to_string(),
+        message: format!(
+            "{op}: operands on {a} and {b}; move one with to_device (nothing moves between devices silently)"
+        ),
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Storage({:?}, {} elements, {})",
+            self.dtype, self.len, self.device
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Storage on a fake device (device memory no backend runs on):
+    /// every method that needs the data or a backend is an error naming
+    /// the device; none gives an empty slice or silently does nothing.
+    #[test]
+    fn storage_on_a_device_errs_from_every_host_method() {
+        let dev = crate::alloc::fake::shared();
+        let names_it = |r: Result<(), Error>| match r {
+            Err(Error::Device { device, .. }) => assert_eq!(device, dev.to_string()),
+            other => panic!("expected an error naming {dev}, got {other:?}"),
+        };
+        let s = Storage::zeros_on(dev, DType::F32, 8).unwrap();
+        let u = Storage::uninit_on(dev, DType::F32, 8).unwrap();
+        assert_eq!((s.device(), s.len(), s.dtype()), (dev, 8, DType::F32));
+        names_it(Storage::from_slice_on(dev, &[1f32, 2.0]).map(drop));
+        names_it(s.to_f64_vec().map(drop));
+        names_it(s.read_span(0, 4).map(drop));
+        names_it(s.write_span(0, &[1.0]).map(drop));
+        names_it(s.fill(2.0));
+        names_it(s.copy_from(&u));
+        names_it(s.add_assign(&u));
+        let i = Storage::zeros_on(dev, DType::I64, 3).unwrap();
+        names_it(i.to_i64_vec().map(drop));
+        // An operand of device memory exists (a device kernel takes its
+        // address); its host view does not.
+        let g = s.read();
+        let op = s.operand(&g, 8).unwrap();
+        assert_eq!(op.device(), dev);
+        names_it(op.host_slice::<f32>().map(drop));
+        drop(g);
+        // Across devices: an error naming both, nothing copied.
+        let host = Storage::from_slice(&[1f32; 8]).unwrap();
+        for r in [host.copy_from(&s), host.add_assign(&s), s.copy_from(&host)] {
+            match r {
+                Err(Error::Device { message, .. }) => {
+                    assert!(message.contains("cpu") && message.contains(&dev.to_string()))
+                }
+                other => panic!("expected a device mismatch, got {other:?}"),
+            }
+        }
+        assert_eq!(host.to_f64_vec().unwrap(), vec![1.0; 8]);
+    }
+
+    /// On the host every method works through the CPU backend, for every
+    /// element type.
+    #[test]
+    fn host_storage_round_trips() {
+        let a = Storage::from_slice(&[1i32, -2, 3]).unwrap();
+        assert_eq!(a.to_i64_vec().unwrap(), Some(vec![1, -2, 3]));
+        let b = Storage::from_slice(&[10i32, 20, 30]).unwrap();
+        a.add_assign(&b).unwrap();
+        assert_eq!(a.to_f64_vec().unwrap(), vec![11.0, 18.0, 33.0]);
+        // A storage added to itself is refused (it would lock itself twice).
+        assert!(a.add_assign(&a).is_err());
+        a.copy_from(&a).unwrap();
+        let f = Storage::zeros(DType::F64, 4).unwrap();
+        assert!(f.write_span(1, &[0.5, 1.5]).unwrap());
+        assert!(!f.write_span(3, &[1.0; 8]).unwrap(), "beyond the block");
+        assert_eq!(f.read_span(0, 4).unwrap(), Some(vec![0.0, 0.5, 1.5, 0.0]));
+        assert_eq!(f.to_i64_vec().unwrap(), None);
+        f.fill(-2.0).unwrap();
+        assert_eq!(f.to_f64_vec().unwrap(), vec![-2.0; 4]);
+        let g = Storage::zeros(DType::F32, 4).unwrap();
+        assert!(
+            matches!(g.add_assign(&f), Err(Error::Shape { .. })),
+            "dtypes differ"
+        );
+    }
+}
