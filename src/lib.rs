@@ -23,21 +23,25 @@
 //! - [`symbolic`]: [`symbolic::IndexFn`] (parser, printer, derivation,
 //!   the reference interpreter `eval_f64`/`eval_f32`).
 //!
-//! The layers, each looking only down (`tests/layering.rs` checks the
-//! `use` lines against this list, top to bottom):
+//! The layers, top to bottom. A module may import modules of its own row
+//! or of rows below it; the modules of the row marked *apart* import none
+//! of each other (the planner and the two backends are siblings), and only
+//! the runtime imports a backend. `tests/layering.rs` checks every `use`
+//! line of `src/` against this table (and that `ARCHITECTURE.md` draws the
+//! same one):
 //!
-//! | layer | modules |
-//! | --- | --- |
-//! | the user's API above the tape | `nn`, `optim`, `autograd`, `gradcheck`, `checkpoint`, `safetensors` |
-//! | ops | `ops` (every op: one index function, one path through the runtime) |
-//! | tensors | `tensor` |
-//! | the tape | `trace` |
-//! | the runtime | `runtime`: op-plan cache, exec, storage, kernel cache; [`jit`] is its public face |
-//! | planner and backends (siblings: none imports another) | `planner`; `cpu` (Cranelift); `gpu` (PTX, feature `cuda`) |
-//! | kernel IR | `kernel`: loop nests, routes, contractions, host kernels, the `Backend` interface |
-//! | the symbolic core | `symbolic` |
-//! | memory | `alloc` |
-//! | foundations | `dtype`, `error` |
+//! | layer | modules | what |
+//! | --- | --- | --- |
+//! | user API | `nn` `optim` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, gradients as tensors, checks, recomputed blocks, weights on disk |
+//! | ops | `ops` | every op: one index function, one path through the runtime |
+//! | tensor | `tensor` | the `Tensor` type, creation, views as affine maps |
+//! | tape | `trace` | nodes, leaves, the backward schedule and its interpreter |
+//! | runtime | `runtime` | op-plan cache, exec, storage, kernel cache; `tenjin::jit` is its public face |
+//! | planner and backends, apart | `planner` `cpu` `gpu` | stages and routes for a target; Cranelift code; PTX (feature `cuda`) |
+//! | kernel IR | `kernel` | loop nests, routes, contractions, host kernels, the backend interface |
+//! | symbolic core | `symbolic` | index functions, derivation, the reference interpreter |
+//! | memory | `alloc` | buffers, pools, modes, statistics |
+//! | foundations | `dtype` `error` | element types, errors as data |
 //!
 //! The compiler's internals (`planner`, `kernel`, the integer linear
 //! algebra of `symbolic`, `jit::gemm`) are public for tests and
