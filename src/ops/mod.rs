@@ -32,7 +32,6 @@ pub use statistics::Norm;
 pub use custom::{index_fn, index_fn_with_sizes};
 
 use crate::alloc::Device;
-use crate::runtime::exec;
 use crate::runtime::op_plan::{self as plan, OpPlan};
 use crate::runtime::Storage;
 use crate::symbolic::index_fn::row_major_strides;
@@ -232,24 +231,12 @@ fn run_and_record(
         None
     };
     let mode = crate::alloc::mode();
-    let keep: &[bool] = grad.as_ref().map_or(&[], |g| &g.needs(mode).stages);
-    let (out, kept) = match (output, &plan.plain) {
-        (Output::SharesInput, None) if inputs.len() == 1 => (inputs[0].clone(), Vec::new()),
-        (Output::Fresh, Some(plain)) => {
-            // The recording program when it keeps forward values for
-            // backward, the plain one (fewer stages) otherwise.
-            let program = match &grad {
-                Some(g) if keep.iter().any(|&k| k) => &g.forward,
-                _ => plain,
-            };
-            let (mut outs, kept) = exec::run_program(program, &inputs, keep)?;
-            let out = outs.pop().ok_or_else(|| Error::Invalid {
-                function: op.to_string(),
-                message: "internal: the forward program has no output".into(),
-            })?;
-            (out, kept)
+    let (out, kept) = match output {
+        Output::SharesInput if plan.is_alias() && inputs.len() == 1 => {
+            (inputs[0].clone(), Vec::new())
         }
-        _ => {
+        Output::Fresh => plan.run_forward(&inputs, grad.as_deref(), mode)?,
+        Output::SharesInput => {
             return Err(Error::Invalid {
                 function: op.to_string(),
                 message: "an op sharing its input's storage takes exactly one dense argument"

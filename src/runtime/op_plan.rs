@@ -13,8 +13,9 @@
 
 use super::backend_for;
 use super::compiled::compile_stage;
-use super::exec::Compiled;
+use super::exec::{run_program, Compiled};
 use super::kernel_cache;
+use super::Storage;
 use crate::alloc::{AllocMode, Device};
 use crate::kernel::backend::Backend;
 use crate::planner::{self, NodePlan, Program, Source};
@@ -189,6 +190,9 @@ pub(crate) struct OpPlan {
     /// `f` then only describes the op's shapes.
     pub(crate) host: Option<Arc<dyn crate::planner::host::HostOp>>,
 }
+
+/// A forward pass's output and the values it kept (by stage).
+pub(crate) type KeptForward = (Arc<Storage>, Vec<Option<Arc<Storage>>>);
 
 /// A node plan, built once by the first caller (or its error).
 type GradCell = OnceLock<Result<Arc<NodeGrad>, Error>>;
@@ -427,6 +431,37 @@ impl OpPlan {
     /// Whether the op runs by host stages (its `f` then only describes it).
     pub(crate) fn is_host(&self) -> bool {
         self.host.is_some()
+    }
+
+    /// Runs the forward pass on `inputs` (ordered like the op's arguments):
+    /// the program that keeps the forward values `grad` needs in `mode`
+    /// when it keeps any, the plain one (fewer stages) otherwise. Returns
+    /// the output and the kept values (by stage of `grad`'s forward
+    /// program).
+    pub(crate) fn run_forward(
+        &self,
+        inputs: &[&Arc<Storage>],
+        grad: Option<&NodeGrad>,
+        mode: AllocMode,
+    ) -> Result<KeptForward, Error> {
+        let internal = |message: &str| Error::Invalid {
+            function: self.op.clone(),
+            message: format!("internal: {message}"),
+        };
+        let plain = self
+            .plain
+            .as_ref()
+            .ok_or_else(|| internal("an op sharing its input's storage has no forward program"))?;
+        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(mode).stages);
+        let program = match grad {
+            Some(g) if keep.iter().any(|&k| k) => &g.forward,
+            _ => plain,
+        };
+        let (mut outs, kept) = run_program(program, inputs, keep)?;
+        let out = outs
+            .pop()
+            .ok_or_else(|| internal("the forward program has no output"))?;
+        Ok((out, kept))
     }
 
     /// Whether the output shares its input's storage (reshape).
