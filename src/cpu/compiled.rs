@@ -142,6 +142,14 @@ impl Workers for PoolWorkers {
     }
 }
 
+/// The operands' host addresses, each checked to hold elements of `T`.
+fn addresses<T: Element>(inputs: &[Operand<'_>]) -> Result<Vec<*const u8>, Error> {
+    inputs
+        .iter()
+        .map(|o| o.host_slice::<T>().map(|s| s.as_ptr() as *const u8))
+        .collect()
+}
+
 /// The operands as slices of `T`.
 fn slices<'a, T: Element>(inputs: &[Operand<'a>]) -> Result<Vec<&'a [T]>, Error> {
     inputs.iter().map(|o| o.host_slice::<T>()).collect()
@@ -153,17 +161,23 @@ impl CpuKernel {
         inputs: &[Operand<'_>],
         out: OperandMut<'_>,
     ) -> Result<(), Error> {
-        let inputs = slices::<T>(inputs)?;
         let out = out.host_slice_mut::<T>()?;
+        if let Exec::Jit(code) = &self.exec {
+            // The hot path: the operands' addresses straight into the launch.
+            let args = addresses::<T>(inputs)?;
+            if !out.is_empty() {
+                // SAFETY: `out` is a unique buffer of the output's checked
+                // length; the inputs have their checked lengths.
+                unsafe { self.launch_ptrs(code, args, out.as_mut_ptr() as *mut u8) }
+            }
+            return Ok(());
+        }
+        let inputs = slices::<T>(inputs)?;
         if out.is_empty() {
             return Ok(());
         }
         match &self.exec {
-            Exec::Jit(code) => {
-                // SAFETY: `out` is a unique buffer of the output's checked
-                // length; the inputs have their checked lengths.
-                unsafe { self.launch(code, &inputs, out.as_mut_ptr() as *mut u8) }
-            }
+            Exec::Jit(_) => {}
             Exec::Gemm(plan) => plan.run_with_threads(&inputs, out, pool::num_threads()),
             Exec::GemmThenJit(plan, code) => {
                 // No temporary: the contraction is written into `out`, and
@@ -201,22 +215,18 @@ impl CpuKernel {
         let Exec::Jit(code) = &self.exec else {
             return Ok(false);
         };
-        let inputs = slices::<T>(inputs)?;
-        let target = inputs.get(aliased).copied().unwrap_or(&[]);
+        let args = addresses::<T>(inputs)?;
+        let Some(target) = inputs.get(aliased) else {
+            return Ok(false);
+        };
         if target.is_empty() {
             return Ok(true);
         }
+        let out = args[aliased] as *mut u8;
         // SAFETY: as in `run_float`; the caller guarantees that the aliased
         // argument is read element-wise only and written by nobody else.
-        unsafe { self.launch(code, &inputs, target.as_ptr() as *mut u8) };
+        unsafe { self.launch_ptrs(code, args, out) };
         Ok(true)
-    }
-
-    /// # Safety
-    /// `out` holds the output's length and nothing else writes it meanwhile.
-    unsafe fn launch<T: Element>(&self, code: &JitCode, inputs: &[&[T]], out: *mut u8) {
-        let args = inputs.iter().map(|s| s.as_ptr() as *const u8).collect();
-        unsafe { self.launch_ptrs(code, args, out) }
     }
 
     /// # Safety

@@ -137,7 +137,8 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         Def::Function { text, .. } => (text, &[][..]),
     };
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
-    let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}\u{1}{device}");
+    let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");
+    push_device(&mut key, device);
     for (n, v) in sizes {
         let _ = write!(key, "|{n}={v}");
     }
@@ -183,7 +184,8 @@ pub(crate) fn apply_host(
     dtype: DType,
 ) -> Result<Tensor, Error> {
     let device = common_device(op, args)?;
-    let mut full = format!("{op}\u{1}host\u{1}{key}\u{1}{dtype:?}\u{1}{device}");
+    let mut full = format!("{op}\u{1}host\u{1}{key}\u{1}{dtype:?}");
+    push_device(&mut full, device);
     for (name, t) in args {
         if t.is_view() {
             return Err(Error::Invalid {
@@ -303,6 +305,14 @@ pub(crate) fn reshape_dense(x: &Tensor, shape: &[usize]) -> Result<Tensor, Error
         &[("x", &elements)],
         Output::SharesInput,
     )
+}
+
+/// Appends `device` to a plan key (nothing for the CPU: the key of every
+/// host op is formatted on every call).
+fn push_device(key: &mut String, device: Device) {
+    if device != Device::Cpu {
+        let _ = write!(key, "\u{1}{device}");
+    }
 }
 
 /// The device of every argument (the CPU for none), or an error naming the

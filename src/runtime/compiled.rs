@@ -11,6 +11,7 @@
 //! beyond asking the planner for one function's route.
 
 use super::kernel_cache;
+use super::storage::device_mismatch;
 use crate::alloc::Device;
 use crate::dtype::Element;
 use crate::kernel::backend::{Backend, Executable, Operand, OperandMut};
@@ -39,6 +40,9 @@ use std::sync::Arc;
 pub struct CompiledKernel {
     name: String,
     args: Vec<ArgDecl>,
+    /// Elements of each argument and of the output (checked on every run).
+    arg_lens: Vec<usize>,
+    out_len: usize,
     out_shape: Vec<usize>,
     /// The output's element type (the inputs' too, but for host kernels,
     /// which read any types).
@@ -108,6 +112,8 @@ fn build(
     Ok(CompiledKernel {
         name: f.name().to_string(),
         args: f.args().to_vec(),
+        arg_lens: f.args().iter().map(|a| a.shape.iter().product()).collect(),
+        out_len: f.output_shape().iter().product(),
         out_shape: f.output_shape().to_vec(),
         dtype: route.out_dtype(dtype),
         route: route.kind(),
@@ -202,6 +208,16 @@ impl CompiledKernel {
         self.run(&ops, OperandMut::host(out))
     }
 
+    fn dtype_error(&self, found: DType) -> Error {
+        Error::DType {
+            op: self.name.clone(),
+            message: format!(
+                "the kernel was compiled for {:?}, not {found:?} (an operand)",
+                self.dtype
+            ),
+        }
+    }
+
     fn shape_error(&self, message: String) -> Error {
         Error::Shape {
             op: format!("run {}", self.name),
@@ -257,30 +273,14 @@ impl CompiledKernel {
                 self.arg_list()
             )));
         }
-        if let Some(other) = inputs
-            .iter()
-            .map(Operand::device)
-            .find(|&d| d != self.device)
-        {
-            return Err(super::storage::device_mismatch(
-                &self.name,
-                self.device,
-                other,
-            ));
-        }
         let typed = self.route != RouteKind::Host;
-        let dtypes = inputs.iter().map(Operand::dtype).filter(|_| typed);
-        if let Some(d) = dtypes.chain([out_dtype]).find(|&d| d != self.dtype) {
-            return Err(Error::DType {
-                op: self.name.clone(),
-                message: format!(
-                    "the kernel was compiled for {:?}, not {d:?} (an operand)",
-                    self.dtype
-                ),
-            });
-        }
-        for (decl, data) in self.args.iter().zip(inputs) {
-            let expected: usize = decl.shape.iter().product();
+        for ((decl, &expected), data) in self.args.iter().zip(&self.arg_lens).zip(inputs) {
+            if data.device() != self.device {
+                return Err(device_mismatch(&self.name, self.device, data.device()));
+            }
+            if typed && data.dtype() != self.dtype {
+                return Err(self.dtype_error(data.dtype()));
+            }
             if data.len() != expected {
                 return Err(self.shape_error(format!(
                     "argument `{}` of shape {:?} needs {expected} values, got {}",
@@ -290,11 +290,13 @@ impl CompiledKernel {
                 )));
             }
         }
-        let expected: usize = self.out_shape.iter().product();
-        if out_len != expected {
+        if out_dtype != self.dtype {
+            return Err(self.dtype_error(out_dtype));
+        }
+        if out_len != self.out_len {
             return Err(self.shape_error(format!(
-                "the output of shape {:?} needs {expected} values, got {out_len}",
-                self.out_shape
+                "the output of shape {:?} needs {} values, got {out_len}",
+                self.out_shape, self.out_len
             )));
         }
         Ok(())
@@ -304,11 +306,7 @@ impl CompiledKernel {
     /// after [`CompiledKernel::check`].
     pub(crate) fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         if out.device() != self.device {
-            return Err(super::storage::device_mismatch(
-                &self.name,
-                self.device,
-                out.device(),
-            ));
+            return Err(device_mismatch(&self.name, self.device, out.device()));
         }
         self.check(inputs, out.dtype(), out.len())?;
         self.code.run(inputs, out)

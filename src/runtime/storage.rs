@@ -63,12 +63,14 @@ impl Storage {
     }
 
     fn with(device: Device, dtype: DType, len: usize, zeroed: bool) -> Result<Arc<Storage>, Error> {
-        let bytes = len.checked_mul(dtype.size()).ok_or(Error::OutOfMemory {
-            requested: usize::MAX,
-            in_use: alloc::stats_for(device).bytes_in_use,
-            reserved: alloc::stats_for(device).bytes_reserved,
-            limit: alloc::memory_limit_for(device),
-        })?;
+        let bytes = len
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::OutOfMemory {
+                requested: usize::MAX,
+                in_use: alloc::stats_for(device).bytes_in_use,
+                reserved: alloc::stats_for(device).bytes_reserved,
+                limit: alloc::memory_limit_for(device),
+            })?;
         let buf = if zeroed {
             alloc::allocate_zeroed_on(device, bytes)?
         } else {
