@@ -50,9 +50,9 @@ pub use adam::{Adam, AdamConfig, AdamW};
 pub use rmsprop::{RMSprop, RmspropConfig};
 pub use sgd::{SgdConfig, SGD};
 
-use crate::jit::{self, CompiledKernel};
 use crate::runtime::exec;
 use crate::runtime::Storage;
+use crate::runtime::{compile_for, CompiledKernel};
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
 use crate::trace::Origin;
@@ -310,8 +310,12 @@ impl StackedUpdate {
         param: &Param,
     ) -> Result<StackedUpdate, Error> {
         let f = IndexFn::parse_with_sizes(src, args, &[("r", rows)])?;
-        let kernel = jit::compile(&f, param.dtype())?;
-        let stacked = Storage::zeros(param.dtype(), rows * param.numel())?;
+        let kernel = compile_for(&f, param.dtype(), param.storage().device())?;
+        let stacked = Storage::zeros_on(
+            param.storage().device(),
+            param.dtype(),
+            rows * param.numel(),
+        )?;
         stacked.copy_from(param.storage())?; // row 0
         let block = stacked
             .into_buffer()
@@ -565,17 +569,18 @@ pub(crate) struct Update {
 }
 
 impl Update {
-    /// Compiles `src`, whose arguments are `args` (name, shape), to be run
-    /// over the argument named `target`. `src` must read `target` only at
-    /// the output index: every update in this module is written that way.
+    /// Compiles `src`, whose arguments are `args` (name, shape), for
+    /// `param`'s dtype and device, to be run over the argument named
+    /// `target`. `src` must read `target` only at the output index: every
+    /// update in this module is written that way.
     pub(crate) fn new(
         src: &str,
         args: &[(&str, &[usize])],
         target: &str,
-        dtype: DType,
+        param: &Param,
     ) -> Result<Update, Error> {
         let f = IndexFn::parse_with_sizes(src, args, &[])?;
-        let kernel = jit::compile(&f, dtype)?;
+        let kernel = compile_for(&f, param.dtype(), param.storage().device())?;
         let aliased = kernel
             .args()
             .iter()

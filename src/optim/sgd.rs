@@ -115,7 +115,6 @@ impl SGD {
     fn build_state(&self, param: &Param) -> Result<State, Error> {
         let c = &self.config;
         let n = param.numel();
-        let dtype = param.dtype();
         let v1: &[usize] = &[n];
         let s0: &[usize] = &[];
         // The gradient with weight decay, `d` in the documentation.
@@ -132,7 +131,7 @@ impl SGD {
             let mut args = vec![("p", v1), ("lr", s0)];
             args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
             return Ok(State {
-                update: UpdateKernel::InPlace(Update::new(&src, &args, "p", dtype)?),
+                update: UpdateKernel::InPlace(Update::new(&src, &args, "p", param)?),
                 started: false,
             });
         }

@@ -43,6 +43,17 @@ use crate::alloc::Device;
 use crate::kernel::backend::Backend;
 use crate::Error;
 
+/// The kernel computing the one function `f` in `dtype` on `device` (its
+/// route planned for the device's backend), through the kernel cache: how
+/// optimizers compile their updates.
+pub(crate) fn compile_for(
+    f: &crate::symbolic::IndexFn,
+    dtype: crate::DType,
+    device: Device,
+) -> Result<std::sync::Arc<CompiledKernel>, Error> {
+    compiled::compile_function(f, dtype, backend_for(device)?)
+}
+
 /// The backend that runs kernels on `device`, or an error naming the
 /// device when none does.
 pub(crate) fn backend_for(device: Device) -> Result<&'static dyn Backend, Error> {

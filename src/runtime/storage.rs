@@ -53,7 +53,6 @@ impl Storage {
     }
 
     /// `len` zeros on `device`.
-    #[cfg_attr(not(test), allow(dead_code))] // device tensors come next
     pub(crate) fn zeros_on(
         device: Device,
         dtype: DType,
