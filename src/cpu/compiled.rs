@@ -12,7 +12,7 @@ use super::pool;
 use crate::dtype::{not_computable, Element, Float};
 use crate::kernel::backend::{Executable, Operand, OperandMut};
 use crate::kernel::contraction::Contraction;
-use crate::kernel::host::{HostIn, HostKernel, HostOut, Workers};
+use crate::kernel::host::{HostKernel, Workers};
 use crate::DType;
 use crate::Error;
 use cranelift_jit::JITModule;
@@ -258,9 +258,9 @@ impl Executable for CpuKernel {
         if let Exec::Host(h) = &self.exec {
             let typed = inputs
                 .iter()
-                .map(|o| HostIn::of(*o))
+                .map(|o| o.host_in())
                 .collect::<Result<Vec<_>, Error>>()?;
-            return h.run(&typed, HostOut::of(out)?, &PoolWorkers);
+            return h.run(&typed, out.host_out()?, &PoolWorkers);
         }
         match out.dtype() {
             DType::F32 => self.run_float::<f32>(inputs, out),

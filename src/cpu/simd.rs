@@ -45,7 +45,7 @@ enum Lanes {
 
 impl<'f> Emitter<'f> {
     /// The vectorised sum over `l` of the register `value` (see
-    /// [`reduction_vectorizable`]), in a fixed order that depends only on
+    /// `crate::planner::vectorize::reduction_vectorizable`), in a fixed order that depends only on
     /// the loop's range: four f32x4 partial sums over 16 elements per
     /// iteration (only when the loop may run 16 times), combined as
     /// `(p0 + p1) + (p2 + p3)`; then one f32x4 partial sum over 4 elements

@@ -25,6 +25,7 @@
 //! # Ok::<(), tenjin::Error>(())
 //! ```
 
+use super::host::{HostIn, HostOut};
 use super::route::Route;
 use crate::alloc::{Buffer, Device};
 use crate::dtype::{DType, Element};
@@ -153,6 +154,17 @@ impl<'a> Operand<'a> {
         self.ptr as u64
     }
 
+    /// The host slice behind the operand, typed by its dtype (a host
+    /// kernel's input; an error for device memory).
+    pub fn host_in(self) -> Result<HostIn<'a>, Error> {
+        Ok(match self.dtype {
+            DType::F32 => HostIn::F32(self.host_slice()?),
+            DType::F64 => HostIn::F64(self.host_slice()?),
+            DType::I32 => HostIn::I32(self.host_slice()?),
+            DType::I64 => HostIn::I64(self.host_slice()?),
+        })
+    }
+
     /// Elements `start..start + n`.
     pub fn range(&self, start: usize, n: usize) -> Result<Operand<'a>, Error> {
         check_range(self.len, start, n)?;
@@ -225,6 +237,17 @@ impl<'a> OperandMut<'a> {
         // SAFETY: as in `Operand::host_slice`, and the operand was made
         // from a unique borrow for 'a.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.len) })
+    }
+
+    /// The host slice behind the operand, typed by its dtype (a host
+    /// kernel's output; an error for device memory).
+    pub fn host_out(self) -> Result<HostOut<'a>, Error> {
+        Ok(match self.dtype {
+            DType::F32 => HostOut::F32(self.host_slice_mut()?),
+            DType::F64 => HostOut::F64(self.host_slice_mut()?),
+            DType::I32 => HostOut::I32(self.host_slice_mut()?),
+            DType::I64 => HostOut::I64(self.host_slice_mut()?),
+        })
     }
 
     /// The same elements, read (a kernel writing over one of its inputs

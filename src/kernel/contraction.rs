@@ -2,7 +2,7 @@
 //! views of the argument buffers, as a backend runs it.
 //!
 //! Owns [`Contraction`] (which loop dimensions are batch, M, N and K, their
-//! strides in elements, the scale) and [`Dim`]. The planner recognises
+//! strides in elements, the scale) and `Dim`. The planner recognises
 //! contractions and builds these (`crate::planner::contraction::detect`);
 //! the CPU backend runs them with the `gemm` crate, a GPU backend with
 //! cuBLAS. Must not decide what is a contraction, nor run one.
@@ -42,7 +42,7 @@ impl Dim {
     }
 }
 
-/// A plan that computes an [`IndexFn`] recognised by `crate::planner::contraction::detect` with calls
+/// A plan that computes an `IndexFn` recognised by `crate::planner::contraction::detect` with calls
 /// to a GEMM: `out[batch; m; n] = scale · Σ_k a[batch; m; k] · b[batch; k; n]`
 /// over strided views of the argument buffers.
 #[derive(Clone, Debug)]

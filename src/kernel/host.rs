@@ -10,7 +10,6 @@
 //! (`crate::planner::host`); the CPU backend runs it. Must not know about
 //! storages, tensors or the tape.
 
-use super::backend::{Operand, OperandMut};
 use crate::dtype::Element;
 use crate::{DType, Error};
 use std::fmt::Debug;
@@ -24,17 +23,7 @@ pub enum HostIn<'a> {
     I64(&'a [i64]),
 }
 
-impl<'a> HostIn<'a> {
-    /// The host slice behind `op` (an error for device memory).
-    pub fn of(op: Operand<'a>) -> Result<HostIn<'a>, Error> {
-        Ok(match op.dtype() {
-            DType::F32 => HostIn::F32(op.host_slice()?),
-            DType::F64 => HostIn::F64(op.host_slice()?),
-            DType::I32 => HostIn::I32(op.host_slice()?),
-            DType::I64 => HostIn::I64(op.host_slice()?),
-        })
-    }
-
+impl HostIn<'_> {
     /// Element `k` of an integer input as `i64` (`None` for floats or out
     /// of range).
     pub fn index(&self, k: usize) -> Option<i64> {
@@ -68,17 +57,7 @@ pub enum HostOut<'a> {
     I64(&'a mut [i64]),
 }
 
-impl<'a> HostOut<'a> {
-    /// The host slice behind `op` (an error for device memory).
-    pub fn of(op: OperandMut<'a>) -> Result<HostOut<'a>, Error> {
-        Ok(match op.dtype() {
-            DType::F32 => HostOut::F32(op.host_slice_mut()?),
-            DType::F64 => HostOut::F64(op.host_slice_mut()?),
-            DType::I32 => HostOut::I32(op.host_slice_mut()?),
-            DType::I64 => HostOut::I64(op.host_slice_mut()?),
-        })
-    }
-
+impl HostOut<'_> {
     /// Writes `values` converted to the element type (as `as` converts),
     /// as many as both hold.
     pub fn write_f64(self, values: &[f64]) {

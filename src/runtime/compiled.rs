@@ -3,14 +3,12 @@
 //!
 //! Owns the compiled stage as every caller sees it (name, arguments,
 //! shapes, dtype, route, device, the loop nest it runs, the function it
-//! computes), the checks made before any backend code runs (the number of
-//! operands, each one's length, element type and device), and
-//! [`compile_stage`] / [`compile_function`], the two ways a stage gets
-//! compiled: both through the kernel cache (`super::kernel_cache`). What
-//! the code is belongs to the backend (`Executable`); must not plan
-//! beyond asking the planner for one function's route.
+//! computes), how it is built from a backend's code, and the checks made
+//! before any backend code runs (the number of operands, each one's
+//! length, element type and device). Stages are compiled through the
+//! kernel cache (`super::kernel_cache`); what the code is belongs to the
+//! backend (`Executable`). Must not plan or cache.
 
-use super::kernel_cache;
 use super::storage::device_mismatch;
 use crate::alloc::Device;
 use crate::dtype::Element;
@@ -19,7 +17,6 @@ use crate::kernel::{Kernel, Route, RouteKind};
 use crate::symbolic::{ArgDecl, IndexFn};
 use crate::{DType, Error};
 use std::fmt;
-use std::sync::Arc;
 
 /// A compiled index function for one dtype, one set of shapes and one
 /// device, obtained from [`crate::jit::compile`] (or, for the stages of a
@@ -57,71 +54,35 @@ pub struct CompiledKernel {
     code: Box<dyn Executable>,
 }
 
-/// Compiles the stage `f` whose route the planner chose, for `backend`,
-/// through the kernel cache (keyed by the structure of `f` up to
-/// index-variable names, its shapes, `dtype` and the device). Host stages
-/// are compiled every time: a host stage's function only describes its
-/// shapes, so equal descriptions may be different kernels.
-pub(crate) fn compile_stage(
-    f: &IndexFn,
-    route: &Route,
-    dtype: DType,
-    backend: &'static dyn Backend,
-) -> Result<Arc<CompiledKernel>, Error> {
-    if let Route::Host(_) = route {
-        return Ok(Arc::new(build(f, route, dtype, backend)?));
+impl CompiledKernel {
+    /// `backend`'s code for `route`, which computes `f` in `dtype`, with
+    /// the facts the runtime keeps (the uncached step of
+    /// `kernel_cache::compile_stage`).
+    pub(super) fn build(
+        f: &IndexFn,
+        route: &Route,
+        dtype: DType,
+        backend: &'static dyn Backend,
+    ) -> Result<CompiledKernel, Error> {
+        let code = backend.compile(route, dtype)?;
+        let kernel = match route {
+            Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
+            Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
+        };
+        Ok(CompiledKernel {
+            name: f.name().to_string(),
+            args: f.args().to_vec(),
+            arg_lens: f.args().iter().map(|a| a.shape.iter().product()).collect(),
+            out_len: f.output_shape().iter().product(),
+            out_shape: f.output_shape().to_vec(),
+            dtype: route.out_dtype(dtype),
+            route: route.kind(),
+            device: backend.device(),
+            kernel,
+            source: f.clone(),
+            code,
+        })
     }
-    let key = crate::kernel::key::structural_key(f);
-    kernel_cache::get_or_compile(key, dtype, backend.device(), || {
-        // Generated code does no bounds checks, so this is re-established
-        // here, where it is cheap next to code generation.
-        f.check_bounds()?;
-        build(f, route, dtype, backend)
-    })
-}
-
-/// Plans the route of the one function `f` for `backend`'s target and
-/// compiles it, through the kernel cache (the same key as
-/// [`compile_stage`]: a stage equal to a function compiled before is a
-/// hit).
-pub(crate) fn compile_function(
-    f: &IndexFn,
-    dtype: DType,
-    backend: &'static dyn Backend,
-) -> Result<Arc<CompiledKernel>, Error> {
-    let key = crate::kernel::key::structural_key(f);
-    kernel_cache::get_or_compile(key, dtype, backend.device(), || {
-        f.check_bounds()?;
-        let route = crate::planner::route_for(f, dtype, backend.target())?;
-        build(f, &route, dtype, backend)
-    })
-}
-
-/// The backend's code for `route`, with the facts the runtime keeps.
-fn build(
-    f: &IndexFn,
-    route: &Route,
-    dtype: DType,
-    backend: &'static dyn Backend,
-) -> Result<CompiledKernel, Error> {
-    let code = backend.compile(route, dtype)?;
-    let kernel = match route {
-        Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
-        Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
-    };
-    Ok(CompiledKernel {
-        name: f.name().to_string(),
-        args: f.args().to_vec(),
-        arg_lens: f.args().iter().map(|a| a.shape.iter().product()).collect(),
-        out_len: f.output_shape().iter().product(),
-        out_shape: f.output_shape().to_vec(),
-        dtype: route.out_dtype(dtype),
-        route: route.kind(),
-        device: backend.device(),
-        kernel,
-        source: f.clone(),
-        code,
-    })
 }
 
 impl CompiledKernel {

@@ -56,7 +56,7 @@ use std::sync::Arc;
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn compile(f: &IndexFn, dtype: DType) -> Result<Arc<CompiledKernel>, Error> {
-    super::compiled::compile_function(f, dtype, &crate::cpu::CPU)
+    kernel_cache::compile_function(f, dtype, &crate::cpu::CPU)
 }
 
 /// As [`compile`], for a function whose route the planner already chose
@@ -67,7 +67,7 @@ pub fn compile_planned(
     route: &Route,
     dtype: DType,
 ) -> Result<Arc<CompiledKernel>, Error> {
-    super::compiled::compile_stage(f, route, dtype, &crate::cpu::CPU)
+    kernel_cache::compile_stage(f, route, dtype, &crate::cpu::CPU)
 }
 
 /// The kernel cache's counters since the process started (every

@@ -1,14 +1,19 @@
-//! The process-wide kernel cache and its statistics.
+//! The process-wide kernel cache, its statistics, and the two ways a stage
+//! gets compiled through it.
 //!
 //! Owns the map from structural keys (`crate::kernel::key`) plus dtype and
 //! device to compiled kernels (of every backend), the bookkeeping that
-//! tells *why* a look-up missed, LRU-ish eviction and the counters behind
-//! [`JitStats`]. Must not compile or run kernels: it is handed a closure
-//! that compiles.
+//! tells *why* a look-up missed, LRU-ish eviction, the counters behind
+//! [`JitStats`], and [`compile_stage`] (a stage whose route the planner
+//! chose) and [`compile_function`] (one function, its route planned for a
+//! backend's target). Must not run kernels.
 
 use super::compiled::CompiledKernel;
 use crate::alloc::Device;
+use crate::kernel::backend::Backend;
 use crate::kernel::key::StructuralKey;
+use crate::kernel::Route;
+use crate::symbolic::IndexFn;
 use crate::DType;
 use crate::Error;
 use dashmap::DashMap;
@@ -151,9 +156,49 @@ fn device_salt(d: Device) -> u64 {
     }
 }
 
+/// Compiles the stage `f` whose route the planner chose, for `backend`,
+/// through the kernel cache (keyed by the structure of `f` up to
+/// index-variable names, its shapes, `dtype` and the device). Host stages
+/// are compiled every time: a host stage's function only describes its
+/// shapes, so equal descriptions may be different kernels.
+pub(crate) fn compile_stage(
+    f: &IndexFn,
+    route: &Route,
+    dtype: DType,
+    backend: &'static dyn Backend,
+) -> Result<Arc<CompiledKernel>, Error> {
+    if let Route::Host(_) = route {
+        return Ok(Arc::new(CompiledKernel::build(f, route, dtype, backend)?));
+    }
+    let key = crate::kernel::key::structural_key(f);
+    get_or_compile(key, dtype, backend.device(), || {
+        // Generated code does no bounds checks, so this is re-established
+        // here, where it is cheap next to code generation.
+        f.check_bounds()?;
+        CompiledKernel::build(f, route, dtype, backend)
+    })
+}
+
+/// Plans the route of the one function `f` for `backend`'s target and
+/// compiles it, through the kernel cache (the same key as
+/// [`compile_stage`]: a stage equal to a function compiled before is a
+/// hit).
+pub(crate) fn compile_function(
+    f: &IndexFn,
+    dtype: DType,
+    backend: &'static dyn Backend,
+) -> Result<Arc<CompiledKernel>, Error> {
+    let key = crate::kernel::key::structural_key(f);
+    get_or_compile(key, dtype, backend.device(), || {
+        f.check_bounds()?;
+        let route = crate::planner::route_for(f, dtype, backend.target())?;
+        CompiledKernel::build(f, &route, dtype, backend)
+    })
+}
+
 /// The cached kernel for `key`, `dtype` and `device`, compiled by `build`
 /// on a miss.
-pub(crate) fn get_or_compile(
+fn get_or_compile(
     key: StructuralKey,
     dtype: DType,
     device: Device,

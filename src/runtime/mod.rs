@@ -8,8 +8,8 @@
 //! | module | owns |
 //! | --- | --- |
 //! | `op_plan` | the op-plan cache (one op's programs per shapes, views, dtype and device), its statistics ([`stats`]) |
-//! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs, compiling through the kernel cache |
-//! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device) and its statistics |
+//! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs |
+//! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device), its statistics, compiling a stage or a function through it |
 //! | `exec` | running kernels and programs on storages, the device check of every run |
 //! | `storage` | `Storage`: the memory behind tensors, on any device, every method by device |
 //! | `observe` | the kernel observer (hidden, feature `cuda`) |
@@ -51,7 +51,7 @@ pub(crate) fn compile_for(
     dtype: crate::DType,
     device: Device,
 ) -> Result<std::sync::Arc<CompiledKernel>, Error> {
-    compiled::compile_function(f, dtype, backend_for(device)?)
+    kernel_cache::compile_function(f, dtype, backend_for(device)?)
 }
 
 /// The backend that runs kernels on `device`, or an error naming the

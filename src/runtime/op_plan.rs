@@ -12,9 +12,9 @@
 //! `super::compiled` (the kernel cache). A plan belongs to one device.
 
 use super::backend_for;
-use super::compiled::compile_stage;
 use super::exec::{run_program, Compiled};
 use super::kernel_cache;
+use super::kernel_cache::compile_stage;
 use super::Storage;
 use crate::alloc::{AllocMode, Device};
 use crate::kernel::backend::Backend;
