@@ -53,60 +53,125 @@ fn no_host_view(device: Device) -> Error {
     }
 }
 
-fn check_view<T: Element>(device: Device, dtype: DType) -> Result<(), Error> {
-    if device != Device::Cpu {
-        return Err(no_host_view(device));
-    }
-    if T::DTYPE != dtype {
-        return Err(Error::DType {
-            op: "operand".into(),
-            message: format!("{dtype:?} elements viewed as {:?}", T::DTYPE),
-        });
-    }
-    Ok(())
+/// Where an operand's elements are: the address of the first (in its
+/// device's address space), how many, of which type, on which device.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    ptr: *mut u8,
+    len: usize,
+    dtype: DType,
+    device: Device,
 }
 
-/// Checks that `len` elements of `dtype` fit in `bytes`.
-fn check_fits(dtype: DType, len: usize, bytes: usize, device: Device) -> Result<(), Error> {
-    match len.checked_mul(dtype.size()) {
-        Some(b) if b <= bytes => Ok(()),
-        _ => Err(Error::shape(
-            "operand",
-            format!("{len} {dtype:?} elements do not fit a block of {bytes} bytes on {device}"),
-        )),
+impl Span {
+    /// The first `len` elements of `dtype` of a block of `bytes` bytes at
+    /// `ptr` on `device`.
+    fn of_block(
+        ptr: *mut u8,
+        bytes: usize,
+        device: Device,
+        dtype: DType,
+        len: usize,
+    ) -> Result<Span, Error> {
+        match len.checked_mul(dtype.size()) {
+            Some(b) if b <= bytes => Ok(Span {
+                ptr,
+                len,
+                dtype,
+                device,
+            }),
+            _ => Err(Error::shape(
+                "operand",
+                format!("{len} {dtype:?} elements do not fit a block of {bytes} bytes on {device}"),
+            )),
+        }
+    }
+
+    /// The elements of a host slice.
+    fn host<T: Element>(ptr: *const T, len: usize) -> Span {
+        Span {
+            ptr: ptr as *mut u8,
+            len,
+            dtype: T::DTYPE,
+            device: Device::Cpu,
+        }
+    }
+
+    /// Elements `start..start + n`.
+    fn range(self, start: usize, n: usize) -> Result<Span, Error> {
+        match start.checked_add(n) {
+            Some(end) if end <= self.len => Ok(Span {
+                ptr: self.ptr.wrapping_add(start * self.dtype.size()),
+                len: n,
+                ..self
+            }),
+            _ => Err(Error::shape(
+                "operand",
+                format!(
+                    "elements {start}..{start}+{n} of an operand of {}",
+                    self.len
+                ),
+            )),
+        }
+    }
+
+    /// The first element as a host `T`: an error for device memory or
+    /// another element type.
+    fn host_ptr<T: Element>(self) -> Result<*mut T, Error> {
+        if self.device != Device::Cpu {
+            return Err(no_host_view(self.device));
+        }
+        if T::DTYPE != self.dtype {
+            return Err(Error::DType {
+                op: "operand".into(),
+                message: format!("{:?} elements viewed as {:?}", self.dtype, T::DTYPE),
+            });
+        }
+        Ok(self.ptr.cast::<T>())
     }
 }
 
-/// The sub-range `start..start + n` of `len` elements, checked.
-fn check_range(len: usize, start: usize, n: usize) -> Result<(), Error> {
-    match start.checked_add(n) {
-        Some(end) if end <= len => Ok(()),
-        _ => Err(Error::shape(
-            "operand",
-            format!("elements {start}..{start}+{n} of an operand of {len}"),
-        )),
-    }
+/// The accessors both operand types share.
+macro_rules! span_accessors {
+    () => {
+        pub fn len(&self) -> usize {
+            self.span.len
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.span.len == 0
+        }
+
+        pub fn dtype(&self) -> DType {
+            self.span.dtype
+        }
+
+        pub fn device(&self) -> Device {
+            self.span.device
+        }
+
+        /// The address of the first element in the device's address
+        /// space (what a device kernel is launched with; never
+        /// dereferenced here).
+        pub fn address(&self) -> u64 {
+            self.span.ptr as u64
+        }
+    };
 }
 
 /// `len` elements of `dtype` in memory of `device`, read by a kernel.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
-    ptr: *const u8,
-    len: usize,
-    dtype: DType,
-    device: Device,
+    span: Span,
     _borrow: PhantomData<&'a [u8]>,
 }
 
 impl<'a> Operand<'a> {
     /// The first `len` elements of `dtype` in `buffer`.
     pub fn of_buffer(buffer: &'a Buffer, dtype: DType, len: usize) -> Result<Operand<'a>, Error> {
-        check_fits(dtype, len, buffer.len_bytes(), buffer.device())?;
+        let ptr = buffer.as_ptr() as *mut u8;
         Ok(Operand {
-            ptr: buffer.as_ptr(),
-            len,
-            dtype,
-            device: buffer.device(),
+            span: Span::of_block(ptr, buffer.len_bytes(), buffer.device(), dtype, len)?,
             _borrow: PhantomData,
         })
     }
@@ -114,50 +179,27 @@ impl<'a> Operand<'a> {
     /// A host slice.
     pub fn host<T: Element>(data: &'a [T]) -> Operand<'a> {
         Operand {
-            ptr: data.as_ptr().cast(),
-            len: data.len(),
-            dtype: T::DTYPE,
-            device: Device::Cpu,
+            span: Span::host(data.as_ptr(), data.len()),
             _borrow: PhantomData,
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    pub fn device(&self) -> Device {
-        self.device
-    }
+    span_accessors!();
 
     /// The elements as a host slice: an error for device memory or
     /// another element type.
     pub fn host_slice<T: Element>(&self) -> Result<&'a [T], Error> {
-        check_view::<T>(self.device, self.dtype)?;
+        let ptr = self.span.host_ptr::<T>()?;
         // SAFETY: host memory borrowed for 'a, holding `len` initialised
         // elements of T (checked when made), aligned (allocator blocks are
         // 64-byte aligned; host slices are typed).
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.cast::<T>(), self.len) })
-    }
-
-    /// The address of the first element in the device's address space
-    /// (what a device kernel is launched with; never dereferenced here).
-    pub fn address(&self) -> u64 {
-        self.ptr as u64
+        Ok(unsafe { std::slice::from_raw_parts(ptr, self.span.len) })
     }
 
     /// The host slice behind the operand, typed by its dtype (a host
     /// kernel's input; an error for device memory).
     pub fn host_in(self) -> Result<HostIn<'a>, Error> {
-        Ok(match self.dtype {
+        Ok(match self.span.dtype {
             DType::F32 => HostIn::F32(self.host_slice()?),
             DType::F64 => HostIn::F64(self.host_slice()?),
             DType::I32 => HostIn::I32(self.host_slice()?),
@@ -167,11 +209,9 @@ impl<'a> Operand<'a> {
 
     /// Elements `start..start + n`.
     pub fn range(&self, start: usize, n: usize) -> Result<Operand<'a>, Error> {
-        check_range(self.len, start, n)?;
         Ok(Operand {
-            ptr: self.ptr.wrapping_add(start * self.dtype.size()),
-            len: n,
-            ..*self
+            span: self.span.range(start, n)?,
+            _borrow: PhantomData,
         })
     }
 }
@@ -179,10 +219,7 @@ impl<'a> Operand<'a> {
 /// `len` elements of `dtype` in memory of `device`, written by a kernel.
 #[derive(Debug)]
 pub struct OperandMut<'a> {
-    ptr: *mut u8,
-    len: usize,
-    dtype: DType,
-    device: Device,
+    span: Span,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -193,12 +230,9 @@ impl<'a> OperandMut<'a> {
         dtype: DType,
         len: usize,
     ) -> Result<OperandMut<'a>, Error> {
-        check_fits(dtype, len, buffer.len_bytes(), buffer.device())?;
+        let (bytes, device) = (buffer.len_bytes(), buffer.device());
         Ok(OperandMut {
-            len,
-            dtype,
-            device: buffer.device(),
-            ptr: buffer.as_mut_ptr(),
+            span: Span::of_block(buffer.as_mut_ptr(), bytes, device, dtype, len)?,
             _borrow: PhantomData,
         })
     }
@@ -206,43 +240,26 @@ impl<'a> OperandMut<'a> {
     /// A host slice.
     pub fn host<T: Element>(data: &'a mut [T]) -> OperandMut<'a> {
         OperandMut {
-            len: data.len(),
-            ptr: data.as_mut_ptr().cast(),
-            dtype: T::DTYPE,
-            device: Device::Cpu,
+            span: Span::host(data.as_mut_ptr(), data.len()),
             _borrow: PhantomData,
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    pub fn device(&self) -> Device {
-        self.device
-    }
+    span_accessors!();
 
     /// The elements as a mutable host slice: an error for device memory
     /// or another element type.
     pub fn host_slice_mut<T: Element>(self) -> Result<&'a mut [T], Error> {
-        check_view::<T>(self.device, self.dtype)?;
+        let ptr = self.span.host_ptr::<T>()?;
         // SAFETY: as in `Operand::host_slice`, and the operand was made
         // from a unique borrow for 'a.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<T>(), self.len) })
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, self.span.len) })
     }
 
     /// The host slice behind the operand, typed by its dtype (a host
     /// kernel's output; an error for device memory).
     pub fn host_out(self) -> Result<HostOut<'a>, Error> {
-        Ok(match self.dtype {
+        Ok(match self.span.dtype {
             DType::F32 => HostOut::F32(self.host_slice_mut()?),
             DType::F64 => HostOut::F64(self.host_slice_mut()?),
             DType::I32 => HostOut::I32(self.host_slice_mut()?),
@@ -254,26 +271,16 @@ impl<'a> OperandMut<'a> {
     /// receives its target this way; see [`Executable::run_in_place`]).
     pub fn as_operand(&self) -> Operand<'_> {
         Operand {
-            ptr: self.ptr,
-            len: self.len,
-            dtype: self.dtype,
-            device: self.device,
+            span: self.span,
             _borrow: PhantomData,
         }
     }
 
-    /// The address of the first element in the device's address space.
-    pub fn address(&self) -> u64 {
-        self.ptr as u64
-    }
-
     /// Elements `start..start + n`.
     pub fn range(self, start: usize, n: usize) -> Result<OperandMut<'a>, Error> {
-        check_range(self.len, start, n)?;
         Ok(OperandMut {
-            ptr: self.ptr.wrapping_add(start * self.dtype.size()),
-            len: n,
-            ..self
+            span: self.span.range(start, n)?,
+            _borrow: PhantomData,
         })
     }
 }
