@@ -68,12 +68,11 @@ mod checkpoint;
 mod cpu;
 pub mod dtype;
 pub mod error;
-#[cfg(feature = "cuda")]
 pub mod gpu;
-/// CUDA devices (feature `cuda`): availability and device count.
-#[cfg(feature = "cuda")]
+/// CUDA devices: availability and count (real GPUs need the `cuda`
+/// feature), and the simulated device that stands in for one.
 pub mod cuda {
-    pub use crate::gpu::driver::{device_count, is_available};
+    pub use crate::gpu::{device_count, is_available, is_simulated, simulate};
 }
 mod gradcheck;
 #[doc(hidden)]
@@ -105,7 +104,7 @@ pub use ops::{index_fn, index_fn_with_sizes, CrossEntropyOptions, LossReduction,
 pub use runtime::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };
-pub use tensor::{explain, Tensor};
+pub use tensor::{default_device, explain, set_default_device, Tensor};
 pub use trace::{no_grad, Explanation, NoGradGuard};
 
 /// The README's examples, compiled and run as doctests.

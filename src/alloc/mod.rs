@@ -148,6 +148,12 @@ pub(crate) fn register_device_memory(n: usize, memory: &'static dyn RawMemory) -
         .is_some_and(|slot| slot.set(Allocator::new(Device::Cuda(n), memory)).is_ok())
 }
 
+/// Whether `device` has an allocator (the host always; a CUDA device once
+/// it is open).
+pub(crate) fn has_allocator(device: Device) -> bool {
+    allocator(device).is_some()
+}
+
 /// `device`'s allocator, if it has one.
 fn allocator(device: Device) -> Option<&'static Allocator> {
     match device {

@@ -104,7 +104,7 @@ fn seed(root: &Tensor, grad: Option<&Tensor>) -> Result<Arc<Storage>, Error> {
                     ),
                 ));
             }
-            Tensor::ones(root.shape(), root.dtype())?.dense_storage()
+            Tensor::ones_on(root.shape(), root.dtype(), root.device())?.dense_storage()
         }
         Some(g) => {
             if g.shape() != root.shape() {

@@ -58,7 +58,10 @@ pub fn vjp(
 ) -> Result<(Tensor, Tensor), Error> {
     let (leaf, y) = traced(f, x)?;
     if !depends(&y) {
-        return Ok((y.detach(), Tensor::zeros(x.shape(), x.dtype())?));
+        return Ok((
+            y.detach(),
+            Tensor::zeros_on(x.shape(), x.dtype(), x.device())?,
+        ));
     }
     let g = grad(&[&y], &[&leaf], Some(&[v]), false)?.remove(0);
     Ok((y.detach(), g))
@@ -87,7 +90,7 @@ pub fn jvp(
     let (leaf, y) = traced(f, x)?;
     let jv = match no_grad(|| tangent(&y, &leaf, &v.detach()))? {
         Some(t) => t,
-        None => Tensor::zeros(y.shape(), y.dtype())?,
+        None => Tensor::zeros_on(y.shape(), y.dtype(), y.device())?,
     };
     Ok((y.detach(), jv))
 }
@@ -112,11 +115,17 @@ pub fn hvp(
     let (leaf, y) = traced(f, x)?;
     scalar("hvp", &y)?;
     if !depends(&y) {
-        return Ok((y.detach(), Tensor::zeros(x.shape(), x.dtype())?));
+        return Ok((
+            y.detach(),
+            Tensor::zeros_on(x.shape(), x.dtype(), x.device())?,
+        ));
     }
     let g = grad(&[&y], &[&leaf], None, true)?.remove(0);
     if !g.is_requires_grad() {
-        return Ok((y.detach(), Tensor::zeros(x.shape(), x.dtype())?));
+        return Ok((
+            y.detach(),
+            Tensor::zeros_on(x.shape(), x.dtype(), x.device())?,
+        ));
     }
     let hv = grad(&[&g], &[&leaf], Some(&[v]), false)?.remove(0);
     Ok((y.detach(), hv))
@@ -141,7 +150,7 @@ pub fn jacobian(f: impl Fn(&Tensor) -> Result<Tensor, Error>, x: &Tensor) -> Res
     let (leaf, y) = traced(f, x)?;
     let shape: Vec<usize> = y.shape().iter().chain(x.shape()).copied().collect();
     if !depends(&y) {
-        return Tensor::zeros(&shape, x.dtype());
+        return Tensor::zeros_on(&shape, x.dtype(), x.device());
     }
     let j = jacobian_of(&y, &leaf, false)?;
     Ok(j.detach())
@@ -171,11 +180,11 @@ pub fn hessian(f: impl Fn(&Tensor) -> Result<Tensor, Error>, x: &Tensor) -> Resu
     scalar("hessian", &y)?;
     let shape: Vec<usize> = x.shape().iter().chain(x.shape()).copied().collect();
     if !depends(&y) {
-        return Tensor::zeros(&shape, x.dtype());
+        return Tensor::zeros_on(&shape, x.dtype(), x.device());
     }
     let g = grad(&[&y], &[&leaf], None, true)?.remove(0);
     if !g.is_requires_grad() {
-        return Tensor::zeros(&shape, x.dtype());
+        return Tensor::zeros_on(&shape, x.dtype(), x.device());
     }
     let h = jacobian_of(&g, &leaf, false)?;
     Ok(h.detach())

@@ -201,7 +201,7 @@ impl Walk {
                 let y = &dense[0];
                 vec![if y.rank() == 0 {
                     // The identity over a one-element output is a one.
-                    Pending::Value(Tensor::ones(&[], y.dtype())?)
+                    Pending::Value(Tensor::ones_on(&[], y.dtype(), y.device())?)
                 } else {
                     Pending::Lazy {
                         f: Box::new(IndexFn::identity(y.shape())?),

@@ -72,7 +72,7 @@ pub fn grad(
                         ),
                     ));
                 }
-                Tensor::ones(y.shape(), y.dtype())
+                Tensor::ones_on(y.shape(), y.dtype(), y.device())
             })
             .collect::<Result<_, _>>()?,
     };
@@ -113,7 +113,7 @@ fn fill_zeros(
             Some(g) => Ok(g),
             None => {
                 let shape: Vec<usize> = batch.iter().chain(x.shape()).copied().collect();
-                Tensor::zeros(&shape, x.dtype())
+                Tensor::zeros_on(&shape, x.dtype(), x.device())
             }
         })
         .collect()

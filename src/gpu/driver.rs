@@ -1,226 +1,77 @@
-//! The CUDA driver through cudarc: one context and stream per device, the
-//! module cache, launches and copies.
+//! The driver interface: what the GPU backend needs from a device, with
+//! two implementations — cudarc over a real GPU (`super::cuda`, feature
+//! `cuda`) and the simulated device (`super::sim`), on which every GPU code
+//! path is tested where there is no GPU.
 //!
-//! Owns [`Gpu`] (an open device), [`is_available`] and [`device_count`].
-//! The driver library is opened with `dlopen` on first use; without it, or
-//! without a device, every entry point returns an [`Error::Device`] —
-//! cudarc panics when the library is missing, so its presence is checked
-//! first. Must not plan (the planner does) or emit kernels (`ptx` does)
-//! nor decide what to run (the runtime does).
+//! Owns [`Driver`] (loading a PTX module, launching its entry function,
+//! copies between the host and device memory, waiting) and the launch
+//! arguments [`Arg`]. Device memory itself is the allocator's
+//! `RawMemory` of the device, registered when it opens. Must not plan,
+//! emit or decide what to run.
 
-use super::ptx::{self, Arch};
-use crate::alloc::Device;
-use crate::kernel::Kernel;
-use crate::symbolic::IndexFn;
-use crate::{DType, Error};
-use cudarc::driver::{
-    result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
-};
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::{Mutex, OnceLock};
+use super::ptx::Arch;
+use crate::Error;
 
-/// Threads per block of every launch.
-const BLOCK: u32 = 256;
-/// Blocks per multiprocessor at most (the grid-stride loop does the rest).
-const BLOCKS_PER_SM: u32 = 32;
-
-fn driver_present() -> bool {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only probes whether the library can be opened.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+/// One argument of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arg {
+    /// `bytes` bytes of device memory at `addr`, written by the kernel
+    /// when `writable` (the simulator checks every access against these).
+    Buffer {
+        addr: u64,
+        bytes: usize,
+        writable: bool,
+    },
+    /// A value passed as is (a count, a value's bits).
+    Scalar(u64),
 }
 
-/// The number of CUDA devices (0 without a driver).
-pub fn device_count() -> usize {
-    if !driver_present() {
-        return 0;
-    }
-    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
-}
-
-/// Whether a CUDA device can be used: the driver library loads and sees
-/// at least one device.
-///
-/// ```
-/// // On a machine without a GPU this is simply false; nothing panics.
-/// let _ = tenjin::cuda::is_available();
-/// ```
-pub fn is_available() -> bool {
-    device_count() > 0
-}
-
-fn device_error(ordinal: usize, message: impl std::fmt::Display) -> Error {
-    Error::Device {
-        device: Device::Cuda(ordinal).to_string(),
-        message: message.to_string(),
-    }
-}
-
-/// An open device.
-pub struct Gpu {
-    pub(crate) ordinal: usize,
-    pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
-    pub(crate) arch: Arch,
-    sms: u32,
-    /// Loaded loop kernels by structural key and dtype.
-    kernels: Mutex<HashMap<(Vec<u8>, DType), CudaFunction>>,
-}
-
-static OPEN: Mutex<Vec<Option<&'static Gpu>>> = Mutex::new(Vec::new());
-
-/// Device `ordinal`, opened on first use (its context, stream and
-/// allocator).
-pub fn gpu(ordinal: usize) -> Result<&'static Gpu, Error> {
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(Some(g)) = open.get(ordinal) {
-        return Ok(g);
-    }
-    if !driver_present() {
-        return Err(device_error(
-            ordinal,
-            "the CUDA driver library (libcuda) is not installed",
-        ));
-    }
-    let count = device_count();
-    if ordinal >= count || ordinal >= crate::alloc::MAX_CUDA_DEVICES {
-        return Err(device_error(
-            ordinal,
-            format!("no such device ({count} CUDA devices present)"),
-        ));
-    }
-    let ctx = CudaContext::new(ordinal).map_err(|e| device_error(ordinal, e))?;
-    // tenjin orders its work on one stream per device: no event tracking.
-    // SAFETY: every buffer of this context is used on `stream` only.
-    unsafe { ctx.disable_event_tracking() };
-    let stream = ctx.default_stream();
-    let (major, minor) = ctx
-        .compute_capability()
-        .map_err(|e| device_error(ordinal, e))?;
-    let arch = Arch::for_capability(major, minor).ok_or_else(|| {
-        device_error(
-            ordinal,
-            format!("compute capability {major}.{minor} is below 7.0"),
-        )
-    })?;
-    let sms = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(|e| device_error(ordinal, e))?
-        .max(1) as u32;
-    let g: &'static Gpu = Box::leak(Box::new(Gpu {
-        ordinal,
-        ctx: ctx.clone(),
-        stream,
-        arch,
-        sms,
-        kernels: Mutex::new(HashMap::new()),
-    }));
-    let memory: &'static super::memory::DeviceMemory =
-        Box::leak(Box::new(super::memory::DeviceMemory { ctx }));
-    crate::alloc::register_device_memory(ordinal, memory);
-    if open.len() <= ordinal {
-        open.resize(ordinal + 1, None);
-    }
-    open[ordinal] = Some(g);
-    Ok(g)
-}
-
-impl Gpu {
-    pub(crate) fn err(&self, message: impl std::fmt::Display) -> Error {
-        device_error(self.ordinal, message)
-    }
-
-    /// The device's name (`NVIDIA H100 80GB HBM3`).
-    pub fn name(&self) -> Result<String, Error> {
-        self.ctx.name().map_err(|e| self.err(e))
-    }
-
-    /// The loop kernel `kernel` (planned for the GPU) of `f` in `dtype` on
-    /// this device: emitted and loaded on first use, then from the module
-    /// cache (keyed by the structural key of `f` and the dtype).
-    pub(crate) fn loop_function(
-        &self,
-        f: &IndexFn,
-        kernel: &Kernel,
-        dtype: DType,
-    ) -> Result<CudaFunction, Error> {
-        let key = crate::kernel::key::structural_key(f);
-        let mut cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(&(key.bytes.clone(), dtype)) {
-            return Ok(k.clone());
+impl Arg {
+    /// The parameter value the kernel receives.
+    pub(crate) fn value(&self) -> u64 {
+        match *self {
+            Arg::Buffer { addr, .. } => addr,
+            Arg::Scalar(x) => x,
         }
-        let text = ptx::module(key.hash, kernel, dtype, self.arch)?;
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(text))
-            .map_err(|e| self.err(format!("loading the PTX of `{}`: {e}", f.name())))?;
-        let function = module.load_function(ptx::ENTRY).map_err(|e| self.err(e))?;
-        cache.insert((key.bytes, dtype), function.clone());
-        Ok(function)
     }
+}
 
-    /// Launches `function` over `total` output elements with the output's
-    /// and the arguments' device addresses.
-    pub(crate) fn launch(
+/// A device, as the GPU backend drives it. Work is ordered on one stream
+/// per device; copies to the host wait for it.
+pub(crate) trait Driver: Send + Sync + 'static {
+    /// A loaded module's entry function (`super::ptx::ENTRY`).
+    type Function: Send + Sync + 'static;
+
+    /// The architecture modules are emitted for.
+    fn arch(&self) -> Arch;
+
+    /// Streaming multiprocessors (a launch's grid is capped by it; the
+    /// grid-stride loops do the rest).
+    fn multiprocessors(&self) -> u32;
+
+    /// Loads a PTX module and finds its entry function.
+    fn load(&self, ptx: &str) -> Result<Self::Function, Error>;
+
+    /// Queues `function` on `grid` blocks of `block` threads with `args`.
+    fn launch(
         &self,
-        function: &CudaFunction,
-        total: usize,
-        out: u64,
-        args: &[u64],
-    ) -> Result<(), Error> {
-        if total == 0 {
-            return Ok(());
-        }
-        let blocks = total
-            .div_ceil(BLOCK as usize)
-            .min((self.sms * BLOCKS_PER_SM) as usize) as u32;
-        let mut b = self.stream.launch_builder(function);
-        b.arg(&out);
-        for a in args {
-            b.arg(a);
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (blocks.max(1), 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the kernel takes exactly these u64 addresses (output
-        // first, then the arguments in order), each a live device buffer
-        // of the length the kernel was specialised for (checked by the
-        // caller); it reads and writes nothing else.
-        unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
-        Ok(())
-    }
+        function: &Self::Function,
+        grid: u32,
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), Error>;
 
-    /// Waits for all work queued on the device.
-    pub fn synchronize(&self) -> Result<(), Error> {
-        self.stream.synchronize().map_err(|e| self.err(e))
-    }
+    /// Copies host bytes to device address `dst` (room for them checked
+    /// by the caller).
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error>;
 
-    /// Copies `src` to device address `dst` (which has room for it).
-    pub(crate) fn upload<T: cudarc::driver::DeviceRepr>(
-        &self,
-        dst: u64,
-        src: &[T],
-    ) -> Result<(), Error> {
-        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
-        // SAFETY: `dst` is a live device block of at least `size_of_val(src)` bytes.
-        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) }
-            .map_err(|e| self.err(e))?;
-        self.synchronize()
-    }
+    /// Copies `dst.len()` bytes from device address `src` to the host,
+    /// after all queued work.
+    fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<(), Error>;
 
-    /// Copies device address `src` into `dst`.
-    pub(crate) fn download<T: cudarc::driver::DeviceRepr>(
-        &self,
-        dst: &mut [T],
-        src: u64,
-    ) -> Result<(), Error> {
-        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
-        // SAFETY: `src` is a live device block of at least `size_of_val(dst)` bytes.
-        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
-            .map_err(|e| self.err(e))?;
-        self.synchronize()
-    }
+    /// Copies `bytes` bytes from device address `src` to `dst`.
+    fn copy_on_device(&self, dst: u64, src: u64, bytes: usize) -> Result<(), Error>;
+
+    /// Waits for all queued work.
+    fn synchronize(&self) -> Result<(), Error>;
 }

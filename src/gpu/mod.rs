@@ -1,4 +1,7 @@
-//! The NVIDIA GPU backend (cargo feature `cuda`).
+//! The NVIDIA GPU backend: PTX emitted from the kernel IR, run through a
+//! driver — cudarc on a real GPU (cargo feature `cuda`), or the simulated
+//! device, built always, on which every GPU code path is tested where
+//! there is no GPU.
 //!
 //! The CPU and GPU backends are siblings: both run the kernel IR the
 //! planner produced for their target (`crate::planner::passes` lists the
@@ -7,14 +10,27 @@
 //!
 //! - [`ptx`]: PTX text emitted directly from the kernel IR — no NVRTC and
 //!   no CUDA toolkit, so a user's machine needs only the driver;
-//!   `TENJIN_PTX_DUMP=dir` writes every module to `dir` ([`dump`]).
+//!   `TENJIN_PTX_DUMP=dir` writes every module to `dir` ([`dump`]);
+//! - `driver`: the interface a device is driven through, implemented by
+//!   `cuda` (cudarc) and `sim` (the simulated device);
+//! - `backend`: the runtime's `Backend` over any driver;
+//! - `devices`: which driver a device opens with ([`simulate`]).
 //!
 //! Nothing here panics without a driver or a GPU: the driver library is
 //! opened on first use and its absence is an error.
 
+mod backend;
 #[doc(hidden)]
 pub mod check;
-pub mod driver;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod devices;
+pub(crate) mod driver;
 pub mod dump;
+#[cfg(feature = "cuda")]
 mod memory;
 pub mod ptx;
+pub(crate) mod sim;
+
+pub(crate) use devices::backend;
+pub use devices::{device_count, is_available, is_simulated, simulate};

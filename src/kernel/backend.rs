@@ -196,6 +196,19 @@ impl<'a> Operand<'a> {
         Ok(unsafe { std::slice::from_raw_parts(ptr, self.span.len) })
     }
 
+    /// The elements' bytes on the host (a copy's source; an error for
+    /// device memory).
+    pub fn host_bytes(&self) -> Result<&'a [u8], Error> {
+        if self.span.device != Device::Cpu {
+            return Err(no_host_view(self.span.device));
+        }
+        // SAFETY: host memory borrowed for 'a holding `len` initialised
+        // elements; every element type is plain bytes.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.span.ptr, self.span.len * self.span.dtype.size())
+        })
+    }
+
     /// The host slice behind the operand, typed by its dtype (a host
     /// kernel's input; an error for device memory).
     pub fn host_in(self) -> Result<HostIn<'a>, Error> {
@@ -254,6 +267,18 @@ impl<'a> OperandMut<'a> {
         // SAFETY: as in `Operand::host_slice`, and the operand was made
         // from a unique borrow for 'a.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, self.span.len) })
+    }
+
+    /// The elements' bytes on the host (a copy's destination; an error
+    /// for device memory).
+    pub fn host_bytes_mut(self) -> Result<&'a mut [u8], Error> {
+        if self.span.device != Device::Cpu {
+            return Err(no_host_view(self.span.device));
+        }
+        // SAFETY: as in `Operand::host_bytes`, from a unique borrow for 'a.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.span.ptr, self.span.len * self.span.dtype.size())
+        })
     }
 
     /// The host slice behind the operand, typed by its dtype (a host

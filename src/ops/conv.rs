@@ -310,7 +310,12 @@ fn conv_source(g: &ConvGeometry, bias: bool) -> (String, Vec<(String, usize)>) {
 }
 
 /// `[n, size]`: row `i` averages `⌊i·size/n⌋ … ⌈(i+1)·size/n⌉ − 1`.
-fn averaging_matrix(n: usize, size: usize, dtype: crate::DType) -> Result<Tensor, Error> {
+fn averaging_matrix(
+    n: usize,
+    size: usize,
+    dtype: crate::DType,
+    device: crate::alloc::Device,
+) -> Result<Tensor, Error> {
     let mut v = vec![0.0; n * size];
     for i in 0..n {
         let (lo, hi) = (i * size / n, ((i + 1) * size).div_ceil(n));
@@ -318,7 +323,7 @@ fn averaging_matrix(n: usize, size: usize, dtype: crate::DType) -> Result<Tensor
             v[i * size + j] = 1.0 / (hi - lo) as f64;
         }
     }
-    Tensor::from_vec_f64(v, &[n, size])?.to_dtype(dtype)
+    Tensor::from_vec_f64_on(v, &[n, size], device)?.to_dtype(dtype)
 }
 
 #[derive(Clone, Copy)]
@@ -603,8 +608,8 @@ impl Tensor {
             ));
         }
         let (h, w) = (xs[xs.len() - 2], xs[xs.len() - 1]);
-        let p = averaging_matrix(out[0], h, self.dtype())?;
-        let q = averaging_matrix(out[1], w, self.dtype())?;
+        let p = averaging_matrix(out[0], h, self.dtype(), self.device())?;
+        let q = averaging_matrix(out[1], w, self.dtype(), self.device())?;
         p.matmul(&self.matmul(&q.t()?)?)
     }
 }

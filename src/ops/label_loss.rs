@@ -70,11 +70,11 @@ impl Labels {
         let n = ids.len();
         let kept = keep.iter().filter(|&&k| k == 1.0).count();
         let mask = match kept < n {
-            true => Some(Tensor::from_vec_f64(keep, &[n])?.to_dtype(x.dtype())?),
+            true => Some(Tensor::from_vec_f64_on(keep, &[n], x.device())?.to_dtype(x.dtype())?),
             false => None,
         };
         Ok(Labels {
-            ids: Tensor::from_vec_i64(ids, &[n, 1])?,
+            ids: Tensor::from_host_on("cross_entropy", &ids, &[n, 1], x.device())?,
             mask,
             kept,
         })

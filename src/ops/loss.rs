@@ -18,15 +18,22 @@ use crate::DType;
 use crate::Error;
 
 /// `targets` as a one-hot `[B, C]` constant in `dtype`.
-fn one_hot(targets: &[usize], classes: usize, dtype: DType) -> Result<Tensor, Error> {
+fn one_hot(
+    targets: &[usize],
+    classes: usize,
+    dtype: DType,
+    device: crate::alloc::Device,
+) -> Result<Tensor, Error> {
     let shape = [targets.len(), classes];
     let mut v = vec![0.0f64; targets.len() * classes];
     for (i, &t) in targets.iter().enumerate() {
         v[i * classes + t] = 1.0;
     }
     match dtype {
-        DType::F64 => Tensor::from_vec_f64(v, &shape),
-        DType::F32 => Tensor::from_vec(v.into_iter().map(|x| x as f32).collect(), &shape),
+        DType::F64 => Tensor::from_vec_f64_on(v, &shape, device),
+        DType::F32 => {
+            Tensor::from_vec_on(v.into_iter().map(|x| x as f32).collect(), &shape, device)
+        }
         d => Err(crate::dtype::not_computable("cross_entropy", d)),
     }
 }
@@ -180,7 +187,7 @@ impl Tensor {
                 ),
             ));
         }
-        let y = one_hot(targets, c, self.dtype())?;
+        let y = one_hot(targets, c, self.dtype(), self.device())?;
         cross_entropy_fn("cross_entropy", self, &y, true)
     }
 

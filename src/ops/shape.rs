@@ -24,11 +24,14 @@ pub(crate) fn empty_like(shape: &[usize], like: &Tensor) -> Result<Tensor, Error
 /// inputs' first elements in its function are never made.
 pub(crate) fn empty_of(shape: &[usize], inputs: &[&Tensor]) -> Result<Tensor, Error> {
     let dtype = inputs.first().map_or(crate::DType::F32, |t| t.dtype());
+    let device = inputs
+        .first()
+        .map_or_else(crate::tensor::default_device, |t| t.device());
     let recorded = shape.contains(&0)
         && crate::trace::is_grad_enabled()
         && inputs.iter().any(|t| t.is_requires_grad());
     if !recorded {
-        return Tensor::zeros(shape, dtype);
+        return Tensor::zeros_on(shape, dtype, device);
     }
     let sizes = formula::sizes("o", shape);
     let names = indices("x", inputs.len());
@@ -266,7 +269,7 @@ impl Tensor {
         // recorded, the same guarded function below (whose read of the
         // input never runs) gives the input its empty zero gradient.
         if self.numel() == 0 && !(crate::trace::is_grad_enabled() && self.is_requires_grad()) {
-            return Tensor::full(&out_shape, value, self.dtype());
+            return Tensor::full_on(&out_shape, value, self.dtype(), self.device());
         }
         let ix = indices("i", self.rank());
         let mut idx = ix.clone();

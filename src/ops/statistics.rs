@@ -93,7 +93,7 @@ impl Tensor {
         if t.shape()[dim] == 0 {
             let mut shape = t.shape().to_vec();
             shape[dim] = 1;
-            t = Tensor::ones(&shape, t.dtype())?;
+            t = Tensor::ones_on(&shape, t.dtype(), t.device())?;
         }
         while t.shape()[dim] > 1 {
             let n = t.shape()[dim];

@@ -217,11 +217,11 @@ impl AdamCore {
                 c.weight_decay
             };
             let values = [b1, 1.0 - b1, b2, 1.0 - b2, wd, c.lr / bc1, bc2, c.eps];
-            self.scalars.set(param.dtype(), &values)?;
-            let (dtype, scalars) = (param.dtype(), &self.scalars);
+            self.scalars.set(param, &values)?;
+            let scalars = &self.scalars;
             let arg = |name: &str| match name {
                 "g" => Some(&g),
-                _ => scalars.get(dtype, name),
+                _ => scalars.get(param, name),
             };
             state.update.run(param, arg)?;
         }

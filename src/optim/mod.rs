@@ -50,6 +50,7 @@ pub use adam::{Adam, AdamConfig, AdamW};
 pub use rmsprop::{RMSprop, RmspropConfig};
 pub use sgd::{SgdConfig, SGD};
 
+use crate::alloc::Device;
 use crate::runtime::exec;
 use crate::runtime::Storage;
 use crate::runtime::{compile_for, CompiledKernel};
@@ -173,6 +174,11 @@ impl Param {
         self.storage().len()
     }
 
+    /// The device holding the parameter.
+    pub(crate) fn device(&self) -> Device {
+        self.storage().device()
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         self.tensor.dtype()
     }
@@ -216,54 +222,63 @@ pub(crate) fn per_param<S>(
         .collect()
 }
 
+/// Where a set of hyperparameter storages lives.
+type ScalarsKey = (DType, Device);
+
 /// Hyperparameter tensors (scalars `lr[]`, small vectors `beta[j]`), one
-/// storage per name and dtype, created once and overwritten in place
-/// before each update.
+/// storage per name, dtype and device (where the parameters they update
+/// live), created once and overwritten in place before each update.
 pub(crate) struct Scalars {
     /// Name and number of elements of each tensor.
     layout: &'static [(&'static str, usize)],
-    f32: Vec<Arc<Storage>>,
-    f64: Vec<Arc<Storage>>,
+    /// Per dtype and device: one storage per entry of `layout`.
+    slots: Vec<(ScalarsKey, Vec<Arc<Storage>>)>,
 }
 
 impl Scalars {
     pub(crate) fn new(layout: &'static [(&'static str, usize)]) -> Scalars {
         Scalars {
             layout,
-            f32: Vec::new(),
-            f64: Vec::new(),
+            slots: Vec::new(),
         }
     }
 
-    /// Allocates the storages for `dtype` (once).
-    pub(crate) fn prepare(&mut self, dtype: DType) -> Result<&mut Vec<Arc<Storage>>, Error> {
-        let slots = match dtype {
-            DType::F32 => &mut self.f32,
-            DType::F64 => &mut self.f64,
-            d => return Err(crate::dtype::not_computable("optimizer", d)),
-        };
-        if slots.is_empty() {
-            for &(_, len) in self.layout {
-                slots.push(Storage::zeros(dtype, len)?);
+    /// The storages for `param`'s dtype and device, allocated once.
+    fn prepare(&mut self, param: &Param) -> Result<&mut Vec<Arc<Storage>>, Error> {
+        let key = (param.dtype(), param.device());
+        if !key.0.is_float() {
+            return Err(crate::dtype::not_computable("optimizer", key.0));
+        }
+        let k = match self.slots.iter().position(|(k, _)| *k == key) {
+            Some(k) => k,
+            None => {
+                let storages = self
+                    .layout
+                    .iter()
+                    .map(|&(_, len)| Storage::zeros_on(key.1, key.0, len))
+                    .collect::<Result<_, Error>>()?;
+                self.slots.push((key, storages));
+                self.slots.len() - 1
             }
-        }
-        Ok(slots)
+        };
+        Ok(&mut self.slots[k].1)
     }
 
-    /// Allocates the storages for the dtypes of `params` (once each).
+    /// Allocates the storages for the dtypes and devices of `params`
+    /// (once each).
     pub(crate) fn prepare_for(&mut self, params: &[Param]) -> Result<(), Error> {
         for p in params {
-            self.prepare(p.dtype())?;
+            self.prepare(p)?;
         }
         Ok(())
     }
 
     /// Writes `values` (all tensors' elements, in layout order) into the
-    /// storages for `dtype`.
-    pub(crate) fn set(&mut self, dtype: DType, values: &[f64]) -> Result<(), Error> {
+    /// storages for `param`'s dtype and device.
+    pub(crate) fn set(&mut self, param: &Param, values: &[f64]) -> Result<(), Error> {
         let layout = self.layout;
         debug_assert_eq!(values.len(), layout.iter().map(|(_, n)| n).sum::<usize>());
-        let slots = self.prepare(dtype)?;
+        let slots = self.prepare(param)?;
         let mut at = 0;
         for (s, &(_, len)) in slots.iter().zip(layout) {
             s.write_span(0, &values[at..at + len])?;
@@ -272,13 +287,10 @@ impl Scalars {
         Ok(())
     }
 
-    /// The storage of the tensor called `name` for `dtype` (after `set`).
-    pub(crate) fn get(&self, dtype: DType, name: &str) -> Option<&Arc<Storage>> {
-        let slots = match dtype {
-            DType::F32 => &self.f32,
-            DType::F64 => &self.f64,
-            _ => return None,
-        };
+    /// The storage of the tensor called `name` for `param` (after `set`).
+    pub(crate) fn get(&self, param: &Param, name: &str) -> Option<&Arc<Storage>> {
+        let key = (param.dtype(), param.device());
+        let slots = &self.slots.iter().find(|(k, _)| *k == key)?.1;
         let k = self.layout.iter().position(|(n, _)| *n == name)?;
         slots.get(k)
     }

@@ -194,11 +194,11 @@ impl Optimizer for RMSprop {
                 c.weight_decay,
                 c.momentum,
             ];
-            self.scalars.set(param.dtype(), &values)?;
-            let (dtype, scalars) = (param.dtype(), &self.scalars);
+            self.scalars.set(param, &values)?;
+            let scalars = &self.scalars;
             let arg = |name: &str| match name {
                 "g" => Some(&g),
-                _ => scalars.get(dtype, name),
+                _ => scalars.get(param, name),
             };
             state.update.run(param, arg)?;
             state.steps += 1;

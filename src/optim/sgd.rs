@@ -200,12 +200,12 @@ impl Optimizer for SGD {
                 (0.0, 1.0)
             };
             let values = [c.lr, c.weight_decay, c.momentum, a, damp];
-            self.scalars.set(param.dtype(), &values)?;
-            let (p, dtype, scalars) = (param.storage(), param.dtype(), &self.scalars);
+            self.scalars.set(param, &values)?;
+            let (p, scalars) = (param.storage(), &self.scalars);
             let arg = |name: &str| match name {
                 "p" => Some(p),
                 "g" => Some(&g),
-                _ => scalars.get(dtype, name),
+                _ => scalars.get(param, name),
             };
             match &state.update {
                 UpdateKernel::InPlace(u) => u.run(arg)?,

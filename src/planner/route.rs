@@ -67,12 +67,14 @@ pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Error> {
-    if let Some(plan) = contraction::detect(f) {
+    // The GPU backend has no cuBLAS yet: its contractions are loop kernels.
+    let gemm = target == Target::Cpu;
+    if let Some(plan) = contraction::detect(f).filter(|_| gemm) {
         if worth_gemm(&plan) {
             return Ok(Route::Gemm(plan));
         }
     }
-    if let Some(split) = epilogue::split(f) {
+    if let Some(split) = epilogue::split(f).filter(|_| gemm) {
         if worth_gemm(&split.contraction) {
             let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
             return Ok(Route::GemmThenLoop {

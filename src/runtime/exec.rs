@@ -278,6 +278,7 @@ pub(crate) fn run_program(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::Device;
     use crate::symbolic::IndexFn;
     use crate::DType;
 
@@ -303,7 +304,7 @@ mod tests {
             }
         }
         assert_eq!(crate::alloc::stats_for(dev), before);
-        let host = Storage::from_slice(&[1f32, 2., 3., 4.]).unwrap();
+        let host = Storage::from_slice_on(Device::Cpu, &[1f32, 2., 3., 4.]).unwrap();
         let out = run_new(&k, &[&host]).unwrap();
         assert_eq!(out.to_f64_vec().unwrap(), vec![2., 4., 6., 8.]);
     }

@@ -59,12 +59,6 @@ pub(crate) fn compile_for(
 pub(crate) fn backend_for(device: Device) -> Result<&'static dyn Backend, Error> {
     match device {
         Device::Cpu => Ok(&crate::cpu::CPU),
-        Device::Cuda(_) => Err(Error::Device {
-            device: device.to_string(),
-            message: "no backend runs kernels on this device yet: tensors on the GPU are not \
-                      supported (the PTX emitter, the driver and the device pool exist, the GPU \
-                      backend does not implement the runtime's Backend interface yet)"
-                .into(),
-        }),
+        Device::Cuda(n) => crate::gpu::backend(n),
     }
 }

@@ -38,11 +38,6 @@ impl Storage {
         Self::with(Device::Cpu, dtype, len, false)
     }
 
-    /// `len` host zeros.
-    pub(crate) fn zeros(dtype: DType, len: usize) -> Result<Arc<Storage>, Error> {
-        Self::with(Device::Cpu, dtype, len, true)
-    }
-
     /// `len` elements on `device` with unspecified contents.
     pub(crate) fn uninit_on(
         device: Device,
@@ -62,6 +57,10 @@ impl Storage {
     }
 
     fn with(device: Device, dtype: DType, len: usize, zeroed: bool) -> Result<Arc<Storage>, Error> {
+        if !alloc::has_allocator(device) {
+            // Opens the device (and registers its memory) on first use.
+            backend_for(device)?;
+        }
         let bytes = len
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::OutOfMemory {
@@ -85,11 +84,6 @@ impl Storage {
         }))
     }
 
-    /// A host copy of `data`.
-    pub(crate) fn from_slice<T: Element>(data: &[T]) -> Result<Arc<Storage>, Error> {
-        Self::from_slice_on(Device::Cpu, data)
-    }
-
     /// A copy of the host `data` on `device`.
     pub(crate) fn from_slice_on<T: Element>(
         device: Device,
@@ -103,6 +97,25 @@ impl Storage {
             backend.copy(Operand::host(data), dst)?;
         }
         Ok(s)
+    }
+
+    /// A copy of the elements on `device` (through the host between two
+    /// devices).
+    pub(crate) fn to_device(&self, device: Device) -> Result<Arc<Storage>, Error> {
+        let (from, to) = (self.device, device);
+        if from != Device::Cpu && to != Device::Cpu && from != to {
+            return self.to_device(Device::Cpu)?.to_device(to);
+        }
+        // The device side's backend moves the bytes (the CPU's, host to
+        // host).
+        let backend = backend_for(if from == Device::Cpu { to } else { from })?;
+        let out = Storage::uninit_on(to, self.dtype, self.len)?;
+        {
+            let src = self.read();
+            let mut dst = out.write();
+            backend.copy(self.operand(&src, self.len)?, out.operand_mut(&mut dst)?)?;
+        }
+        Ok(out)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -366,7 +379,7 @@ mod tests {
         names_it(op.host_slice::<f32>().map(drop));
         drop(g);
         // Across devices: an error naming both, nothing copied.
-        let host = Storage::from_slice(&[1f32; 8]).unwrap();
+        let host = Storage::from_slice_on(Device::Cpu, &[1f32; 8]).unwrap();
         for r in [host.copy_from(&s), host.add_assign(&s), s.copy_from(&host)] {
             match r {
                 Err(Error::Device { message, .. }) => {
@@ -382,22 +395,22 @@ mod tests {
     /// element type.
     #[test]
     fn host_storage_round_trips() {
-        let a = Storage::from_slice(&[1i32, -2, 3]).unwrap();
+        let a = Storage::from_slice_on(Device::Cpu, &[1i32, -2, 3]).unwrap();
         assert_eq!(a.to_i64_vec().unwrap(), Some(vec![1, -2, 3]));
-        let b = Storage::from_slice(&[10i32, 20, 30]).unwrap();
+        let b = Storage::from_slice_on(Device::Cpu, &[10i32, 20, 30]).unwrap();
         a.add_assign(&b).unwrap();
         assert_eq!(a.to_f64_vec().unwrap(), vec![11.0, 18.0, 33.0]);
         // A storage added to itself is refused (it would lock itself twice).
         assert!(a.add_assign(&a).is_err());
         a.copy_from(&a).unwrap();
-        let f = Storage::zeros(DType::F64, 4).unwrap();
+        let f = Storage::zeros_on(Device::Cpu, DType::F64, 4).unwrap();
         assert!(f.write_span(1, &[0.5, 1.5]).unwrap());
         assert!(!f.write_span(3, &[1.0; 8]).unwrap(), "beyond the block");
         assert_eq!(f.read_span(0, 4).unwrap(), Some(vec![0.0, 0.5, 1.5, 0.0]));
         assert_eq!(f.to_i64_vec().unwrap(), None);
         f.fill(-2.0).unwrap();
         assert_eq!(f.to_f64_vec().unwrap(), vec![-2.0; 4]);
-        let g = Storage::zeros(DType::F32, 4).unwrap();
+        let g = Storage::zeros_on(Device::Cpu, DType::F32, 4).unwrap();
         assert!(
             matches!(g.add_assign(&f), Err(Error::Shape { .. })),
             "dtypes differ"

@@ -6,6 +6,7 @@
 //! `requires_grad()`.
 
 use super::{Origin, Tensor};
+use crate::alloc::Device;
 use crate::dtype::{with_element, Element};
 use crate::runtime::Storage;
 use crate::DType;
@@ -37,13 +38,18 @@ impl Tensor {
         mut value: impl FnMut(usize) -> f64,
     ) -> Result<Tensor, Error> {
         let n = numel_of(op, shape)?;
-        let storage = Storage::uninit(dtype, n)?;
+        let device = super::default_device();
+        let host = Storage::uninit(dtype, n)?;
         {
-            // Drawn straight into the host block (no second copy).
-            let mut b = storage.write();
-            let out = storage.operand_mut(&mut b)?;
+            // Drawn straight into a host block.
+            let mut b = host.write();
+            let out = host.operand_mut(&mut b)?;
             with_element!(dtype, T => fill(out.host_slice_mut::<T>()?, &mut value));
         }
+        let storage = match device {
+            Device::Cpu => host,
+            d => host.to_device(d)?,
+        };
         Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
     }
 
@@ -83,12 +89,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor, Error> {
-        let n = numel_of("zeros", shape)?;
-        Ok(Tensor::dense(
-            shape.to_vec(),
-            Storage::zeros(dtype, n)?,
-            Origin::Constant,
-        ))
+        Tensor::zeros_on(shape, dtype, super::default_device())
     }
 
     /// Ones of `shape`.
@@ -98,9 +99,7 @@ impl Tensor {
 
     /// `value` everywhere in `shape`.
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor, Error> {
-        let storage = Storage::uninit(dtype, numel_of("full", shape)?)?;
-        storage.fill(value)?;
-        Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
+        Tensor::full_on(shape, value, dtype, super::default_device())
     }
 
     /// `[0, 1, ..., n - 1]`.

@@ -46,11 +46,23 @@ impl Tensor {
         Tensor::from_host("from_vec_i32", &data, shape)
     }
 
-    /// A dense constant copy of `data` (any element type) with `shape`.
+    /// A dense constant copy of `data` (any element type) with `shape`,
+    /// on the default device.
     pub(crate) fn from_host<T: Element>(
         op: &str,
         data: &[T],
         shape: &[usize],
+    ) -> Result<Tensor, Error> {
+        Tensor::from_host_on(op, data, shape, super::default_device())
+    }
+
+    /// A dense constant copy of `data` (any element type) with `shape`,
+    /// on `device`.
+    pub(crate) fn from_host_on<T: Element>(
+        op: &str,
+        data: &[T],
+        shape: &[usize],
+        device: crate::alloc::Device,
     ) -> Result<Tensor, Error> {
         let n = super::create::numel_of(op, shape)?;
         if n != data.len() {
@@ -64,7 +76,7 @@ impl Tensor {
         }
         Ok(Tensor::dense(
             shape.to_vec(),
-            Storage::from_slice(data)?,
+            Storage::from_slice_on(device, data)?,
             Origin::Constant,
         ))
     }

@@ -8,6 +8,7 @@
 //! derivative comes from [`crate::symbolic`].
 
 mod create;
+mod device;
 mod integer;
 mod tape;
 pub(crate) mod view;
@@ -19,6 +20,7 @@ pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
 use crate::DType;
 use crate::Error;
+pub use device::{default_device, set_default_device};
 use std::sync::Arc;
 pub use tape::explain;
 

@@ -30,6 +30,7 @@
 //! ```
 
 mod asm;
+pub mod builtin;
 pub(crate) mod math;
 mod special;
 mod stmt;

@@ -1,0 +1,247 @@
+//! The GPU backend behind the runtime's `Backend` interface, over any
+//! [`Driver`]: a real GPU through cudarc or the simulated device.
+//!
+//! Owns [`GpuBackend`]: compiling a planned route (a loop nest emitted as
+//! PTX and loaded; GEMM routes and host stages are refused with an error
+//! until cuBLAS and GPU host kernels exist — the planner routes no
+//! contraction to GEMM for the GPU yet), launching it one thread per
+//! output element in a grid-stride loop, and the buffer operations (fill,
+//! add: `ptx::builtin` kernels; copies between the host and the device).
+//! Must not plan: it compiles exactly the route it is given.
+
+use super::driver::{Arg, Driver};
+use super::ptx::{self, builtin::Builtin};
+use crate::alloc::Device;
+use crate::kernel::backend::{check_same, Backend, Executable, Operand, OperandMut, Target};
+use crate::kernel::{Kernel, Route};
+use crate::{DType, Error};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+/// Threads per block of every launch.
+const BLOCK: u32 = 256;
+/// Blocks per multiprocessor at most (the grid-stride loop does the rest).
+const BLOCKS_PER_SM: u32 = 32;
+
+/// The loaded buffer-operation kernels by operation and dtype.
+type Builtins<F> = Mutex<HashMap<(Builtin, DType), Arc<F>>>;
+
+/// A device's backend.
+pub(crate) struct GpuBackend<D: Driver> {
+    device: Device,
+    driver: Arc<D>,
+    builtins: Builtins<D::Function>,
+}
+
+/// The grid of a launch over `total` elements.
+fn grid(driver: &impl Driver, total: usize) -> u32 {
+    let cap = driver.multiprocessors().max(1) as usize * BLOCKS_PER_SM as usize;
+    total.div_ceil(BLOCK as usize).clamp(1, cap) as u32
+}
+
+/// `op` as a read-only launch argument.
+fn input(op: &Operand<'_>) -> Arg {
+    Arg::Buffer {
+        addr: op.address(),
+        bytes: op.len() * op.dtype().size(),
+        writable: false,
+    }
+}
+
+/// An element-wise loop kernel loaded on the device.
+struct LoopKernel<D: Driver> {
+    driver: Arc<D>,
+    function: D::Function,
+}
+
+impl<D: Driver> LoopKernel<D> {
+    fn launch(&self, out: Arg, total: usize, inputs: &[Operand<'_>]) -> Result<(), Error> {
+        if total == 0 {
+            return Ok(());
+        }
+        let mut args = Vec::with_capacity(inputs.len() + 1);
+        args.push(out);
+        args.extend(inputs.iter().map(input));
+        self.driver
+            .launch(&self.function, grid(&*self.driver, total), BLOCK, &args)
+    }
+}
+
+impl<D: Driver> Executable for LoopKernel<D> {
+    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        let target = Arg::Buffer {
+            addr: out.address(),
+            bytes: out.len() * out.dtype().size(),
+            writable: true,
+        };
+        self.launch(target, out.len(), inputs)
+    }
+
+    unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
+        let Some(over) = inputs.get(aliased) else {
+            return Ok(false);
+        };
+        let target = Arg::Buffer {
+            addr: over.address(),
+            bytes: over.len() * over.dtype().size(),
+            writable: true,
+        };
+        self.launch(target, over.len(), inputs)?;
+        Ok(true)
+    }
+}
+
+/// A stable name for a kernel's module (the dump file).
+fn kernel_hash(k: &Kernel) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{k:?}").hash(&mut h);
+    h.finish()
+}
+
+/// `value` as the bits of one `dtype` element.
+fn element_bits(value: f64, dtype: DType) -> u64 {
+    match dtype {
+        DType::F32 => (value as f32).to_bits() as u64,
+        DType::F64 => value.to_bits(),
+        DType::I32 => value as i32 as u32 as u64,
+        DType::I64 => value as i64 as u64,
+    }
+}
+
+impl<D: Driver> GpuBackend<D> {
+    pub(crate) fn new(device: Device, driver: D) -> GpuBackend<D> {
+        GpuBackend {
+            device,
+            driver: Arc::new(driver),
+            builtins: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> Error {
+        Error::Device {
+            device: self.device.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// The loaded module of a buffer operation.
+    fn builtin(&self, b: Builtin, dtype: DType) -> Result<Arc<D::Function>, Error> {
+        let mut cache = self.builtins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = cache.get(&(b, dtype)) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(
+            self.driver
+                .load(&ptx::builtin::module(b, dtype, self.driver.arch()))?,
+        );
+        cache.insert((b, dtype), f.clone());
+        Ok(f)
+    }
+
+    /// The device this operand must live on, checked.
+    fn on_device(&self, op: &str, device: Device) -> Result<(), Error> {
+        if device == self.device {
+            Ok(())
+        } else {
+            Err(self.err(format!("{op}: an operand is on {device}")))
+        }
+    }
+}
+
+impl<D: Driver> Backend for GpuBackend<D> {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn target(&self) -> Target {
+        Target::Gpu
+    }
+
+    fn compile(&self, route: &Route, dtype: DType) -> Result<Box<dyn Executable>, Error> {
+        match route {
+            Route::Loop(kernel) => {
+                let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
+                Ok(Box::new(LoopKernel {
+                    driver: self.driver.clone(),
+                    function: self.driver.load(&text)?,
+                }))
+            }
+            Route::Gemm(_) | Route::GemmThenLoop { .. } => Err(self.err(
+                "a GEMM route reached the GPU backend, which has no cuBLAS yet (the planner routes \
+                 contractions for the GPU as loop kernels)",
+            )),
+            Route::Host(h) => Err(self.err(format!(
+                "`{}` is a host stage with no GPU kernel yet: index_select, embedding, gather, \
+                 to_dtype and checkpoint run on the CPU only",
+                h.name()
+            ))),
+        }
+    }
+
+    fn fill(&self, out: OperandMut<'_>, value: f64) -> Result<(), Error> {
+        self.on_device("fill", out.device())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let f = self.builtin(Builtin::Fill, out.dtype())?;
+        let n = out.len();
+        let args = [
+            Arg::Buffer {
+                addr: out.address(),
+                bytes: n * out.dtype().size(),
+                writable: true,
+            },
+            Arg::Scalar(n as u64),
+            Arg::Scalar(element_bits(value, out.dtype())),
+        ];
+        self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
+    }
+
+    fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+        check_same("copy", &src, &dst)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        match (src.device(), dst.device()) {
+            (Device::Cpu, d) if d == self.device => {
+                self.driver.copy_to_device(dst.address(), src.host_bytes()?)
+            }
+            (s, Device::Cpu) if s == self.device => {
+                let src_addr = src.address();
+                self.driver.copy_to_host(dst.host_bytes_mut()?, src_addr)
+            }
+            (s, d) if s == self.device && d == self.device => {
+                let bytes = src.len() * src.dtype().size();
+                self.driver
+                    .copy_on_device(dst.address(), src.address(), bytes)
+            }
+            (s, d) => Err(self.err(format!("copy from {s} to {d}"))),
+        }
+    }
+
+    fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error> {
+        check_same("add_assign", &src, &dst)?;
+        self.on_device("add_assign", dst.device())?;
+        self.on_device("add_assign", src.device())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let f = self.builtin(Builtin::AddAssign, src.dtype())?;
+        let n = src.len();
+        let args = [
+            Arg::Buffer {
+                addr: dst.address(),
+                bytes: n * dst.dtype().size(),
+                writable: true,
+            },
+            input(&src),
+            Arg::Scalar(n as u64),
+        ];
+        self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
+    }
+
+    fn synchronize(&self) -> Result<(), Error> {
+        self.driver.synchronize()
+    }
+}

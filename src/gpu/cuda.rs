@@ -1,0 +1,172 @@
+//! A real GPU through cudarc: the driver interface over one context and
+//! stream per device (feature `cuda`).
+//!
+//! Owns [`CudaDriver`] and [`device_count`]. The driver
+//! library is opened with `dlopen` on first use; without it, or without a
+//! device, every entry point returns an [`Error::Device`] — cudarc panics
+//! when the library is missing, so its presence is checked first. Must
+//! not plan or emit kernels nor decide what to run.
+
+use super::driver::{Arg, Driver};
+use super::ptx::{self, Arch};
+use crate::alloc::Device;
+use crate::Error;
+use cudarc::driver::{
+    result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+};
+use std::sync::{Arc, OnceLock};
+
+fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only probes whether the library can be opened.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
+/// The number of CUDA devices (0 without a driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+fn device_error(ordinal: usize, message: impl std::fmt::Display) -> Error {
+    Error::Device {
+        device: Device::Cuda(ordinal).to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// An open device.
+pub(crate) struct CudaDriver {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: Arch,
+    sms: u32,
+}
+
+impl CudaDriver {
+    /// Opens device `ordinal` (its context and stream) and registers its
+    /// memory with the allocator.
+    pub(crate) fn open(ordinal: usize) -> Result<CudaDriver, Error> {
+        if !driver_present() {
+            return Err(device_error(
+                ordinal,
+                "the CUDA driver library (libcuda) is not installed",
+            ));
+        }
+        let count = device_count();
+        if ordinal >= count || ordinal >= crate::alloc::MAX_CUDA_DEVICES {
+            return Err(device_error(
+                ordinal,
+                format!("no such device ({count} CUDA devices present)"),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| device_error(ordinal, e))?;
+        // tenjin orders its work on one stream per device: no event tracking.
+        // SAFETY: every buffer of this context is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| device_error(ordinal, e))?;
+        let arch = Arch::for_capability(major, minor).ok_or_else(|| {
+            device_error(
+                ordinal,
+                format!("compute capability {major}.{minor} is below 7.0"),
+            )
+        })?;
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| device_error(ordinal, e))?
+            .max(1) as u32;
+        let memory: &'static super::memory::DeviceMemory =
+            Box::leak(Box::new(super::memory::DeviceMemory { ctx: ctx.clone() }));
+        crate::alloc::register_device_memory(ordinal, memory);
+        Ok(CudaDriver {
+            ordinal,
+            ctx,
+            stream,
+            arch,
+            sms,
+        })
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> Error {
+        device_error(self.ordinal, message)
+    }
+}
+
+impl Driver for CudaDriver {
+    type Function = CudaFunction;
+
+    fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    fn multiprocessors(&self) -> u32 {
+        self.sms
+    }
+
+    fn load(&self, text: &str) -> Result<CudaFunction, Error> {
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(text))
+            .map_err(|e| self.err(format!("loading a PTX module: {e}")))?;
+        module.load_function(ptx::ENTRY).map_err(|e| self.err(e))
+    }
+
+    fn launch(
+        &self,
+        function: &CudaFunction,
+        grid: u32,
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), Error> {
+        let values: Vec<u64> = args.iter().map(Arg::value).collect();
+        let mut b = self.stream.launch_builder(function);
+        for v in &values {
+            b.arg(v);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid.max(1), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every tenjin kernel takes exactly these u64 parameters
+        // (addresses of live device buffers of the lengths it was made
+        // for, checked by the runtime, or counts and values), and reads
+        // and writes nothing else.
+        unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error> {
+        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
+        // SAFETY: `dst` is a live device block of at least `src.len()` bytes.
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) }
+            .map_err(|e| self.err(e))?;
+        // The host slice may be freed when this returns.
+        self.synchronize()
+    }
+
+    fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<(), Error> {
+        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
+        // SAFETY: `src` is a live device block of at least `dst.len()` bytes.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
+            .map_err(|e| self.err(e))?;
+        self.synchronize()
+    }
+
+    fn copy_on_device(&self, dst: u64, src: u64, bytes: usize) -> Result<(), Error> {
+        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
+        // SAFETY: both are live device blocks of at least `bytes` bytes.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .map_err(|e| self.err(e))
+    }
+
+    fn synchronize(&self) -> Result<(), Error> {
+        self.stream.synchronize().map_err(|e| self.err(e))
+    }
+}

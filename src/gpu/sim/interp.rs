@@ -1,0 +1,777 @@
+//! The simulated device's PTX interpreter: the subset tenjin emits,
+//! decoded once per module into a flat instruction list, then run thread
+//! after thread.
+//!
+//! Owns [`Program`] (a decoded `.entry` function: parameters, registers,
+//! instructions whose operands, immediates, types and branch targets are
+//! resolved at decode time) and its execution over a grid, against a
+//! [`Memory`] that checks every access. Registers hold raw bits, as on the
+//! hardware (an untyped `mov.b64` may carry a float). An instruction the
+//! decoder does not know is an error when the module loads, never a
+//! silent skip. Our kernels share no memory and never wait on each other,
+//! so running the threads one after another is a valid schedule; `bar.sync`
+//! (cooperative kernels) is refused at decode until the simulator runs a
+//! block in phases. Must not know about buffers beyond the [`Memory`]
+//! interface.
+
+use std::collections::HashMap;
+
+/// Global memory as a kernel sees it: loads and stores of 4 or 8 bytes,
+/// each checked by the implementation (bounds, alignment, writability,
+/// one writer per element).
+pub(crate) trait Memory {
+    fn load(&mut self, addr: u64, size: usize) -> Result<u64, String>;
+    fn store(&mut self, addr: u64, size: usize, bits: u64, thread: u64) -> Result<(), String>;
+}
+
+/// The launch geometry's special registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Special {
+    Tid,
+    Ntid,
+    Ctaid,
+    Nctaid,
+}
+
+/// A source operand, resolved.
+#[derive(Clone, Copy, Debug)]
+enum Src {
+    Reg(u32),
+    Imm(u64),
+    Special(Special),
+}
+
+/// Float comparisons (`neu`, `nan` and `num` are the unordered ones).
+#[derive(Clone, Copy, Debug)]
+enum FCmp {
+    Eq,
+    Neu,
+    Ge,
+    Gt,
+    Le,
+    Lt,
+    Nan,
+    Num,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ICmp {
+    Eq,
+    Ne,
+    Ge,
+    Gt,
+    Le,
+    Lt,
+}
+
+/// How an integer comparison reads its operands.
+#[derive(Clone, Copy, Debug)]
+enum IntTy {
+    S64,
+    U64,
+    S32,
+    U32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Cmp {
+    F32(FCmp),
+    F64(FCmp),
+    Int(ICmp, IntTy),
+}
+
+/// `cvt` conversions (rounding modes resolved).
+#[derive(Clone, Copy, Debug)]
+enum Conv {
+    U32ToU64,
+    U64ToU32,
+    F32ToF64,
+    F64ToF32Rn,
+    S64ToF32Rn,
+    S64ToF64Rn,
+    /// `cvt.rXi.f64.f64` / `.f32.f32`: rounding to an integral value.
+    RoundF64(Round),
+    RoundF32(Round),
+    /// `cvt.rXi.s64.fXX` / `.s32.fXX`.
+    ToS64(Round, bool),
+    ToS32(Round, bool),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Round {
+    Zero,
+    Nearest,
+    Down,
+}
+
+impl Round {
+    fn apply(self, x: f64) -> f64 {
+        match self {
+            Round::Zero => x.trunc(),
+            Round::Nearest => x.round_ties_even(),
+            Round::Down => x.floor(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Un {
+    NegF32,
+    NegF64,
+    AbsF32,
+    AbsF64,
+    AbsS32,
+    SqrtF32,
+    SqrtF64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Bin {
+    AddF32,
+    SubF32,
+    MulF32,
+    DivF32,
+    AddF64,
+    SubF64,
+    MulF64,
+    DivF64,
+    MinF64,
+    MaxF64,
+    CopysignF64,
+    Add,
+    Sub,
+    MulLo,
+    MulWideU32,
+    DivS64,
+    RemS64,
+    DivU64,
+    RemU64,
+    DivU32,
+    RemU32,
+    MaxS64,
+    MinS64,
+    Shl64,
+    ShrU64,
+    ShrU32,
+    And64,
+    Or64,
+    And32,
+    AndPred,
+    OrPred,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Ret,
+    Bra(u32),
+    LdParam { dst: u32, param: u32 },
+    Mov { dst: u32, src: Src },
+    Ld { dst: u32, addr: u32, size: u8 },
+    St { addr: u32, src: Src, size: u8 },
+    Setp { dst: u32, cmp: Cmp, a: Src, b: Src },
+    Selp { dst: u32, a: Src, b: Src, p: Src },
+    Cvt { dst: u32, conv: Conv, src: Src },
+    Fma64 { dst: u32, a: Src, b: Src, c: Src },
+    Mad { dst: u32, a: Src, b: Src, c: Src },
+    Not { dst: u32, src: Src },
+    Un { dst: u32, op: Un, src: Src },
+    Bin { dst: u32, op: Bin, a: Src, b: Src },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Inst {
+    /// A predicate register and whether it is negated (`@!%p`).
+    guard: Option<(u32, bool)>,
+    op: Op,
+    /// The source line (errors).
+    line: u32,
+}
+
+/// A decoded `.entry` function.
+pub(crate) struct Program {
+    params: Vec<String>,
+    code: Vec<Inst>,
+    nregs: usize,
+    /// The instruction texts (errors name the failing one).
+    lines: Vec<String>,
+}
+
+/// Threads one launch may run per instruction budget (a kernel that loops
+/// forever is an error, not a hang).
+const MAX_STEPS_PER_THREAD: u64 = 200_000_000;
+
+/// Decoding state: register and label names.
+struct Decoder<'a> {
+    params: &'a [String],
+    regs: HashMap<String, u32>,
+    labels: HashMap<String, u32>,
+}
+
+impl Decoder<'_> {
+    fn reg(&mut self, name: &str) -> u32 {
+        let n = self.regs.len() as u32;
+        *self.regs.entry(name.to_string()).or_insert(n)
+    }
+
+    fn src(&mut self, a: &str, ty: &str) -> Result<Src, String> {
+        Ok(match a {
+            "%tid.x" => Src::Special(Special::Tid),
+            "%ntid.x" => Src::Special(Special::Ntid),
+            "%ctaid.x" => Src::Special(Special::Ctaid),
+            "%nctaid.x" => Src::Special(Special::Nctaid),
+            r if r.starts_with('%') => Src::Reg(self.reg(r)),
+            i => Src::Imm(imm(i, ty).ok_or_else(|| format!("bad immediate `{i}`"))?),
+        })
+    }
+
+    fn dst(&mut self, a: Option<&&str>) -> Result<u32, String> {
+        match a {
+            Some(r) if r.starts_with('%') => Ok(self.reg(r)),
+            _ => Err("the destination is not a register".into()),
+        }
+    }
+
+    fn addr(&mut self, a: Option<&&str>) -> Result<u32, String> {
+        match a
+            .and_then(|a| a.strip_prefix("[%"))
+            .and_then(|a| a.strip_suffix(']'))
+        {
+            Some(r) => Ok(self.reg(&format!("%{r}"))),
+            None => Err("the address is not `[%register]`".into()),
+        }
+    }
+
+    /// One instruction without its guard: `op.mods a, b, c`.
+    fn op(&mut self, text: &str) -> Result<Op, String> {
+        let (opcode, operands) = match text.split_once(char::is_whitespace) {
+            Some((o, a)) => (o, a.trim()),
+            None => (text, ""),
+        };
+        let m: Vec<&str> = opcode.split('.').collect();
+        let a: Vec<&str> = operands
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect();
+        let ty = *m.last().unwrap_or(&"");
+        let arg = |i: usize| {
+            a.get(i)
+                .copied()
+                .ok_or_else(|| format!("operand {i} missing"))
+        };
+        Ok(match m[0] {
+            "ret" => Op::Ret,
+            "bra" => Op::Bra(
+                *self
+                    .labels
+                    .get(arg(0)?)
+                    .ok_or_else(|| format!("unknown label `{}`", arg(0).unwrap_or("")))?,
+            ),
+            "ld" if m.get(1) == Some(&"param") => {
+                let name = arg(1)?.trim_start_matches('[').trim_end_matches(']');
+                let param = self
+                    .params
+                    .iter()
+                    .position(|p| p == name)
+                    .ok_or_else(|| format!("unknown parameter `{name}`"))?;
+                Op::LdParam {
+                    dst: self.dst(a.first())?,
+                    param: param as u32,
+                }
+            }
+            "ld" => Op::Ld {
+                dst: self.dst(a.first())?,
+                addr: self.addr(a.get(1))?,
+                size: width(ty)?,
+            },
+            "st" => Op::St {
+                addr: self.addr(a.first())?,
+                src: self.src(arg(1)?, ty)?,
+                size: width(ty)?,
+            },
+            "cvta" | "mov" => Op::Mov {
+                dst: self.dst(a.first())?,
+                src: self.src(arg(1)?, ty)?,
+            },
+            "setp" => Op::Setp {
+                dst: self.dst(a.first())?,
+                cmp: comparison(m.get(1).copied().unwrap_or(""), ty)?,
+                a: self.src(arg(1)?, ty)?,
+                b: self.src(arg(2)?, ty)?,
+            },
+            "selp" => Op::Selp {
+                dst: self.dst(a.first())?,
+                a: self.src(arg(1)?, ty)?,
+                b: self.src(arg(2)?, ty)?,
+                p: self.src(arg(3)?, "pred")?,
+            },
+            "cvt" => {
+                let conv = conversion(&m[1..])?;
+                // The source is read with the source type.
+                let src_ty = m.last().copied().unwrap_or("");
+                Op::Cvt {
+                    dst: self.dst(a.first())?,
+                    conv,
+                    src: self.src(arg(1)?, src_ty)?,
+                }
+            }
+            "fma" if ty == "f64" && m.get(1) == Some(&"rn") => Op::Fma64 {
+                dst: self.dst(a.first())?,
+                a: self.src(arg(1)?, ty)?,
+                b: self.src(arg(2)?, ty)?,
+                c: self.src(arg(3)?, ty)?,
+            },
+            "mad" if m.get(1) == Some(&"lo") && matches!(ty, "s64" | "u64") => Op::Mad {
+                dst: self.dst(a.first())?,
+                a: self.src(arg(1)?, ty)?,
+                b: self.src(arg(2)?, ty)?,
+                c: self.src(arg(3)?, ty)?,
+            },
+            "not" if ty == "pred" => Op::Not {
+                dst: self.dst(a.first())?,
+                src: self.src(arg(1)?, ty)?,
+            },
+            "neg" | "abs" | "sqrt" => Op::Un {
+                dst: self.dst(a.first())?,
+                op: unary(m[0], ty)?,
+                src: self.src(arg(1)?, ty)?,
+            },
+            "bar" | "barrier" => {
+                return Err(
+                    "barriers are not simulated yet (the simulator runs threads one after another)"
+                        .into(),
+                )
+            }
+            _ => Op::Bin {
+                dst: self.dst(a.first())?,
+                op: binary(&m)?,
+                a: self.src(arg(1)?, ty)?,
+                b: self.src(arg(2)?, ty)?,
+            },
+        })
+    }
+}
+
+fn width(ty: &str) -> Result<u8, String> {
+    match ty {
+        "f32" | "u32" | "s32" | "b32" => Ok(4),
+        "f64" | "u64" | "s64" | "b64" => Ok(8),
+        t => Err(format!("no memory access of type `{t}`")),
+    }
+}
+
+fn comparison(cmp: &str, ty: &str) -> Result<Cmp, String> {
+    let f = |c: &str| {
+        Some(match c {
+            "eq" => FCmp::Eq,
+            "neu" => FCmp::Neu,
+            "ge" => FCmp::Ge,
+            "gt" => FCmp::Gt,
+            "le" => FCmp::Le,
+            "lt" => FCmp::Lt,
+            "nan" => FCmp::Nan,
+            "num" => FCmp::Num,
+            _ => return None,
+        })
+    };
+    let i = |c: &str| {
+        Some(match c {
+            "eq" => ICmp::Eq,
+            "ne" => ICmp::Ne,
+            "ge" => ICmp::Ge,
+            "gt" => ICmp::Gt,
+            "le" => ICmp::Le,
+            "lt" => ICmp::Lt,
+            _ => return None,
+        })
+    };
+    let bad = || format!("no comparison `{cmp}` of `{ty}`");
+    Ok(match ty {
+        "f32" => Cmp::F32(f(cmp).ok_or_else(bad)?),
+        "f64" => Cmp::F64(f(cmp).ok_or_else(bad)?),
+        "s64" => Cmp::Int(i(cmp).ok_or_else(bad)?, IntTy::S64),
+        "u64" => Cmp::Int(i(cmp).ok_or_else(bad)?, IntTy::U64),
+        "s32" => Cmp::Int(i(cmp).ok_or_else(bad)?, IntTy::S32),
+        "u32" => Cmp::Int(i(cmp).ok_or_else(bad)?, IntTy::U32),
+        _ => return Err(bad()),
+    })
+}
+
+/// `cvt` modifiers: `[rounding.]dst.src`.
+fn conversion(m: &[&str]) -> Result<Conv, String> {
+    let (round, dst, src) = match m {
+        [d, s] => ("", *d, *s),
+        [r, d, s] => (*r, *d, *s),
+        _ => return Err(format!("bad conversion `cvt.{}`", m.join("."))),
+    };
+    let int_round = || match round {
+        "rzi" => Some(Round::Zero),
+        "rni" => Some(Round::Nearest),
+        "rmi" => Some(Round::Down),
+        _ => None,
+    };
+    let conv = match (dst, src) {
+        ("u64", "u32") => Some(Conv::U32ToU64),
+        ("u32", "u64") => Some(Conv::U64ToU32),
+        ("f64", "f32") => Some(Conv::F32ToF64),
+        ("f32", "f64") if round == "rn" => Some(Conv::F64ToF32Rn),
+        ("f32", "s64") if round == "rn" => Some(Conv::S64ToF32Rn),
+        ("f64", "s64") if round == "rn" => Some(Conv::S64ToF64Rn),
+        ("f64", "f64") => int_round().map(Conv::RoundF64),
+        ("f32", "f32") => int_round().map(Conv::RoundF32),
+        ("s64", "f32" | "f64") => int_round().map(|r| Conv::ToS64(r, src == "f32")),
+        ("s32", "f32" | "f64") => int_round().map(|r| Conv::ToS32(r, src == "f32")),
+        _ => None,
+    };
+    conv.ok_or_else(|| format!("bad conversion `cvt.{}`", m.join(".")))
+}
+
+fn unary(op: &str, ty: &str) -> Result<Un, String> {
+    Ok(match (op, ty) {
+        ("neg", "f32") => Un::NegF32,
+        ("neg", "f64") => Un::NegF64,
+        ("abs", "f32") => Un::AbsF32,
+        ("abs", "f64") => Un::AbsF64,
+        ("abs", "s32") => Un::AbsS32,
+        ("sqrt", "f32") => Un::SqrtF32,
+        ("sqrt", "f64") => Un::SqrtF64,
+        _ => return Err(format!("unknown instruction `{op}.{ty}`")),
+    })
+}
+
+fn binary(m: &[&str]) -> Result<Bin, String> {
+    let ty = *m.last().unwrap_or(&"");
+    let rn = m.get(1) == Some(&"rn");
+    let unknown = || format!("unknown instruction `{}`", m.join("."));
+    // Every float add/mul/div is `.rn` (no contraction into FMA).
+    Ok(match (m[0], ty) {
+        ("add", "f32") if rn => Bin::AddF32,
+        ("sub", "f32") if rn => Bin::SubF32,
+        ("mul", "f32") if rn => Bin::MulF32,
+        ("div", "f32") if rn => Bin::DivF32,
+        ("add", "f64") if rn => Bin::AddF64,
+        ("sub", "f64") if rn => Bin::SubF64,
+        ("mul", "f64") if rn => Bin::MulF64,
+        ("div", "f64") if rn => Bin::DivF64,
+        ("min", "f64") => Bin::MinF64,
+        ("max", "f64") => Bin::MaxF64,
+        ("copysign", "f64") => Bin::CopysignF64,
+        ("add", "s64" | "u64" | "s32" | "u32") => Bin::Add,
+        ("sub", "s64" | "u64" | "s32" | "u32") => Bin::Sub,
+        ("mul", "s64" | "u64") if m.get(1) == Some(&"lo") => Bin::MulLo,
+        ("mul", "u32") if m.get(1) == Some(&"wide") => Bin::MulWideU32,
+        ("div", "s64") => Bin::DivS64,
+        ("rem", "s64") => Bin::RemS64,
+        ("div", "u64") => Bin::DivU64,
+        ("rem", "u64") => Bin::RemU64,
+        ("div", "u32") => Bin::DivU32,
+        ("rem", "u32") => Bin::RemU32,
+        ("max", "s64") => Bin::MaxS64,
+        ("min", "s64") => Bin::MinS64,
+        ("shl", "b64") => Bin::Shl64,
+        ("shr", "u64") => Bin::ShrU64,
+        ("shr", "u32") => Bin::ShrU32,
+        ("and", "b64") => Bin::And64,
+        ("or", "b64") => Bin::Or64,
+        ("and", "b32") => Bin::And32,
+        ("and", "pred") => Bin::AndPred,
+        ("or", "pred") => Bin::OrPred,
+        _ => return Err(unknown()),
+    })
+}
+
+/// An immediate of type `ty`: `0fXXXXXXXX` (f32 bits), `0dX…` (f64
+/// bits), `0x…`, or a decimal integer.
+fn imm(s: &str, ty: &str) -> Option<u64> {
+    if let Some(h) = s.strip_prefix("0f") {
+        return u32::from_str_radix(h, 16).ok().map(|x| x as u64);
+    }
+    if let Some(h) = s.strip_prefix("0d") {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    if let Some(h) = s.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    let v: i64 = s.parse().ok()?;
+    Some(match ty {
+        "u32" | "s32" | "b32" => v as u32 as u64,
+        _ => v as u64,
+    })
+}
+
+fn f32b(x: u64) -> f32 {
+    f32::from_bits(x as u32)
+}
+fn f32u(x: f32) -> u64 {
+    x.to_bits() as u64
+}
+fn f64b(x: u64) -> f64 {
+    f64::from_bits(x)
+}
+
+impl Program {
+    /// Decodes the first `.entry` function of a module.
+    pub(crate) fn decode(text: &str) -> Result<Program, String> {
+        let start = text.find(".entry").ok_or("no .entry")?;
+        let open = text[start..].find('(').ok_or("no (")? + start;
+        let close = text[open..].find(')').ok_or("no )")? + open;
+        let params: Vec<String> = text[open + 1..close]
+            .split(',')
+            .map(|p| p.split_whitespace().last().unwrap_or("").to_string())
+            .collect();
+        let body_start = text[close..].find('{').ok_or("no body")? + close + 1;
+        let body_end = text.rfind('}').ok_or("no end")?;
+        let mut labels: HashMap<String, u32> = HashMap::new();
+        let mut lines: Vec<String> = Vec::new();
+        for line in text[body_start..body_end].lines() {
+            let line = line.split("//").next().unwrap_or("").trim();
+            if line.is_empty() || line.starts_with(".reg") {
+                continue;
+            }
+            if let Some(l) = line.strip_suffix(':') {
+                labels.insert(l.to_string(), lines.len() as u32);
+                continue;
+            }
+            let line = line
+                .strip_suffix(';')
+                .ok_or_else(|| format!("no `;`: {line}"))?;
+            lines.push(line.to_string());
+        }
+        let mut d = Decoder {
+            params: &params,
+            regs: HashMap::new(),
+            labels,
+        };
+        let mut code = Vec::with_capacity(lines.len());
+        for (n, line) in lines.iter().enumerate() {
+            let (guard, rest) = match line.strip_prefix('@') {
+                Some(g) => {
+                    let (p, rest) = g
+                        .split_once(char::is_whitespace)
+                        .ok_or_else(|| format!("bad guard: {line}"))?;
+                    let (neg, p) = match p.strip_prefix('!') {
+                        Some(p) => (true, p),
+                        None => (false, p),
+                    };
+                    (Some((d.reg(p), neg)), rest.trim())
+                }
+                None => (None, line.as_str()),
+            };
+            let op = d.op(rest).map_err(|e| format!("{e} in `{line}`"))?;
+            code.push(Inst {
+                guard,
+                op,
+                line: n as u32,
+            });
+        }
+        Ok(Program {
+            nregs: d.regs.len(),
+            params,
+            code,
+            lines,
+        })
+    }
+
+    /// Runs the kernel on `grid × block` threads with `params` (the
+    /// parameters' values, in order) over `memory`. Errors name the
+    /// thread and the instruction.
+    pub(crate) fn run(
+        &self,
+        params: &[u64],
+        grid: u32,
+        block: u32,
+        memory: &mut dyn Memory,
+    ) -> Result<(), String> {
+        if params.len() != self.params.len() {
+            return Err(format!(
+                "{} parameters given for {}",
+                params.len(),
+                self.params.len()
+            ));
+        }
+        let mut r = vec![0u64; self.nregs];
+        for b in 0..grid {
+            for t in 0..block {
+                let thread = b as u64 * block as u64 + t as u64;
+                r.iter_mut().for_each(|x| *x = 0);
+                self.thread(params, [t, block, b, grid], thread, &mut r, memory)
+                    .map_err(|(e, line)| match line {
+                        Some(l) => format!("thread {thread}: {e} in `{}`", self.lines[l]),
+                        None => format!("thread {thread}: {e}"),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn thread(
+        &self,
+        params: &[u64],
+        special: [u32; 4],
+        thread: u64,
+        r: &mut [u64],
+        memory: &mut dyn Memory,
+    ) -> Result<(), (String, Option<usize>)> {
+        let val = |s: Src, r: &[u64]| -> u64 {
+            match s {
+                Src::Reg(i) => r[i as usize],
+                Src::Imm(x) => x,
+                Src::Special(Special::Tid) => special[0] as u64,
+                Src::Special(Special::Ntid) => special[1] as u64,
+                Src::Special(Special::Ctaid) => special[2] as u64,
+                Src::Special(Special::Nctaid) => special[3] as u64,
+            }
+        };
+        let mut pc = 0usize;
+        let mut steps = 0u64;
+        while let Some(inst) = self.code.get(pc) {
+            steps += 1;
+            if steps > MAX_STEPS_PER_THREAD {
+                return Err(("runs too long".into(), Some(inst.line as usize)));
+            }
+            pc += 1;
+            if let Some((p, neg)) = inst.guard {
+                if (r[p as usize] != 0) == neg {
+                    continue;
+                }
+            }
+            let at = |e: String| (e, Some(inst.line as usize));
+            match inst.op {
+                Op::Ret => return Ok(()),
+                Op::Bra(l) => pc = l as usize,
+                Op::LdParam { dst, param } => r[dst as usize] = params[param as usize],
+                Op::Mov { dst, src } => r[dst as usize] = val(src, r),
+                Op::Ld { dst, addr, size } => {
+                    r[dst as usize] = memory.load(r[addr as usize], size as usize).map_err(at)?
+                }
+                Op::St { addr, src, size } => {
+                    let bits = val(src, r);
+                    memory
+                        .store(r[addr as usize], size as usize, bits, thread)
+                        .map_err(at)?
+                }
+                Op::Setp { dst, cmp, a, b } => {
+                    r[dst as usize] = compare(cmp, val(a, r), val(b, r)) as u64
+                }
+                Op::Selp { dst, a, b, p } => {
+                    r[dst as usize] = if val(p, r) != 0 { val(a, r) } else { val(b, r) }
+                }
+                Op::Cvt { dst, conv, src } => r[dst as usize] = convert(conv, val(src, r)),
+                Op::Fma64 { dst, a, b, c } => {
+                    r[dst as usize] = f64b(val(a, r))
+                        .mul_add(f64b(val(b, r)), f64b(val(c, r)))
+                        .to_bits()
+                }
+                Op::Mad { dst, a, b, c } => {
+                    r[dst as usize] = val(a, r).wrapping_mul(val(b, r)).wrapping_add(val(c, r))
+                }
+                Op::Not { dst, src } => r[dst as usize] = (val(src, r) == 0) as u64,
+                Op::Un { dst, op, src } => r[dst as usize] = apply_unary(op, val(src, r)),
+                Op::Bin { dst, op, a, b } => {
+                    r[dst as usize] = apply_binary(op, val(a, r), val(b, r))
+                        .ok_or_else(|| at("integer division by zero or bad shift".into()))?
+                }
+            }
+        }
+        Err(("fell off the end without `ret`".into(), None))
+    }
+}
+
+fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
+    let float = |c: FCmp, x: f64, y: f64| match c {
+        FCmp::Eq => x == y,
+        FCmp::Neu => x != y,
+        FCmp::Ge => x >= y,
+        FCmp::Gt => x > y,
+        FCmp::Le => x <= y,
+        FCmp::Lt => x < y,
+        FCmp::Nan => x.is_nan() || y.is_nan(),
+        FCmp::Num => !x.is_nan() && !y.is_nan(),
+    };
+    match cmp {
+        Cmp::F32(c) => float(c, f32b(a) as f64, f32b(b) as f64),
+        Cmp::F64(c) => float(c, f64b(a), f64b(b)),
+        Cmp::Int(c, ty) => {
+            let (x, y): (i128, i128) = match ty {
+                IntTy::S64 => (a as i64 as i128, b as i64 as i128),
+                IntTy::U64 => (a as i128, b as i128),
+                IntTy::S32 => (a as u32 as i32 as i128, b as u32 as i32 as i128),
+                IntTy::U32 => (a as u32 as i128, b as u32 as i128),
+            };
+            match c {
+                ICmp::Eq => x == y,
+                ICmp::Ne => x != y,
+                ICmp::Ge => x >= y,
+                ICmp::Gt => x > y,
+                ICmp::Le => x <= y,
+                ICmp::Lt => x < y,
+            }
+        }
+    }
+}
+
+fn convert(conv: Conv, a: u64) -> u64 {
+    let float = |from_f32: bool| if from_f32 { f32b(a) as f64 } else { f64b(a) };
+    match conv {
+        Conv::U32ToU64 | Conv::U64ToU32 => a as u32 as u64,
+        Conv::F32ToF64 => f64::from(f32b(a)).to_bits(),
+        Conv::F64ToF32Rn => f32u(f64b(a) as f32),
+        Conv::S64ToF32Rn => f32u(a as i64 as f32),
+        Conv::S64ToF64Rn => (a as i64 as f64).to_bits(),
+        Conv::RoundF64(r) => r.apply(f64b(a)).to_bits(),
+        Conv::RoundF32(r) => f32u(r.apply(f32b(a) as f64) as f32),
+        Conv::ToS64(r, from_f32) => r.apply(float(from_f32)) as i64 as u64,
+        Conv::ToS32(r, from_f32) => r.apply(float(from_f32)) as i32 as u32 as u64,
+    }
+}
+
+fn apply_unary(op: Un, a: u64) -> u64 {
+    match op {
+        Un::NegF32 => f32u(-f32b(a)),
+        Un::NegF64 => (-f64b(a)).to_bits(),
+        Un::AbsF32 => f32u(f32b(a).abs()),
+        Un::AbsF64 => f64b(a).abs().to_bits(),
+        Un::AbsS32 => (a as u32 as i32).wrapping_abs() as u32 as u64,
+        Un::SqrtF32 => f32u(f32b(a).sqrt()),
+        Un::SqrtF64 => f64b(a).sqrt().to_bits(),
+    }
+}
+
+fn apply_binary(op: Bin, a: u64, b: u64) -> Option<u64> {
+    let (sa, sb) = (a as i64, b as i64);
+    let (fa, fb) = (f32b(a), f32b(b));
+    let (da, db) = (f64b(a), f64b(b));
+    Some(match op {
+        Bin::AddF32 => f32u(fa + fb),
+        Bin::SubF32 => f32u(fa - fb),
+        Bin::MulF32 => f32u(fa * fb),
+        Bin::DivF32 => f32u(fa / fb),
+        Bin::AddF64 => (da + db).to_bits(),
+        Bin::SubF64 => (da - db).to_bits(),
+        Bin::MulF64 => (da * db).to_bits(),
+        Bin::DivF64 => (da / db).to_bits(),
+        Bin::MinF64 => da.min(db).to_bits(),
+        Bin::MaxF64 => da.max(db).to_bits(),
+        Bin::CopysignF64 => db.copysign(da).to_bits(),
+        Bin::Add => a.wrapping_add(b),
+        Bin::Sub => a.wrapping_sub(b),
+        Bin::MulLo => a.wrapping_mul(b),
+        Bin::MulWideU32 => (a as u32 as u64) * (b as u32 as u64),
+        Bin::DivS64 => sa.checked_div(sb)? as u64,
+        Bin::RemS64 => sa.checked_rem(sb)? as u64,
+        Bin::DivU64 => a.checked_div(b)?,
+        Bin::RemU64 => a.checked_rem(b)?,
+        Bin::DivU32 => (a as u32).checked_div(b as u32)? as u64,
+        Bin::RemU32 => (a as u32).checked_rem(b as u32)? as u64,
+        Bin::MaxS64 => sa.max(sb) as u64,
+        Bin::MinS64 => sa.min(sb) as u64,
+        Bin::Shl64 => a.checked_shl(b as u32)?,
+        Bin::ShrU64 => a.checked_shr(b as u32)?,
+        Bin::ShrU32 => ((a as u32).checked_shr(b as u32)?) as u64,
+        Bin::And64 => a & b,
+        Bin::Or64 => a | b,
+        Bin::And32 => (a as u32 & b as u32) as u64,
+        Bin::AndPred => ((a != 0) && (b != 0)) as u64,
+        Bin::OrPred => ((a != 0) || (b != 0)) as u64,
+    })
+}
