@@ -525,9 +525,11 @@ fn step_alone_compiles_nothing_and_allocates_from_the_pool_only() {
     ];
     for (opt, blocks) in &mut opts {
         for step in 0..3 {
-            let (s, a) = (tenjin::stats(), tenjin::alloc::stats());
+            // The pool of the device the parameters live on.
+            let pool = || tenjin::alloc::stats_for(tenjin::default_device());
+            let (s, a) = (tenjin::stats(), pool());
             opt.step().unwrap();
-            let (s2, a2) = (tenjin::stats(), tenjin::alloc::stats());
+            let (s2, a2) = (tenjin::stats(), pool());
             assert_eq!(s, s2);
             let taken = a2.pool_hits + a2.pool_misses - a.pool_hits - a.pool_misses;
             assert_eq!(taken, *blocks, "step {step}");

@@ -137,7 +137,7 @@ pub(crate) fn tangent(
         }
         let refs: Vec<&Tensor> = args.iter().collect();
         let name = format!("t{}", node.op_name());
-        let t = apply_index_fn(&name, &tf.f, &tf.text, &refs, dtype)?;
+        let t = apply_index_fn(&name, &tf.f, &tf.text, &refs, dtype, output.device())?;
         tangent.insert(node.id(), t);
     }
     tangent

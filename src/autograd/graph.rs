@@ -136,17 +136,22 @@ pub(crate) fn gradients(
     }
     trace::with_grad_enabled(create_graph, || {
         let dtype = outputs.first().map_or(crate::DType::F32, |y| y.dtype());
+        let device = outputs
+            .first()
+            .map_or_else(crate::tensor::default_device, |y| y.device());
         let batch = match (&seed, outputs.first()) {
             (Seed::Identity, Some(y)) => y.shape().to_vec(),
             _ => Vec::new(),
         };
-        Walk::new(inputs, batch, dtype)?.run(outputs, seed)
+        Walk::new(inputs, batch, dtype, device)?.run(outputs, seed)
     })
 }
 
 struct Walk {
     batch: Vec<usize>,
     dtype: crate::DType,
+    /// Where the gradients are computed (the outputs' device).
+    device: crate::Device,
     wanted: Vec<Target>,
     /// Gradients collected so far, per target.
     pending: HashMap<Target, Pending>,
@@ -158,7 +163,12 @@ struct Walk {
 }
 
 impl Walk {
-    fn new(inputs: &[&Tensor], batch: Vec<usize>, dtype: crate::DType) -> Result<Walk, Error> {
+    fn new(
+        inputs: &[&Tensor],
+        batch: Vec<usize>,
+        dtype: crate::DType,
+        device: crate::Device,
+    ) -> Result<Walk, Error> {
         let wanted: Vec<Target> = inputs
             .iter()
             .map(|x| target_of(x.origin()).expect("inputs require a gradient"))
@@ -171,6 +181,7 @@ impl Walk {
         Ok(Walk {
             batch,
             dtype,
+            device,
             wanted,
             pending: HashMap::new(),
             useful: HashSet::new(),
@@ -244,7 +255,14 @@ impl Walk {
             Pending::Value(v) => Ok(v),
             Pending::Lazy { f, args } => {
                 let refs: Vec<&Tensor> = args.iter().collect();
-                apply_index_fn("gradient", &f, &f.to_string(), &refs, self.dtype)
+                apply_index_fn(
+                    "gradient",
+                    &f,
+                    &f.to_string(),
+                    &refs,
+                    self.dtype,
+                    self.device,
+                )
             }
         }
     }
@@ -376,7 +394,7 @@ impl Walk {
     ) -> Result<Pending, Error> {
         let run = |f: &IndexFn, text: &str, args: &[Tensor]| -> Result<Pending, Error> {
             let refs: Vec<&Tensor> = args.iter().collect();
-            apply_index_fn(name, f, text, &refs, self.dtype).map(Pending::Value)
+            apply_index_fn(name, f, text, &refs, self.dtype, self.device).map(Pending::Value)
         };
         let with_seed = |args: &mut Vec<Tensor>, v: &Tensor| {
             if let Some(k) = seed {

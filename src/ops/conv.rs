@@ -730,7 +730,14 @@ impl Tensor {
                 )),
             })
             .collect::<Result<_, Error>>()?;
-        let y = super::apply_index_fn(op, &dx, &dx.to_string(), &inputs, self.dtype())?;
+        let y = super::apply_index_fn(
+            op,
+            &dx,
+            &dx.to_string(),
+            &inputs,
+            self.dtype(),
+            self.device(),
+        )?;
         match b {
             Some(b) => y.add(&b.reshape(&[1, ws[1], 1, 1])?),
             None => Ok(y),

@@ -58,14 +58,16 @@ pub(crate) fn apply(
 
 /// Applies an index function built by the runtime itself (a derivative
 /// recorded for a graph of gradients) to tensors given in the order of its
-/// arguments. `text` is `f` as printed: it keys the plan cache exactly as
-/// an op's source text does.
+/// arguments, on `device` (where the arguments must be; the device of a
+/// function of no arguments). `text` is `f` as printed: it keys the plan
+/// cache exactly as an op's source text does.
 pub(crate) fn apply_index_fn(
     op: &str,
     f: &IndexFn,
     text: &str,
     args: &[&Tensor],
     dtype: DType,
+    device: Device,
 ) -> Result<Tensor, Error> {
     if f.args().len() != args.len() {
         return Err(Error::Invalid {
@@ -97,7 +99,17 @@ pub(crate) fn apply_index_fn(
             ));
         }
     }
-    apply_as(op, Def::Function { f, text, dtype }, &named, Output::Fresh)
+    apply_as(
+        op,
+        Def::Function {
+            f,
+            text,
+            dtype,
+            device,
+        },
+        &named,
+        Output::Fresh,
+    )
 }
 
 /// What an op computes: its source text, or a function built already.
@@ -112,6 +124,8 @@ enum Def<'a> {
         text: &'a str,
         /// The element type (a function may read no argument).
         dtype: DType,
+        /// Where it runs (the arguments must be there too).
+        device: Device,
     },
 }
 
@@ -131,7 +145,10 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         Def::Function { dtype, .. } if args.is_empty() => dtype,
         _ => common_dtype(op, args)?,
     };
-    let device = common_device(op, args)?;
+    let device = match def {
+        Def::Function { device, .. } if args.is_empty() => device,
+        _ => common_device(op, args)?,
+    };
     let (src, sizes) = match def {
         Def::Text { src, sizes } => (src, sizes),
         Def::Function { text, .. } => (text, &[][..]),
@@ -315,11 +332,12 @@ fn push_device(key: &mut String, device: Device) {
     }
 }
 
-/// The device of every argument (the CPU for none), or an error naming the
-/// op and two devices: nothing moves between devices silently.
+/// The device of every argument (the default device for none), or an
+/// error naming the op and two devices: nothing moves between devices
+/// silently.
 fn common_device(op: &str, args: &[(&str, &Tensor)]) -> Result<Device, Error> {
     let Some((_, first)) = args.first() else {
-        return Ok(Device::Cpu);
+        return Ok(crate::tensor::default_device());
     };
     let device = first.device();
     match args.iter().find(|(_, t)| t.device() != device) {

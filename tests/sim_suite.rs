@@ -1,0 +1,34 @@
+//! The op/gradcheck, tape, higher-order and nn/optim suites with every
+//! tensor on the simulated GPU: `tenjin::cuda::simulate()` and
+//! `set_default_device(Device::Cuda(0))` before any test starts, so every
+//! constructor creates on the device, every op and derivative runs its
+//! PTX in the simulator (every access checked), and the suites' own
+//! assertions (finite differences, reference values) hold there.
+//!
+//! Run it with `--test-threads=1`: the included suites assert on
+//! process-wide statistics.
+
+#[path = "ops_gradcheck.rs"]
+mod ops_gradcheck;
+
+#[path = "tape.rs"]
+mod tape;
+
+#[path = "higher_order.rs"]
+mod higher_order;
+
+#[path = "nn_optim.rs"]
+mod nn_optim;
+
+#[ctor::ctor]
+fn on_the_simulated_device() {
+    tenjin::cuda::simulate().expect("the simulated device");
+    tenjin::set_default_device(tenjin::Device::Cuda(0));
+}
+
+#[test]
+fn tensors_are_on_the_simulated_device() {
+    let x = tenjin::Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap();
+    assert_eq!(x.device(), tenjin::Device::Cuda(0));
+    assert!(tenjin::cuda::is_simulated());
+}
