@@ -18,23 +18,9 @@
 //! two cores it cost tens of microseconds per call and scaled poorly on
 //! `x·wᵀ`. Batch and K-outer loops run inside each tile.
 
-use crate::kernel::contraction::{Contraction, Dim};
+use crate::kernel::contraction::{offsets, Contraction};
 
 use crate::dtype::Element;
-
-/// Offsets (first operand, second operand, output) of the `flat`-th point
-/// of the loop nest `dims` (row-major, the last dimension fastest).
-fn offsets(dims: &[Dim], mut flat: usize) -> (isize, isize, isize) {
-    let (mut a, mut b, mut o) = (0isize, 0isize, 0isize);
-    for d in dims.iter().rev() {
-        let i = (flat % d.len) as isize;
-        flat /= d.len;
-        a += i * d.a;
-        b += i * d.b;
-        o += i * d.out;
-    }
-    (a, b, o)
-}
 
 /// Tile edges are multiples of this (elements of m or n).
 const TILE_ALIGN: usize = 16;

@@ -1,18 +1,20 @@
 //! The GPU backend behind the runtime's `Backend` interface, over any
 //! [`Driver`]: a real GPU through cudarc or the simulated device.
 //!
-//! Owns [`GpuBackend`]: compiling a planned route (a loop nest emitted as
-//! PTX and loaded; GEMM routes and host stages are refused with an error
-//! until cuBLAS and GPU host kernels exist — the planner routes no
-//! contraction to GEMM for the GPU yet), launching it one thread per
-//! output element in a grid-stride loop, and the buffer operations (fill,
-//! add: `ptx::builtin` kernels; copies between the host and the device).
-//! Must not plan: it compiles exactly the route it is given.
+//! Owns [`GpuBackend`]: compiling a planned route — a loop nest emitted as
+//! PTX and loaded, launched one thread per output element in a
+//! grid-stride loop; a contraction as cuBLAS calls
+//! (`Contraction::blas`), followed by its epilogue's loop kernel in place
+//! over the output; host stages are refused with an error until GPU host
+//! kernels exist — and the buffer operations (fill, add: `ptx::builtin`
+//! kernels; copies between the host and the device). Must not plan: it
+//! compiles exactly the route it is given.
 
-use super::driver::{Arg, Driver};
+use super::driver::{Arg, Driver, GemmCall, Matrix};
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
 use crate::kernel::backend::{check_same, Backend, Executable, Operand, OperandMut, Target};
+use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
 use crate::kernel::{Kernel, Route};
 use crate::{DType, Error};
 use std::collections::HashMap;
@@ -92,6 +94,115 @@ impl<D: Driver> Executable for LoopKernel<D> {
     }
 }
 
+/// A contraction through cuBLAS, then, for a GEMM-then-loop route, the
+/// epilogue's loop kernel over the output in place (it reads the product
+/// as its last argument, at the output index only).
+struct GemmKernel<D: Driver> {
+    driver: Arc<D>,
+    contraction: Contraction,
+    plan: BlasPlan,
+    epilogue: Option<LoopKernel<D>>,
+}
+
+impl<D: Driver> GemmKernel<D> {
+    fn err(&self, message: String) -> Error {
+        Error::Invalid {
+            function: "gemm".into(),
+            message,
+        }
+    }
+}
+
+impl<D: Driver> Executable for GemmKernel<D> {
+    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        let total = out.len();
+        if total == 0 {
+            return Ok(());
+        }
+        let dtype = out.dtype();
+        let target = Arg::Buffer {
+            addr: out.address(),
+            bytes: total * dtype.size(),
+            writable: true,
+        };
+        let p = &self.plan;
+        // BLAS's A and B: the contraction's operands, swapped for a
+        // row-major output (Cᵀ = Bᵀ·Aᵀ).
+        let [first, second] = self.contraction.operands();
+        let (a, b) = if p.swapped {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        let operand = |(arg, _): (usize, usize)| {
+            inputs
+                .get(arg)
+                .map(input)
+                .ok_or_else(|| self.err(format!("no operand {arg}")))
+        };
+        let (a_buf, b_buf) = (operand(a)?, operand(b)?);
+        let at = |base: usize, off: isize| {
+            usize::try_from(base as isize + off)
+                .map_err(|_| self.err("a negative operand offset".into()))
+        };
+        let k_outer = self.contraction.k_outer();
+        let n_outer: usize = p.outer.iter().map(|d| d.len).product();
+        let n_k: usize = k_outer.iter().map(|d| d.len).product();
+        for oi in 0..n_outer {
+            let (oa, ob, oo) = offsets(&p.outer, oi);
+            for ki in 0..n_k {
+                let (ka, kb, _) = offsets(k_outer, ki);
+                let (off_a, off_b) = if p.swapped {
+                    (ob + kb, oa + ka)
+                } else {
+                    (oa + ka, ob + kb)
+                };
+                let call = GemmCall {
+                    dtype,
+                    trans_a: p.trans_a,
+                    trans_b: p.trans_b,
+                    m: p.m,
+                    n: p.n,
+                    k: p.k,
+                    alpha: p.alpha,
+                    a: Matrix {
+                        buffer: a_buf,
+                        offset: at(a.1, off_a)?,
+                        ld: p.lda,
+                        stride: p.stride_a,
+                    },
+                    b: Matrix {
+                        buffer: b_buf,
+                        offset: at(b.1, off_b)?,
+                        ld: p.ldb,
+                        stride: p.stride_b,
+                    },
+                    // The extra summed dimensions accumulate.
+                    beta: if ki > 0 { 1.0 } else { 0.0 },
+                    c: Matrix {
+                        buffer: target,
+                        offset: at(0, oo)?,
+                        ld: p.ldc,
+                        stride: p.stride_c,
+                    },
+                    batch: p.batch,
+                };
+                self.driver.gemm(&call)?;
+            }
+        }
+        if let Some(e) = &self.epilogue {
+            let mut args = inputs.to_vec();
+            args.push(out.as_operand());
+            e.launch(target, total, &args)?;
+        }
+        Ok(())
+    }
+
+    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
 /// A stable name for a kernel's module (the dump file).
 fn kernel_hash(k: &Kernel) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -123,6 +234,15 @@ impl<D: Driver> GpuBackend<D> {
             device: self.device.to_string(),
             message: message.to_string(),
         }
+    }
+
+    /// `kernel` emitted as PTX and loaded.
+    fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
+        let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
+        Ok(LoopKernel {
+            driver: self.driver.clone(),
+            function: self.driver.load(&text)?,
+        })
     }
 
     /// The loaded module of a buffer operation.
@@ -159,18 +279,25 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn compile(&self, route: &Route, dtype: DType) -> Result<Box<dyn Executable>, Error> {
+        let gemm = |c: &Contraction, epilogue: Option<LoopKernel<D>>| {
+            let plan = c.blas().ok_or_else(|| {
+                self.err("a contraction cuBLAS cannot express reached the GPU backend (the planner routes those to loop kernels)")
+            })?;
+            Ok(Box::new(GemmKernel {
+                driver: self.driver.clone(),
+                contraction: c.clone(),
+                plan,
+                epilogue,
+            }) as Box<dyn Executable>)
+        };
         match route {
-            Route::Loop(kernel) => {
-                let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
-                Ok(Box::new(LoopKernel {
-                    driver: self.driver.clone(),
-                    function: self.driver.load(&text)?,
-                }))
-            }
-            Route::Gemm(_) | Route::GemmThenLoop { .. } => Err(self.err(
-                "a GEMM route reached the GPU backend, which has no cuBLAS yet (the planner routes \
-                 contractions for the GPU as loop kernels)",
-            )),
+            Route::Loop(kernel) => Ok(Box::new(self.loop_kernel(kernel, dtype)?)),
+            Route::Gemm(c) => gemm(c, None),
+            Route::GemmThenLoop {
+                contraction,
+                kernel,
+                ..
+            } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
             Route::Host(h) => Err(self.err(format!(
                 "`{}` is a host stage with no GPU kernel yet: index_select, embedding, gather, \
                  to_dtype and checkpoint run on the CPU only",

@@ -7,10 +7,11 @@
 //! when the library is missing, so its presence is checked first. Must
 //! not plan or emit kernels nor decide what to run.
 
-use super::driver::{Arg, Driver};
+use super::driver::{Arg, Driver, GemmCall};
 use super::ptx::{self, Arch};
 use crate::alloc::Device;
 use crate::Error;
+use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{
     result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -44,6 +45,9 @@ pub(crate) struct CudaDriver {
     stream: Arc<CudaStream>,
     arch: Arch,
     sms: u32,
+    /// cuBLAS on the device's stream, opened on the first GEMM (its
+    /// library may be missing: then every GEMM is an error).
+    blas: OnceLock<Result<CudaBlas, String>>,
 }
 
 impl CudaDriver {
@@ -90,11 +94,35 @@ impl CudaDriver {
             stream,
             arch,
             sms,
+            blas: OnceLock::new(),
         })
     }
 
     fn err(&self, message: impl std::fmt::Display) -> Error {
         device_error(self.ordinal, message)
+    }
+
+    /// cuBLAS, opened once, in full f32 precision (`CUBLAS_DEFAULT_MATH`:
+    /// no TF32 tensor-core rounding).
+    fn blas(&self) -> Result<&CudaBlas, Error> {
+        let opened = self.blas.get_or_init(|| {
+            // SAFETY: only probes whether the library can be opened.
+            if !unsafe { cublas::sys::is_culib_present() } {
+                return Err("the cuBLAS library (libcublas) is not installed".into());
+            }
+            let blas = CudaBlas::new(self.stream.clone()).map_err(|e| e.to_string())?;
+            // SAFETY: a live handle.
+            unsafe {
+                cublas::sys::cublasSetMathMode(
+                    *blas.handle(),
+                    cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+                )
+            }
+            .result()
+            .map_err(|e| e.to_string())?;
+            Ok(blas)
+        });
+        opened.as_ref().map_err(|e| self.err(e))
     }
 }
 
@@ -140,6 +168,75 @@ impl Driver for CudaDriver {
         // and writes nothing else.
         unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    fn gemm(&self, call: &GemmCall) -> Result<(), Error> {
+        use cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let blas = self.blas()?;
+        let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let int = |x: usize| i32::try_from(x).map_err(|_| self.err("a GEMM size beyond 32 bits"));
+        let (m, n, k) = (int(call.m)?, int(call.n)?, int(call.k)?);
+        let (lda, ldb, ldc) = (int(call.a.ld)?, int(call.b.ld)?, int(call.c.ld)?);
+        let batch = int(call.batch)?;
+        let (sa, sb, sc) = (
+            call.a.stride as i64,
+            call.b.stride as i64,
+            call.c.stride as i64,
+        );
+        let d = call.dtype;
+        let (a, b, c) = (call.a.address(d), call.b.address(d), call.c.address(d));
+        // SAFETY: the runtime checked every operand's device, length and
+        // dtype; the plan keeps every element a call touches inside its
+        // operand (`Contraction::blas`), and C is a fresh output.
+        let status = unsafe {
+            match d {
+                crate::DType::F32 => {
+                    let (alpha, beta) = (call.alpha as f32, call.beta as f32);
+                    cublas::result::sgemm_strided_batched(
+                        *blas.handle(),
+                        op(call.trans_a),
+                        op(call.trans_b),
+                        m,
+                        n,
+                        k,
+                        &alpha,
+                        a as *const f32,
+                        lda,
+                        sa,
+                        b as *const f32,
+                        ldb,
+                        sb,
+                        &beta,
+                        c as *mut f32,
+                        ldc,
+                        sc,
+                        batch,
+                    )
+                }
+                crate::DType::F64 => cublas::result::dgemm_strided_batched(
+                    *blas.handle(),
+                    op(call.trans_a),
+                    op(call.trans_b),
+                    m,
+                    n,
+                    k,
+                    &call.alpha,
+                    a as *const f64,
+                    lda,
+                    sa,
+                    b as *const f64,
+                    ldb,
+                    sb,
+                    &call.beta,
+                    c as *mut f64,
+                    ldc,
+                    sc,
+                    batch,
+                ),
+                other => return Err(crate::dtype::not_computable("gemm", other)),
+            }
+        };
+        status.map_err(|e| self.err(format!("cuBLAS: {e}")))
     }
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error> {

@@ -4,13 +4,14 @@
 //! path is tested where there is no GPU.
 //!
 //! Owns [`Driver`] (loading a PTX module, launching its entry function,
-//! copies between the host and device memory, waiting) and the launch
-//! arguments [`Arg`]. Device memory itself is the allocator's
+//! cuBLAS's strided batched GEMM, copies between the host and device
+//! memory, waiting), the launch arguments [`Arg`] and a GEMM call's
+//! arguments [`GemmCall`]. Device memory itself is the allocator's
 //! `RawMemory` of the device, registered when it opens. Must not plan,
 //! emit or decide what to run.
 
 use super::ptx::Arch;
-use crate::Error;
+use crate::{DType, Error};
 
 /// One argument of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +35,43 @@ impl Arg {
             Arg::Scalar(x) => x,
         }
     }
+}
+
+/// One matrix operand of a GEMM: the buffer it lies in, where its first
+/// element is (in elements), its leading dimension and its batch stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Matrix {
+    /// The whole buffer (`Arg::Buffer`): a call must stay inside it.
+    pub buffer: Arg,
+    pub offset: usize,
+    pub ld: usize,
+    pub stride: usize,
+}
+
+impl Matrix {
+    /// The device address of the first element.
+    pub(crate) fn address(&self, dtype: DType) -> u64 {
+        self.buffer.value() + (self.offset * dtype.size()) as u64
+    }
+}
+
+/// cuBLAS's `gemmStridedBatched` in column-major terms: for each of
+/// `batch` products, `C = alpha·op(A)·op(B) + beta·C` with `op(A)` `m × k`,
+/// `op(B)` `k × n`, `C` `m × n`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct GemmCall {
+    pub dtype: DType,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f64,
+    pub a: Matrix,
+    pub b: Matrix,
+    pub beta: f64,
+    pub c: Matrix,
+    pub batch: usize,
 }
 
 /// A device, as the GPU backend drives it. Work is ordered on one stream
@@ -60,6 +98,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
         block: u32,
         args: &[Arg],
     ) -> Result<(), Error>;
+
+    /// Queues a GEMM (cuBLAS on a GPU, with full f32 precision: no TF32).
+    fn gemm(&self, call: &GemmCall) -> Result<(), Error>;
 
     /// Copies host bytes to device address `dst` (room for them checked
     /// by the caller).

@@ -10,7 +10,7 @@
 /// One (possibly fused) loop dimension: its length and its stride, in
 /// elements, in the first operand, the second operand and the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dim {
+pub struct Dim {
     pub(crate) len: usize,
     pub(crate) a: isize,
     pub(crate) b: isize,
@@ -99,4 +99,181 @@ impl Contraction {
             .fold(1usize, |acc, d| acc.saturating_mul(d.len));
         [calls, self.m.len, self.n.len, self.k.len]
     }
+}
+
+/// How one matrix operand is stored for a column-major BLAS: transposed
+/// or not, and its leading dimension.
+fn blas_layout(
+    rows: usize,
+    row_stride: isize,
+    cols: usize,
+    col_stride: isize,
+) -> Option<(bool, usize)> {
+    let fits = |ld: usize, min: usize| (ld >= min.max(1)).then_some(ld);
+    if rows <= 1 || row_stride == 1 {
+        // Column-major as it is: (r, c) at r + c·ld.
+        let ld = if cols <= 1 {
+            rows.max(1)
+        } else {
+            usize::try_from(col_stride).ok()?
+        };
+        return fits(ld, rows).map(|ld| (false, ld));
+    }
+    if cols <= 1 || col_stride == 1 {
+        // Its transpose is column-major: (r, c) at c + r·ld.
+        let ld = usize::try_from(row_stride).ok()?;
+        return fits(ld, cols).map(|ld| (true, ld));
+    }
+    None
+}
+
+/// A contraction as column-major BLAS calls (cuBLAS's
+/// `gemmStridedBatched`): `C = alpha·op(A)·op(B) + beta·C` per call, with
+/// the other batch dimensions and the extra summed dimensions as loops
+/// around the calls (`beta` is 1 after the first summed slice).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlasPlan {
+    /// Whether BLAS's `A` is the contraction's second operand: the output
+    /// is row-major, so `Cᵀ = Bᵀ·Aᵀ` is computed.
+    pub swapped: bool,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    /// The strided batch: how many products, and the element strides of
+    /// `A`, `B` and `C` between them.
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+    /// The remaining batch dimensions: one call per point, each writing
+    /// its own slice (strides relative to the contraction's operands).
+    pub outer: Vec<Dim>,
+    /// `alpha` (the contraction's scale).
+    pub alpha: f64,
+}
+
+impl Contraction {
+    /// The contraction as column-major BLAS calls, when every matrix has a
+    /// unit stride in one dimension and non-negative strides (transposes
+    /// and leading dimensions absorb the rest), and the sizes fit BLAS's
+    /// 32-bit integers; `None` otherwise (a reversed or doubly strided
+    /// view: the planner then routes the function to a loop kernel).
+    ///
+    /// ```
+    /// use tenjin::planner::contraction::detect;
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i; j] = sum{k}_0^63 (a[i; k] * b[k; j])",
+    ///                        &[("a", &[32, 64][..]), ("b", &[64, 16][..])])?;
+    /// let p = detect(&f).unwrap().blas().unwrap();
+    /// // A row-major product is Cᵀ = Bᵀ·Aᵀ for a column-major BLAS.
+    /// assert!(p.swapped && (p.m, p.n, p.k) == (16, 32, 64));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn blas(&self) -> Option<BlasPlan> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let direct = m.len <= 1 || m.out == 1;
+        let swapped = !direct && (n.len <= 1 || n.out == 1);
+        if !direct && !swapped {
+            return None;
+        }
+        // (rows, cols) of C, op(A), op(B) in BLAS terms, with the strides
+        // of the operands they come from.
+        let (rows, cols) = if swapped { (n, m) } else { (m, n) };
+        let c_ld = if cols.len <= 1 {
+            rows.len.max(1)
+        } else {
+            usize::try_from(cols.out).ok()?
+        };
+        if c_ld < rows.len.max(1) {
+            return None;
+        }
+        let (trans_a, lda, trans_b, ldb) = if swapped {
+            // A = Bᵀ: (n, k) from the second operand; B = Aᵀ: (k, m).
+            let (ta, lda) = blas_layout(n.len, n.b, k.len, k.b)?;
+            let (tb, ldb) = blas_layout(k.len, k.a, m.len, m.a)?;
+            (ta, lda, tb, ldb)
+        } else {
+            let (ta, lda) = blas_layout(m.len, m.a, k.len, k.a)?;
+            let (tb, ldb) = blas_layout(k.len, k.b, n.len, n.b)?;
+            (ta, lda, tb, ldb)
+        };
+        // The strided batch: the longest batch dimension with
+        // non-negative strides.
+        let stride = |d: &Dim| {
+            let (sa, sb) = if swapped { (d.b, d.a) } else { (d.a, d.b) };
+            Some((
+                usize::try_from(sa).ok()?,
+                usize::try_from(sb).ok()?,
+                usize::try_from(d.out).ok()?,
+            ))
+        };
+        let mut outer = self.batch.clone();
+        let chosen = (0..outer.len())
+            .filter(|&i| stride(&outer[i]).is_some())
+            .max_by_key(|&i| outer[i].len);
+        let (batch, (stride_a, stride_b, stride_c)) = match chosen {
+            Some(i) => {
+                let d = outer.remove(i);
+                (d.len, stride(&d)?)
+            }
+            None => (1, (0, 0, 0)),
+        };
+        let small = |x: usize| x <= i32::MAX as usize;
+        let all = [rows.len, cols.len, k.len, lda, ldb, c_ld, batch];
+        if !all.into_iter().all(small) {
+            return None;
+        }
+        Some(BlasPlan {
+            swapped,
+            trans_a,
+            trans_b,
+            m: rows.len,
+            n: cols.len,
+            k: k.len,
+            lda,
+            ldb,
+            ldc: c_ld,
+            batch,
+            stride_a,
+            stride_b,
+            stride_c,
+            outer,
+            alpha: self.scale,
+        })
+    }
+
+    /// The operands' argument numbers (first, second) and their base
+    /// offsets in elements.
+    pub fn operands(&self) -> [(usize, usize); 2] {
+        [(self.arg_a, self.base_a), (self.arg_b, self.base_b)]
+    }
+
+    /// The extra summed dimensions (accumulated by calls with `beta = 1`).
+    pub fn k_outer(&self) -> &[Dim] {
+        &self.k_outer
+    }
+
+    /// Elements of the output.
+    pub fn out_len(&self) -> usize {
+        self.out_len
+    }
+}
+
+/// The element offsets (first operand, second operand, output) of point
+/// `flat` of the loop nest `dims` (row-major, the last dimension fastest).
+pub fn offsets(dims: &[Dim], mut flat: usize) -> (isize, isize, isize) {
+    let (mut a, mut b, mut o) = (0isize, 0isize, 0isize);
+    for d in dims.iter().rev() {
+        let i = (flat % d.len) as isize;
+        flat /= d.len;
+        a += i * d.a;
+        b += i * d.b;
+        o += i * d.out;
+    }
+    (a, b, o)
 }

@@ -67,15 +67,17 @@ pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Error> {
-    // The GPU backend has no cuBLAS yet: its contractions are loop kernels.
-    let gemm = target == Target::Cpu;
-    if let Some(plan) = contraction::detect(f).filter(|_| gemm) {
-        if worth_gemm(&plan) {
+    // A GPU runs a contraction through cuBLAS, which needs every matrix
+    // with a unit stride (`Contraction::blas`); any other view is a loop
+    // kernel there (`explain` shows the route).
+    let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || c.blas().is_some());
+    if let Some(plan) = contraction::detect(f) {
+        if runs(&plan) {
             return Ok(Route::Gemm(plan));
         }
     }
-    if let Some(split) = epilogue::split(f).filter(|_| gemm) {
-        if worth_gemm(&split.contraction) {
+    if let Some(split) = epilogue::split(f) {
+        if runs(&split.contraction) {
             let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
             return Ok(Route::GemmThenLoop {
                 contraction: split.contraction,

@@ -144,40 +144,41 @@ impl Tensor {
         match self.dtype() {
             DType::I32 => {
                 let v: Vec<i32> = v.into_iter().map(|x| x as i32).collect();
-                Tensor::from_host("contiguous", &v, self.shape())
+                Tensor::from_host_on("contiguous", &v, self.shape(), self.device())
             }
-            _ => Tensor::from_host("contiguous", &v, self.shape()),
+            _ => Tensor::from_host_on("contiguous", &v, self.shape(), self.device()),
         }
     }
 
-    /// The data converted to `dtype` as a new constant tensor. Floats
+    /// The data converted to `dtype` as a new constant tensor on the same
+    /// device (through the host: there are no conversion kernels). Floats
     /// become integers by rounding toward zero (as PyTorch's `.long()`);
     /// NaN becomes 0 and values beyond the range saturate.
     pub(crate) fn convert(&self, dtype: DType) -> Result<Tensor, Error> {
-        let shape = self.shape();
+        let (shape, device) = (self.shape(), self.device());
         if self.dtype().is_float() {
             let v = self.to_vec_f64()?;
             return match dtype {
-                DType::I32 => Tensor::from_host("to_dtype", &cast::<i32>(&v), shape),
-                DType::I64 => Tensor::from_host("to_dtype", &cast::<i64>(&v), shape),
-                DType::F32 => Tensor::from_host("to_dtype", &cast::<f32>(&v), shape),
-                DType::F64 => Tensor::from_host("to_dtype", &v, shape),
+                DType::I32 => Tensor::from_host_on("to_dtype", &cast::<i32>(&v), shape, device),
+                DType::I64 => Tensor::from_host_on("to_dtype", &cast::<i64>(&v), shape, device),
+                DType::F32 => Tensor::from_host_on("to_dtype", &cast::<f32>(&v), shape, device),
+                DType::F64 => Tensor::from_host_on("to_dtype", &v, shape, device),
             };
         }
         let v = self.to_vec_i64()?;
         match dtype {
             DType::I32 => {
                 let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-                Tensor::from_host("to_dtype", &v, shape)
+                Tensor::from_host_on("to_dtype", &v, shape, device)
             }
-            DType::I64 => Tensor::from_host("to_dtype", &v, shape),
+            DType::I64 => Tensor::from_host_on("to_dtype", &v, shape, device),
             DType::F32 => {
                 let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-                Tensor::from_host("to_dtype", &v, shape)
+                Tensor::from_host_on("to_dtype", &v, shape, device)
             }
             DType::F64 => {
                 let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-                Tensor::from_host("to_dtype", &v, shape)
+                Tensor::from_host_on("to_dtype", &v, shape, device)
             }
         }
     }
@@ -214,7 +215,7 @@ impl Tensor {
             .zip(&b)
             .map(|(&x, &y)| i64::from(test(x, y)))
             .collect();
-        Tensor::from_host(name, &v, shape)
+        Tensor::from_host_on(name, &v, shape, self.device())
     }
 }
 

@@ -10,10 +10,13 @@
 //! launch's grid is small and the kernels' grid-stride loops really loop.
 //! Work runs when it is queued (the stream is trivially in order).
 
+mod blas;
 pub(crate) mod interp;
 pub(crate) mod memory;
+#[cfg(test)]
+mod tests;
 
-use super::driver::{Arg, Driver};
+use super::driver::{Arg, Driver, GemmCall};
 use super::ptx::Arch;
 use crate::alloc::Device;
 use crate::Error;
@@ -63,6 +66,10 @@ impl Driver for SimDriver {
         function
             .run(&params, grid, block, &mut memory)
             .map_err(|e| self.err(e))
+    }
+
+    fn gemm(&self, call: &GemmCall) -> Result<(), Error> {
+        blas::gemm(&mut self.memory.lock(), call).map_err(|e| self.err(format!("cuBLAS: {e}")))
     }
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error> {

@@ -1,0 +1,170 @@
+//! The simulated device's checks, each made to fire: out of bounds,
+//! misaligned, a store into an input, two threads storing one element, a
+//! use after free, an unknown instruction, and cuBLAS's argument checks.
+
+use super::super::driver::{Arg, Driver, GemmCall, Matrix};
+use super::memory::SimMemory;
+use super::SimDriver;
+use crate::alloc::{Device, RawMemory};
+use crate::DType;
+use std::ptr::NonNull;
+
+/// A kernel `out[i] = in[i + shift]` over `n` threads (one element each),
+/// f32, storing at element `i * stride_out`.
+fn kernel(shift: i64, stride_out: i64, align: i64) -> String {
+    format!(
+        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry tenjin_kernel(\n\t.param .u64 out,\n\t.param .u64 a0\n)\n{{\n\t.reg .pred %p<1>;\n\t.reg .b32 %r<3>;\n\t.reg .b64 %rd<8>;\n\t.reg .f32 %f<1>;\n\tld.param.u64 %rd0, [out];\n\tld.param.u64 %rd1, [a0];\n\tmov.u32 %r0, %ctaid.x;\n\tmov.u32 %r1, %ntid.x;\n\tmov.u32 %r2, %tid.x;\n\tmul.wide.u32 %rd2, %r0, %r1;\n\tcvt.u64.u32 %rd3, %r2;\n\tadd.s64 %rd4, %rd2, %rd3;\n\tadd.s64 %rd5, %rd4, {shift};\n\tmad.lo.s64 %rd6, %rd5, 4, %rd1;\n\tadd.s64 %rd6, %rd6, {align};\n\tld.global.f32 %f0, [%rd6];\n\tmul.lo.s64 %rd7, %rd4, {stride_out};\n\tmad.lo.s64 %rd7, %rd7, 4, %rd0;\n\tst.global.f32 [%rd7], %f0;\n\tret;\n}}\n"
+    )
+}
+
+fn device() -> (SimDriver, &'static SimMemory) {
+    let memory: &'static SimMemory = Box::leak(Box::new(SimMemory::new()));
+    (SimDriver::new(Device::Cuda(99), memory), memory)
+}
+
+fn buffer(memory: &SimMemory, bytes: usize) -> u64 {
+    memory.alloc(bytes).map(|p| p.as_ptr() as u64).unwrap()
+}
+
+fn buf(addr: u64, bytes: usize, writable: bool) -> Arg {
+    Arg::Buffer {
+        addr,
+        bytes,
+        writable,
+    }
+}
+
+/// Runs `kernel(shift, stride, align)` on 8 threads over 8-element
+/// buffers, the input filled with 0..8; the error, if any.
+fn run(shift: i64, stride: i64, align: i64, input_writable: bool) -> Result<Vec<f32>, String> {
+    let (d, memory) = device();
+    let (out, inp) = (buffer(memory, 32), buffer(memory, 32));
+    let values: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    d.copy_to_device(inp, &values).unwrap();
+    let f = d.load(&kernel(shift, stride, align)).unwrap();
+    d.launch(
+        &f,
+        2,
+        4,
+        &[buf(out, 32, true), buf(inp, 32, input_writable)],
+    )
+    .map_err(|e| e.to_string())?;
+    let mut back = vec![0u8; 32];
+    d.copy_to_host(&mut back, out).unwrap();
+    Ok(back
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+#[test]
+fn a_correct_kernel_runs() {
+    assert_eq!(
+        run(0, 1, 0, false).unwrap(),
+        (0..8).map(|i| i as f32).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn every_check_fires() {
+    let e = run(1, 1, 0, false).unwrap_err();
+    assert!(e.contains("out of bounds"), "{e}");
+    let e = run(0, 1, 2, false).unwrap_err();
+    assert!(e.contains("misaligned"), "{e}");
+    let e = run(0, 0, 0, false).unwrap_err();
+    assert!(e.contains("both store"), "{e}");
+    // Storing into the input: the output argument aliased by an input.
+    let (d, memory) = device();
+    let x = buffer(memory, 32);
+    let f = d.load(&kernel(0, 1, 0)).unwrap();
+    let e = d
+        .launch(&f, 1, 8, &[buf(x, 32, false), buf(x, 32, false)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a store into an input"), "{e}");
+    // Use after free.
+    let y = buffer(memory, 32);
+    unsafe { memory.dealloc(NonNull::new(y as *mut u8).unwrap(), 32) };
+    let e = d
+        .launch(&f, 1, 8, &[buf(x, 32, true), buf(y, 32, false)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("use after free"), "{e}");
+    let mut host = [0u8; 4];
+    assert!(d.copy_to_host(&mut host, y).is_err());
+    // Unknown instructions fail when the module loads.
+    let e = d
+        .load(&kernel(0, 1, 0).replace("ret;", "bar.sync 0;\n\tret;"))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("barriers"), "{e}");
+    let e = d
+        .load(&kernel(0, 1, 0).replace("ret;", "popc.b32 %r0, %r1;\n\tret;"))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown instruction"), "{e}");
+}
+
+#[test]
+fn device_addresses_cannot_be_dereferenced_by_the_host() {
+    let (_, memory) = device();
+    let a = buffer(memory, 64);
+    // Non-canonical on x86-64: bits 48–63 are not copies of bit 47.
+    let top = a >> 47;
+    assert!(top != 0 && top != 0x1_ffff, "{a:#x}");
+}
+
+fn matrix(addr: u64, bytes: usize, ld: usize, writable: bool) -> Matrix {
+    Matrix {
+        buffer: buf(addr, bytes, writable),
+        offset: 0,
+        ld,
+        stride: 0,
+    }
+}
+
+#[test]
+fn cublas_reference_and_its_argument_checks() {
+    let (d, memory) = device();
+    // A 2×3, B 3×2, column-major, f64.
+    let (a, b, c) = (buffer(memory, 48), buffer(memory, 48), buffer(memory, 32));
+    let put = |addr: u64, v: &[f64]| {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        d.copy_to_device(addr, &bytes).unwrap()
+    };
+    put(a, &[1., 4., 2., 5., 3., 6.]); // [[1 2 3] [4 5 6]]
+    put(b, &[1., 0., 1., 0., 1., 1.]); // [[1 0] [0 1] [1 1]]
+    let call = GemmCall {
+        dtype: DType::F64,
+        trans_a: false,
+        trans_b: false,
+        m: 2,
+        n: 2,
+        k: 3,
+        alpha: 1.0,
+        a: matrix(a, 48, 2, false),
+        b: matrix(b, 48, 3, false),
+        beta: 0.0,
+        c: matrix(c, 32, 2, true),
+        batch: 1,
+    };
+    d.gemm(&call).unwrap();
+    let mut back = [0u8; 32];
+    d.copy_to_host(&mut back, c).unwrap();
+    let got: Vec<f64> = back
+        .chunks_exact(8)
+        .map(|x| f64::from_le_bytes(x.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, vec![4., 10., 5., 11.]);
+    let bad = |f: &dyn Fn(&mut GemmCall)| {
+        let mut c = call;
+        f(&mut c);
+        d.gemm(&c).unwrap_err().to_string()
+    };
+    assert!(bad(&|c| c.a.ld = 1).contains("CUBLAS_STATUS_INVALID_VALUE"));
+    assert!(bad(&|c| c.k = 4).contains("beyond its buffer"));
+    assert!(bad(&|c| c.c = matrix(a, 48, 2, true)).contains("overlaps"));
+    assert!(bad(&|c| c.dtype = DType::I64).contains("NOT_SUPPORTED"));
+}

@@ -1,0 +1,234 @@
+//! Tensors on the simulated GPU against the same computation on the CPU:
+//! contractions through the simulated cuBLAS (plain, batched, transposed
+//! views, with an epilogue) and the views it cannot express (loop kernels,
+//! shown by `explain`), their gradients, a few training steps, moving
+//! data, and the errors for mixing devices and for ops with no GPU kernel.
+//!
+//! Tolerances: f64 values within 1e-12 of the CPU's (relative to the
+//! largest magnitude; the reference GEMM sums in another order than the
+//! CPU's blocked kernels), f32 within 1e-5.
+
+use tenjin::optim::{Optimizer, SgdConfig, SGD};
+use tenjin::{DType, Device, Error, Tensor};
+
+fn gpu() -> Device {
+    tenjin::cuda::simulate().expect("the simulated device");
+    Device::Cuda(0)
+}
+
+fn data(n: usize, seed: u64) -> Vec<f64> {
+    Tensor::randn(&[n], DType::F64, seed)
+        .unwrap()
+        .to_vec_f64()
+        .unwrap()
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * scale,
+            "{what}: element {k}: {g} on the device, {w} on the CPU"
+        );
+    }
+}
+
+/// A leaf with `values` of `shape` on `device` in `dtype`.
+fn leaf(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
+    Tensor::from_vec_f64_on(values.to_vec(), shape, device)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+        .requires_grad()
+}
+
+/// `f` of two leaves on the CPU and on the device: the values and both
+/// gradients agree; returns the device output (for `explain`).
+fn agree(
+    name: &str,
+    shapes: [&[usize]; 2],
+    dtype: DType,
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor, Error>,
+) -> Tensor {
+    let tol = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+    let inputs: Vec<Vec<f64>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| data(s.iter().product(), 7 + k as u64))
+        .collect();
+    let run = |device: Device| {
+        let a = leaf(&inputs[0], shapes[0], dtype, device);
+        let b = leaf(&inputs[1], shapes[1], dtype, device);
+        let y = f(&a, &b).unwrap();
+        let seed = Tensor::from_vec_f64_on(data(y.numel(), 99), y.shape(), device)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        y.backward_with(&seed).unwrap();
+        let grads = [a.grad().unwrap(), b.grad().unwrap()];
+        (y, grads)
+    };
+    let (yc, gc) = run(Device::Cpu);
+    let (yg, gg) = run(gpu());
+    assert_eq!(yg.device(), gpu(), "{name}");
+    let v = |t: &Tensor| t.to_vec_f64().unwrap();
+    close(&v(&yg), &v(&yc), tol, &format!("{name} {dtype:?} value"));
+    for k in 0..2 {
+        assert_eq!(gg[k].device(), gpu());
+        close(
+            &v(&gg[k]),
+            &v(&gc[k]),
+            tol,
+            &format!("{name} {dtype:?} grad {k}"),
+        );
+    }
+    yg
+}
+
+#[test]
+fn contractions_run_through_cublas_and_match_the_cpu() {
+    for dtype in [DType::F64, DType::F32] {
+        let y = agree("matmul", [&[32, 48], &[48, 16]], dtype, |a, b| a.matmul(b));
+        let e = tenjin::explain(&y).unwrap();
+        assert!(e.forward.iter().any(|s| s.route == "gemm"), "{e}");
+        agree("batched", [&[4, 8, 16], &[4, 16, 8]], dtype, |a, b| {
+            a.matmul(b)
+        });
+        agree("transposed", [&[48, 32], &[48, 16]], dtype, |a, b| {
+            a.t()?.matmul(b)
+        });
+        agree("both transposed", [&[48, 32], &[16, 48]], dtype, |a, b| {
+            a.t()?.matmul(&b.t()?)
+        });
+        let y = agree("relu epilogue", [&[32, 48], &[48, 24]], dtype, |a, b| {
+            tenjin::index_fn(
+                "f[i; j] = max(sum{k}_0^47 (a[i; k] * b[k; j]), 0) * 2",
+                &[("a", a), ("b", b)],
+            )
+        });
+        let e = tenjin::explain(&y).unwrap();
+        assert!(e.forward.iter().any(|s| s.route == "gemm"), "{e}");
+        agree("attention", [&[32, 16], &[32, 16]], dtype, |q, k| {
+            q.matmul(&k.t()?)?.softmax(1)?.matmul(k)
+        });
+        // Attention in one line: GEMMs with their epilogues fused.
+        let y = agree("attention line", [&[32, 8], &[32, 8]], dtype, |q, k| {
+            tenjin::index_fn(
+                "o[i; d] = sum{j}_0^31 (exp (sum{e}_0^7 (q[i; e] * k[j; e])) / sum{m}_0^31 (exp (sum{e}_0^7 (q[i; e] * k[m; e]))) * k[j; d])",
+                &[("q", q), ("k", k)],
+            )
+        });
+        let e = tenjin::explain(&y).unwrap();
+        assert!(e.forward.iter().any(|s| s.route == "gemm+loop"), "{e}");
+    }
+}
+
+#[test]
+fn a_view_cublas_cannot_express_is_a_loop_kernel_and_explain_says_so() {
+    // A reversed row order: a negative stride, which no BLAS layout has.
+    let y = agree("flipped", [&[32, 48], &[48, 16]], DType::F64, |a, b| {
+        a.flip(&[1])?.matmul(b)
+    });
+    let e = tenjin::explain(&y).unwrap();
+    assert!(e.forward.iter().all(|s| s.route == "loop"), "{e}");
+    // The same function on the CPU is a GEMM (strided views are fine there).
+    let a = leaf(&data(32 * 48, 1), &[32, 48], DType::F64, Device::Cpu);
+    let b = leaf(&data(48 * 16, 2), &[48, 16], DType::F64, Device::Cpu);
+    let e = tenjin::explain(&a.flip(&[1]).unwrap().matmul(&b).unwrap()).unwrap();
+    assert!(e.forward.iter().any(|s| s.route == "gemm"), "{e}");
+}
+
+#[test]
+fn element_wise_and_reductions_match_bit_for_bit_in_f64() {
+    // Same operations in the same order: the loop kernels agree exactly.
+    let x = data(1000, 3);
+    let f =
+        |t: &Tensor| -> Result<Tensor, Error> { t.mul_scalar(0.5)?.add_scalar(1.0)?.sqrt()?.sum() };
+    let cpu =
+        f(&Tensor::from_vec_f64(x.iter().map(|v| v.abs()).collect(), &[10, 100]).unwrap()).unwrap();
+    let dev = f(
+        &Tensor::from_vec_f64_on(x.iter().map(|v| v.abs()).collect(), &[10, 100], gpu()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(dev.item().unwrap().to_bits(), cpu.item().unwrap().to_bits());
+}
+
+#[test]
+fn sgd_steps_on_the_device_follow_the_cpu() {
+    let run = |device: Device| -> Vec<f64> {
+        let x = Tensor::from_vec_f64_on(data(64 * 20, 5), &[64, 20], device).unwrap();
+        let t = Tensor::from_vec_f64_on(data(64 * 4, 6), &[64, 4], device).unwrap();
+        let w = leaf(&data(20 * 32, 7), &[20, 32], DType::F64, device);
+        let v = leaf(&data(32 * 4, 8), &[32, 4], DType::F64, device);
+        let mut opt = SGD::new(
+            vec![w.clone(), v.clone()],
+            SgdConfig {
+                lr: 0.01,
+                momentum: 0.9,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (0..5)
+            .map(|_| {
+                opt.zero_grad();
+                let y = x.matmul(&w).unwrap().tanh().unwrap().matmul(&v).unwrap();
+                let loss = y.mse_loss(&t).unwrap();
+                loss.backward().unwrap();
+                opt.step().unwrap();
+                loss.item().unwrap()
+            })
+            .collect()
+    };
+    let (cpu, dev) = (run(Device::Cpu), run(gpu()));
+    close(&dev, &cpu, 1e-12, "losses");
+    assert!(cpu[4] < cpu[0], "{cpu:?}");
+}
+
+#[test]
+fn data_moves_between_devices_explicitly() {
+    let x = Tensor::from_vec(vec![1.0, -2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let d = x.to_device(gpu()).unwrap();
+    assert_eq!(d.device(), gpu());
+    assert_eq!(d.to_cpu().unwrap().to_vec().unwrap(), x.to_vec().unwrap());
+    assert_eq!(d.t().unwrap().to_vec().unwrap(), vec![1.0, 3.0, -2.0, 4.0]);
+    let ids = Tensor::from_vec_i64(vec![3, 1], &[2])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    assert_eq!(ids.to_vec_i64().unwrap(), vec![3, 1]);
+    let z = Tensor::zeros_on(&[3], DType::F32, gpu()).unwrap();
+    assert_eq!(z.add_scalar(2.5).unwrap().to_vec().unwrap(), vec![2.5; 3]);
+    // Moving a tensor that needs a gradient is not recorded yet: refused.
+    assert!(matches!(
+        x.clone().requires_grad().to_device(gpu()),
+        Err(Error::Autograd { .. })
+    ));
+}
+
+#[test]
+fn mixing_devices_is_an_error_naming_both() {
+    let a = Tensor::ones_on(&[2], DType::F32, gpu()).unwrap();
+    let b = Tensor::ones(&[2], DType::F32).unwrap();
+    match a.add(&b) {
+        Err(Error::Device { message, .. }) => {
+            assert!(
+                message.contains("cuda:0") && message.contains("cpu"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a device error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_op_with_no_gpu_kernel_is_refused_naming_it() {
+    let w = Tensor::ones_on(&[5, 3], DType::F32, gpu()).unwrap();
+    let ids = Tensor::from_vec_i64(vec![0, 4], &[2])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let e = w.embedding(&ids).unwrap_err().to_string();
+    assert!(e.contains("no GPU kernel"), "{e}");
+}
