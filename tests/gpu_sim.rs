@@ -16,6 +16,14 @@ fn gpu() -> Device {
     Device::Cuda(0)
 }
 
+/// The tests of this file one at a time: one of them reads process-wide
+/// counters.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn data(n: usize, seed: u64) -> Vec<f64> {
     Tensor::randn(&[n], DType::F64, seed)
         .unwrap()
@@ -88,6 +96,7 @@ fn agree(
 
 #[test]
 fn contractions_run_through_cublas_and_match_the_cpu() {
+    let _s = serial();
     for dtype in [DType::F64, DType::F32] {
         let y = agree("matmul", [&[32, 48], &[48, 16]], dtype, |a, b| a.matmul(b));
         let e = tenjin::explain(&y).unwrap();
@@ -126,6 +135,7 @@ fn contractions_run_through_cublas_and_match_the_cpu() {
 
 #[test]
 fn a_view_cublas_cannot_express_is_a_loop_kernel_and_explain_says_so() {
+    let _s = serial();
     // A reversed row order: a negative stride, which no BLAS layout has.
     let y = agree("flipped", [&[32, 48], &[48, 16]], DType::F64, |a, b| {
         a.flip(&[1])?.matmul(b)
@@ -141,6 +151,7 @@ fn a_view_cublas_cannot_express_is_a_loop_kernel_and_explain_says_so() {
 
 #[test]
 fn element_wise_and_reductions_match_bit_for_bit_in_f64() {
+    let _s = serial();
     // Same operations in the same order: the loop kernels agree exactly.
     let x = data(1000, 3);
     let f =
@@ -156,6 +167,7 @@ fn element_wise_and_reductions_match_bit_for_bit_in_f64() {
 
 #[test]
 fn sgd_steps_on_the_device_follow_the_cpu() {
+    let _s = serial();
     let run = |device: Device| -> Vec<f64> {
         let x = Tensor::from_vec_f64_on(data(64 * 20, 5), &[64, 20], device).unwrap();
         let t = Tensor::from_vec_f64_on(data(64 * 4, 6), &[64, 4], device).unwrap();
@@ -188,6 +200,7 @@ fn sgd_steps_on_the_device_follow_the_cpu() {
 
 #[test]
 fn data_moves_between_devices_explicitly() {
+    let _s = serial();
     let x = Tensor::from_vec(vec![1.0, -2.0, 3.0, 4.0], &[2, 2]).unwrap();
     let d = x.to_device(gpu()).unwrap();
     assert_eq!(d.device(), gpu());
@@ -209,6 +222,7 @@ fn data_moves_between_devices_explicitly() {
 
 #[test]
 fn mixing_devices_is_an_error_naming_both() {
+    let _s = serial();
     let a = Tensor::ones_on(&[2], DType::F32, gpu()).unwrap();
     let b = Tensor::ones(&[2], DType::F32).unwrap();
     match a.add(&b) {
@@ -224,6 +238,7 @@ fn mixing_devices_is_an_error_naming_both() {
 
 #[test]
 fn an_op_with_no_gpu_kernel_is_refused_naming_it() {
+    let _s = serial();
     let w = Tensor::ones_on(&[5, 3], DType::F32, gpu()).unwrap();
     let ids = Tensor::from_vec_i64(vec![0, 4], &[2])
         .unwrap()
@@ -231,4 +246,85 @@ fn an_op_with_no_gpu_kernel_is_refused_naming_it() {
         .unwrap();
     let e = w.embedding(&ids).unwrap_err().to_string();
     assert!(e.contains("no GPU kernel"), "{e}");
+}
+
+/// A cached training step on the device runs no CPU kernel, copies to the
+/// host only the loss it reads (and waits only then), and allocates
+/// nothing new from the device in runtime-efficient mode.
+#[test]
+fn a_cached_step_runs_on_the_device_alone() {
+    let _s = serial();
+    let device = gpu();
+    let x = Tensor::from_vec_on(
+        data(32 * 20, 5).iter().map(|&v| v as f32).collect(),
+        &[32, 20],
+        device,
+    )
+    .unwrap();
+    let mut onehot = vec![0f32; 32 * 4];
+    (0..32).for_each(|i| onehot[i * 4 + i % 4] = 1.0);
+    let onehot = Tensor::from_vec_on(onehot, &[32, 4], device).unwrap();
+    let w = leaf(&data(20 * 64, 7), &[20, 64], DType::F32, device);
+    let v = leaf(&data(64 * 4, 8), &[64, 4], DType::F32, device);
+    let mut opt = SGD::new(
+        vec![w.clone(), v.clone()],
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut step = || {
+        opt.zero_grad();
+        let logits = x.matmul(&w).unwrap().relu().unwrap().matmul(&v).unwrap();
+        let loss = logits
+            .log_softmax(1)
+            .unwrap()
+            .mul(&onehot)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .mul_scalar(-1.0 / 32.0)
+            .unwrap();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+        loss.item().unwrap()
+    };
+    let first = step();
+    step();
+    let (s, a) = (tenjin::stats(), tenjin::alloc::stats_for(device));
+    let last = step();
+    let (s2, a2) = (tenjin::stats(), tenjin::alloc::stats_for(device));
+    assert!(last < first, "{first} → {last}");
+    assert_eq!(s2.kernels_compiled, s.kernels_compiled);
+    assert_eq!(
+        s2.cpu_kernels_run, s.cpu_kernels_run,
+        "a kernel ran on the CPU"
+    );
+    let run = s2.gpu_kernels_run - s.gpu_kernels_run;
+    let launched = (s2.ptx_launches - s.ptx_launches) + (s2.cublas_calls - s.cublas_calls);
+    assert!(
+        run > 10 && launched >= run,
+        "{run} kernels, {launched} launches and GEMMs"
+    );
+    assert!(
+        s2.cublas_calls > s.cublas_calls,
+        "no GEMM ran through cuBLAS"
+    );
+    assert_eq!(
+        s2.bytes_to_host - s.bytes_to_host,
+        4,
+        "only the f32 loss comes back"
+    );
+    assert_eq!(s2.bytes_to_device, s.bytes_to_device, "nothing uploaded");
+    assert_eq!(
+        s2.device_synchronizations - s.device_synchronizations,
+        1,
+        "one wait: reading the loss"
+    );
+    assert_eq!(
+        a2.allocations, a.allocations,
+        "a device allocation in a cached step"
+    );
 }

@@ -530,7 +530,15 @@ fn step_alone_compiles_nothing_and_allocates_from_the_pool_only() {
             let (s, a) = (tenjin::stats(), pool());
             opt.step().unwrap();
             let (s2, a2) = (tenjin::stats(), pool());
-            assert_eq!(s, s2);
+            let compiled = |s: &tenjin::Stats| {
+                (
+                    s.op_plans_built,
+                    s.derivations,
+                    s.stages_planned,
+                    s.kernels_compiled,
+                )
+            };
+            assert_eq!(compiled(&s), compiled(&s2));
             let taken = a2.pool_hits + a2.pool_misses - a.pool_hits - a.pool_misses;
             assert_eq!(taken, *blocks, "step {step}");
             if step > 0 {

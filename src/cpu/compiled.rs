@@ -27,6 +27,14 @@ pub const DEFAULT_MIN_PARALLEL_WORK: u64 = 32_768;
 
 static MIN_PARALLEL_WORK: AtomicU64 = AtomicU64::new(DEFAULT_MIN_PARALLEL_WORK);
 
+/// Kernels run on the CPU since the process started.
+static KERNELS_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// Kernels run on the CPU since the process started (every route).
+pub fn kernels_run() -> u64 {
+    KERNELS_RUN.load(Relaxed)
+}
+
 /// Sets the estimated work (roughly, simple arithmetic operations) a chunk
 /// of a kernel's parallel loop must have before the loop is split across
 /// threads (default 32768, about 10–20 µs). `0` splits every kernel as
@@ -255,6 +263,7 @@ impl CpuKernel {
 
 impl Executable for CpuKernel {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        KERNELS_RUN.fetch_add(1, Relaxed);
         if let Exec::Host(h) = &self.exec {
             let typed = inputs
                 .iter()
@@ -276,6 +285,7 @@ impl Executable for CpuKernel {
         if !matches!(self.exec, Exec::Jit(_)) {
             return Ok(false);
         }
+        KERNELS_RUN.fetch_add(1, Relaxed);
         match target.dtype() {
             // SAFETY: forwarded from the caller.
             DType::F32 => unsafe { self.run_in_place_float::<f32>(inputs, aliased) },

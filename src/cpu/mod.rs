@@ -35,5 +35,5 @@ mod simd;
 mod vmath;
 
 pub use backend::CPU;
-pub use compiled::{set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
+pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
 pub use pool::{num_threads, set_num_threads};

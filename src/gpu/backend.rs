@@ -10,6 +10,7 @@
 //! kernels; copies between the host and the device). Must not plan: it
 //! compiles exactly the route it is given.
 
+use super::counters::{count, COUNTERS};
 use super::driver::{Arg, Driver, GemmCall, Matrix};
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
@@ -65,6 +66,7 @@ impl<D: Driver> LoopKernel<D> {
         let mut args = Vec::with_capacity(inputs.len() + 1);
         args.push(out);
         args.extend(inputs.iter().map(input));
+        count(&COUNTERS.launches, 1);
         self.driver
             .launch(&self.function, grid(&*self.driver, total), BLOCK, &args)
     }
@@ -72,6 +74,7 @@ impl<D: Driver> LoopKernel<D> {
 
 impl<D: Driver> Executable for LoopKernel<D> {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        count(&COUNTERS.kernels_run, 1);
         let target = Arg::Buffer {
             addr: out.address(),
             bytes: out.len() * out.dtype().size(),
@@ -89,6 +92,7 @@ impl<D: Driver> Executable for LoopKernel<D> {
             bytes: over.len() * over.dtype().size(),
             writable: true,
         };
+        count(&COUNTERS.kernels_run, 1);
         self.launch(target, over.len(), inputs)?;
         Ok(true)
     }
@@ -115,6 +119,7 @@ impl<D: Driver> GemmKernel<D> {
 
 impl<D: Driver> Executable for GemmKernel<D> {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        count(&COUNTERS.kernels_run, 1);
         let total = out.len();
         if total == 0 {
             return Ok(());
@@ -187,6 +192,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
                     },
                     batch: p.batch,
                 };
+                count(&COUNTERS.blas_calls, 1);
                 self.driver.gemm(&call)?;
             }
         }
@@ -322,6 +328,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
             Arg::Scalar(n as u64),
             Arg::Scalar(element_bits(value, out.dtype())),
         ];
+        count(&COUNTERS.launches, 1);
         self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
     }
 
@@ -330,11 +337,16 @@ impl<D: Driver> Backend for GpuBackend<D> {
         if src.is_empty() {
             return Ok(());
         }
+        let bytes = (src.len() * src.dtype().size()) as u64;
         match (src.device(), dst.device()) {
             (Device::Cpu, d) if d == self.device => {
+                count(&COUNTERS.bytes_to_device, bytes);
+                count(&COUNTERS.synchronizations, 1);
                 self.driver.copy_to_device(dst.address(), src.host_bytes()?)
             }
             (s, Device::Cpu) if s == self.device => {
+                count(&COUNTERS.bytes_to_host, bytes);
+                count(&COUNTERS.synchronizations, 1);
                 let src_addr = src.address();
                 self.driver.copy_to_host(dst.host_bytes_mut()?, src_addr)
             }
@@ -365,10 +377,12 @@ impl<D: Driver> Backend for GpuBackend<D> {
             input(&src),
             Arg::Scalar(n as u64),
         ];
+        count(&COUNTERS.launches, 1);
         self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
     }
 
     fn synchronize(&self) -> Result<(), Error> {
+        count(&COUNTERS.synchronizations, 1);
         self.driver.synchronize()
     }
 }

@@ -103,7 +103,7 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn gemm(&self, call: &GemmCall) -> Result<(), Error>;
 
     /// Copies host bytes to device address `dst` (room for them checked
-    /// by the caller).
+    /// by the caller); returns once the host bytes may be reused.
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error>;
 
     /// Copies `dst.len()` bytes from device address `src` to the host,

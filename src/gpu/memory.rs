@@ -27,6 +27,7 @@ impl RawMemory for DeviceMemory {
     unsafe fn dealloc(&self, ptr: NonNull<u8>, _size: usize) {
         if self.ctx.bind_to_thread().is_ok() {
             // Work queued on the stream may still read the block.
+            super::counters::count(&super::counters::COUNTERS.synchronizations, 1);
             let _ = self.ctx.synchronize();
             let _ = result::free_sync(ptr.as_ptr() as u64);
         }

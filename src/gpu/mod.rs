@@ -22,6 +22,7 @@
 mod backend;
 #[doc(hidden)]
 pub mod check;
+mod counters;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod devices;
@@ -32,5 +33,6 @@ mod memory;
 pub mod ptx;
 pub(crate) mod sim;
 
+pub(crate) use counters::snapshot as counters;
 pub(crate) use devices::backend;
 pub use devices::{device_count, is_available, is_simulated, simulate};

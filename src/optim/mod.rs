@@ -227,12 +227,15 @@ type ScalarsKey = (DType, Device);
 
 /// Hyperparameter tensors (scalars `lr[]`, small vectors `beta[j]`), one
 /// storage per name, dtype and device (where the parameters they update
-/// live), created once and overwritten in place before each update.
+/// live), created once and overwritten in place before an update when
+/// their values changed (on a GPU an unchanged learning rate costs no
+/// copy and no wait).
 pub(crate) struct Scalars {
     /// Name and number of elements of each tensor.
     layout: &'static [(&'static str, usize)],
-    /// Per dtype and device: one storage per entry of `layout`.
-    slots: Vec<(ScalarsKey, Vec<Arc<Storage>>)>,
+    /// Per dtype and device: one storage per entry of `layout`, and the
+    /// values they hold (empty before the first `set`).
+    slots: Vec<(ScalarsKey, Vec<Arc<Storage>>, Vec<f64>)>,
 }
 
 impl Scalars {
@@ -243,25 +246,23 @@ impl Scalars {
         }
     }
 
-    /// The storages for `param`'s dtype and device, allocated once.
-    fn prepare(&mut self, param: &Param) -> Result<&mut Vec<Arc<Storage>>, Error> {
+    /// The slot of `param`'s dtype and device, its storages allocated
+    /// once.
+    fn prepare(&mut self, param: &Param) -> Result<usize, Error> {
         let key = (param.dtype(), param.device());
         if !key.0.is_float() {
             return Err(crate::dtype::not_computable("optimizer", key.0));
         }
-        let k = match self.slots.iter().position(|(k, _)| *k == key) {
-            Some(k) => k,
-            None => {
-                let storages = self
-                    .layout
-                    .iter()
-                    .map(|&(_, len)| Storage::zeros_on(key.1, key.0, len))
-                    .collect::<Result<_, Error>>()?;
-                self.slots.push((key, storages));
-                self.slots.len() - 1
-            }
-        };
-        Ok(&mut self.slots[k].1)
+        if let Some(k) = self.slots.iter().position(|(k, ..)| *k == key) {
+            return Ok(k);
+        }
+        let storages = self
+            .layout
+            .iter()
+            .map(|&(_, len)| Storage::zeros_on(key.1, key.0, len))
+            .collect::<Result<_, Error>>()?;
+        self.slots.push((key, storages, Vec::new()));
+        Ok(self.slots.len() - 1)
     }
 
     /// Allocates the storages for the dtypes and devices of `params`
@@ -278,19 +279,25 @@ impl Scalars {
     pub(crate) fn set(&mut self, param: &Param, values: &[f64]) -> Result<(), Error> {
         let layout = self.layout;
         debug_assert_eq!(values.len(), layout.iter().map(|(_, n)| n).sum::<usize>());
-        let slots = self.prepare(param)?;
+        let k = self.prepare(param)?;
+        let (_, storages, held) = &mut self.slots[k];
+        if held.as_slice() == values {
+            return Ok(());
+        }
+        held.clear();
         let mut at = 0;
-        for (s, &(_, len)) in slots.iter().zip(layout) {
+        for (s, &(_, len)) in storages.iter().zip(layout) {
             s.write_span(0, &values[at..at + len])?;
             at += len;
         }
+        held.extend_from_slice(values);
         Ok(())
     }
 
     /// The storage of the tensor called `name` for `param` (after `set`).
     pub(crate) fn get(&self, param: &Param, name: &str) -> Option<&Arc<Storage>> {
         let key = (param.dtype(), param.device());
-        let slots = &self.slots.iter().find(|(k, _)| *k == key)?.1;
+        let slots = &self.slots.iter().find(|(k, ..)| *k == key)?.1;
         let k = self.layout.iter().position(|(n, _)| *n == name)?;
         slots.get(k)
     }

@@ -83,6 +83,22 @@ pub struct Stats {
     pub op_plan_evictions: u64,
     /// Kernels dropped from the JIT cache to keep it at its capacity.
     pub kernel_evictions: u64,
+    /// Kernels run by the CPU backend.
+    pub cpu_kernels_run: u64,
+    /// Kernels run by the GPU backend (a loop kernel, or a GEMM with its
+    /// epilogue), on every device.
+    pub gpu_kernels_run: u64,
+    /// PTX kernels launched (loop kernels, epilogues, fills, additions).
+    pub ptx_launches: u64,
+    /// GEMMs handed to cuBLAS.
+    pub cublas_calls: u64,
+    /// Bytes copied from the host to a device.
+    pub bytes_to_device: u64,
+    /// Bytes copied from a device to the host.
+    pub bytes_to_host: u64,
+    /// Times the host waited for a device (every copy to or from the
+    /// host, explicit synchronisations, freeing device memory).
+    pub device_synchronizations: u64,
 }
 
 /// Sets how many op plans the cache keeps (at least 1), evicting the
@@ -122,6 +138,8 @@ fn evict_plans() {
 /// The counters since the process started.
 pub fn stats() -> Stats {
     let j = kernel_cache::stats();
+    let [gpu_kernels_run, ptx_launches, cublas_calls, bytes_to_device, bytes_to_host, device_synchronizations] =
+        crate::gpu::counters();
     Stats {
         op_plans_built: PLANS_BUILT.load(Relaxed),
         op_cache_hits: PLAN_HITS.load(Relaxed),
@@ -132,6 +150,13 @@ pub fn stats() -> Stats {
         op_plans_cached: PLANS.len(),
         op_plan_evictions: PLAN_EVICTIONS.load(Relaxed),
         kernel_evictions: j.evictions,
+        cpu_kernels_run: crate::cpu::kernels_run(),
+        gpu_kernels_run,
+        ptx_launches,
+        cublas_calls,
+        bytes_to_device,
+        bytes_to_host,
+        device_synchronizations,
     }
 }
 
