@@ -328,3 +328,50 @@ fn a_cached_step_runs_on_the_device_alone() {
         "a device allocation in a cached step"
     );
 }
+
+/// `Module::to_device` moves parameters in place: the tensors held before
+/// the move see it, and a model trains there.
+#[test]
+fn a_module_moves_to_the_device_keeping_its_parameters() {
+    use tenjin::nn::{Linear, Module, ReLU, Sequential};
+    let _s = serial();
+    let model = Sequential::new()
+        .add(Linear::new(6, 8, 1).unwrap())
+        .add(ReLU)
+        .add(Linear::new(8, 3, 2).unwrap());
+    let held = model.parameters();
+    let before: Vec<Vec<f64>> = held.iter().map(|p| p.to_vec_f64().unwrap()).collect();
+    model.to_device(gpu()).unwrap();
+    for (p, b) in held.iter().zip(&before) {
+        assert_eq!(p.device(), gpu());
+        assert_eq!(&p.to_vec_f64().unwrap(), b);
+    }
+    let x = Tensor::ones_on(&[4, 6], DType::F32, gpu()).unwrap();
+    let mut opt = SGD::new(
+        model.parameters(),
+        SgdConfig {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let loss = || {
+        model
+            .forward(&x)
+            .unwrap()
+            .mul(&model.forward(&x).unwrap())
+            .unwrap()
+            .sum()
+            .unwrap()
+    };
+    let first = loss().item().unwrap();
+    for _ in 0..3 {
+        opt.zero_grad();
+        loss().backward().unwrap();
+        opt.step().unwrap();
+    }
+    assert!(loss().item().unwrap() < first);
+    // And back.
+    model.to_device(Device::Cpu).unwrap();
+    assert!(held.iter().all(|p| p.device() == Device::Cpu));
+}

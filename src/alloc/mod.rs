@@ -78,6 +78,25 @@ pub enum Device {
     Cuda(usize),
 }
 
+impl Device {
+    /// The device as one integer (0: the CPU, `n + 1`: CUDA device `n`),
+    /// for atomics.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Device::Cpu => 0,
+            Device::Cuda(n) => n as u64 + 1,
+        }
+    }
+
+    /// The device of [`Device::code`].
+    pub(crate) fn from_code(code: u64) -> Device {
+        match code {
+            0 => Device::Cpu,
+            n => Device::Cuda(n as usize - 1),
+        }
+    }
+}
+
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

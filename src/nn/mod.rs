@@ -100,6 +100,30 @@ pub trait Module {
     /// assert!(b.load_state_dict(&[]).is_err());
     /// # Ok::<(), tenjin::Error>(())
     /// ```
+    /// Moves every parameter and buffer to `device` in place, all or
+    /// nothing: each keeps its identity (the tensors an optimizer or the
+    /// caller holds see the move), their gradients are cleared. Make the
+    /// optimizer after the move: one made before refuses to step (its
+    /// state stayed behind).
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module};
+    /// let layer = Linear::new(3, 2, 0)?;
+    /// let w = layer.parameters()[0].clone();
+    /// layer.to_device(tenjin::Device::Cpu)?;
+    /// assert_eq!(w.device(), tenjin::Device::Cpu);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    fn to_device(&self, device: crate::Device) -> Result<(), Error> {
+        let all: Vec<Tensor> = self
+            .named_parameters()
+            .into_iter()
+            .chain(self.named_buffers())
+            .map(|(_, t)| t)
+            .collect();
+        crate::tensor::move_all(&all, device)
+    }
+
     fn load_state_dict(&self, state: &[(String, Tensor)]) -> Result<(), Error> {
         load_into(&self.state_dict(), state)
     }

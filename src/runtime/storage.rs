@@ -24,7 +24,9 @@ pub(crate) struct Storage {
     buf: RwLock<Buffer>,
     len: usize,
     dtype: DType,
-    device: Device,
+    /// Where the block lives (`Device::code`): it changes when a module
+    /// moves its parameters ([`Storage::move_to`]).
+    device: AtomicU64,
     version: AtomicU64,
     /// Who laid out the block beyond `len` (an optimizer's state), `0` for
     /// nobody; see [`Storage::replace_buffer`].
@@ -78,7 +80,7 @@ impl Storage {
             buf: RwLock::new(buf),
             len,
             dtype,
-            device,
+            device: AtomicU64::new(device.code()),
             version: AtomicU64::new(0),
             owner: AtomicU64::new(0),
         }))
@@ -102,7 +104,7 @@ impl Storage {
     /// A copy of the elements on `device` (through the host between two
     /// devices).
     pub(crate) fn to_device(&self, device: Device) -> Result<Arc<Storage>, Error> {
-        let (from, to) = (self.device, device);
+        let (from, to) = (self.device(), device);
         if from != Device::Cpu && to != Device::Cpu && from != to {
             return self.to_device(Device::Cpu)?.to_device(to);
         }
@@ -127,7 +129,26 @@ impl Storage {
     }
 
     pub(crate) fn device(&self) -> Device {
-        self.device
+        Device::from_code(self.device.load(Relaxed))
+    }
+
+    /// Takes `moved` (a copy of this storage made by
+    /// [`Storage::to_device`], held by nobody else) in place of the block:
+    /// the storage, and every tensor sharing it, lives on `moved`'s device
+    /// from now on. What lay past `len` (an optimizer's state) is gone and
+    /// the layout's owner is cleared, so that optimizer refuses to run
+    /// rather than read it.
+    pub(crate) fn adopt(&self, moved: Arc<Storage>) -> Result<(), Error> {
+        let device = moved.device();
+        let block = moved.into_buffer().ok_or_else(|| Error::Invalid {
+            function: "to_device".into(),
+            message: "internal: a moved block is shared".into(),
+        })?;
+        let mut g = self.write();
+        *g = block;
+        self.owner.store(0, Relaxed);
+        self.device.store(device.code(), Relaxed);
+        Ok(())
     }
 
     /// Bytes of the underlying block (what the allocator counts).
@@ -153,8 +174,12 @@ impl Storage {
     /// old block; counts as a write. `new` must hold at least `len`
     /// elements, on this storage's device.
     pub(crate) fn replace_buffer(&self, new: Buffer, owner: u64) -> Result<Buffer, Error> {
-        if new.device() != self.device {
-            return Err(device_mismatch("replace_buffer", self.device, new.device()));
+        if new.device() != self.device() {
+            return Err(device_mismatch(
+                "replace_buffer",
+                self.device(),
+                new.device(),
+            ));
         }
         if new.len_bytes() < self.len * self.dtype.size() {
             return Err(Error::Shape {
@@ -207,7 +232,7 @@ impl Storage {
     /// an optimizer's state), copied to the host as `T` (this storage's
     /// element type).
     fn download<T: Element>(&self, start: usize, n: usize) -> Result<Vec<T>, Error> {
-        let backend = backend_for(self.device)?;
+        let backend = backend_for(self.device())?;
         let g = self.read();
         let all = self.operand(&g, g.len_bytes() / self.dtype.size())?;
         let mut host = vec![T::ZERO; n];
@@ -218,7 +243,7 @@ impl Storage {
     /// Writes the host `values` (of this storage's element type) at
     /// elements `start..` of the whole block.
     fn upload<T: Element>(&self, start: usize, values: &[T]) -> Result<(), Error> {
-        let backend = backend_for(self.device)?;
+        let backend = backend_for(self.device())?;
         let mut g = self.write();
         let capacity = g.len_bytes() / self.dtype.size();
         let all = OperandMut::of_buffer(&mut g, self.dtype, capacity)?;
@@ -277,7 +302,7 @@ impl Storage {
 
     /// Sets every element to `value` (converted to the element type).
     pub(crate) fn fill(&self, value: f64) -> Result<(), Error> {
-        let backend = backend_for(self.device)?;
+        let backend = backend_for(self.device())?;
         let mut g = self.write();
         backend.fill(self.operand_mut(&mut g)?, value)
     }
@@ -318,10 +343,10 @@ impl Storage {
         op: &str,
         other: &Storage,
     ) -> Result<&'static dyn crate::kernel::backend::Backend, Error> {
-        if other.device != self.device {
-            return Err(device_mismatch(op, self.device, other.device));
+        if other.device() != self.device() {
+            return Err(device_mismatch(op, self.device(), other.device()));
         }
-        backend_for(self.device)
+        backend_for(self.device())
     }
 }
 
@@ -340,7 +365,9 @@ impl std::fmt::Debug for Storage {
         write!(
             f,
             "Storage({:?}, {} elements, {})",
-            self.dtype, self.len, self.device
+            self.dtype,
+            self.len,
+            self.device()
         )
     }
 }

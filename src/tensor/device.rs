@@ -14,8 +14,9 @@ use crate::alloc::Device;
 use crate::runtime::Storage;
 use crate::{DType, Error};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
-/// The default device, encoded: 0 for the CPU, `n + 1` for CUDA device `n`.
+/// The default device (`Device::code`).
 static DEFAULT: AtomicU64 = AtomicU64::new(0);
 
 /// Makes the plain constructors (`zeros`, `ones`, `full`, `from_vec`,
@@ -29,20 +30,32 @@ static DEFAULT: AtomicU64 = AtomicU64::new(0);
 /// set_default_device(Device::Cpu);
 /// ```
 pub fn set_default_device(device: Device) {
-    let code = match device {
-        Device::Cpu => 0,
-        Device::Cuda(n) => n as u64 + 1,
-    };
-    DEFAULT.store(code, Relaxed);
+    DEFAULT.store(device.code(), Relaxed);
 }
 
 /// Where the plain constructors create (the CPU unless
 /// [`set_default_device`] said otherwise).
 pub fn default_device() -> Device {
-    match DEFAULT.load(Relaxed) {
-        0 => Device::Cpu,
-        n => Device::Cuda(n as usize - 1),
+    Device::from_code(DEFAULT.load(Relaxed))
+}
+
+/// Moves the dense `tensors` to `device` in place, all or nothing: every
+/// copy is made before the first tensor changes. Their gradients are
+/// cleared.
+pub(crate) fn move_all(tensors: &[Tensor], device: Device) -> Result<(), Error> {
+    let mut moves: Vec<(Arc<Storage>, Arc<Storage>)> = Vec::new();
+    for t in tensors {
+        let storage = t.dense_storage()?;
+        if storage.device() != device && !moves.iter().any(|(s, _)| Arc::ptr_eq(s, &storage)) {
+            let moved = storage.to_device(device)?;
+            moves.push((storage, moved));
+        }
     }
+    for (storage, moved) in moves {
+        storage.adopt(moved)?;
+    }
+    tensors.iter().for_each(Tensor::zero_grad);
+    Ok(())
 }
 
 impl Tensor {
