@@ -59,3 +59,65 @@ pub fn run_loop_kernel(
         d => return Err(crate::dtype::not_computable(f.name(), d)),
     })
 }
+
+/// Runs the module `ptx` on a private simulated device: `inputs` uploaded
+/// in order, an output of `out_len` elements of `dtype`, `grid × block`
+/// threads; returns the output. For comparing the simulator with other
+/// interpreters (`tests/sim_speed.rs`).
+pub fn simulate_module(
+    ptx: &str,
+    dtype: DType,
+    inputs: &[Values<'_>],
+    out_len: usize,
+    grid: u32,
+    block: u32,
+) -> Result<Vec<f64>, Error> {
+    use super::driver::{Arg, Driver};
+    use super::sim::{memory::SimMemory, SimDriver};
+    use crate::alloc::RawMemory;
+    let memory: &'static SimMemory = Box::leak(Box::new(SimMemory::new()));
+    let sim = SimDriver::new(Device::Cuda(crate::alloc::MAX_CUDA_DEVICES), memory);
+    let function = sim.load(ptx)?;
+    let block_of = |bytes: usize| -> Result<u64, Error> {
+        memory
+            .alloc(bytes.max(1))
+            .map(|p| p.as_ptr() as u64)
+            .ok_or_else(|| Error::Invalid {
+                function: "simulate_module".into(),
+                message: "out of memory".into(),
+            })
+    };
+    let out_bytes = out_len * dtype.size();
+    let out = block_of(out_bytes)?;
+    let mut args = vec![Arg::Buffer {
+        addr: out,
+        bytes: out_bytes,
+        writable: true,
+    }];
+    for v in inputs {
+        let bytes: Vec<u8> = match v {
+            Values::F32(x) => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Values::F64(x) => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let addr = block_of(bytes.len())?;
+        sim.copy_to_device(addr, &bytes)?;
+        args.push(Arg::Buffer {
+            addr,
+            bytes: bytes.len(),
+            writable: false,
+        });
+    }
+    sim.launch(&function, grid, block, &args)?;
+    let mut back = vec![0u8; out_bytes];
+    sim.copy_to_host(&mut back, out)?;
+    Ok(match dtype {
+        DType::F32 => back
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        _ => back
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    })
+}

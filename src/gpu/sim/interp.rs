@@ -24,22 +24,15 @@ pub(crate) trait Memory {
     fn store(&mut self, addr: u64, size: usize, bits: u64, thread: u64) -> Result<(), String>;
 }
 
-/// The launch geometry's special registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Special {
-    Tid,
-    Ntid,
-    Ctaid,
-    Nctaid,
-}
+/// The launch geometry's special registers, in the first register slots
+/// (`%tid.x`, `%ntid.x`, `%ctaid.x`, `%nctaid.x`), set per thread.
+const SPECIALS: [&str; 4] = ["%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x"];
 
-/// A source operand, resolved.
+/// A source operand: a register slot. Immediates are decoded into slots
+/// of their own, filled once per thread from the program's template, so
+/// reading an operand is one indexed load.
 #[derive(Clone, Copy, Debug)]
-enum Src {
-    Reg(u32),
-    Imm(u64),
-    Special(Special),
-}
+struct Src(u32);
 
 /// Float comparisons (`neu`, `nan` and `num` are the unordered ones).
 #[derive(Clone, Copy, Debug)]
@@ -164,24 +157,79 @@ enum Bin {
 enum Op {
     Ret,
     Bra(u32),
-    LdParam { dst: u32, param: u32 },
-    Mov { dst: u32, src: Src },
-    Ld { dst: u32, addr: u32, size: u8 },
-    St { addr: u32, src: Src, size: u8 },
-    Setp { dst: u32, cmp: Cmp, a: Src, b: Src },
-    Selp { dst: u32, a: Src, b: Src, p: Src },
-    Cvt { dst: u32, conv: Conv, src: Src },
-    Fma64 { dst: u32, a: Src, b: Src, c: Src },
-    Mad { dst: u32, a: Src, b: Src, c: Src },
-    Not { dst: u32, src: Src },
-    Un { dst: u32, op: Un, src: Src },
-    Bin { dst: u32, op: Bin, a: Src, b: Src },
+    /// `@%p bra` (`@!%p` when `negated`): the only guarded instruction
+    /// tenjin emits.
+    BraIf {
+        p: u32,
+        negated: bool,
+        target: u32,
+    },
+    LdParam {
+        dst: u32,
+        param: u32,
+    },
+    Mov {
+        dst: u32,
+        src: Src,
+    },
+    Ld {
+        dst: u32,
+        addr: u32,
+        size: u8,
+    },
+    St {
+        addr: u32,
+        src: Src,
+        size: u8,
+    },
+    Setp {
+        dst: u32,
+        cmp: Cmp,
+        a: Src,
+        b: Src,
+    },
+    Selp {
+        dst: u32,
+        a: Src,
+        b: Src,
+        p: Src,
+    },
+    Cvt {
+        dst: u32,
+        conv: Conv,
+        src: Src,
+    },
+    Fma64 {
+        dst: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Mad {
+        dst: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Not {
+        dst: u32,
+        src: Src,
+    },
+    Un {
+        dst: u32,
+        op: Un,
+        src: Src,
+    },
+    Bin {
+        dst: u32,
+        op: Bin,
+        a: Src,
+        b: Src,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Inst {
-    /// A predicate register and whether it is negated (`@!%p`).
-    guard: Option<(u32, bool)>,
     op: Op,
     /// The source line (errors).
     line: u32,
@@ -191,37 +239,44 @@ struct Inst {
 pub(crate) struct Program {
     params: Vec<String>,
     code: Vec<Inst>,
-    nregs: usize,
+    /// The register file every thread starts with: zeros, and the
+    /// immediates in their slots.
+    template: Vec<u64>,
     /// The instruction texts (errors name the failing one).
     lines: Vec<String>,
 }
 
-/// Threads one launch may run per instruction budget (a kernel that loops
-/// forever is an error, not a hang).
-const MAX_STEPS_PER_THREAD: u64 = 200_000_000;
+/// Branches one thread may take (a kernel that loops forever is an
+/// error, not a hang).
+const MAX_BRANCHES_PER_THREAD: u64 = 50_000_000;
 
-/// Decoding state: register and label names.
+/// Decoding state: register, immediate and label names.
 struct Decoder<'a> {
     params: &'a [String],
+    /// Register names (the specials first) and immediates (by value) to
+    /// slots.
     regs: HashMap<String, u32>,
+    consts: HashMap<u64, u32>,
     labels: HashMap<String, u32>,
 }
 
 impl Decoder<'_> {
+    fn slots(&self) -> u32 {
+        (self.regs.len() + self.consts.len()) as u32
+    }
+
     fn reg(&mut self, name: &str) -> u32 {
-        let n = self.regs.len() as u32;
+        let n = self.slots();
         *self.regs.entry(name.to_string()).or_insert(n)
     }
 
     fn src(&mut self, a: &str, ty: &str) -> Result<Src, String> {
-        Ok(match a {
-            "%tid.x" => Src::Special(Special::Tid),
-            "%ntid.x" => Src::Special(Special::Ntid),
-            "%ctaid.x" => Src::Special(Special::Ctaid),
-            "%nctaid.x" => Src::Special(Special::Nctaid),
-            r if r.starts_with('%') => Src::Reg(self.reg(r)),
-            i => Src::Imm(imm(i, ty).ok_or_else(|| format!("bad immediate `{i}`"))?),
-        })
+        if a.starts_with('%') {
+            return Ok(Src(self.reg(a)));
+        }
+        let v = imm(a, ty).ok_or_else(|| format!("bad immediate `{a}`"))?;
+        let n = self.slots();
+        Ok(Src(*self.consts.entry(v).or_insert(n)))
     }
 
     fn dst(&mut self, a: Option<&&str>) -> Result<u32, String> {
@@ -539,7 +594,12 @@ impl Program {
         }
         let mut d = Decoder {
             params: &params,
-            regs: HashMap::new(),
+            regs: SPECIALS
+                .iter()
+                .enumerate()
+                .map(|(k, s)| (s.to_string(), k as u32))
+                .collect(),
+            consts: HashMap::new(),
             labels,
         };
         let mut code = Vec::with_capacity(lines.len());
@@ -557,15 +617,21 @@ impl Program {
                 }
                 None => (None, line.as_str()),
             };
-            let op = d.op(rest).map_err(|e| format!("{e} in `{line}`"))?;
-            code.push(Inst {
-                guard,
-                op,
-                line: n as u32,
-            });
+            let mut op = d.op(rest).map_err(|e| format!("{e} in `{line}`"))?;
+            if let Some((p, negated)) = guard {
+                let Op::Bra(target) = op else {
+                    return Err(format!("a guarded instruction other than `bra`: `{line}`"));
+                };
+                op = Op::BraIf { p, negated, target };
+            }
+            code.push(Inst { op, line: n as u32 });
+        }
+        let mut template = vec![0u64; d.slots() as usize];
+        for (&v, &slot) in &d.consts {
+            template[slot as usize] = v;
         }
         Ok(Program {
-            nregs: d.regs.len(),
+            template,
             params,
             code,
             lines,
@@ -575,12 +641,12 @@ impl Program {
     /// Runs the kernel on `grid × block` threads with `params` (the
     /// parameters' values, in order) over `memory`. Errors name the
     /// thread and the instruction.
-    pub(crate) fn run(
+    pub(crate) fn run<M: Memory>(
         &self,
         params: &[u64],
         grid: u32,
         block: u32,
-        memory: &mut dyn Memory,
+        memory: &mut M,
     ) -> Result<(), String> {
         if params.len() != self.params.len() {
             return Err(format!(
@@ -589,12 +655,15 @@ impl Program {
                 self.params.len()
             ));
         }
-        let mut r = vec![0u64; self.nregs];
+        let mut r = self.template.clone();
         for b in 0..grid {
             for t in 0..block {
                 let thread = b as u64 * block as u64 + t as u64;
-                r.iter_mut().for_each(|x| *x = 0);
-                self.thread(params, [t, block, b, grid], thread, &mut r, memory)
+                r.copy_from_slice(&self.template);
+                for (slot, v) in [t, block, b, grid].into_iter().enumerate() {
+                    r[slot] = v as u64;
+                }
+                self.thread(params, thread, &mut r, memory)
                     .map_err(|(e, line)| match line {
                         Some(l) => format!("thread {thread}: {e} in `{}`", self.lines[l]),
                         None => format!("thread {thread}: {e}"),
@@ -604,41 +673,35 @@ impl Program {
         Ok(())
     }
 
-    fn thread(
+    fn thread<M: Memory>(
         &self,
         params: &[u64],
-        special: [u32; 4],
         thread: u64,
         r: &mut [u64],
-        memory: &mut dyn Memory,
+        memory: &mut M,
     ) -> Result<(), (String, Option<usize>)> {
-        let val = |s: Src, r: &[u64]| -> u64 {
-            match s {
-                Src::Reg(i) => r[i as usize],
-                Src::Imm(x) => x,
-                Src::Special(Special::Tid) => special[0] as u64,
-                Src::Special(Special::Ntid) => special[1] as u64,
-                Src::Special(Special::Ctaid) => special[2] as u64,
-                Src::Special(Special::Nctaid) => special[3] as u64,
-            }
-        };
+        let val = |s: Src, r: &[u64]| -> u64 { r[s.0 as usize] };
         let mut pc = 0usize;
-        let mut steps = 0u64;
+        let mut branches = 0u64;
+        let mut jump = |pc: &mut usize, target: u32, line: u32| {
+            branches += 1;
+            *pc = target as usize;
+            if branches > MAX_BRANCHES_PER_THREAD {
+                return Err(("runs too long".to_string(), Some(line as usize)));
+            }
+            Ok(())
+        };
         while let Some(inst) = self.code.get(pc) {
-            steps += 1;
-            if steps > MAX_STEPS_PER_THREAD {
-                return Err(("runs too long".into(), Some(inst.line as usize)));
-            }
             pc += 1;
-            if let Some((p, neg)) = inst.guard {
-                if (r[p as usize] != 0) == neg {
-                    continue;
-                }
-            }
             let at = |e: String| (e, Some(inst.line as usize));
             match inst.op {
                 Op::Ret => return Ok(()),
-                Op::Bra(l) => pc = l as usize,
+                Op::Bra(l) => jump(&mut pc, l, inst.line)?,
+                Op::BraIf { p, negated, target } => {
+                    if (r[p as usize] != 0) != negated {
+                        jump(&mut pc, target, inst.line)?;
+                    }
+                }
                 Op::LdParam { dst, param } => r[dst as usize] = params[param as usize],
                 Op::Mov { dst, src } => r[dst as usize] = val(src, r),
                 Op::Ld { dst, addr, size } => {

@@ -122,8 +122,10 @@ struct Region {
     start: u64,
     end: u64,
     writable: bool,
-    /// The held block it lies in (`None` when empty).
+    /// The held block it lies in (`None` when empty) and its offset
+    /// there.
     block: Option<usize>,
+    delta: usize,
     /// Per 4-byte word of a writable region: 1 + the thread that stored
     /// it (0: none yet).
     writers: Vec<u64>,
@@ -137,6 +139,8 @@ pub(crate) struct LaunchMemory<'m> {
     /// Blocks taken for the launch: their addresses and bytes.
     held: Vec<(u64, Vec<u8>)>,
     regions: Vec<Region>,
+    /// The region of the last load.
+    last: std::cell::Cell<usize>,
 }
 
 impl<'m> LaunchMemory<'m> {
@@ -147,6 +151,7 @@ impl<'m> LaunchMemory<'m> {
             blocks,
             held: Vec::new(),
             regions: Vec::new(),
+            last: std::cell::Cell::new(0),
         };
         for (k, a) in args.iter().enumerate() {
             let Arg::Buffer {
@@ -166,11 +171,13 @@ impl<'m> LaunchMemory<'m> {
                         .map_err(|e| format!("argument {k}: {e}"))?,
                 )
             };
+            let delta = block.map_or(0, |b| (addr - launch.held[b].0) as usize);
             launch.regions.push(Region {
                 start: addr,
                 end: addr + bytes as u64,
                 writable,
                 block,
+                delta,
                 writers: if writable {
                     vec![0; bytes.div_ceil(4)]
                 } else {
@@ -213,6 +220,11 @@ impl<'m> LaunchMemory<'m> {
             return Err(format!("misaligned {size}-byte access at {addr:#x}"));
         }
         let inside = |r: &Region| addr >= r.start && addr + size as u64 <= r.end;
+        // The common case first: a load from the region of the last load.
+        let last = self.last.get();
+        if !store && self.regions.get(last).is_some_and(inside) {
+            return Ok(last);
+        }
         if store {
             if let Some(k) = self.regions.iter().position(|r| r.writable && inside(r)) {
                 return Ok(k);
@@ -221,6 +233,7 @@ impl<'m> LaunchMemory<'m> {
                 return Err(format!("a store into an input at {addr:#x}"));
             }
         } else if let Some(k) = self.regions.iter().position(inside) {
+            self.last.set(k);
             return Ok(k);
         }
         Err(format!(
@@ -231,10 +244,10 @@ impl<'m> LaunchMemory<'m> {
 
     /// The bytes of region `k` at `addr`.
     fn bytes(&mut self, k: usize, addr: u64, size: usize) -> &mut [u8] {
+        let r = &self.regions[k];
         // A region found by `region` has a block (it is not empty).
-        let (start, bytes) = &mut self.held[self.regions[k].block.unwrap_or(0)];
-        let off = (addr - *start) as usize;
-        &mut bytes[off..off + size]
+        let off = r.delta + (addr - r.start) as usize;
+        &mut self.held[r.block.unwrap_or(0)].1[off..off + size]
     }
 }
 
