@@ -17,10 +17,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial(mode: AllocMode) -> MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    alloc::set_memory_limit(None);
-    alloc::set_mode(mode);
-    alloc::empty_cache();
-    alloc::reset_peak();
+    alloc::set_memory_limit_for(tenjin::default_device(), None);
+    alloc::set_mode_for(tenjin::default_device(), mode);
+    alloc::empty_cache_for(tenjin::default_device());
+    alloc::reset_peak_for(tenjin::default_device());
     guard
 }
 
@@ -98,13 +98,13 @@ fn plan_predicts_the_measured_peak_in_both_modes() {
         step(&model, &mut opt).unwrap(); // compiles, creates optimizer state
         for _ in 0..2 {
             opt.zero_grad();
-            let before = alloc::stats().bytes_in_use;
-            alloc::reset_peak();
+            let before = alloc::stats_for(tenjin::default_device()).bytes_in_use;
+            alloc::reset_peak_for(tenjin::default_device());
             let loss = model.loss().unwrap();
-            let after_forward = alloc::stats().bytes_in_use;
+            let after_forward = alloc::stats_for(tenjin::default_device()).bytes_in_use;
             let plan = loss.memory_plan().unwrap();
             loss.backward().unwrap();
-            let s = alloc::stats();
+            let s = alloc::stats_for(tenjin::default_device());
             println!("{mode:?}\n{plan}");
             assert_eq!(plan.mode, mode);
             // Outside the trace: the optimizer's scalar arguments only.
@@ -128,7 +128,10 @@ fn plan_predicts_the_measured_peak_in_both_modes() {
             assert_eq!(plan.peak_bytes + offset, s.peak_in_use, "{mode:?}: peak");
             // The optimizer's update runs in place: no new peak.
             opt.step().unwrap();
-            assert_eq!(alloc::stats().peak_in_use, s.peak_in_use);
+            assert_eq!(
+                alloc::stats_for(tenjin::default_device()).peak_in_use,
+                s.peak_in_use
+            );
             // Some derivative ran in place (ReLU's, over its incoming
             // gradient) and the peak is in backward.
             assert!(plan.steps.iter().any(|s| s.op.ends_with("[in place]")));
@@ -150,8 +153,8 @@ fn plan_is_exact_for_shared_values_and_user_held_tensors() {
     w.zero_grad();
     v.exp().unwrap().sum().unwrap().backward().unwrap();
     let held_grad = v.grad().unwrap();
-    let before = alloc::stats().bytes_in_use;
-    alloc::reset_peak();
+    let before = alloc::stats_for(tenjin::default_device()).bytes_in_use;
+    alloc::reset_peak_for(tenjin::default_device());
     let h = x.linear(&w, Some(&v)).unwrap();
     let t = h.tanh().unwrap();
     let u = h.mul(&t).unwrap().reshape(&[64 * 32]).unwrap();
@@ -160,7 +163,7 @@ fn plan_is_exact_for_shared_values_and_user_held_tensors() {
     let plan = loss.memory_plan().unwrap();
     println!("{plan}");
     loss.backward().unwrap();
-    let s = alloc::stats();
+    let s = alloc::stats_for(tenjin::default_device());
     assert_eq!(plan.baseline_bytes, before);
     assert_eq!(plan.peak_bytes, s.peak_in_use);
     assert_eq!(plan.steps.last().unwrap().live_bytes, s.bytes_in_use);
@@ -175,7 +178,7 @@ fn runtime_efficient_loop_stops_allocating_after_step_two() {
     let mut after = Vec::new();
     for _ in 0..20 {
         step(&model, &mut opt).unwrap();
-        after.push(alloc::stats());
+        after.push(alloc::stats_for(tenjin::default_device()));
     }
     let s2 = after[1];
     for (i, s) in after.iter().enumerate().skip(2) {
@@ -207,7 +210,7 @@ fn out_of_memory_mid_step_leaves_training_intact() {
         for (k, fail_in_backward) in [(1, false), (2, true)] {
             let params = model.snapshot();
             opt.zero_grad();
-            let in_use = alloc::stats().bytes_in_use;
+            let in_use = alloc::stats_for(tenjin::default_device()).bytes_in_use;
             let result = if fail_in_backward {
                 let loss = model.loss().unwrap();
                 let plan = loss.memory_plan().unwrap();
@@ -220,10 +223,13 @@ fn out_of_memory_mid_step_leaves_training_intact() {
                     .live_bytes;
                 // Room for half of what backward adds at its peak.
                 let room = (plan.peak_bytes - planned_forward) / 2;
-                alloc::set_memory_limit(Some(alloc::stats().bytes_in_use + room));
+                alloc::set_memory_limit_for(
+                    tenjin::default_device(),
+                    Some(alloc::stats_for(tenjin::default_device()).bytes_in_use + room),
+                );
                 loss.backward()
             } else {
-                alloc::set_memory_limit(Some(in_use + 40_000)); // one activation
+                alloc::set_memory_limit_for(tenjin::default_device(), Some(in_use + 40_000)); // one activation
                 model.loss().map(drop)
             };
             match result {
@@ -239,7 +245,7 @@ fn out_of_memory_mid_step_leaves_training_intact() {
             assert_eq!(model.snapshot(), params, "step {}", k + 1);
             // Free what the failed step left (partial gradients) and retry.
             opt.zero_grad();
-            alloc::set_memory_limit(None);
+            alloc::set_memory_limit_for(tenjin::default_device(), None);
             losses.push(step(&model, &mut opt).unwrap());
         }
         for _ in 3..6 {
@@ -318,11 +324,11 @@ fn backward_follows_the_height_heuristic_of_fig_4_8() {
         .find(|s| s.phase == Phase::Forward)
         .unwrap()
         .live_bytes;
-    let before = alloc::stats().bytes_in_use;
-    alloc::reset_peak();
+    let before = alloc::stats_for(tenjin::default_device()).bytes_in_use;
+    alloc::reset_peak_for(tenjin::default_device());
     s.backward().unwrap();
     assert_eq!(
-        alloc::stats().peak_in_use - before,
+        alloc::stats_for(tenjin::default_device()).peak_in_use - before,
         plan.backward_peak_bytes() - live_after_forward
     );
     for w in [&w1, &w2, &w3, &w5] {

@@ -1,4 +1,4 @@
-//! The op/gradcheck, tape, higher-order and nn/optim suites with every
+//! The op/gradcheck, tape, higher-order, nn/optim and memory suites with every
 //! tensor on the simulated GPU: `tenjin::cuda::simulate()` and
 //! `set_default_device(Device::Cuda(0))` before any test starts, so every
 //! constructor creates on the device, every op and derivative runs its
@@ -20,10 +20,16 @@ mod higher_order;
 #[path = "nn_optim.rs"]
 mod nn_optim;
 
+#[path = "memory.rs"]
+mod memory;
+
 #[ctor::ctor]
 fn on_the_simulated_device() {
     tenjin::cuda::simulate().expect("the simulated device");
     tenjin::set_default_device(tenjin::Device::Cuda(0));
+    // Open the device now, so its allocator's mode and limit can be set
+    // before the first tensor.
+    tenjin::Tensor::zeros(&[1], tenjin::DType::F32).expect("a tensor on the device");
 }
 
 #[test]

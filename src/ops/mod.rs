@@ -249,7 +249,8 @@ fn run_and_record(
     } else {
         None
     };
-    let mode = crate::alloc::mode();
+    // The mode of the device the op runs on decides what it keeps.
+    let mode = crate::alloc::mode_for(plan.backend.device());
     let (out, kept) = match output {
         Output::SharesInput if plan.is_alias() && inputs.len() == 1 => {
             (inputs[0].clone(), Vec::new())

@@ -40,10 +40,10 @@ pub fn explain(t: &Tensor) -> Result<trace::Explanation, Error> {
 
 impl Tensor {
     /// The static memory plan of this tensor's trace, for `backward()`
-    /// from it, in the host allocator's current mode's block sizes; see
-    /// [`MemoryPlan`](trace::MemoryPlan).
+    /// from it, in the block sizes of its device's allocator's current
+    /// mode; see [`MemoryPlan`](trace::MemoryPlan).
     pub fn memory_plan(&self) -> Result<trace::MemoryPlan, Error> {
-        self.memory_plan_for(crate::alloc::mode())
+        self.memory_plan_for(crate::alloc::mode_for(self.device()))
     }
 
     /// As [`Tensor::memory_plan`], with the block sizes of `mode`.
