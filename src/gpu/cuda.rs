@@ -85,8 +85,15 @@ impl CudaDriver {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| device_error(ordinal, e))?
             .max(1) as u32;
+        let stream_ordered = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+            .is_ok_and(|v| v != 0);
         let memory: &'static super::memory::DeviceMemory =
-            Box::leak(Box::new(super::memory::DeviceMemory { ctx: ctx.clone() }));
+            Box::leak(Box::new(super::memory::DeviceMemory {
+                ctx: ctx.clone(),
+                stream: stream.clone(),
+                stream_ordered,
+            }));
         crate::alloc::register_device_memory(ordinal, memory);
         Ok(CudaDriver {
             ordinal,
