@@ -62,6 +62,9 @@ pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     fn to_f64(self) -> f64;
     /// Rounds toward zero, saturating (`as`; NaN gives 0).
     fn to_i64(self) -> i64;
+    /// The nearest value (`as` conversion: one rounding to a float,
+    /// wrapping to a narrower integer).
+    fn from_i64(x: i64) -> Self;
     fn add(self, other: Self) -> Self;
 }
 
@@ -77,6 +80,9 @@ impl Element for f32 {
     }
     fn to_i64(self) -> i64 {
         self as i64
+    }
+    fn from_i64(x: i64) -> f32 {
+        x as f32
     }
     fn add(self, other: f32) -> f32 {
         self + other
@@ -95,6 +101,9 @@ impl Element for f64 {
     }
     fn to_i64(self) -> i64 {
         self as i64
+    }
+    fn from_i64(x: i64) -> f64 {
+        x as f64
     }
     fn add(self, other: f64) -> f64 {
         self + other
@@ -128,6 +137,17 @@ macro_rules! with_element {
 }
 pub(crate) use with_element;
 
+/// `x` as a `D`, as Rust's `as` converts between the two types: floats to
+/// integers round toward zero and saturate (NaN gives 0), integers to
+/// floats round once, integers to narrower integers wrap.
+pub(crate) fn cast<S: Element, D: Element>(x: S) -> D {
+    if S::DTYPE.is_float() {
+        D::from_f64(x.to_f64())
+    } else {
+        D::from_i64(x.to_i64())
+    }
+}
+
 /// The element types kernels compute in: `f32` and `f64` (sealed).
 pub trait Float: Element {}
 impl Float for f32 {}
@@ -159,6 +179,9 @@ macro_rules! integer_element {
             }
             fn to_i64(self) -> i64 {
                 self as i64
+            }
+            fn from_i64(x: i64) -> $t {
+                x as $t
             }
             fn add(self, other: $t) -> $t {
                 self.wrapping_add(other)

@@ -375,3 +375,66 @@ fn a_module_moves_to_the_device_keeping_its_parameters() {
     model.to_device(Device::Cpu).unwrap();
     assert!(held.iter().all(|p| p.device() == Device::Cpu));
 }
+
+/// Conversions between every pair of element types on the device give
+/// the CPU's values (Rust's `as`: toward zero, saturating, NaN to 0;
+/// wrapping between integers), and a recorded conversion carries its
+/// gradient back on the device.
+#[test]
+fn conversions_on_the_device_match_the_cpu() {
+    let _s = serial();
+    let floats = vec![
+        0.0,
+        -0.0,
+        1.5,
+        -2.5,
+        1e10,
+        -1e10,
+        f64::NAN,
+        f64::INFINITY,
+        -f64::INFINITY,
+        3e38,
+        123456789.123,
+    ];
+    let ints = vec![
+        0i64,
+        1,
+        -1,
+        i64::MAX,
+        i64::MIN,
+        1 << 40,
+        -(1 << 33) - 7,
+        1 << 24 | 1,
+    ];
+    let sources = [
+        Tensor::from_vec_f64(floats.clone(), &[floats.len()]).unwrap(),
+        Tensor::from_vec(floats.iter().map(|&x| x as f32).collect(), &[floats.len()]).unwrap(),
+        Tensor::from_vec_i64(ints.clone(), &[ints.len()]).unwrap(),
+        Tensor::from_vec_i32(ints.iter().map(|&x| x as i32).collect(), &[ints.len()]).unwrap(),
+    ];
+    for src in &sources {
+        let on_device = src.to_device(gpu()).unwrap();
+        for to in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            let (c, d) = (src.to_dtype(to).unwrap(), on_device.to_dtype(to).unwrap());
+            assert_eq!(d.device(), gpu());
+            let what = format!("{:?} -> {to:?}", src.dtype());
+            if to.is_float() {
+                let (c, d) = (c.to_vec_f64().unwrap(), d.to_vec_f64().unwrap());
+                for (x, y) in c.iter().zip(&d) {
+                    assert!(x.to_bits() == y.to_bits(), "{what}: {c:?} against {d:?}");
+                }
+            } else {
+                assert_eq!(c.to_vec_i64().unwrap(), d.to_vec_i64().unwrap(), "{what}");
+            }
+        }
+    }
+    // Recorded between float types: the gradient flows back converted.
+    let x = Tensor::from_vec_on(vec![0.5, -1.5, 2.0], &[3], gpu())
+        .unwrap()
+        .requires_grad();
+    let y = x.to_dtype(DType::F64).unwrap();
+    y.mul(&y).unwrap().sum().unwrap().backward().unwrap();
+    let g = x.grad().unwrap();
+    assert_eq!((g.device(), g.dtype()), (gpu(), DType::F32));
+    assert_eq!(g.to_vec().unwrap(), vec![1.0, -3.0, 4.0]);
+}

@@ -8,8 +8,10 @@
 use super::codegen;
 use super::compiled::{CpuKernel, Exec, JitCode};
 use crate::alloc::Device;
-use crate::dtype::{with_element, Element};
-use crate::kernel::backend::{check_same, Backend, Executable, Operand, OperandMut, Target};
+use crate::dtype::{cast, with_element, Element};
+use crate::kernel::backend::{
+    check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
+};
 use crate::kernel::Route;
 use crate::{DType, Error};
 
@@ -87,6 +89,19 @@ impl Backend for Cpu {
             for (x, y) in dst.host_slice_mut::<T>()?.iter_mut().zip(b) {
                 *x = x.add(*y);
             }
+        });
+        Ok(())
+    }
+
+    fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+        check_len("cast", &src, &dst)?;
+        with_element!(src.dtype(), S => {
+            let from = src.host_slice::<S>()?;
+            with_element!(dst.dtype(), D => {
+                for (o, &x) in dst.host_slice_mut::<D>()?.iter_mut().zip(from) {
+                    *o = cast::<S, D>(x);
+                }
+            });
         });
         Ok(())
     }

@@ -14,8 +14,11 @@ use super::counters::{count, COUNTERS};
 use super::driver::{Arg, Driver, GemmCall, Matrix};
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
-use crate::kernel::backend::{check_same, Backend, Executable, Operand, OperandMut, Target};
+use crate::kernel::backend::{
+    check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
+};
 use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
+use crate::kernel::host::DeviceForm;
 use crate::kernel::{Kernel, Route};
 use crate::{DType, Error};
 use std::collections::HashMap;
@@ -209,6 +212,70 @@ impl<D: Driver> Executable for GemmKernel<D> {
     }
 }
 
+/// Launches the loaded cast kernel `function` from `src` into `dst`.
+fn cast_on<D: Driver>(
+    driver: &D,
+    function: &D::Function,
+    src: Operand<'_>,
+    dst: OperandMut<'_>,
+) -> Result<(), Error> {
+    let n = src.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let args = [
+        Arg::Buffer {
+            addr: dst.address(),
+            bytes: n * dst.dtype().size(),
+            writable: true,
+        },
+        input(&src),
+        Arg::Scalar(n as u64),
+    ];
+    count(&COUNTERS.launches, 1);
+    driver.launch(function, grid(driver, n), BLOCK, &args)
+}
+
+/// A host stage the device runs with a kernel of its own: a conversion
+/// between element types (`DeviceForm::Cast`), its kernel loaded per
+/// input type on first use.
+struct CastKernel<D: Driver> {
+    driver: Arc<D>,
+    out: DType,
+    loaded: Mutex<HashMap<DType, Arc<D::Function>>>,
+}
+
+impl<D: Driver> Executable for CastKernel<D> {
+    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        count(&COUNTERS.kernels_run, 1);
+        let [src] = inputs else {
+            return Err(Error::Invalid {
+                function: "to_dtype".into(),
+                message: format!("internal: a conversion of {} inputs", inputs.len()),
+            });
+        };
+        let from = src.dtype();
+        let function = {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+            match loaded.get(&from) {
+                Some(f) => f.clone(),
+                None => {
+                    let text =
+                        ptx::builtin::module(Builtin::Cast { from }, self.out, self.driver.arch());
+                    let f = Arc::new(self.driver.load(&text)?);
+                    loaded.insert(from, f.clone());
+                    f
+                }
+            }
+        };
+        cast_on(&*self.driver, &function, *src, out)
+    }
+
+    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
 /// A stable name for a kernel's module (the dump file).
 fn kernel_hash(k: &Kernel) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -304,6 +371,13 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 kernel,
                 ..
             } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
+            Route::Host(h) if h.device_form() == Some(DeviceForm::Cast) => {
+                Ok(Box::new(CastKernel {
+                    driver: self.driver.clone(),
+                    out: route.out_dtype(dtype),
+                    loaded: Mutex::new(HashMap::new()),
+                }))
+            }
             Route::Host(h) => Err(self.err(format!(
                 "`{}` is a host stage with no GPU kernel yet: index_select, embedding, gather, \
                  to_dtype and checkpoint run on the CPU only",
@@ -379,6 +453,18 @@ impl<D: Driver> Backend for GpuBackend<D> {
         ];
         count(&COUNTERS.launches, 1);
         self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
+    }
+
+    fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+        check_len("cast", &src, &dst)?;
+        self.on_device("cast", src.device())?;
+        self.on_device("cast", dst.device())?;
+        cast_on(
+            &*self.driver,
+            &*self.builtin(Builtin::Cast { from: src.dtype() }, dst.dtype())?,
+            src,
+            dst,
+        )
     }
 
     fn synchronize(&self) -> Result<(), Error> {

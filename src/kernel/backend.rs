@@ -358,8 +358,25 @@ pub trait Backend: Send + Sync {
     /// accumulation.
     fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error>;
 
+    /// `dst = src as dst's type` element-wise (same length, any element
+    /// types; Rust's `as` semantics: floats to integers round toward zero
+    /// and saturate, NaN gives 0).
+    fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error>;
+
     /// Waits until every queued operation has finished.
     fn synchronize(&self) -> Result<(), Error>;
+}
+
+/// Checks that `src` and `dst` have one length (`op` names the caller in
+/// the error).
+pub fn check_len(op: &str, src: &Operand<'_>, dst: &OperandMut<'_>) -> Result<(), Error> {
+    if src.len() != dst.len() {
+        return Err(Error::shape(
+            op,
+            format!("{} elements into {}", src.len(), dst.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks that `src` and `dst` have one dtype and length (`op` names the

@@ -83,6 +83,15 @@ pub trait Workers: Sync {
     fn parallel_for(&self, n: usize, min_chunk: usize, f: &(dyn Fn(usize, usize) + Sync));
 }
 
+/// What a host kernel computes, when a device backend has a kernel of its
+/// own for it (the CPU runs [`HostKernel::run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceForm {
+    /// Its one input converted element-wise to the output's type
+    /// (`Backend::cast`).
+    Cast,
+}
+
 /// One host stage's computation: `out` from `inputs` (in the order of the
 /// stage's sources), every element of `out` written.
 pub trait HostKernel: Send + Sync + Debug {
@@ -93,6 +102,10 @@ pub trait HostKernel: Send + Sync + Debug {
     /// The output's element type when it is not the op's (a conversion's
     /// forward or backward); `None`: the op's.
     fn out_dtype(&self) -> Option<DType> {
+        None
+    }
+    /// What it computes, for a device backend (`None`: host code only).
+    fn device_form(&self) -> Option<DeviceForm> {
         None
     }
 }

@@ -6,6 +6,7 @@
 //! kernels (one type per kernel) do not.
 
 use super::apply_host;
+use crate::kernel::host::DeviceForm;
 use crate::planner::host::{
     host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
 };
@@ -42,6 +43,10 @@ impl HostKernel for Cast {
 
     fn out_dtype(&self) -> Option<DType> {
         Some(self.to)
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        Some(DeviceForm::Cast)
     }
 }
 

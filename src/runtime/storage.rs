@@ -300,6 +300,19 @@ impl Storage {
             .is_some_and(|end| end <= self.capacity())
     }
 
+    /// A copy of the elements converted to `dtype` (Rust's `as`), on the
+    /// same device.
+    pub(crate) fn cast_to(&self, dtype: DType) -> Result<Arc<Storage>, Error> {
+        let backend = backend_for(self.device())?;
+        let out = Storage::uninit_on(self.device(), dtype, self.len)?;
+        {
+            let src = self.read();
+            let mut dst = out.write();
+            backend.cast(self.operand(&src, self.len)?, out.operand_mut(&mut dst)?)?;
+        }
+        Ok(out)
+    }
+
     /// Sets every element to `value` (converted to the element type).
     pub(crate) fn fill(&self, value: f64) -> Result<(), Error> {
         let backend = backend_for(self.device())?;

@@ -151,36 +151,13 @@ impl Tensor {
     }
 
     /// The data converted to `dtype` as a new constant tensor on the same
-    /// device (through the host: there are no conversion kernels). Floats
-    /// become integers by rounding toward zero (as PyTorch's `.long()`);
-    /// NaN becomes 0 and values beyond the range saturate.
+    /// device, by its backend (`Backend::cast`). Floats become integers by
+    /// rounding toward zero (as PyTorch's `.long()`); NaN becomes 0 and
+    /// values beyond the range saturate.
     pub(crate) fn convert(&self, dtype: DType) -> Result<Tensor, Error> {
-        let (shape, device) = (self.shape(), self.device());
-        if self.dtype().is_float() {
-            let v = self.to_vec_f64()?;
-            return match dtype {
-                DType::I32 => Tensor::from_host_on("to_dtype", &cast::<i32>(&v), shape, device),
-                DType::I64 => Tensor::from_host_on("to_dtype", &cast::<i64>(&v), shape, device),
-                DType::F32 => Tensor::from_host_on("to_dtype", &cast::<f32>(&v), shape, device),
-                DType::F64 => Tensor::from_host_on("to_dtype", &v, shape, device),
-            };
-        }
-        let v = self.to_vec_i64()?;
-        match dtype {
-            DType::I32 => {
-                let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-                Tensor::from_host_on("to_dtype", &v, shape, device)
-            }
-            DType::I64 => Tensor::from_host_on("to_dtype", &v, shape, device),
-            DType::F32 => {
-                let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-                Tensor::from_host_on("to_dtype", &v, shape, device)
-            }
-            DType::F64 => {
-                let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-                Tensor::from_host_on("to_dtype", &v, shape, device)
-            }
-        }
+        let dense = self.contiguous_detached()?;
+        let out = dense.dense_storage()?.cast_to(dtype)?;
+        Ok(Tensor::dense(self.shape().to_vec(), out, Origin::Constant))
     }
 
     /// `name` (`gt`, `eq`, ...) between two integer tensors broadcast to
@@ -217,8 +194,4 @@ impl Tensor {
             .collect();
         Tensor::from_host_on(name, &v, shape, self.device())
     }
-}
-
-fn cast<T: Element>(v: &[f64]) -> Vec<T> {
-    v.iter().map(|&x| T::from_f64(x)).collect()
 }
