@@ -53,3 +53,27 @@ fn zz_summary() {
         ptx_check::GPU_CHECKED.load(Relaxed)
     );
 }
+
+/// The GPU backend's own kernels (fill, add into, every conversion), for
+/// every element type and architecture, so `TENJIN_PTX_DUMP` hands them to
+/// `ptxas` with the rest.
+#[test]
+fn every_builtin_module_is_emitted() {
+    use tenjin::gpu::ptx::builtin::{module, Builtin};
+    use tenjin::gpu::ptx::Arch;
+    use tenjin::DType;
+    let dtypes = [DType::F32, DType::F64, DType::I32, DType::I64];
+    let mut n = 0;
+    for arch in Arch::ALL {
+        for dtype in dtypes {
+            let mut all = vec![Builtin::Fill, Builtin::AddAssign];
+            all.extend(dtypes.map(|from| Builtin::Cast { from }));
+            for b in all {
+                let text = module(b, dtype, arch);
+                assert!(text.contains(".entry") && text.contains("ret;"), "{text}");
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 3 * 4 * 6);
+}
