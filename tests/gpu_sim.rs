@@ -438,3 +438,57 @@ fn conversions_on_the_device_match_the_cpu() {
     assert_eq!((g.device(), g.dtype()), (gpu(), DType::F32));
     assert_eq!(g.to_vec().unwrap(), vec![1.0, -3.0, 4.0]);
 }
+
+/// Named tensors as `safetensors::save` takes them.
+fn pairs(v: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
+    v.iter().map(|(n, t)| (n.as_str(), t)).collect()
+}
+
+/// Weights on disk to and from a model on the device: saved from there,
+/// loaded onto the host and into another model on the device (moved
+/// where each parameter lives), with an optimizer's state.
+#[test]
+fn safetensors_round_trip_through_a_model_on_the_device() {
+    use tenjin::nn::{Linear, Module};
+    use tenjin::optim::{Adam, AdamConfig};
+    let _s = serial();
+    let a = Linear::new(5, 3, 1).unwrap();
+    let b = Linear::new(5, 3, 2).unwrap();
+    a.to_device(gpu()).unwrap();
+    b.to_device(gpu()).unwrap();
+    let x = Tensor::randn_on(&[4, 5], DType::F32, 3, gpu()).unwrap();
+    let mut opt = Adam::new(a.parameters(), AdamConfig::default()).unwrap();
+    for _ in 0..2 {
+        opt.zero_grad();
+        a.forward(&x).unwrap().sum().unwrap().backward().unwrap();
+        opt.step().unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("tenjin-gpu-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (weights, state) = (dir.join("model.safetensors"), dir.join("adam.safetensors"));
+    let (w, s) = (a.state_dict(), opt.state_dict().unwrap());
+    tenjin::safetensors::save(&weights, &pairs(&w)).unwrap();
+    tenjin::safetensors::save(&state, &pairs(&s)).unwrap();
+    let loaded = tenjin::safetensors::load(&weights).unwrap();
+    b.load_state_dict(&loaded).unwrap();
+    assert!(b.parameters().iter().all(|p| p.device() == gpu()));
+    assert_eq!(
+        b.forward(&x).unwrap().to_vec().unwrap(),
+        a.forward(&x).unwrap().to_vec().unwrap()
+    );
+    let mut opt_b = Adam::new(b.parameters(), AdamConfig::default()).unwrap();
+    opt_b
+        .load_state_dict(&tenjin::safetensors::load(&state).unwrap())
+        .unwrap();
+    for (o, p) in [(&mut opt, &a), (&mut opt_b, &b)] {
+        o.zero_grad();
+        p.forward(&x).unwrap().sum().unwrap().backward().unwrap();
+        o.step().unwrap();
+    }
+    assert_eq!(
+        b.forward(&x).unwrap().to_vec().unwrap(),
+        a.forward(&x).unwrap().to_vec().unwrap(),
+        "the resumed optimizer continues bit for bit"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -83,23 +83,6 @@ pub trait Module {
         out
     }
 
-    /// Copies `state` into this module's parameters and buffers, in place
-    /// (tensors sharing them see the new values). Strict, as PyTorch's
-    /// default: every entry of [`Module::state_dict`] must be present with
-    /// its shape, and no other name; values are converted to each
-    /// parameter's dtype. On an error nothing has been changed.
-    ///
-    /// ```
-    /// use tenjin::nn::{Linear, Module};
-    /// use tenjin::{DType, Tensor};
-    /// let a = Linear::new(3, 2, 0)?;
-    /// let b = Linear::new(3, 2, 1)?;
-    /// b.load_state_dict(&a.state_dict())?;
-    /// let x = Tensor::ones(&[1, 3], DType::F32)?;
-    /// assert_eq!(b.forward(&x)?.to_vec()?, a.forward(&x)?.to_vec()?);
-    /// assert!(b.load_state_dict(&[]).is_err());
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
     /// Moves every parameter and buffer to `device` in place, all or
     /// nothing: each keeps its identity (the tensors an optimizer or the
     /// caller holds see the move), their gradients are cleared. Make the
@@ -124,6 +107,24 @@ pub trait Module {
         crate::tensor::move_all(&all, device)
     }
 
+    /// Copies `state` into this module's parameters and buffers, in place
+    /// (tensors sharing them see the new values). Strict, as PyTorch's
+    /// default: every entry of [`Module::state_dict`] must be present with
+    /// its shape, and no other name; values are converted to each
+    /// parameter's dtype and moved to its device. On an error nothing has
+    /// been changed.
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module};
+    /// use tenjin::{DType, Tensor};
+    /// let a = Linear::new(3, 2, 0)?;
+    /// let b = Linear::new(3, 2, 1)?;
+    /// b.load_state_dict(&a.state_dict())?;
+    /// let x = Tensor::ones(&[1, 3], DType::F32)?;
+    /// assert_eq!(b.forward(&x)?.to_vec()?, a.forward(&x)?.to_vec()?);
+    /// assert!(b.load_state_dict(&[]).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
     fn load_state_dict(&self, state: &[(String, Tensor)]) -> Result<(), Error> {
         load_into(&self.state_dict(), state)
     }
@@ -158,14 +159,10 @@ pub(crate) fn load_into(own: &[(String, Tensor)], state: &[(String, Tensor)]) ->
                 "`{name}` is a view; only dense tensors can be loaded into"
             )));
         }
-        if value.device() != target.device() {
-            return Err(err(format!(
-                "`{name}` is on {} but the value given is on {}",
-                target.device(),
-                value.device()
-            )));
-        }
-        pairs.push((target, value.to_dtype(target.dtype())?));
+        // Converted and moved where the target lives (weights loaded from
+        // disk onto a model on a GPU).
+        let value = value.detach().to_dtype(target.dtype())?;
+        pairs.push((target, value.to_device(target.device())?));
     }
     for (target, value) in pairs {
         target
