@@ -46,13 +46,35 @@ fn grid(driver: &impl Driver, total: usize) -> u32 {
     total.div_ceil(BLOCK as usize).clamp(1, cap) as u32
 }
 
+/// `len` elements of `dtype` at `addr` as a launch argument, written when
+/// `writable`.
+fn buffer(addr: u64, len: usize, dtype: DType, writable: bool) -> Arg {
+    Arg::Buffer {
+        addr,
+        bytes: len * dtype.size(),
+        writable,
+    }
+}
+
 /// `op` as a read-only launch argument.
 fn input(op: &Operand<'_>) -> Arg {
-    Arg::Buffer {
-        addr: op.address(),
-        bytes: op.len() * op.dtype().size(),
-        writable: false,
-    }
+    buffer(op.address(), op.len(), op.dtype(), false)
+}
+
+/// `op` as the written launch argument.
+fn output(op: &OperandMut<'_>) -> Arg {
+    buffer(op.address(), op.len(), op.dtype(), true)
+}
+
+/// Launches `function` over `n` elements with `args` (counted).
+fn launch_over<D: Driver>(
+    driver: &D,
+    function: &D::Function,
+    n: usize,
+    args: &[Arg],
+) -> Result<(), Error> {
+    count(&COUNTERS.launches, 1);
+    driver.launch(function, grid(driver, n), BLOCK, args)
 }
 
 /// An element-wise loop kernel loaded on the device.
@@ -69,33 +91,22 @@ impl<D: Driver> LoopKernel<D> {
         let mut args = Vec::with_capacity(inputs.len() + 1);
         args.push(out);
         args.extend(inputs.iter().map(input));
-        count(&COUNTERS.launches, 1);
-        self.driver
-            .launch(&self.function, grid(&*self.driver, total), BLOCK, &args)
+        launch_over(&*self.driver, &self.function, total, &args)
     }
 }
 
 impl<D: Driver> Executable for LoopKernel<D> {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         count(&COUNTERS.kernels_run, 1);
-        let target = Arg::Buffer {
-            addr: out.address(),
-            bytes: out.len() * out.dtype().size(),
-            writable: true,
-        };
-        self.launch(target, out.len(), inputs)
+        self.launch(output(&out), out.len(), inputs)
     }
 
     unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
         let Some(over) = inputs.get(aliased) else {
             return Ok(false);
         };
-        let target = Arg::Buffer {
-            addr: over.address(),
-            bytes: over.len() * over.dtype().size(),
-            writable: true,
-        };
         count(&COUNTERS.kernels_run, 1);
+        let target = buffer(over.address(), over.len(), over.dtype(), true);
         self.launch(target, over.len(), inputs)?;
         Ok(true)
     }
@@ -128,11 +139,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
             return Ok(());
         }
         let dtype = out.dtype();
-        let target = Arg::Buffer {
-            addr: out.address(),
-            bytes: total * dtype.size(),
-            writable: true,
-        };
+        let target = output(&out);
         let p = &self.plan;
         // BLAS's A and B: the contraction's operands, swapped for a
         // row-major output (Cᵀ = Bᵀ·Aᵀ).
@@ -223,17 +230,8 @@ fn cast_on<D: Driver>(
     if n == 0 {
         return Ok(());
     }
-    let args = [
-        Arg::Buffer {
-            addr: dst.address(),
-            bytes: n * dst.dtype().size(),
-            writable: true,
-        },
-        input(&src),
-        Arg::Scalar(n as u64),
-    ];
-    count(&COUNTERS.launches, 1);
-    driver.launch(function, grid(driver, n), BLOCK, &args)
+    let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
+    launch_over(driver, function, n, &args)
 }
 
 /// A host stage the device runs with a kernel of its own: a conversion
@@ -393,17 +391,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
         }
         let f = self.builtin(Builtin::Fill, out.dtype())?;
         let n = out.len();
-        let args = [
-            Arg::Buffer {
-                addr: out.address(),
-                bytes: n * out.dtype().size(),
-                writable: true,
-            },
-            Arg::Scalar(n as u64),
-            Arg::Scalar(element_bits(value, out.dtype())),
-        ];
-        count(&COUNTERS.launches, 1);
-        self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
+        let value = element_bits(value, out.dtype());
+        let args = [output(&out), Arg::Scalar(n as u64), Arg::Scalar(value)];
+        launch_over(&*self.driver, &f, n, &args)
     }
 
     fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
@@ -442,17 +432,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         }
         let f = self.builtin(Builtin::AddAssign, src.dtype())?;
         let n = src.len();
-        let args = [
-            Arg::Buffer {
-                addr: dst.address(),
-                bytes: n * dst.dtype().size(),
-                writable: true,
-            },
-            input(&src),
-            Arg::Scalar(n as u64),
-        ];
-        count(&COUNTERS.launches, 1);
-        self.driver.launch(&f, grid(&*self.driver, n), BLOCK, &args)
+        let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
+        launch_over(&*self.driver, &f, n, &args)
     }
 
     fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
