@@ -12,9 +12,6 @@
 //! every architecture: `.ci/run` assembles them all with `ptxas`.
 #![cfg(feature = "cuda")]
 
-#[path = "common/ptx_interp.rs"]
-mod ptx_interp;
-
 #[path = "common/ptx_check.rs"]
 mod ptx_check;
 

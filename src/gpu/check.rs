@@ -61,9 +61,10 @@ pub fn run_loop_kernel(
 }
 
 /// Runs the module `ptx` on a private simulated device: `inputs` uploaded
-/// in order, an output of `out_len` elements of `dtype`, `grid × block`
-/// threads; returns the output. For comparing the simulator with other
-/// interpreters (`tests/sim_speed.rs`).
+/// in order, an output of `out_len` elements of `dtype` filled with NaN
+/// first (an element no thread writes stays NaN), `grid × block` threads;
+/// returns the output. For checking emitted kernels against the CPU
+/// (`tests/ptx_suite.rs`) and timing the simulator (`tests/sim_speed.rs`).
 pub fn simulate_module(
     ptx: &str,
     dtype: DType,
@@ -89,6 +90,11 @@ pub fn simulate_module(
     };
     let out_bytes = out_len * dtype.size();
     let out = block_of(out_bytes)?;
+    let nan: Vec<u8> = match dtype {
+        DType::F32 => [f32::NAN.to_le_bytes()].repeat(out_len).concat(),
+        _ => [f64::NAN.to_le_bytes()].repeat(out_len).concat(),
+    };
+    sim.copy_to_device(out, &nan)?;
     let mut args = vec![Arg::Buffer {
         addr: out,
         bytes: out_bytes,

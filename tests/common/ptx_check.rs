@@ -1,19 +1,21 @@
-//! Runs the emitted PTX of every kernel the CPU backend runs, in the PTX
-//! interpreter, on the CPU's own inputs, and compares the outputs.
+//! Runs the emitted PTX of every kernel the CPU backend runs, on the
+//! simulated device (`tenjin::gpu::check::simulate_module`), on the CPU's
+//! own inputs, and compares the outputs.
 //!
 //! Installed as a kernel observer (`tenjin::observe`). For each kernel
 //! the GPU's loop kernel of the same function (planned for the GPU
 //! target, `tenjin::planner::passes`) is
 //! emitted for every architecture (so `TENJIN_PTX_DUMP` collects them all
-//! for `ptxas`) and the sm_80 module is interpreted. f64 results must equal
+//! for `ptxas`) and the sm_80 module runs on the simulated device, its
+//! output filled with NaN first (an element no thread writes shows). f64 results must equal
 //! the CPU's bit for bit where both run the same operations in the same
 //! order (a CPU loop kernel without transcendental functions); otherwise
 //! they agree within a relative tolerance (f64: 1e-10, f32: 1e-4 of
-//! `1 + |value|`). Any disagreement, any out-of-bounds access and any
-//! element stored by two threads panics the test that ran the kernel.
+//! `1 + |value|`). Any disagreement, and any access the simulator refuses
+//! (out of bounds, misaligned, a store into an input, an element stored
+//! by two threads), panics the test that ran the kernel.
 #![allow(dead_code)]
 
-use super::ptx_interp::{Buf, Program};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tenjin::gpu::ptx::{module, Arch};
 use tenjin::jit::RouteKind;
@@ -104,40 +106,28 @@ pub fn check(run: &KernelRun<'_>) {
             text = t;
         }
     }
-    let program = Program::parse(&text).unwrap_or_else(|e| panic!("parse: {e}\n{text}"));
     let out_len = match run.output {
         Values::F32(v) => v.len(),
         Values::F64(v) => v.len(),
     };
-    let nan = |n: usize| match run.output {
-        Values::F32(_) => Buf::f32(&vec![f32::NAN; n], true),
-        Values::F64(_) => Buf::f64(&vec![f64::NAN; n], true),
-    };
-    let mut bufs = vec![nan(out_len)];
-    for v in &run.inputs {
-        bufs.push(match v {
-            Values::F32(v) => Buf::f32(v, false),
-            Values::F64(v) => Buf::f64(v, false),
-        });
-    }
     // A grid smaller than the output exercises the grid-stride loop.
     let block = 32;
     let grid = (out_len as u32).div_ceil(block).clamp(1, 3);
-    program
-        .run(&mut bufs, grid, block)
-        .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", f.name()));
+    let simulated =
+        tenjin::gpu::check::simulate_module(&text, dtype, &run.inputs, out_len, grid, block)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", f.name()));
     let same_ops = run.kernel.route() == RouteKind::Jit && !approximate(&kernel.body);
     let got: Vec<f64>;
     let want: Vec<f64>;
     let tol;
     match run.output {
         Values::F32(w) => {
-            got = bufs[0].to_f32().iter().map(|&x| x as f64).collect();
+            got = simulated;
             want = w.iter().map(|&x| x as f64).collect();
             tol = 1e-4;
         }
         Values::F64(w) => {
-            got = bufs[0].to_f64();
+            got = simulated;
             want = w.to_vec();
             tol = if same_ops { 0.0 } else { 1e-10 };
         }
@@ -159,7 +149,7 @@ pub fn check(run: &KernelRun<'_>) {
             );
         }
     };
-    compare("PTX", &got);
+    compare("simulated PTX", &got);
     if on_gpu() {
         let gpu = tenjin::gpu::check::run_loop_kernel(0, f, &kernel, dtype, &run.inputs)
             .unwrap_or_else(|e| panic!("{}: on the GPU: {e}", f.name()));
