@@ -9,10 +9,14 @@
 //! cargo run --release --example char_lm                 # about a minute on 2 cores
 //! cargo run --release --example char_lm -- --steps 40   # shorter
 //! cargo run --release --example char_lm -- --check      # CI: reproducibility and a loss below the unigram entropy
+//! cargo run --release --example char_lm -- --device cuda # on CUDA device 0 (exit status 2 where there is none)
+//! cargo run --release --example char_lm -- --device sim  # CI: the first steps on the CPU and on the simulated GPU, compared
 //! ```
 //!
 //! The corpus is this crate's README and a few of its sources, embedded
 //! with `include_str!` (the crate's license applies).
+
+mod device_arg;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
@@ -362,6 +366,17 @@ fn mean_tail(losses: &[f64], n: usize) -> f64 {
 }
 
 fn main() -> Result<(), Error> {
+    match device_arg::from_args() {
+        device_arg::Where::Sim => {
+            let text = Text::new();
+            let steps = 3;
+            return device_arg::compare_on_simulated_gpu(steps, |_| {
+                Ok(train(&text, steps, 1, None)?.1)
+            });
+        }
+        device_arg::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
+        device_arg::Where::Cpu => {}
+    }
     let args: Vec<String> = std::env::args().collect();
     let check = args.iter().any(|a| a == "--check");
     let steps = args

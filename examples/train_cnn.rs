@@ -15,6 +15,7 @@
 //! cross-entropy and SGD with Nesterov momentum. It must reach 98 % test
 //! accuracy (the process fails otherwise).
 
+mod device_arg;
 mod digits;
 
 use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, ReLU, Sequential};
@@ -38,10 +39,10 @@ fn model() -> Result<Sequential, Error> {
 }
 
 fn main() -> Result<(), Error> {
-    match digits::device_from_args() {
-        digits::Where::Sim => return digits::compare_on_simulated_gpu(model, 5),
-        digits::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
-        digits::Where::Cpu => {}
+    match device_arg::from_args() {
+        device_arg::Where::Sim => return digits::compare_on_simulated_gpu(model, 5),
+        device_arg::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
+        device_arg::Where::Cpu => {}
     }
     let model = model()?;
     let mut opt = digits::nesterov_sgd(&model)?;

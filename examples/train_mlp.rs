@@ -14,6 +14,7 @@
 //! gradient; later steps run from the caches (see the statistics printed
 //! at the end).
 
+mod device_arg;
 mod digits;
 
 use tenjin::nn::{Linear, ReLU, Sequential};
@@ -27,10 +28,10 @@ fn model() -> Result<Sequential, Error> {
 }
 
 fn main() -> Result<(), Error> {
-    match digits::device_from_args() {
-        digits::Where::Sim => return digits::compare_on_simulated_gpu(model, 20),
-        digits::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
-        digits::Where::Cpu => {}
+    match device_arg::from_args() {
+        device_arg::Where::Sim => return digits::compare_on_simulated_gpu(model, 20),
+        device_arg::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
+        device_arg::Where::Cpu => {}
     }
     let model = model()?;
     let mut opt = digits::nesterov_sgd(&model)?;

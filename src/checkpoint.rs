@@ -66,7 +66,7 @@ where
     if !dtype.is_float() {
         return Ok(out);
     }
-    let anchor = Tensor::zeros(&[1], dtype)?.requires_grad();
+    let anchor = Tensor::zeros_on(&[1], dtype, out.device())?.requires_grad();
     let block = Arc::new(CheckpointOp(Arc::new(Checkpoint {
         f: Arc::new(f),
         shapes: dense

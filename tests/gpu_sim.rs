@@ -60,6 +60,17 @@ fn agree(
     f: impl Fn(&Tensor, &Tensor) -> Result<Tensor, Error>,
 ) -> Tensor {
     let tol = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+    agree_within(name, shapes, dtype, tol, f)
+}
+
+/// [`agree`] within `tol` (relative to the largest magnitude; 0: bitwise).
+fn agree_within(
+    name: &str,
+    shapes: [&[usize]; 2],
+    dtype: DType,
+    tol: f64,
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor, Error>,
+) -> Tensor {
     let inputs: Vec<Vec<f64>> = shapes
         .iter()
         .enumerate()
@@ -239,13 +250,120 @@ fn mixing_devices_is_an_error_naming_both() {
 #[test]
 fn an_op_with_no_gpu_kernel_is_refused_naming_it() {
     let _s = serial();
-    let w = Tensor::ones_on(&[5, 3], DType::F32, gpu()).unwrap();
-    let ids = Tensor::from_vec_i64(vec![0, 4], &[2])
+    let x = Tensor::ones_on(&[5, 3], DType::F32, gpu())
         .unwrap()
-        .to_device(gpu())
-        .unwrap();
-    let e = w.embedding(&ids).unwrap_err().to_string();
-    assert!(e.contains("no GPU kernel"), "{e}");
+        .requires_grad();
+    let e = tenjin::checkpoint(|t: &[Tensor]| t[0].exp(), &[x])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no GPU kernel") && e.contains("checkpoint"),
+        "{e}"
+    );
+}
+
+/// `values` as ids of `dtype` on `device`.
+fn ids(values: &[i64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
+    let t = match dtype {
+        DType::I32 => Tensor::from_vec_i32(values.iter().map(|&v| v as i32).collect(), shape),
+        _ => Tensor::from_vec_i64(values.to_vec(), shape),
+    };
+    t.unwrap().to_device(device).unwrap()
+}
+
+/// index_select, embedding and gather and their gradients (segmented
+/// sums in position order, repeated ids) are bitwise the CPU's, for both
+/// float types and both id types.
+#[test]
+fn indexing_ops_and_their_gradients_are_bitwise_the_cpus() {
+    let _s = serial();
+    for dtype in [DType::F64, DType::F32] {
+        for id_type in [DType::I64, DType::I32] {
+            let what = format!("{dtype:?} ids {id_type:?}");
+            agree_within(
+                &format!("embedding {what}"),
+                [&[7, 5], &[2, 3, 5]],
+                dtype,
+                0.0,
+                |w, b| {
+                    let ids = ids(&[6, 0, 2, 2, 6, 1], &[2, 3], id_type, w.device());
+                    w.embedding(&ids)?.mul(b)
+                },
+            );
+            agree_within(
+                &format!("index_select dim 1 {what}"),
+                [&[3, 6, 4], &[3, 5, 4]],
+                dtype,
+                0.0,
+                |x, b| {
+                    let ids = ids(&[5, 5, 0, 3, 5], &[5], id_type, x.device());
+                    x.index_select(1, &ids)?.mul(b)
+                },
+            );
+            agree_within(
+                &format!("gather dim 1 {what}"),
+                [&[3, 6, 4], &[3, 8, 4]],
+                dtype,
+                0.0,
+                |x, b| {
+                    let picks: Vec<i64> = (0..96).map(|k| (k * 7 % 11) % 6).collect();
+                    let idx = ids(&picks, &[3, 8, 4], id_type, x.device());
+                    x.gather(1, &idx)?.mul(b)
+                },
+            );
+        }
+    }
+}
+
+/// Ids out of range are refused on the device before anything runs, with
+/// the CPU's error: those moved from the host by their recorded range (no
+/// read back), those computed on the device by reading them back.
+#[test]
+fn ids_out_of_range_on_the_device_are_the_cpus_error() {
+    let _s = serial();
+    let device = gpu();
+    let w = Tensor::ones_on(&[5, 3], DType::F32, device).unwrap();
+    let good = ids(&[0, 4, 2], &[3], DType::I64, device);
+    let before = tenjin::stats();
+    w.embedding(&good).unwrap();
+    assert_eq!(
+        tenjin::stats().bytes_to_host,
+        before.bytes_to_host,
+        "ids moved from the host are checked by their recorded range"
+    );
+    for (values, bad) in [
+        (vec![0, 7, 2], "index 7 at position 1"),
+        (vec![-1], "index -1 at position 0"),
+    ] {
+        let on_cpu = Tensor::from_vec_i64(values.clone(), &[values.len()]).unwrap();
+        let cpu_error = Tensor::ones(&[5, 3], DType::F32)
+            .unwrap()
+            .embedding(&on_cpu)
+            .unwrap_err()
+            .to_string();
+        let e = w
+            .embedding(&ids(&values, &[values.len()], DType::I64, device))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, cpu_error);
+        assert!(e.contains(bad) && e.contains("size 5"), "{e}");
+    }
+    // Ids computed on the device (argmax over 8 columns) are read back.
+    let scores = Tensor::from_vec_on(
+        (0..16)
+            .map(|k| if k < 8 { k } else { 15 - k } as f32)
+            .collect(),
+        &[2, 8],
+        device,
+    )
+    .unwrap();
+    let picked = scores.argmax(1, false).unwrap();
+    assert_eq!(picked.device(), device);
+    assert_eq!(picked.to_vec_i64().unwrap(), vec![7, 0]);
+    let table = Tensor::ones_on(&[8, 2], DType::F32, device).unwrap();
+    assert_eq!(table.embedding(&picked).unwrap().shape(), &[2, 2]);
+    let e = w.embedding(&picked).unwrap_err().to_string();
+    assert!(e.contains("index 7 at position 0"), "{e}");
 }
 
 /// A cached training step on the device runs no CPU kernel, copies to the

@@ -51,7 +51,8 @@ fn zz_summary() {
     );
 }
 
-/// The GPU backend's own kernels (fill, add into, every conversion), for
+/// The GPU backend's own kernels (fill, add into, every conversion, the
+/// indexing ops' gather and scatter-add for both id types), for
 /// every element type and architecture, so `TENJIN_PTX_DUMP` hands them to
 /// `ptxas` with the rest.
 #[test]
@@ -65,6 +66,14 @@ fn every_builtin_module_is_emitted() {
         for dtype in dtypes {
             let mut all = vec![Builtin::Fill, Builtin::AddAssign];
             all.extend(dtypes.map(|from| Builtin::Cast { from }));
+            for ids in [DType::I32, DType::I64] {
+                for along in [false, true] {
+                    all.push(Builtin::Gather { ids, along });
+                    if dtype.is_float() {
+                        all.push(Builtin::ScatterAdd { ids, along });
+                    }
+                }
+            }
             for b in all {
                 let text = module(b, dtype, arch);
                 assert!(text.contains(".entry") && text.contains("ret;"), "{text}");
@@ -72,5 +81,6 @@ fn every_builtin_module_is_emitted() {
             }
         }
     }
-    assert_eq!(n, 3 * 4 * 6);
+    // Per architecture: 6 + 4 gathers per dtype, 4 scatter-adds per float.
+    assert_eq!(n, 3 * (4 * 10 + 2 * 4));
 }

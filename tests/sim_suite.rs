@@ -1,5 +1,5 @@
-//! The op/gradcheck, tape, higher-order, nn/optim and memory suites with every
-//! tensor on the simulated GPU: `tenjin::cuda::simulate()` and
+//! The op/gradcheck, tape, higher-order, nn/optim, memory and indexing
+//! suites with every tensor on the simulated GPU: `tenjin::cuda::simulate()` and
 //! `set_default_device(Device::Cuda(0))` before any test starts, so every
 //! constructor creates on the device, every op and derivative runs its
 //! PTX in the simulator (every access checked), and the suites' own
@@ -22,6 +22,9 @@ mod nn_optim;
 
 #[path = "memory.rs"]
 mod memory;
+
+#[path = "indexing.rs"]
+mod indexing;
 
 #[ctor::ctor]
 fn on_the_simulated_device() {

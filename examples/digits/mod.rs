@@ -186,42 +186,6 @@ pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Res
     Ok(test_acc)
 }
 
-/// Where `--device` asks the example to train.
-pub enum Where {
-    /// The CPU (no `--device`, or `--device cpu`).
-    Cpu,
-    /// A real GPU (`--device cuda`): CUDA device 0.
-    Cuda,
-    /// The simulated GPU (`--device sim`): a few steps, compared with the
-    /// CPU's.
-    Sim,
-}
-
-/// The `--device` argument; a message and exit status 2 for anything
-/// else, and for `cuda` where no GPU is available.
-pub fn device_from_args() -> Where {
-    let args: Vec<String> = std::env::args().collect();
-    let Some(k) = args.iter().position(|a| a == "--device") else {
-        return Where::Cpu;
-    };
-    match args.get(k + 1).map(String::as_str) {
-        Some("cpu") => Where::Cpu,
-        Some("sim") => Where::Sim,
-        Some("cuda") if tenjin::cuda::is_available() => Where::Cuda,
-        Some("cuda") => {
-            eprintln!(
-                "--device cuda: no CUDA GPU is available (tenjin built without the `cuda` feature, \
-                 or no driver or GPU found); --device sim runs the simulated GPU"
-            );
-            std::process::exit(2);
-        }
-        other => {
-            eprintln!("--device takes cpu, cuda or sim, not {other:?}");
-            std::process::exit(2);
-        }
-    }
-}
-
 /// The losses of the first `steps` training steps of `model` with `opt`
 /// (batches of 64 in the order of the first epoch of [`train`]).
 pub fn first_steps(
@@ -249,46 +213,14 @@ pub fn first_steps(
 }
 
 /// Runs `steps` steps of the model `build` makes on the CPU, then on the
-/// simulated GPU (every tensor there), and compares the losses step by
-/// step within the f32 tolerance (1e-4 relative); exits with status 1
-/// when they differ or nothing ran on the device.
+/// simulated GPU (`crate::device_arg::compare_on_simulated_gpu`).
 pub fn compare_on_simulated_gpu(
     build: impl Fn() -> Result<Sequential, Error>,
     steps: usize,
 ) -> Result<(), Error> {
-    let run = |device: tenjin::Device| -> Result<Vec<f64>, Error> {
-        tenjin::set_default_device(device);
+    crate::device_arg::compare_on_simulated_gpu(steps, |_| {
         let model = build()?;
         let mut opt = nesterov_sgd(&model)?;
         first_steps(&model, &mut opt, steps)
-    };
-    let cpu = run(tenjin::Device::Cpu)?;
-    tenjin::cuda::simulate()?;
-    let before = tenjin::stats();
-    let sim = run(tenjin::Device::Cuda(0))?;
-    tenjin::set_default_device(tenjin::Device::Cpu);
-    let after = tenjin::stats();
-    println!("step  loss (cpu)   loss (simulated gpu)");
-    let mut bad = 0;
-    for (k, (c, g)) in cpu.iter().zip(&sim).enumerate() {
-        let ok = (c - g).abs() <= 1e-4 * (1.0 + c.abs());
-        bad += usize::from(!ok);
-        println!(
-            "{:>4}  {c:.6}     {g:.6}{}",
-            k + 1,
-            if ok { "" } else { "   <- differs" }
-        );
-    }
-    println!(
-        "on the simulated GPU: {} kernels run ({} PTX launches, {} cuBLAS calls), {} on the CPU",
-        after.gpu_kernels_run - before.gpu_kernels_run,
-        after.ptx_launches - before.ptx_launches,
-        after.cublas_calls - before.cublas_calls,
-        after.cpu_kernels_run - before.cpu_kernels_run
-    );
-    if bad > 0 || after.gpu_kernels_run == before.gpu_kernels_run || sim.len() != steps {
-        eprintln!("the simulated GPU's losses differ from the CPU's at {bad} steps");
-        std::process::exit(1);
-    }
-    Ok(())
+    })
 }

@@ -5,8 +5,9 @@
 //! PTX and loaded, launched one thread per output element in a
 //! grid-stride loop; a contraction as cuBLAS calls
 //! (`Contraction::blas`), followed by its epilogue's loop kernel in place
-//! over the output; host stages are refused with an error until GPU host
-//! kernels exist — and the buffer operations (fill, add: `ptx::builtin`
+//! over the output; a host stage with a device form (conversions, the
+//! indexing ops' gather and scatter-add) as a `ptx::builtin` kernel, any
+//! other refused with an error — and the buffer operations (fill, add: `ptx::builtin`
 //! kernels; copies between the host and the device). Must not plan: it
 //! compiles exactly the route it is given.
 
@@ -234,39 +235,136 @@ fn cast_on<D: Driver>(
     launch_over(driver, function, n, &args)
 }
 
-/// A host stage the device runs with a kernel of its own: a conversion
-/// between element types (`DeviceForm::Cast`), its kernel loaded per
-/// input type on first use.
-struct CastKernel<D: Driver> {
+/// A host stage the device runs with a kernel of its own
+/// (`HostKernel::device_form`): a conversion between element types, or the
+/// gather and scatter-add of the indexing ops. Its module is loaded per
+/// input types on first use.
+struct FormKernel<D: Driver> {
     driver: Arc<D>,
+    /// The host stage's name (`to_dtype`, `embedding`, ...), for errors.
+    name: String,
+    form: DeviceForm,
     out: DType,
-    loaded: Mutex<HashMap<DType, Arc<D::Function>>>,
+    loaded: Mutex<HashMap<Builtin, Arc<D::Function>>>,
 }
 
-impl<D: Driver> Executable for CastKernel<D> {
+impl<D: Driver> FormKernel<D> {
+    fn err(&self, message: String) -> Error {
+        Error::Invalid {
+            function: self.name.clone(),
+            message,
+        }
+    }
+
+    fn function(&self, b: Builtin) -> Result<Arc<D::Function>, Error> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = loaded.get(&b) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(self.driver.load(&ptx::builtin::module(
+            b,
+            self.out,
+            self.driver.arch(),
+        ))?);
+        loaded.insert(b, f.clone());
+        Ok(f)
+    }
+
+    /// Launches the indexing `builtin` over `threads` with data `src`,
+    /// integer `ids` and the `[outer, size, inner]` layout.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_indexing(
+        &self,
+        builtin: Builtin,
+        out: OperandMut<'_>,
+        src: &Operand<'_>,
+        ids: &Operand<'_>,
+        threads: usize,
+        (size, inner, count): (usize, usize, usize),
+        (out_len, src_len, ids_len): (usize, usize, usize),
+    ) -> Result<(), Error> {
+        if ids.dtype().is_float() {
+            return Err(self.err(format!("ids of type {:?}", ids.dtype())));
+        }
+        let lens = (out.len(), src.len(), ids.len());
+        if lens != (out_len, src_len, ids_len) {
+            return Err(self.err(format!(
+                "internal: (out, data, ids) of {lens:?} elements where the layout needs {:?}",
+                (out_len, src_len, ids_len)
+            )));
+        }
+        if threads == 0 || out.is_empty() {
+            return Ok(());
+        }
+        let scalar = |v: usize| Arg::Scalar(v as u64);
+        let args = [
+            output(&out),
+            input(src),
+            input(ids),
+            scalar(threads),
+            scalar(size),
+            scalar(inner),
+            scalar(count),
+        ];
+        launch_over(&*self.driver, &*self.function(builtin)?, threads, &args)
+    }
+}
+
+impl<D: Driver> Executable for FormKernel<D> {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         count(&COUNTERS.kernels_run, 1);
-        let [src] = inputs else {
-            return Err(Error::Invalid {
-                function: "to_dtype".into(),
-                message: format!("internal: a conversion of {} inputs", inputs.len()),
-            });
-        };
-        let from = src.dtype();
-        let function = {
-            let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-            match loaded.get(&from) {
-                Some(f) => f.clone(),
-                None => {
-                    let text =
-                        ptx::builtin::module(Builtin::Cast { from }, self.out, self.driver.arch());
-                    let f = Arc::new(self.driver.load(&text)?);
-                    loaded.insert(from, f.clone());
-                    f
-                }
+        let arity = |n: usize| self.err(format!("internal: {} inputs, not {n}", inputs.len()));
+        match self.form {
+            DeviceForm::Cast => {
+                let [src] = inputs else {
+                    return Err(arity(1));
+                };
+                let f = self.function(Builtin::Cast { from: src.dtype() })?;
+                cast_on(&*self.driver, &f, *src, out)
             }
-        };
-        cast_on(&*self.driver, &function, *src, out)
+            DeviceForm::Gather {
+                outer,
+                size,
+                inner,
+                count,
+                along,
+            } => {
+                let [x, ids] = inputs else {
+                    return Err(arity(2));
+                };
+                let b = Builtin::Gather {
+                    ids: ids.dtype(),
+                    along,
+                };
+                let n = outer * count * inner;
+                let ids_len = if along { n } else { count };
+                let lens = (n, outer * size * inner, ids_len);
+                self.launch_indexing(b, out, x, ids, n, (size, inner, count), lens)
+            }
+            DeviceForm::ScatterAdd {
+                outer,
+                size,
+                inner,
+                count,
+                along,
+            } => {
+                let [ids, dy] = inputs else {
+                    return Err(arity(2));
+                };
+                if !self.out.is_float() {
+                    return Err(self.err(format!("a gradient of type {:?}", self.out)));
+                }
+                let b = Builtin::ScatterAdd {
+                    ids: ids.dtype(),
+                    along,
+                };
+                let n = outer * count * inner;
+                let ids_len = if along { n } else { count };
+                let lens = (outer * size * inner, n, ids_len);
+                let lines = outer * inner;
+                self.launch_indexing(b, out, dy, ids, lines, (size, inner, count), lens)
+            }
+        }
     }
 
     unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
@@ -369,18 +467,19 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 kernel,
                 ..
             } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
-            Route::Host(h) if h.device_form() == Some(DeviceForm::Cast) => {
-                Ok(Box::new(CastKernel {
+            Route::Host(h) => match h.device_form() {
+                Some(form) => Ok(Box::new(FormKernel {
                     driver: self.driver.clone(),
+                    name: h.name().to_string(),
+                    form,
                     out: route.out_dtype(dtype),
                     loaded: Mutex::new(HashMap::new()),
-                }))
-            }
-            Route::Host(h) => Err(self.err(format!(
-                "`{}` is a host stage with no GPU kernel yet: index_select, embedding, gather, \
-                 to_dtype and checkpoint run on the CPU only",
-                h.name()
-            ))),
+                })),
+                None => Err(self.err(format!(
+                    "`{}` is a host stage with no GPU kernel yet (checkpoint runs on the CPU only)",
+                    h.name()
+                ))),
+            },
         }
     }
 

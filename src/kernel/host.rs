@@ -84,12 +84,35 @@ pub trait Workers: Sync {
 }
 
 /// What a host kernel computes, when a device backend has a kernel of its
-/// own for it (the CPU runs [`HostKernel::run`]).
+/// own for it (the CPU runs [`HostKernel::run`]). The data is seen as
+/// `[outer, size, inner]` around the indexed dimension, with `count`
+/// indices along it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceForm {
     /// Its one input converted element-wise to the output's type
     /// (`Backend::cast`).
     Cast,
+    /// Inputs `(x, ids)`: `y[o; t; i] = x[o; ids[t]; i]` (`ids` of `count`
+    /// elements), or with `along`, `y[o; j; i] = x[o; ids[o; j; i]; i]`
+    /// (`ids` of the output's shape). The ids are in range (checked before).
+    Gather {
+        outer: usize,
+        size: usize,
+        inner: usize,
+        count: usize,
+        along: bool,
+    },
+    /// Inputs `(ids, dy)`: the gradient of [`DeviceForm::Gather`],
+    /// `dx[o; v; i] = Σ dy[o; t; i]` over the positions `t` whose id is
+    /// `v`, each line `(o, i)` summed by one thread in increasing `t`:
+    /// deterministic, no atomics.
+    ScatterAdd {
+        outer: usize,
+        size: usize,
+        inner: usize,
+        count: usize,
+        along: bool,
+    },
 }
 
 /// One host stage's computation: `out` from `inputs` (in the order of the

@@ -13,13 +13,18 @@
 //! | `gather(dim, idx)` | `y[o; j; i] = x[o; idx[o; j; i]; i]` | `dx[o; k; i] = Σ_{j : idx[o; j; i] = k} dy[o; j; i]`, each line `(o, i)` summed by one thread in position order |
 //!
 //! Every gradient element is summed by one thread in a fixed order: no
-//! atomics, and the result is bitwise the same at any thread count. Ids
-//! out of range are an error naming the op, the id and the size, raised
-//! by the kernel before it writes anything (nothing is recorded). The ids carry no gradient; a graph of gradients
+//! atomics, and the result is bitwise the same at any thread count (and
+//! on a GPU, whose kernels, `DeviceForm::Gather` and
+//! `DeviceForm::ScatterAdd`, sum in the same order). Ids out of range are
+//! an error naming the op, the id and the size, raised by the CPU kernel
+//! before it writes anything, or on a device before the op runs (from the
+//! ids' range recorded when they came from the host, else read back):
+//! nothing is recorded. The ids carry no gradient; a graph of gradients
 //! (`create_graph`) and forward mode through these ops are refused with an
 //! error (not yet supported).
 
 use super::apply_host;
+use crate::kernel::host::DeviceForm;
 use crate::planner::host::{
     host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
 };
@@ -90,6 +95,28 @@ fn check_ids(op: &str, ids: &HostIn, size: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks the ids of an op running on a device, whose kernels take them
+/// as in range: against the range recorded when they came from the host
+/// (no transfer), else by reading them back (one wait for the device).
+/// The same error as the CPU kernel's.
+fn check_ids_on_device(op: &str, ids: &Tensor, size: usize) -> Result<(), Error> {
+    if ids.device() == crate::Device::Cpu {
+        return Ok(());
+    }
+    let (storage, _) = ids.storage_and_origin();
+    if let Some((lo, hi)) = storage.known_range() {
+        if lo >= 0 && (hi as u64) < size as u64 {
+            return Ok(());
+        }
+    }
+    for (k, id) in ids.to_vec_i64()?.into_iter().enumerate() {
+        if id < 0 || id as u64 >= size as u64 {
+            return Err(id_error(op, id, size, k));
+        }
+    }
+    Ok(())
+}
+
 /// Floats of either width through one generic body.
 macro_rules! with_floats {
     ($op:expr, $data:expr, $out:expr, |$x:ident, $o:ident| $body:expr) => {
@@ -108,6 +135,22 @@ struct SelectRows(Lines, &'static str);
 impl HostKernel for SelectRows {
     fn name(&self) -> &str {
         "index_select"
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self.0;
+        Some(DeviceForm::Gather {
+            outer,
+            size,
+            inner,
+            count,
+            along: false,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -146,6 +189,22 @@ struct SegmentSum(Lines, &'static str);
 impl HostKernel for SegmentSum {
     fn name(&self) -> &str {
         "index_select_backward"
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self.0;
+        Some(DeviceForm::ScatterAdd {
+            outer,
+            size,
+            inner,
+            count,
+            along: false,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -212,6 +271,22 @@ impl HostKernel for GatherAlong {
         "gather"
     }
 
+    fn device_form(&self) -> Option<DeviceForm> {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self.0;
+        Some(DeviceForm::Gather {
+            outer,
+            size,
+            inner,
+            count,
+            along: true,
+        })
+    }
+
     fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
         let Lines {
             outer,
@@ -245,6 +320,22 @@ struct ScatterSum(Lines, &'static str);
 impl HostKernel for ScatterSum {
     fn name(&self) -> &str {
         "gather_backward"
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self.0;
+        Some(DeviceForm::ScatterAdd {
+            outer,
+            size,
+            inner,
+            count,
+            along: true,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -427,6 +518,7 @@ impl Tensor {
         check_index_tensor(op, self, ids)?;
         let (x, ids) = (self.contiguous()?, ids.contiguous()?);
         let lines = Lines::of(x.shape(), dim, ids.numel());
+        check_ids_on_device(op, &ids, lines.size)?;
         let out_shape = [&x.shape()[..dim], ids.shape(), &x.shape()[dim + 1..]].concat();
         let host = || -> Arc<dyn HostOp> {
             Arc::new(Indexing {
@@ -490,6 +582,7 @@ impl Tensor {
         }
         let (x, index) = (x.contiguous()?, index.contiguous()?);
         let lines = Lines::of(x.shape(), dim, is[dim]);
+        check_ids_on_device(op, &index, lines.size)?;
         let host = || -> Arc<dyn HostOp> {
             Arc::new(Indexing {
                 op,

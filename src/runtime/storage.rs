@@ -17,7 +17,7 @@ use crate::dtype::{with_element, DType, Element};
 use crate::kernel::backend::{Operand, OperandMut};
 use crate::Error;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Dense memory of `len` elements of one dtype on one device.
 pub(crate) struct Storage {
@@ -31,6 +31,10 @@ pub(crate) struct Storage {
     /// Who laid out the block beyond `len` (an optimizer's state), `0` for
     /// nobody; see [`Storage::replace_buffer`].
     owner: AtomicU64,
+    /// For integer data that came from the host: `(version, least,
+    /// greatest)` element as of that version (an index tensor moved to a
+    /// device is checked against a dimension without reading it back).
+    known_range: Mutex<Option<(u64, i64, i64)>>,
 }
 
 impl Storage {
@@ -83,6 +87,7 @@ impl Storage {
             device: AtomicU64::new(device.code()),
             version: AtomicU64::new(0),
             owner: AtomicU64::new(0),
+            known_range: Mutex::new(None),
         }))
     }
 
@@ -98,6 +103,7 @@ impl Storage {
             let dst = OperandMut::of_buffer(&mut g, T::DTYPE, data.len())?;
             backend.copy(Operand::host(data), dst)?;
         }
+        s.record_range(data);
         Ok(s)
     }
 
@@ -116,8 +122,34 @@ impl Storage {
             let src = self.read();
             let mut dst = out.write();
             backend.copy(self.operand(&src, self.len)?, out.operand_mut(&mut dst)?)?;
+            if from == Device::Cpu && !self.dtype.is_float() {
+                with_element!(self.dtype, T => out.record_range(&src.as_slice::<T>()?[..self.len]));
+            }
         }
         Ok(out)
+    }
+
+    /// Records the least and greatest of `data` (this storage's current
+    /// values) when they are integers.
+    fn record_range<T: Element>(&self, data: &[T]) {
+        if T::DTYPE.is_float() || data.is_empty() {
+            return;
+        }
+        let (lo, hi) = data.iter().fold((i64::MAX, i64::MIN), |(lo, hi), v| {
+            let v = v.to_i64();
+            (lo.min(v), hi.max(v))
+        });
+        *self.known_range.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((self.version(), lo, hi));
+    }
+
+    /// The least and greatest element, when recorded from the host and not
+    /// written since.
+    pub(crate) fn known_range(&self) -> Option<(i64, i64)> {
+        let known = *self.known_range.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .filter(|&(version, _, _)| version == self.version())
+            .map(|(_, lo, hi)| (lo, hi))
     }
 
     pub(crate) fn len(&self) -> usize {

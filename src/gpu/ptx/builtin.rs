@@ -20,7 +20,33 @@ pub enum Builtin {
     /// `out[i] = src[i] as out's type` for `i < n`, from `from`;
     /// parameters `(out, src, n)`.
     Cast { from: DType },
+    /// `out[p] = src[(o·size + id)·inner + i]` for the output element
+    /// `p = (o·count + t)·inner + i < n`, `id = ids[t]` (or `ids[p]` when
+    /// `along`), ids of type `ids` in range; parameters `(out, src, ids,
+    /// n, size, inner, count)`.
+    Gather { ids: DType, along: bool },
+    /// Its gradient, one thread per line `l = o·inner + i < n`: zeroes
+    /// `out[o; ·; i]`, then adds `src[(o·count + t)·inner + i]` into
+    /// `out[o; id; i]` for `t` in increasing order (no atomics, the CPU's
+    /// order); same parameters.
+    ScatterAdd { ids: DType, along: bool },
 }
+
+/// The instructions loading the id at element `at` (a register) of the ids
+/// (`%rd9`) into `%rd18` as s64.
+fn load_id(ids: DType, at: &str) -> String {
+    match ids {
+        DType::I32 => format!(
+            "\tmad.lo.s64 %rd23, {at}, 4, %rd9;\n\tld.global.s32 %w5, [%rd23];\n\tcvt.s64.s32 %rd18, %w5;\n"
+        ),
+        _ => format!("\tmad.lo.s64 %rd23, {at}, 8, %rd9;\n\tld.global.s64 %rd18, [%rd23];\n"),
+    }
+}
+
+/// The parameters and setup of the indexing kernels: `%rd0` out, `%rd2`
+/// src, `%rd9` ids, `%rd1` n, `%rd20` size, `%rd21` inner, `%rd22` count.
+const INDEXING_PARAMS: &str = "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 ids,\n\t.param .u64 n,\n\t.param .u64 size,\n\t.param .u64 inner,\n\t.param .u64 count";
+const INDEXING_SETUP: &str = "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd9, [ids];\n\tcvta.to.global.u64 %rd9, %rd9;\n\tld.param.u64 %rd1, [n];\n\tld.param.u64 %rd20, [size];\n\tld.param.u64 %rd21, [inner];\n\tld.param.u64 %rd22, [count];\n";
 
 /// A dtype's register declaration type, load/store type and size.
 fn parts(dtype: DType) -> (&'static str, &'static str, usize) {
@@ -104,9 +130,34 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 ),
             )
         }
+        Builtin::Gather { ids, along } => (
+            INDEXING_PARAMS,
+            format!(".reg {decl} %b<1>;"),
+            INDEXING_SETUP.to_string(),
+            // i = p % inner, q = p / inner, t = q % count, o = q / count.
+            format!(
+                "\trem.u64 %rd10, %rd5, %rd21;\n\tdiv.u64 %rd11, %rd5, %rd21;\n\trem.u64 %rd12, %rd11, %rd22;\n\tdiv.u64 %rd13, %rd11, %rd22;\n{}\tmad.lo.s64 %rd14, %rd13, %rd20, %rd18;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd2;\n\tld.global.{ty} %b0, [%rd14];\n\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tst.global.{ty} [%rd7], %b0;\n",
+                load_id(ids, if along { "%rd5" } else { "%rd12" })
+            ),
+        ),
+        Builtin::ScatterAdd { ids, along } => {
+            let zero = if size == 4 { "0f00000000" } else { "0d0000000000000000" };
+            (
+                INDEXING_PARAMS,
+                format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;"),
+                INDEXING_SETUP.to_string(),
+                // i = l % inner, o = l / inner; %rd12 = o·size, %rd15 =
+                // o·count; v (%rd13) over the line's zeroes, t (%rd16)
+                // over the positions, p (%rd17) = (o·count + t)·inner + i.
+                format!(
+                    "\trem.u64 %rd10, %rd5, %rd21;\n\tdiv.u64 %rd11, %rd5, %rd21;\n\tmul.lo.s64 %rd12, %rd11, %rd20;\n\tmov.{ty} %b0, {zero};\n\tmov.u64 %rd13, 0;\nZ1:\n\tsetp.ge.u64 %p1, %rd13, %rd20;\n\t@%p1 bra Z2;\n\tadd.s64 %rd14, %rd12, %rd13;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd0;\n\tst.global.{ty} [%rd14], %b0;\n\tadd.s64 %rd13, %rd13, 1;\n\tbra.uni Z1;\nZ2:\n\tmul.lo.s64 %rd15, %rd11, %rd22;\n\tmov.u64 %rd16, 0;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n\tadd.s64 %rd17, %rd15, %rd16;\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n{}\tadd.s64 %rd19, %rd12, %rd18;\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\n\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n",
+                    load_id(ids, if along { "%rd17" } else { "%rd16" })
+                ),
+            )
+        }
     };
     let text = format!(
-        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<1>;\n\t.reg .b32 %w<5>;\n\t.reg .b64 %rd<9>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
+        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<24>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
         arch.ptx_version(),
         arch.target(),
         super::ENTRY,
@@ -116,6 +167,12 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
         Builtin::AddAssign => 0xADD0_0000_0000_0000u64,
         Builtin::Cast { from } => {
             0xCA57_0000_0000_0000u64 | from.size() as u64 | (u64::from(from.is_float()) << 8)
+        }
+        Builtin::Gather { ids, along } => {
+            0x6A7E_0000_0000_0000u64 | ids.size() as u64 | (u64::from(along) << 8)
+        }
+        Builtin::ScatterAdd { ids, along } => {
+            0x5CA7_0000_0000_0000u64 | ids.size() as u64 | (u64::from(along) << 8)
         }
     };
     super::super::dump::write(&super::super::dump::file_name(tag, dtype, arch), &text);
