@@ -369,7 +369,7 @@ fn main() -> Result<(), Error> {
     match device_arg::from_args() {
         device_arg::Where::Sim => {
             let text = Text::new();
-            let steps = 3;
+            let steps = 20;
             return device_arg::compare_on_simulated_gpu(steps, |_| {
                 Ok(train(&text, steps, 1, None)?.1)
             });

@@ -8,7 +8,7 @@
 //! largest magnitude; the reference GEMM sums in another order than the
 //! CPU's blocked kernels), f32 within 1e-5.
 
-use tenjin::optim::{Optimizer, SgdConfig, SGD};
+use tenjin::optim::{Adam, AdamConfig, Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
 
 fn gpu() -> Device {
@@ -366,12 +366,34 @@ fn ids_out_of_range_on_the_device_are_the_cpus_error() {
     assert!(e.contains("index 7 at position 0"), "{e}");
 }
 
-/// A cached training step on the device runs no CPU kernel, copies to the
-/// host only the loss it reads (and waits only then), and allocates
-/// nothing new from the device in runtime-efficient mode.
+/// A cached training step on the device, with SGD and with Adam (whose
+/// bias corrections change every step: a fill kernel each, no upload),
+/// runs no CPU kernel, copies to the host only the loss it reads (and
+/// waits only then), and allocates nothing new from the device in
+/// runtime-efficient mode.
 #[test]
 fn a_cached_step_runs_on_the_device_alone() {
     let _s = serial();
+    let sgd = |params| -> Box<dyn Optimizer> {
+        let config = SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            ..Default::default()
+        };
+        Box::new(SGD::new(params, config).unwrap())
+    };
+    let adam = |params| -> Box<dyn Optimizer> {
+        let config = AdamConfig {
+            lr: 1e-2,
+            ..Default::default()
+        };
+        Box::new(Adam::new(params, config).unwrap())
+    };
+    cached_step_on_the_device(&sgd);
+    cached_step_on_the_device(&adam);
+}
+
+fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer>) {
     let device = gpu();
     let x = Tensor::from_vec_on(
         data(32 * 20, 5).iter().map(|&v| v as f32).collect(),
@@ -384,15 +406,7 @@ fn a_cached_step_runs_on_the_device_alone() {
     let onehot = Tensor::from_vec_on(onehot, &[32, 4], device).unwrap();
     let w = leaf(&data(20 * 64, 7), &[20, 64], DType::F32, device);
     let v = leaf(&data(64 * 4, 8), &[64, 4], DType::F32, device);
-    let mut opt = SGD::new(
-        vec![w.clone(), v.clone()],
-        SgdConfig {
-            lr: 0.05,
-            momentum: 0.9,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut opt = optimizer(vec![w.clone(), v.clone()]);
     let mut step = || {
         opt.zero_grad();
         let logits = x.matmul(&w).unwrap().relu().unwrap().matmul(&v).unwrap();

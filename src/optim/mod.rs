@@ -227,9 +227,9 @@ type ScalarsKey = (DType, Device);
 
 /// Hyperparameter tensors (scalars `lr[]`, small vectors `beta[j]`), one
 /// storage per name, dtype and device (where the parameters they update
-/// live), created once and overwritten in place before an update when
-/// their values changed (on a GPU an unchanged learning rate costs no
-/// copy and no wait).
+/// live), created once and overwritten in place before an update where
+/// their values changed (on a GPU an unchanged learning rate costs
+/// nothing, a changed one a fill kernel: no copy and no wait).
 pub(crate) struct Scalars {
     /// Name and number of elements of each tensor.
     layout: &'static [(&'static str, usize)],
@@ -275,7 +275,9 @@ impl Scalars {
     }
 
     /// Writes `values` (all tensors' elements, in layout order) into the
-    /// storages for `param`'s dtype and device.
+    /// storages for `param`'s dtype and device: each element that changed
+    /// by a fill (on a GPU, a launch with the value as its parameter: no
+    /// copy, no wait).
     pub(crate) fn set(&mut self, param: &Param, values: &[f64]) -> Result<(), Error> {
         let layout = self.layout;
         debug_assert_eq!(values.len(), layout.iter().map(|(_, n)| n).sum::<usize>());
@@ -284,10 +286,16 @@ impl Scalars {
         if held.as_slice() == values {
             return Ok(());
         }
-        held.clear();
+        let before = std::mem::take(held);
         let mut at = 0;
         for (s, &(_, len)) in storages.iter().zip(layout) {
-            s.write_span(0, &values[at..at + len])?;
+            for j in 0..len {
+                let v = values[at + j];
+                // Compared as bits: a NaN hyperparameter is written once.
+                if before.get(at + j).map(|b| b.to_bits()) != Some(v.to_bits()) {
+                    s.fill_span(j, 1, v)?;
+                }
+            }
             at += len;
         }
         held.extend_from_slice(values);

@@ -347,9 +347,18 @@ impl Storage {
 
     /// Sets every element to `value` (converted to the element type).
     pub(crate) fn fill(&self, value: f64) -> Result<(), Error> {
+        self.fill_span(0, self.len, value)
+    }
+
+    /// Sets elements `start..start + n` to `value` (converted to the
+    /// element type). On a GPU the value travels as a kernel's launch
+    /// parameter: queued in stream order, no copy from host memory and no
+    /// wait (how an optimizer's changing hyperparameters reach the
+    /// device).
+    pub(crate) fn fill_span(&self, start: usize, n: usize, value: f64) -> Result<(), Error> {
         let backend = backend_for(self.device())?;
         let mut g = self.write();
-        backend.fill(self.operand_mut(&mut g)?, value)
+        backend.fill(self.operand_mut(&mut g)?.range(start, n)?, value)
     }
 
     /// Overwrites the first elements with those of `other` (same dtype and
