@@ -12,11 +12,19 @@
 //! of every checkpoint node, keeps the node on the tape when no input
 //! requires a gradient (a first layer reading data).
 //!
+//! Its stages run on the device of their operands, whichever backend runs
+//! them (`DeviceForm::Block`): the saved inputs and the incoming gradient
+//! become tensors there, and the recomputation runs there too.
+//!
 //! Must not know how ops or backward work inside: it only calls `f` and
 //! [`Tensor::backward_with`].
 
+use crate::kernel::backend::{Operand, OperandMut};
+use crate::kernel::host::DeviceForm;
 use crate::planner::host::{host_stage, HostIn, HostKernel, HostOp, HostOut, Workers};
 use crate::planner::{NodePlan, Program, Source};
+use crate::runtime::{backend_for, Storage};
+use crate::trace::Origin;
 use crate::{DType, Error, Tensor};
 use std::sync::{Arc, Mutex};
 
@@ -97,7 +105,7 @@ struct Checkpoint {
     forward: Mutex<Option<Tensor>>,
     /// Per argument (the anchor first): its gradient from the last
     /// recomputation, until its stage takes it.
-    grads: Mutex<Vec<Option<Vec<f64>>>>,
+    grads: Mutex<Vec<Option<Tensor>>>,
 }
 
 impl Checkpoint {
@@ -123,20 +131,17 @@ impl Checkpoint {
         Ok(crate::planner::host::single_stage_program(&args, stage))
     }
 
-    /// Recomputes the block over fresh leaves and runs its backward from
-    /// `seed`: the gradient of every argument (the anchor's is zero).
-    fn recompute(&self, inputs: &[HostIn], seed: &HostIn) -> Result<Vec<Vec<f64>>, Error> {
+    /// Recomputes the block over fresh leaves holding `inputs` and runs
+    /// its backward from `seed`, on their device: the gradient of every
+    /// argument (the anchor's is zero).
+    fn recompute(&self, inputs: Vec<Tensor>, seed: &Tensor) -> Result<Vec<Tensor>, Error> {
+        let device = seed.device();
         crate::trace::with_grad_enabled(true, || {
-            let leaves: Vec<Tensor> = self
-                .shapes
-                .iter()
-                .zip(inputs)
+            let leaves: Vec<Tensor> = inputs
+                .into_iter()
                 .zip(&self.needs)
-                .map(|(((shape, _), data), &needs)| {
-                    let t = tensor_of(data, shape)?;
-                    Ok(if needs { t.requires_grad() } else { t })
-                })
-                .collect::<Result<_, Error>>()?;
+                .map(|(t, &needs)| if needs { t.requires_grad() } else { t })
+                .collect();
             let out = (self.f)(&leaves)?;
             if out.shape() != self.out_shape {
                 return Err(Error::shape(
@@ -149,30 +154,58 @@ impl Checkpoint {
                 ));
             }
             if out.is_requires_grad() {
-                let seed = tensor_of(seed, &self.out_shape)?;
-                out.backward_with(&seed)?;
+                out.backward_with(seed)?;
             }
-            let mut grads = vec![vec![0.0]];
-            for (t, (shape, _)) in leaves.iter().zip(&self.shapes) {
-                let n: usize = shape.iter().product();
+            let mut grads = vec![Tensor::zeros_on(&[1], self.dtype, device)?];
+            for (t, (shape, dtype)) in leaves.iter().zip(&self.shapes) {
                 grads.push(match t.grad() {
-                    Some(g) => g.to_vec_f64()?,
-                    None => vec![0.0; n],
+                    Some(g) => g,
+                    None => Tensor::zeros_on(shape, *dtype, device)?,
                 });
             }
             Ok(grads)
         })
     }
+
+    /// The gradient of argument `which`: left by the last recomputation,
+    /// else recomputed from the block's `inputs` and the output's gradient
+    /// `seed` (the other arguments' gradients kept for their stages).
+    fn gradient(&self, which: usize, inputs: Vec<Tensor>, seed: &Tensor) -> Result<Tensor, Error> {
+        let taken = {
+            let mut grads = self.grads.lock().unwrap_or_else(|e| e.into_inner());
+            grads.get_mut(which).and_then(Option::take)
+        };
+        if let Some(g) = taken {
+            return Ok(g);
+        }
+        let all = self.recompute(inputs, seed)?;
+        let mine = all[which].clone();
+        let mut grads = self.grads.lock().unwrap_or_else(|e| e.into_inner());
+        *grads = all
+            .into_iter()
+            .enumerate()
+            .map(|(k, g)| (k != which).then_some(g))
+            .collect();
+        Ok(mine)
+    }
 }
 
-/// A tensor holding a host slice's elements (in the slice's type).
-fn tensor_of(data: &HostIn, shape: &[usize]) -> Result<Tensor, Error> {
-    match *data {
-        HostIn::F32(v) => Tensor::from_vec(v.to_vec(), shape),
-        HostIn::F64(v) => Tensor::from_vec_f64(v.to_vec(), shape),
-        HostIn::I32(v) => Tensor::from_vec_i32(v.to_vec(), shape),
-        HostIn::I64(v) => Tensor::from_vec_i64(v.to_vec(), shape),
+/// A tensor of `shape` holding a copy of `data` (on its device).
+fn tensor_of(data: &Operand<'_>, shape: &[usize]) -> Result<Tensor, Error> {
+    let storage = Storage::uninit_on(data.device(), data.dtype(), data.len())?;
+    {
+        let mut g = storage.write();
+        backend_for(data.device())?.copy(*data, storage.operand_mut(&mut g)?)?;
     }
+    Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
+}
+
+/// Copies the elements of `t` into `out` (same device and element type).
+fn write_into(t: &Tensor, out: OperandMut<'_>) -> Result<(), Error> {
+    let t = t.contiguous()?;
+    let (storage, _) = t.storage_and_origin();
+    let g = storage.read();
+    backend_for(out.device())?.copy(storage.operand(&g, t.numel())?, out)
 }
 
 /// The forward stage: the output `checkpoint` computed.
@@ -192,12 +225,30 @@ impl std::fmt::Debug for Checkpoint {
     }
 }
 
+/// A checkpoint's stages compute with tensors on the device of their
+/// operands (the block's own ops run there): every backend hands them the
+/// operands (`DeviceForm::Block`), never host slices.
+fn host_slices(name: &str) -> Error {
+    Error::Invalid {
+        function: name.into(),
+        message: "internal: a checkpoint stage was handed host slices".into(),
+    }
+}
+
 impl HostKernel for Forward {
     fn name(&self) -> &str {
         "checkpoint"
     }
 
-    fn run(&self, _inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
+    fn run(&self, _: &[HostIn], _: HostOut, _: &dyn Workers) -> Result<(), Error> {
+        Err(host_slices(self.name()))
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        Some(DeviceForm::Block)
+    }
+
+    fn run_on(&self, _inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         let t = self
             .0
             .forward
@@ -208,8 +259,7 @@ impl HostKernel for Forward {
             function: "checkpoint".into(),
             message: "internal: the forward stage ran twice".into(),
         })?;
-        out.write_f64(&t.to_vec_f64()?);
-        Ok(())
+        write_into(&t, out)
     }
 }
 
@@ -218,31 +268,28 @@ impl HostKernel for Backward {
         "checkpoint_backward"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
+    fn run(&self, _: &[HostIn], _: HostOut, _: &dyn Workers) -> Result<(), Error> {
+        Err(host_slices(self.name()))
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        Some(DeviceForm::Block)
+    }
+
+    fn run_on(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         let block = &self.0;
-        let which = self.1;
         // inputs: the block's inputs (not the anchor), then the gradient.
         let n = block.shapes.len();
-        let taken = {
-            let mut grads = block.grads.lock().unwrap_or_else(|e| e.into_inner());
-            grads.get_mut(which).and_then(Option::take)
+        let (Some(xs), Some(dy)) = (inputs.get(..n), inputs.get(n)) else {
+            return Err(host_slices(self.name()));
         };
-        let g = match taken {
-            Some(g) => g,
-            None => {
-                let mut all = block.recompute(&inputs[..n], &inputs[n])?;
-                let mine = std::mem::take(&mut all[which]);
-                let mut grads = block.grads.lock().unwrap_or_else(|e| e.into_inner());
-                *grads = all
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, g)| (k != which).then_some(g))
-                    .collect();
-                mine
-            }
-        };
-        out.write_f64(&g);
-        Ok(())
+        let xs = xs
+            .iter()
+            .zip(&block.shapes)
+            .map(|(x, (shape, _))| tensor_of(x, shape))
+            .collect::<Result<_, Error>>()?;
+        let seed = tensor_of(dy, &block.out_shape)?;
+        write_into(&block.gradient(self.1, xs, &seed)?, out)
     }
 
     fn out_dtype(&self) -> Option<DType> {

@@ -2,7 +2,8 @@
 //! contractions through the simulated cuBLAS (plain, batched, transposed
 //! views, with an epilogue) and the views it cannot express (loop kernels,
 //! shown by `explain`), their gradients, a few training steps, moving
-//! data, and the errors for mixing devices and for ops with no GPU kernel.
+//! data, the indexing ops, a checkpointed block, and the error for mixing
+//! devices.
 //!
 //! Tolerances: f64 values within 1e-12 of the CPU's (relative to the
 //! largest magnitude; the reference GEMM sums in another order than the
@@ -247,19 +248,21 @@ fn mixing_devices_is_an_error_naming_both() {
     }
 }
 
+/// A checkpointed block runs and is recomputed on the device: values and
+/// gradients within the tolerance of the CPU's, and no CPU kernel runs.
 #[test]
-fn an_op_with_no_gpu_kernel_is_refused_naming_it() {
+fn a_checkpointed_block_recomputes_on_the_device() {
     let _s = serial();
-    let x = Tensor::ones_on(&[5, 3], DType::F32, gpu())
-        .unwrap()
-        .requires_grad();
-    let e = tenjin::checkpoint(|t: &[Tensor]| t[0].exp(), &[x])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("no GPU kernel") && e.contains("checkpoint"),
-        "{e}"
-    );
+    let before = tenjin::stats();
+    agree("checkpoint", [&[6, 8], &[8, 8]], DType::F64, |x, w| {
+        let w = w.clone();
+        tenjin::checkpoint(
+            move |t: &[Tensor]| t[0].matmul(&w)?.tanh()?.matmul(&w)?.tanh(),
+            std::slice::from_ref(x),
+        )
+    });
+    let after = tenjin::stats();
+    assert!(after.gpu_kernels_run > before.gpu_kernels_run);
 }
 
 /// `values` as ids of `dtype` on `device`.

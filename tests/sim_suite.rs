@@ -1,6 +1,6 @@
-//! The op/gradcheck, tape, higher-order, nn/optim, memory and indexing
-//! suites with every tensor on the simulated GPU: `tenjin::cuda::simulate()` and
-//! `set_default_device(Device::Cuda(0))` before any test starts, so every
+//! The op/gradcheck, tape, higher-order, nn/optim, memory, indexing and
+//! checkpoint suites with every tensor on the simulated GPU:
+//! `tenjin::cuda::simulate()` and `set_default_device(Device::Cuda(0))` before any test starts, so every
 //! constructor creates on the device, every op and derivative runs its
 //! PTX in the simulator (every access checked), and the suites' own
 //! assertions (finite differences, reference values) hold there.
@@ -25,6 +25,9 @@ mod memory;
 
 #[path = "indexing.rs"]
 mod indexing;
+
+#[path = "checkpoint.rs"]
+mod checkpoint;
 
 #[ctor::ctor]
 fn on_the_simulated_device() {

@@ -12,7 +12,7 @@ use super::pool;
 use crate::dtype::{not_computable, Element, Float};
 use crate::kernel::backend::{Executable, Operand, OperandMut};
 use crate::kernel::contraction::Contraction;
-use crate::kernel::host::{HostKernel, Workers};
+use crate::kernel::host::{DeviceForm, HostKernel, Workers};
 use crate::DType;
 use crate::Error;
 use cranelift_jit::JITModule;
@@ -265,6 +265,9 @@ impl Executable for CpuKernel {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         KERNELS_RUN.fetch_add(1, Relaxed);
         if let Exec::Host(h) = &self.exec {
+            if h.device_form() == Some(DeviceForm::Block) {
+                return h.run_on(inputs, out);
+            }
             let typed = inputs
                 .iter()
                 .map(|o| o.host_in())

@@ -6,8 +6,9 @@
 //! grid-stride loop; a contraction as cuBLAS calls
 //! (`Contraction::blas`), followed by its epilogue's loop kernel in place
 //! over the output; a host stage with a device form (conversions, the
-//! indexing ops' gather and scatter-add) as a `ptx::builtin` kernel, any
-//! other refused with an error — and the buffer operations (fill, add: `ptx::builtin`
+//! indexing ops' gather and scatter-add) as a `ptx::builtin` kernel, a
+//! recomputed block by its own code over device tensors, any other
+//! refused with an error — and the buffer operations (fill, add: `ptx::builtin`
 //! kernels; copies between the host and the device). Must not plan: it
 //! compiles exactly the route it is given.
 
@@ -19,7 +20,7 @@ use crate::kernel::backend::{
     check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
 };
 use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
-use crate::kernel::host::DeviceForm;
+use crate::kernel::host::{DeviceForm, HostKernel};
 use crate::kernel::{Kernel, Route};
 use crate::{DType, Error};
 use std::collections::HashMap;
@@ -364,7 +365,23 @@ impl<D: Driver> Executable for FormKernel<D> {
                 let lines = outer * inner;
                 self.launch_indexing(b, out, dy, ids, lines, (size, inner, count), lens)
             }
+            DeviceForm::Block => Err(self.err("internal: a block reached a builtin kernel".into())),
         }
+    }
+
+    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
+/// A host stage that computes with device tensors itself (a recomputed
+/// block, `DeviceForm::Block`): its own launches are counted where they
+/// happen.
+struct BlockKernel(Arc<dyn HostKernel>);
+
+impl Executable for BlockKernel {
+    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        self.0.run_on(inputs, out)
     }
 
     unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
@@ -468,6 +485,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 ..
             } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
             Route::Host(h) => match h.device_form() {
+                Some(DeviceForm::Block) => Ok(Box::new(BlockKernel(h.clone()))),
                 Some(form) => Ok(Box::new(FormKernel {
                     driver: self.driver.clone(),
                     name: h.name().to_string(),
@@ -475,10 +493,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                     out: route.out_dtype(dtype),
                     loaded: Mutex::new(HashMap::new()),
                 })),
-                None => Err(self.err(format!(
-                    "`{}` is a host stage with no GPU kernel yet (checkpoint runs on the CPU only)",
-                    h.name()
-                ))),
+                None => Err(self.err(format!("`{}` is a host stage with no GPU kernel", h.name()))),
             },
         }
     }

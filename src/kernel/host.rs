@@ -7,9 +7,10 @@
 //! and output ([`HostIn`], [`HostOut`]) and [`Workers`] (the threads a
 //! backend lends a host kernel). The operations themselves live in
 //! `crate::ops`; the planner wraps a kernel as a stage
-//! (`crate::planner::host`); the CPU backend runs it. Must not know about
-//! storages, tensors or the tape.
+//! (`crate::planner::host`); the CPU backend runs it, a device backend its
+//! [`DeviceForm`]. Must not know about storages, tensors or the tape.
 
+use super::backend::{Operand, OperandMut};
 use crate::dtype::Element;
 use crate::{DType, Error};
 use std::fmt::Debug;
@@ -113,6 +114,10 @@ pub enum DeviceForm {
         count: usize,
         along: bool,
     },
+    /// A stage that computes with tensors on any device itself (a
+    /// recomputed block): the backend hands it the operands where they
+    /// live ([`HostKernel::run_on`]).
+    Block,
 }
 
 /// One host stage's computation: `out` from `inputs` (in the order of the
@@ -130,5 +135,14 @@ pub trait HostKernel: Send + Sync + Debug {
     /// What it computes, for a device backend (`None`: host code only).
     fn device_form(&self) -> Option<DeviceForm> {
         None
+    }
+    /// For [`DeviceForm::Block`]: runs the stage over `inputs` and `out`
+    /// in the memory of their device (every element of `out` written).
+    fn run_on(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
+        let _ = (inputs, out);
+        Err(Error::Device {
+            device: "any".into(),
+            message: format!("`{}` runs on the host only", self.name()),
+        })
     }
 }

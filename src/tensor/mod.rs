@@ -99,8 +99,9 @@ impl Tensor {
         self.0.dtype
     }
 
-    /// The device holding the data (its storage's; the CPU for every
-    /// tensor today: no tensor can be created on another device yet).
+    /// The device holding the data (its storage's): the CPU unless the
+    /// tensor was created on or moved to another ([`Tensor::to_device`],
+    /// [`crate::set_default_device`]).
     ///
     /// ```
     /// let t = tenjin::Tensor::zeros(&[2], tenjin::DType::F32)?;
