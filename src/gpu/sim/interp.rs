@@ -8,12 +8,16 @@
 //! [`Memory`] that checks every access. Registers hold raw bits, as on the
 //! hardware (an untyped `mov.b64` may carry a float). An instruction the
 //! decoder does not know is an error when the module loads, never a
-//! silent skip. Our kernels share no memory and never wait on each other,
-//! so running the threads one after another is a valid schedule; `bar.sync`
-//! (cooperative kernels) is refused at decode until the simulator runs a
-//! block in phases. Must not know about buffers beyond the [`Memory`]
+//! silent skip. A kernel without barriers runs thread after thread (its
+//! threads never wait on each other, so that is a valid schedule). A
+//! kernel with `bar.sync` (a cooperative kernel) runs each block in
+//! phases: every thread of the block runs up to the next barrier, then
+//! all go on; `.shared` variables live in the block's
+//! [`super::shared::SharedMemory`], which reports the races a missing
+//! barrier leaves. Must not know about buffers beyond the [`Memory`]
 //! interface.
 
+use super::shared::{SharedLayout, SharedMemory};
 use std::collections::HashMap;
 
 /// Global memory as a kernel sees it: loads and stores of 4 or 8 bytes,
@@ -186,6 +190,19 @@ enum Op {
         src: Src,
         size: u8,
     },
+    /// `ld.shared` / `st.shared`: the block's shared memory.
+    LdShared {
+        dst: u32,
+        addr: u32,
+        size: u8,
+    },
+    StShared {
+        addr: u32,
+        src: Src,
+        size: u8,
+    },
+    /// `bar.sync` / `barrier.sync`: waits for every thread of the block.
+    Barrier,
     Setp {
         dst: u32,
         cmp: Cmp,
@@ -248,6 +265,24 @@ pub(crate) struct Program {
     template: Vec<u64>,
     /// The instruction texts (errors name the failing one).
     lines: Vec<String>,
+    /// The `.shared` variables (empty for most kernels).
+    shared: SharedLayout,
+    /// Whether it has a barrier: then its blocks run in phases.
+    cooperative: bool,
+}
+
+/// Where a thread stopped, and where it resumes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Resume {
+    pc: usize,
+    branches: u64,
+}
+
+/// Why a thread stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Exit,
+    Barrier,
 }
 
 /// Branches one thread may take (a kernel that loops forever is an
@@ -262,6 +297,8 @@ struct Decoder<'a> {
     regs: HashMap<String, u32>,
     consts: HashMap<u64, u32>,
     labels: HashMap<String, u32>,
+    /// `.shared` variables by name: their addresses in the shared window.
+    symbols: &'a HashMap<String, u64>,
 }
 
 impl Decoder<'_> {
@@ -278,7 +315,10 @@ impl Decoder<'_> {
         if a.starts_with('%') {
             return Ok(Src(self.reg(a)));
         }
-        let v = imm(a, ty).ok_or_else(|| format!("bad immediate `{a}`"))?;
+        let v = match self.symbols.get(a) {
+            Some(&addr) => addr,
+            None => imm(a, ty).ok_or_else(|| format!("bad immediate `{a}`"))?,
+        };
         let n = self.slots();
         Ok(Src(*self.consts.entry(v).or_insert(n)))
     }
@@ -338,6 +378,16 @@ impl Decoder<'_> {
                     param: param as u32,
                 }
             }
+            "ld" if m.get(1) == Some(&"shared") => Op::LdShared {
+                dst: self.dst(a.first())?,
+                addr: self.addr(a.get(1))?,
+                size: width(ty)?,
+            },
+            "st" if m.get(1) == Some(&"shared") => Op::StShared {
+                addr: self.addr(a.first())?,
+                src: self.src(arg(1)?, ty)?,
+                size: width(ty)?,
+            },
             "ld" => Op::Ld {
                 dst: self.dst(a.first())?,
                 addr: self.addr(a.get(1))?,
@@ -395,11 +445,9 @@ impl Decoder<'_> {
                 op: unary(m[0], ty)?,
                 src: self.src(arg(1)?, ty)?,
             },
+            "bar" | "barrier" if m.get(1) == Some(&"sync") && a.len() == 1 => Op::Barrier,
             "bar" | "barrier" => {
-                return Err(
-                    "barriers are not simulated yet (the simulator runs threads one after another)"
-                        .into(),
-                )
+                return Err("only `bar.sync N` (every thread of the block) is simulated".into())
             }
             _ => Op::Bin {
                 dst: self.dst(a.first())?,
@@ -585,9 +633,14 @@ impl Program {
         let body_end = text.rfind('}').ok_or("no end")?;
         let mut labels: HashMap<String, u32> = HashMap::new();
         let mut lines: Vec<String> = Vec::new();
+        let mut shared = SharedLayout::default();
         for line in text[body_start..body_end].lines() {
             let line = line.split("//").next().unwrap_or("").trim();
             if line.is_empty() || line.starts_with(".reg") {
+                continue;
+            }
+            if line.starts_with(".shared") {
+                shared.declare(line)?;
                 continue;
             }
             if let Some(l) = line.strip_suffix(':') {
@@ -608,6 +661,7 @@ impl Program {
                 .collect(),
             consts: HashMap::new(),
             labels,
+            symbols: shared.symbols(),
         };
         let mut code = Vec::with_capacity(lines.len());
         for (n, line) in lines.iter().enumerate() {
@@ -637,11 +691,14 @@ impl Program {
         for (&v, &slot) in &d.consts {
             template[slot as usize] = v;
         }
+        let cooperative = code.iter().any(|i| matches!(i.op, Op::Barrier));
         Ok(Program {
             template,
             params,
             code,
             lines,
+            shared,
+            cooperative,
         })
     }
 
@@ -662,38 +719,114 @@ impl Program {
                 self.params.len()
             ));
         }
+        if self.cooperative {
+            return (0..grid).try_for_each(|b| self.run_block(params, b, grid, block, memory));
+        }
+        let mut shared = SharedMemory::new(&self.shared);
         let mut r = self.template.clone();
         for b in 0..grid {
             for t in 0..block {
                 let thread = b as u64 * block as u64 + t as u64;
-                r.copy_from_slice(&self.template);
-                for (slot, v) in [t, block, b, grid].into_iter().enumerate() {
-                    r[slot] = v as u64;
-                }
-                self.thread(params, thread, &mut r, memory)
-                    .map_err(|(e, line)| match line {
-                        Some(l) => format!("thread {thread}: {e} in `{}`", self.lines[l]),
-                        None => format!("thread {thread}: {e}"),
-                    })?;
+                self.start(&mut r, t, block, b, grid);
+                let mut at = Resume::default();
+                self.thread(params, thread, &mut r, &mut at, memory, &mut shared)
+                    .map_err(|e| self.located(thread, e))?;
             }
         }
         Ok(())
     }
 
+    /// An error of `thread` with the instruction it names.
+    fn located(&self, thread: u64, (e, line): (String, Option<usize>)) -> String {
+        match line {
+            Some(l) => format!("thread {thread}: {e} in `{}`", self.lines[l]),
+            None => format!("thread {thread}: {e}"),
+        }
+    }
+
+    /// A thread's registers at its start: the template and the launch
+    /// geometry.
+    fn start(&self, r: &mut [u64], t: u32, block: u32, b: u32, grid: u32) {
+        r.copy_from_slice(&self.template);
+        for (slot, v) in [t, block, b, grid].into_iter().enumerate() {
+            r[slot] = v as u64;
+        }
+    }
+
+    /// Runs block `b` of a cooperative kernel in phases: each thread up to
+    /// its next barrier (or its end), then the next phase. A barrier that
+    /// some threads of the block exit without reaching is an error (the
+    /// hardware's behaviour is undefined there).
+    #[inline(never)]
+    fn run_block<M: Memory>(
+        &self,
+        params: &[u64],
+        b: u32,
+        grid: u32,
+        block: u32,
+        memory: &mut M,
+    ) -> Result<(), String> {
+        let slots = self.template.len();
+        let mut regs = vec![0u64; slots * block as usize];
+        for (t, r) in regs.chunks_exact_mut(slots.max(1)).enumerate() {
+            if slots > 0 {
+                self.start(r, t as u32, block, b, grid);
+            }
+        }
+        let mut resume = vec![Resume::default(); block as usize];
+        let mut alive = vec![true; block as usize];
+        let mut shared = SharedMemory::new(&self.shared);
+        let first = b as u64 * block as u64;
+        loop {
+            let (mut waiting, mut exited) = (0usize, 0usize);
+            for t in 0..block as usize {
+                if !alive[t] {
+                    continue;
+                }
+                let thread = first + t as u64;
+                let r = &mut regs[t * slots..(t + 1) * slots];
+                let stop = self
+                    .thread(params, thread, r, &mut resume[t], memory, &mut shared)
+                    .map_err(|e| self.located(thread, e))?;
+                match stop {
+                    Stop::Barrier => waiting += 1,
+                    Stop::Exit => {
+                        alive[t] = false;
+                        exited += 1;
+                    }
+                }
+            }
+            if waiting == 0 {
+                return Ok(());
+            }
+            if exited > 0 {
+                return Err(format!(
+                    "block {b}: {waiting} threads wait at a barrier that {exited} exited without reaching"
+                ));
+            }
+            shared.next_phase();
+        }
+    }
+
+    /// Runs one thread from `at` until it returns or reaches a barrier
+    /// (`at` then says where it resumes).
+    #[inline(always)]
     fn thread<M: Memory>(
         &self,
         params: &[u64],
         thread: u64,
         r: &mut [u64],
+        resume: &mut Resume,
         memory: &mut M,
-    ) -> Result<(), (String, Option<usize>)> {
+        shared: &mut SharedMemory,
+    ) -> Result<Stop, (String, Option<usize>)> {
         let val = |s: Src, r: &[u64]| -> u64 { r[s.0 as usize] };
-        let mut pc = 0usize;
-        let mut branches = 0u64;
-        let mut jump = |pc: &mut usize, target: u32, line: u32| {
-            branches += 1;
+        let mut pc = resume.pc;
+        let mut branches = resume.branches;
+        let jump = |branches: &mut u64, pc: &mut usize, target: u32, line: u32| {
+            *branches += 1;
             *pc = target as usize;
-            if branches > MAX_BRANCHES_PER_THREAD {
+            if *branches > MAX_BRANCHES_PER_THREAD {
                 return Err(("runs too long".to_string(), Some(line as usize)));
             }
             Ok(())
@@ -702,11 +835,26 @@ impl Program {
             pc += 1;
             let at = |e: String| (e, Some(inst.line as usize));
             match inst.op {
-                Op::Ret => return Ok(()),
-                Op::Bra(l) => jump(&mut pc, l, inst.line)?,
+                Op::Ret => return Ok(Stop::Exit),
+                Op::Barrier => {
+                    *resume = Resume { pc, branches };
+                    return Ok(Stop::Barrier);
+                }
+                Op::LdShared { dst, addr, size } => {
+                    r[dst as usize] = shared
+                        .load(r[addr as usize], size as usize, thread)
+                        .map_err(at)?
+                }
+                Op::StShared { addr, src, size } => {
+                    let bits = val(src, r);
+                    shared
+                        .store(r[addr as usize], size as usize, bits, thread)
+                        .map_err(at)?
+                }
+                Op::Bra(l) => jump(&mut branches, &mut pc, l, inst.line)?,
                 Op::BraIf { p, negated, target } => {
                     if (r[p as usize] != 0) != negated {
-                        jump(&mut pc, target, inst.line)?;
+                        jump(&mut branches, &mut pc, target, inst.line)?;
                     }
                 }
                 Op::LdParam { dst, param } => r[dst as usize] = params[param as usize],

@@ -1,6 +1,8 @@
 //! The simulated device's checks, each made to fire: out of bounds,
 //! misaligned, a store into an input, two threads storing one element, a
-//! use after free, an unknown instruction, and cuBLAS's argument checks.
+//! use after free, an unknown instruction, cuBLAS's argument checks; and
+//! a cooperative kernel (shared memory, barriers) with the races and the
+//! divergent barrier a mistake in it leaves.
 
 use super::super::driver::{Arg, Driver, GemmCall, Matrix};
 use super::memory::SimMemory;
@@ -94,11 +96,11 @@ fn every_check_fires() {
     assert!(d.copy_to_host(&mut host, y).is_err());
     // Unknown instructions fail when the module loads.
     let e = d
-        .load(&kernel(0, 1, 0).replace("ret;", "bar.sync 0;\n\tret;"))
+        .load(&kernel(0, 1, 0).replace("ret;", "bar.arrive 0;\n\tret;"))
         .map(drop)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("barriers"), "{e}");
+    assert!(e.contains("only `bar.sync N`"), "{e}");
     let e = d
         .load(&kernel(0, 1, 0).replace("ret;", "popc.b32 %r0, %r1;\n\tret;"))
         .map(drop)
@@ -167,4 +169,72 @@ fn cublas_reference_and_its_argument_checks() {
     assert!(bad(&|c| c.k = 4).contains("beyond its buffer"));
     assert!(bad(&|c| c.c = matrix(a, 48, 2, true)).contains("overlaps"));
     assert!(bad(&|c| c.dtype = DType::I64).contains("NOT_SUPPORTED"));
+}
+
+/// A block-wide tree sum of `a0` in shared memory (`ntid` a power of
+/// two): `out[block] = Σ a0[block·ntid..][..ntid]`, a barrier after each
+/// level. `mistake` breaks it: `"no barrier"` drops the barrier inside
+/// the loop, `"early exit"` has every thread but 0 return before the
+/// first barrier.
+fn block_sum(threads: u32, mistake: &str) -> String {
+    let level_barrier = if mistake == "no barrier" {
+        ""
+    } else {
+        "bar.sync 0;"
+    };
+    let exit = if mistake == "early exit" {
+        "setp.ne.u32 %p0, %r2, 0;\n\t@%p0 bra L4;"
+    } else {
+        ""
+    };
+    format!(
+        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry tenjin_kernel(\n\t.param .u64 out,\n\t.param .u64 a0\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %r<4>;\n\t.reg .b64 %rd<11>;\n\t.reg .f32 %f<3>;\n\t.shared .align 4 .f32 partial[{threads}];\n\tld.param.u64 %rd0, [out];\n\tld.param.u64 %rd1, [a0];\n\tmov.u32 %r0, %ctaid.x;\n\tmov.u32 %r1, %ntid.x;\n\tmov.u32 %r2, %tid.x;\n\tmul.wide.u32 %rd2, %r0, %r1;\n\tcvt.u64.u32 %rd3, %r2;\n\tadd.s64 %rd4, %rd2, %rd3;\n\tmad.lo.s64 %rd5, %rd4, 4, %rd1;\n\tld.global.f32 %f0, [%rd5];\n\tmov.u64 %rd6, partial;\n\tmad.lo.s64 %rd7, %rd3, 4, %rd6;\n\tst.shared.f32 [%rd7], %f0;\n\t{exit}\n\tbar.sync 0;\n\tshr.u32 %r3, %r1, 1;\nL1:\n\tsetp.eq.u32 %p0, %r3, 0;\n\t@%p0 bra L3;\n\tsetp.ge.u32 %p1, %r2, %r3;\n\t@%p1 bra L2;\n\tmul.wide.u32 %rd8, %r3, 4;\n\tadd.s64 %rd9, %rd7, %rd8;\n\tld.shared.f32 %f1, [%rd9];\n\tld.shared.f32 %f2, [%rd7];\n\tadd.rn.f32 %f2, %f2, %f1;\n\tst.shared.f32 [%rd7], %f2;\nL2:\n\t{level_barrier}\n\tshr.u32 %r3, %r3, 1;\n\tbra.uni L1;\nL3:\n\tsetp.ne.u32 %p0, %r2, 0;\n\t@%p0 bra L4;\n\tld.shared.f32 %f0, [%rd6];\n\tmul.wide.u32 %rd10, %r0, 4;\n\tadd.s64 %rd10, %rd10, %rd0;\n\tst.global.f32 [%rd10], %f0;\nL4:\n\tret;\n}}\n"
+    )
+}
+
+/// The module `text` (a [`block_sum`]) over 3 blocks of 64 threads, the
+/// input `0, 1, 2, …`.
+fn run_block_sum(text: &str) -> Result<Vec<f32>, String> {
+    let (blocks, threads) = (3u32, 64u32);
+    let n = (blocks * threads) as usize;
+    let (d, memory) = device();
+    let (out, inp) = (buffer(memory, 4 * blocks as usize), buffer(memory, 4 * n));
+    let values: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    d.copy_to_device(inp, &values).unwrap();
+    let f = d.load(text).map_err(|e| e.to_string())?;
+    d.launch(
+        &f,
+        blocks,
+        threads,
+        &[buf(out, 4 * blocks as usize, true), buf(inp, 4 * n, false)],
+    )
+    .map_err(|e| e.to_string())?;
+    let mut back = vec![0u8; 4 * blocks as usize];
+    d.copy_to_host(&mut back, out).unwrap();
+    Ok(back
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+#[test]
+fn a_cooperative_kernel_runs_in_phases_between_barriers() {
+    let want: Vec<f32> = (0..3)
+        .map(|b| (b * 64..(b + 1) * 64).sum::<u32>() as f32)
+        .collect();
+    assert_eq!(run_block_sum(&block_sum(64, "")).unwrap(), want);
+}
+
+#[test]
+fn races_and_divergent_barriers_in_shared_memory_are_errors() {
+    let e = run_block_sum(&block_sum(64, "no barrier")).unwrap_err();
+    assert!(
+        e.contains("a race") && e.contains("no barrier between"),
+        "{e}"
+    );
+    let e = run_block_sum(&block_sum(64, "early exit")).unwrap_err();
+    assert!(e.contains("wait at a barrier that 63 exited"), "{e}");
+    let short = block_sum(64, "").replace("partial[64]", "partial[32]");
+    let e = run_block_sum(&short).unwrap_err();
+    assert!(e.contains("outside the 128 bytes of shared memory"), "{e}");
 }
