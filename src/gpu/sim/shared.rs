@@ -100,13 +100,13 @@ impl SharedMemory {
     /// The words of `size` bytes at `addr`, checked in bounds and aligned.
     fn words(&self, addr: u64, size: usize) -> Result<std::ops::Range<usize>, String> {
         let end = addr.checked_add(size as u64);
-        if !end.is_some_and(|e| e <= self.bytes.len() as u64) {
+        if end.is_none_or(|e| e > self.bytes.len() as u64) {
             return Err(format!(
                 "{size} bytes at shared address {addr:#x} lie outside the {} bytes of shared memory",
                 self.bytes.len()
             ));
         }
-        if addr % size as u64 != 0 {
+        if !addr.is_multiple_of(size as u64) {
             return Err(format!(
                 "misaligned shared access of {size} bytes at {addr:#x}"
             ));
