@@ -70,9 +70,12 @@ pub mod dtype;
 pub mod error;
 pub mod gpu;
 /// CUDA devices: availability and count (real GPUs need the `cuda`
-/// feature), and the simulated device that stands in for one.
+/// feature), the simulated device that stands in for one, and the
+/// precision of f32 GEMMs (full f32 unless set to TF32).
 pub mod cuda {
-    pub use crate::gpu::{device_count, is_available, is_simulated, simulate};
+    pub use crate::gpu::{
+        device_count, is_available, is_simulated, math_mode, set_math_mode, simulate, MathMode,
+    };
 }
 mod gradcheck;
 #[doc(hidden)]

@@ -627,3 +627,50 @@ fn safetensors_round_trip_through_a_model_on_the_device() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `x` rounded to TF32 as the tensor cores do (10 mantissa bits, to
+/// nearest, ties away from zero).
+fn tf32(x: f32) -> f32 {
+    f32::from_bits((x.to_bits() + 0x1000) & !0x1FFF)
+}
+
+/// f32 GEMMs are full precision unless TF32 is asked for; then they are
+/// the product of TF32-rounded inputs (about 1e-3 away), and f64 GEMMs
+/// are unaffected.
+#[test]
+fn f32_gemms_are_full_precision_unless_tf32_is_asked_for() {
+    use tenjin::cuda::{math_mode, set_math_mode, MathMode};
+    let _s = serial();
+    assert_eq!(math_mode(), MathMode::Full, "the default");
+    let device = gpu();
+    let (a, b) = (data(32 * 64, 3), data(64 * 16, 4));
+    let product = |a: &[f64], b: &[f64], dtype: DType, device: Device| {
+        let t = |v: &[f64], shape: &[usize]| {
+            Tensor::from_vec_f64_on(v.to_vec(), shape, device)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        t(a, &[32, 64]).matmul(&t(b, &[64, 16])).unwrap()
+    };
+    let values = |t: Tensor| t.to_vec_f64().unwrap();
+    let cpu = values(product(&a, &b, DType::F32, Device::Cpu));
+    let full = values(product(&a, &b, DType::F32, device));
+    close(&full, &cpu, 1e-5, "full f32");
+    let f64_full = values(product(&a, &b, DType::F64, device));
+    set_math_mode(MathMode::Tf32);
+    let tf = values(product(&a, &b, DType::F32, device));
+    let f64_tf = values(product(&a, &b, DType::F64, device));
+    set_math_mode(MathMode::Full);
+    let rounded = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| tf32(x as f32) as f64).collect() };
+    let want = values(product(&rounded(&a), &rounded(&b), DType::F32, Device::Cpu));
+    close(&tf, &want, 1e-5, "tf32 = the product of rounded inputs");
+    let scale = full.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let off = tf
+        .iter()
+        .zip(&full)
+        .fold(0f64, |m, (x, y)| m.max((x - y).abs()))
+        / scale;
+    assert!(off > 1e-5 && off < 1e-2, "tf32 is {off:e} from full f32");
+    assert_eq!(f64_tf, f64_full, "f64 GEMMs ignore the math mode");
+}

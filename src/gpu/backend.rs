@@ -162,6 +162,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
             usize::try_from(base as isize + off)
                 .map_err(|_| self.err("a negative operand offset".into()))
         };
+        let math = super::math_mode::math_mode();
         let k_outer = self.contraction.k_outer();
         let n_outer: usize = p.outer.iter().map(|d| d.len).product();
         let n_k: usize = k_outer.iter().map(|d| d.len).product();
@@ -203,6 +204,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
                         stride: p.stride_c,
                     },
                     batch: p.batch,
+                    math,
                 };
                 count(&COUNTERS.blas_calls, 1);
                 self.driver.gemm(&call)?;

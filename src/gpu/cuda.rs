@@ -8,6 +8,7 @@
 //! not plan or emit kernels nor decide what to run.
 
 use super::driver::{Arg, Driver, GemmCall};
+use super::math_mode::MathMode;
 use super::ptx::{self, Arch};
 use crate::alloc::Device;
 use crate::Error;
@@ -48,6 +49,8 @@ pub(crate) struct CudaDriver {
     /// cuBLAS on the device's stream, opened on the first GEMM (its
     /// library may be missing: then every GEMM is an error).
     blas: OnceLock<Result<CudaBlas, String>>,
+    /// The math mode the cuBLAS handle is in.
+    blas_math: std::sync::Mutex<MathMode>,
 }
 
 impl CudaDriver {
@@ -102,6 +105,7 @@ impl CudaDriver {
             arch,
             sms,
             blas: OnceLock::new(),
+            blas_math: std::sync::Mutex::new(MathMode::Full),
         })
     }
 
@@ -109,8 +113,26 @@ impl CudaDriver {
         device_error(self.ordinal, message)
     }
 
-    /// cuBLAS, opened once, in full f32 precision (`CUBLAS_DEFAULT_MATH`:
-    /// no TF32 tensor-core rounding).
+    /// cuBLAS in `math` mode: opened once in full f32 precision
+    /// (`CUBLAS_DEFAULT_MATH`: no TF32 tensor-core rounding), switched
+    /// when a GEMM asks for another mode.
+    fn blas_in(&self, math: MathMode) -> Result<&CudaBlas, Error> {
+        let blas = self.blas()?;
+        let mut current = self.blas_math.lock().unwrap_or_else(|e| e.into_inner());
+        if *current != math {
+            let mode = match math {
+                MathMode::Full => cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+                MathMode::Tf32 => cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+            };
+            // SAFETY: a live handle.
+            unsafe { cublas::sys::cublasSetMathMode(*blas.handle(), mode) }
+                .result()
+                .map_err(|e| self.err(format!("cuBLAS: setting {math:?} math: {e}")))?;
+            *current = math;
+        }
+        Ok(blas)
+    }
+
     fn blas(&self) -> Result<&CudaBlas, Error> {
         let opened = self.blas.get_or_init(|| {
             // SAFETY: only probes whether the library can be opened.
@@ -179,7 +201,7 @@ impl Driver for CudaDriver {
 
     fn gemm(&self, call: &GemmCall) -> Result<(), Error> {
         use cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let blas = self.blas()?;
+        let blas = self.blas_in(call.math)?;
         let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
         let int = |x: usize| i32::try_from(x).map_err(|_| self.err("a GEMM size beyond 32 bits"));
         let (m, n, k) = (int(call.m)?, int(call.n)?, int(call.k)?);

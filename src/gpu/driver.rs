@@ -10,6 +10,7 @@
 //! `RawMemory` of the device, registered when it opens. Must not plan,
 //! emit or decide what to run.
 
+use super::math_mode::MathMode;
 use super::ptx::Arch;
 use crate::{DType, Error};
 
@@ -72,6 +73,8 @@ pub(crate) struct GemmCall {
     pub beta: f64,
     pub c: Matrix,
     pub batch: usize,
+    /// The precision of an f32 product.
+    pub math: MathMode,
 }
 
 /// A device, as the GPU backend drives it. Work is ordered on one stream
@@ -99,7 +102,7 @@ pub(crate) trait Driver: Send + Sync + 'static {
         args: &[Arg],
     ) -> Result<(), Error>;
 
-    /// Queues a GEMM (cuBLAS on a GPU, with full f32 precision: no TF32).
+    /// Queues a GEMM (cuBLAS on a GPU, f32 in the call's `math` mode).
     fn gemm(&self, call: &GemmCall) -> Result<(), Error>;
 
     /// Copies host bytes to device address `dst` (room for them checked

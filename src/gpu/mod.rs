@@ -14,7 +14,8 @@
 //! - `driver`: the interface a device is driven through, implemented by
 //!   `cuda` (cudarc) and `sim` (the simulated device);
 //! - `backend`: the runtime's `Backend` over any driver;
-//! - `devices`: which driver a device opens with ([`simulate`]).
+//! - `devices`: which driver a device opens with ([`simulate`]);
+//! - [`math_mode`]: the precision of f32 GEMMs ([`MathMode`]).
 //!
 //! Nothing here panics without a driver or a GPU: the driver library is
 //! opened on first use and its absence is an error.
@@ -28,6 +29,7 @@ mod cuda;
 mod devices;
 pub(crate) mod driver;
 pub mod dump;
+pub mod math_mode;
 #[cfg(feature = "cuda")]
 mod memory;
 pub mod ptx;
@@ -36,3 +38,4 @@ pub(crate) mod sim;
 pub(crate) use counters::snapshot as counters;
 pub(crate) use devices::backend;
 pub use devices::{device_count, is_available, is_simulated, simulate};
+pub use math_mode::{math_mode, set_math_mode, MathMode};

@@ -5,10 +5,12 @@
 //! cuBLAS's `CUBLAS_STATUS_INVALID_VALUE`), sizes that fit its 32-bit
 //! integers, every element a call touches inside its operand's buffer,
 //! and `C` overlapping neither `A` nor `B`. The product is computed in the
-//! element type (f32 sums in f32, in index order), `C` is not read when
+//! element type (f32 sums in f32, in index order; in `MathMode::Tf32`
+//! each f32 input rounded to TF32 first), `C` is not read when
 //! `beta` is 0 (as cuBLAS). Must not run anything but this reference.
 
 use super::super::driver::{GemmCall, Matrix};
+use super::super::math_mode::{round_to_tf32, MathMode};
 use super::memory::Blocks;
 use crate::DType;
 
@@ -124,6 +126,11 @@ pub(crate) fn gemm(blocks: &mut Blocks, call: &GemmCall) -> Result<(), String> {
         p * m.stride + col * m.ld + r
     };
     let f32 = call.dtype == DType::F32;
+    // TF32: the tensor cores see each f32 input rounded.
+    let input = |v: f64| match call.math {
+        MathMode::Tf32 if f32 => round_to_tf32(v as f32),
+        _ => v as f32,
+    };
     for p in 0..call.batch {
         for j in 0..call.n {
             for i in 0..call.m {
@@ -133,7 +140,7 @@ pub(crate) fn gemm(blocks: &mut Blocks, call: &GemmCall) -> Result<(), String> {
                     let x = a[at(&call.a, call.trans_a, p, i, l)];
                     let y = b[at(&call.b, call.trans_b, p, l, j)];
                     if f32 {
-                        acc32 += (x as f32) * (y as f32);
+                        acc32 += input(x) * input(y);
                     } else {
                         acc64 += x * y;
                     }

@@ -151,6 +151,7 @@ fn cublas_reference_and_its_argument_checks() {
         beta: 0.0,
         c: matrix(c, 32, 2, true),
         batch: 1,
+        math: crate::gpu::MathMode::Full,
     };
     d.gemm(&call).unwrap();
     let mut back = [0u8; 32];
