@@ -35,11 +35,27 @@ const BLOCKS_PER_SM: u32 = 32;
 /// The loaded buffer-operation kernels by operation and dtype.
 type Builtins<F> = Mutex<HashMap<(Builtin, DType), Arc<F>>>;
 
+/// The module of `b` writing `dtype`, loaded once into `cache`.
+fn load_builtin<D: Driver>(
+    driver: &D,
+    cache: &Builtins<D::Function>,
+    b: Builtin,
+    dtype: DType,
+) -> Result<Arc<D::Function>, Error> {
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = cache.get(&(b, dtype)) {
+        return Ok(f.clone());
+    }
+    let f = Arc::new(driver.load(&ptx::builtin::module(b, dtype, driver.arch()))?);
+    cache.insert((b, dtype), f.clone());
+    Ok(f)
+}
+
 /// A device's backend.
 pub(crate) struct GpuBackend<D: Driver> {
     device: Device,
     driver: Arc<D>,
-    builtins: Builtins<D::Function>,
+    builtins: Arc<Builtins<D::Function>>,
 }
 
 /// The grid of a launch over `total` elements.
@@ -241,14 +257,15 @@ fn cast_on<D: Driver>(
 /// A host stage the device runs with a kernel of its own
 /// (`HostKernel::device_form`): a conversion between element types, or the
 /// gather and scatter-add of the indexing ops. Its module is loaded per
-/// input types on first use.
+/// input types on first use, into the backend's cache of builtins.
 struct FormKernel<D: Driver> {
     driver: Arc<D>,
     /// The host stage's name (`to_dtype`, `embedding`, ...), for errors.
     name: String,
     form: DeviceForm,
     out: DType,
-    loaded: Mutex<HashMap<Builtin, Arc<D::Function>>>,
+    /// The backend's loaded builtins.
+    builtins: Arc<Builtins<D::Function>>,
 }
 
 impl<D: Driver> FormKernel<D> {
@@ -260,17 +277,7 @@ impl<D: Driver> FormKernel<D> {
     }
 
     fn function(&self, b: Builtin) -> Result<Arc<D::Function>, Error> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = loaded.get(&b) {
-            return Ok(f.clone());
-        }
-        let f = Arc::new(self.driver.load(&ptx::builtin::module(
-            b,
-            self.out,
-            self.driver.arch(),
-        ))?);
-        loaded.insert(b, f.clone());
-        Ok(f)
+        load_builtin(&*self.driver, &self.builtins, b, self.out)
     }
 
     /// Launches the indexing `builtin` over `threads` with data `src`,
@@ -413,7 +420,7 @@ impl<D: Driver> GpuBackend<D> {
         GpuBackend {
             device,
             driver: Arc::new(driver),
-            builtins: Mutex::new(HashMap::new()),
+            builtins: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -435,16 +442,7 @@ impl<D: Driver> GpuBackend<D> {
 
     /// The loaded module of a buffer operation.
     fn builtin(&self, b: Builtin, dtype: DType) -> Result<Arc<D::Function>, Error> {
-        let mut cache = self.builtins.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = cache.get(&(b, dtype)) {
-            return Ok(f.clone());
-        }
-        let f = Arc::new(
-            self.driver
-                .load(&ptx::builtin::module(b, dtype, self.driver.arch()))?,
-        );
-        cache.insert((b, dtype), f.clone());
-        Ok(f)
+        load_builtin(&*self.driver, &self.builtins, b, dtype)
     }
 
     /// The device this operand must live on, checked.
@@ -493,7 +491,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                     name: h.name().to_string(),
                     form,
                     out: route.out_dtype(dtype),
-                    loaded: Mutex::new(HashMap::new()),
+                    builtins: self.builtins.clone(),
                 })),
                 None => Err(self.err(format!("`{}` is a host stage with no GPU kernel", h.name()))),
             },

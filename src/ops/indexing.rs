@@ -44,6 +44,41 @@ struct Lines {
 }
 
 impl Lines {
+    /// The gather over this layout on a device (`along`: one id per
+    /// output element, else one per position).
+    fn gather(self, along: bool) -> DeviceForm {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self;
+        DeviceForm::Gather {
+            outer,
+            size,
+            inner,
+            count,
+            along,
+        }
+    }
+
+    /// The gather's gradient on a device.
+    fn scatter_add(self, along: bool) -> DeviceForm {
+        let Lines {
+            outer,
+            size,
+            inner,
+            count,
+        } = self;
+        DeviceForm::ScatterAdd {
+            outer,
+            size,
+            inner,
+            count,
+            along,
+        }
+    }
+
     fn of(shape: &[usize], dim: usize, count: usize) -> Lines {
         Lines {
             outer: shape[..dim].iter().product(),
@@ -138,19 +173,7 @@ impl HostKernel for SelectRows {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self.0;
-        Some(DeviceForm::Gather {
-            outer,
-            size,
-            inner,
-            count,
-            along: false,
-        })
+        Some(self.0.gather(false))
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -192,19 +215,7 @@ impl HostKernel for SegmentSum {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self.0;
-        Some(DeviceForm::ScatterAdd {
-            outer,
-            size,
-            inner,
-            count,
-            along: false,
-        })
+        Some(self.0.scatter_add(false))
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -272,19 +283,7 @@ impl HostKernel for GatherAlong {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self.0;
-        Some(DeviceForm::Gather {
-            outer,
-            size,
-            inner,
-            count,
-            along: true,
-        })
+        Some(self.0.gather(true))
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
@@ -323,19 +322,7 @@ impl HostKernel for ScatterSum {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self.0;
-        Some(DeviceForm::ScatterAdd {
-            outer,
-            size,
-            inner,
-            count,
-            along: true,
-        })
+        Some(self.0.scatter_add(true))
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
