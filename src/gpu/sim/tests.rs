@@ -51,12 +51,16 @@ fn run(shift: i64, stride: i64, align: i64, input_writable: bool) -> Result<Vec<
         &[buf(out, 32, true), buf(inp, 32, input_writable)],
     )
     .map_err(|e| e.to_string())?;
-    let mut back = vec![0u8; 32];
-    d.copy_to_host(&mut back, out).unwrap();
-    Ok(back
-        .chunks_exact(4)
+    Ok(read_f32(&d, out, 8))
+}
+
+/// `n` f32 values at device address `at`.
+fn read_f32(d: &SimDriver, at: u64, n: usize) -> Vec<f32> {
+    let mut back = vec![0u8; 4 * n];
+    d.copy_to_host(&mut back, at).unwrap();
+    back.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+        .collect()
 }
 
 #[test]
@@ -210,12 +214,7 @@ fn run_block_sum(text: &str) -> Result<Vec<f32>, String> {
         &[buf(out, 4 * blocks as usize, true), buf(inp, 4 * n, false)],
     )
     .map_err(|e| e.to_string())?;
-    let mut back = vec![0u8; 4 * blocks as usize];
-    d.copy_to_host(&mut back, out).unwrap();
-    Ok(back
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(read_f32(&d, out, blocks as usize))
 }
 
 #[test]
