@@ -674,3 +674,91 @@ fn f32_gemms_are_full_precision_unless_tf32_is_asked_for() {
     assert!(off > 1e-5 && off < 1e-2, "tf32 is {off:e} from full f32");
     assert_eq!(f64_tf, f64_full, "f64 GEMMs ignore the math mode");
 }
+
+/// The largest relative difference between `got` and `want`, per element
+/// (relative to the larger magnitude, at least 1e-30).
+fn rel_error(got: &[f64], want: &[f64]) -> f64 {
+    got.iter().zip(want).fold(0f64, |m, (g, w)| {
+        m.max((g - w).abs() / g.abs().max(w.abs()).max(1e-30))
+    })
+}
+
+/// The f32 tolerance per op class, measured (printed with `--nocapture`)
+/// and held: arithmetic element-wise ops bit for bit, transcendental ones
+/// within 2 ulp per element (2.4e-7 relative: the GPU's own sequences),
+/// reductions within 1e-6 and GEMMs within 1e-5 of the result's largest
+/// magnitude (summation orders differ; per element, a sum that cancels
+/// has no relative accuracy on either device).
+#[test]
+fn f32_results_are_within_the_tolerance_of_their_op_class() {
+    let _s = serial();
+    let device = gpu();
+    let x = data(4096, 11);
+    let on = |d: Device, shape: &[usize]| {
+        Tensor::from_vec_f64_on(x[..shape.iter().product()].to_vec(), shape, d)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+    };
+    type Op = fn(&Tensor) -> Result<Tensor, Error>;
+    let classes: [(&str, f64, &[(&str, Op)]); 4] = [
+        (
+            "arithmetic",
+            0.0,
+            &[
+                ("x·0.5 + 1", |t| t.mul_scalar(0.5)?.add_scalar(1.0)),
+                ("x / (1 + x²)", |t| t.div(&t.mul(t)?.add_scalar(1.0)?)),
+                ("sqrt |x|", |t| t.abs()?.sqrt()),
+                ("relu", |t| t.relu()),
+            ],
+        ),
+        (
+            "transcendental",
+            4.0 * f32::EPSILON as f64 / 2.0,
+            &[
+                ("exp", |t| t.exp()),
+                ("log |x|", |t| t.abs()?.add_scalar(1e-3)?.log()),
+                ("tanh", |t| t.tanh()),
+                ("sigmoid", |t| t.sigmoid()),
+            ],
+        ),
+        (
+            "reduction",
+            1e-6,
+            &[
+                ("sum of rows", |t| {
+                    t.reshape(&[64, 64])?.sum_dims(&[1], false)
+                }),
+                ("softmax", |t| t.reshape(&[64, 64])?.softmax(1)),
+                ("mean", |t| t.mean()),
+                ("sum of |x|", |t| t.abs()?.sum()),
+            ],
+        ),
+        (
+            "gemm",
+            1e-5,
+            &[("64×64 · 64×64", |t| {
+                let m = t.reshape(&[64, 64])?;
+                m.matmul(&m.t()?)
+            })],
+        ),
+    ];
+    for (class, tol, ops) in classes {
+        for (name, f) in ops {
+            let want = f(&on(Device::Cpu, &[4096])).unwrap().to_vec_f64().unwrap();
+            let got = f(&on(device, &[4096])).unwrap().to_vec_f64().unwrap();
+            let e = if matches!(class, "reduction" | "gemm") {
+                let scale = want.iter().fold(0f64, |m, w| m.max(w.abs()));
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .fold(0f64, |m, (g, w)| m.max((g - w).abs()));
+                diff / scale
+            } else {
+                rel_error(&got, &want)
+            };
+            println!("f32 {class:<15} {name:<15} largest relative difference {e:.2e}");
+            assert!(e <= tol, "{class} {name}: {e:e} > {tol:e}");
+        }
+    }
+}
