@@ -701,7 +701,9 @@ fn f32_results_are_within_the_tolerance_of_their_op_class() {
             .unwrap()
     };
     type Op = fn(&Tensor) -> Result<Tensor, Error>;
-    let classes: [(&str, f64, &[(&str, Op)]); 4] = [
+    /// A class's name, its tolerance and its ops.
+    type Class<'a> = (&'a str, f64, &'a [(&'a str, Op)]);
+    let classes: [Class; 4] = [
         (
             "arithmetic",
             0.0,
