@@ -17,7 +17,7 @@
 //! barrier leaves. Must not know about buffers beyond the [`Memory`]
 //! interface.
 
-use super::shared::{SharedLayout, SharedMemory};
+use super::shared::SharedLayout;
 use std::collections::HashMap;
 
 /// Global memory as a kernel sees it: loads and stores of 4 or 8 bytes,
@@ -36,11 +36,11 @@ const SPECIALS: [&str; 4] = ["%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x"];
 /// of their own, filled once per thread from the program's template, so
 /// reading an operand is one indexed load.
 #[derive(Clone, Copy, Debug)]
-struct Src(u32);
+pub(super) struct Src(pub(super) u32);
 
 /// Float comparisons (`neu`, `nan` and `num` are the unordered ones).
 #[derive(Clone, Copy, Debug)]
-enum FCmp {
+pub(super) enum FCmp {
     Eq,
     Neu,
     Ge,
@@ -52,7 +52,7 @@ enum FCmp {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum ICmp {
+pub(super) enum ICmp {
     Eq,
     Ne,
     Ge,
@@ -63,7 +63,7 @@ enum ICmp {
 
 /// How an integer comparison reads its operands.
 #[derive(Clone, Copy, Debug)]
-enum IntTy {
+pub(super) enum IntTy {
     S64,
     U64,
     S32,
@@ -71,7 +71,7 @@ enum IntTy {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Cmp {
+pub(super) enum Cmp {
     F32(FCmp),
     F64(FCmp),
     Int(ICmp, IntTy),
@@ -79,7 +79,7 @@ enum Cmp {
 
 /// `cvt` conversions (rounding modes resolved).
 #[derive(Clone, Copy, Debug)]
-enum Conv {
+pub(super) enum Conv {
     U32ToU64,
     U64ToU32,
     F32ToF64,
@@ -99,7 +99,7 @@ enum Conv {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Round {
+pub(super) enum Round {
     Zero,
     Nearest,
     Down,
@@ -116,7 +116,7 @@ impl Round {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Un {
+pub(super) enum Un {
     NegF32,
     NegF64,
     AbsF32,
@@ -127,7 +127,7 @@ enum Un {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Bin {
+pub(super) enum Bin {
     AddF32,
     SubF32,
     MulF32,
@@ -162,7 +162,7 @@ enum Bin {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Op {
+pub(super) enum Op {
     Ret,
     Bra(u32),
     /// `@%p bra` (`@!%p` when `negated`): the only guarded instruction
@@ -250,44 +250,30 @@ enum Op {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Inst {
-    op: Op,
+pub(super) struct Inst {
+    pub(super) op: Op,
     /// The source line (errors).
-    line: u32,
+    pub(super) line: u32,
 }
 
 /// A decoded `.entry` function.
 pub(crate) struct Program {
-    params: Vec<String>,
-    code: Vec<Inst>,
+    pub(super) params: Vec<String>,
+    pub(super) code: Vec<Inst>,
     /// The register file every thread starts with: zeros, and the
     /// immediates in their slots.
-    template: Vec<u64>,
+    pub(super) template: Vec<u64>,
     /// The instruction texts (errors name the failing one).
-    lines: Vec<String>,
+    pub(super) lines: Vec<String>,
     /// The `.shared` variables (empty for most kernels).
-    shared: SharedLayout,
+    pub(super) shared: SharedLayout,
     /// Whether it has a barrier: then its blocks run in phases.
-    cooperative: bool,
-}
-
-/// Where a thread stopped, and where it resumes.
-#[derive(Clone, Copy, Debug, Default)]
-struct Resume {
-    pc: usize,
-    branches: u64,
-}
-
-/// Why a thread stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stop {
-    Exit,
-    Barrier,
+    pub(super) cooperative: bool,
 }
 
 /// Branches one thread may take (a kernel that loops forever is an
 /// error, not a hang).
-const MAX_BRANCHES_PER_THREAD: u64 = 50_000_000;
+pub(super) const MAX_BRANCHES_PER_THREAD: u64 = 50_000_000;
 
 /// Decoding state: register, immediate and label names.
 struct Decoder<'a> {
@@ -701,201 +687,10 @@ impl Program {
             cooperative,
         })
     }
-
-    /// Runs the kernel on `grid × block` threads with `params` (the
-    /// parameters' values, in order) over `memory`. Errors name the
-    /// thread and the instruction.
-    pub(crate) fn run<M: Memory>(
-        &self,
-        params: &[u64],
-        grid: u32,
-        block: u32,
-        memory: &mut M,
-    ) -> Result<(), String> {
-        if params.len() != self.params.len() {
-            return Err(format!(
-                "{} parameters given for {}",
-                params.len(),
-                self.params.len()
-            ));
-        }
-        if self.cooperative {
-            return (0..grid).try_for_each(|b| self.run_block(params, b, grid, block, memory));
-        }
-        let mut shared = SharedMemory::new(&self.shared);
-        let mut r = self.template.clone();
-        for b in 0..grid {
-            for t in 0..block {
-                let thread = b as u64 * block as u64 + t as u64;
-                self.start(&mut r, t, block, b, grid);
-                let mut at = Resume::default();
-                self.thread(params, thread, &mut r, &mut at, memory, &mut shared)
-                    .map_err(|e| self.located(thread, e))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// An error of `thread` with the instruction it names.
-    fn located(&self, thread: u64, (e, line): (String, Option<usize>)) -> String {
-        match line {
-            Some(l) => format!("thread {thread}: {e} in `{}`", self.lines[l]),
-            None => format!("thread {thread}: {e}"),
-        }
-    }
-
-    /// A thread's registers at its start: the template and the launch
-    /// geometry.
-    fn start(&self, r: &mut [u64], t: u32, block: u32, b: u32, grid: u32) {
-        r.copy_from_slice(&self.template);
-        for (slot, v) in [t, block, b, grid].into_iter().enumerate() {
-            r[slot] = v as u64;
-        }
-    }
-
-    /// Runs block `b` of a cooperative kernel in phases: each thread up to
-    /// its next barrier (or its end), then the next phase. A barrier that
-    /// some threads of the block exit without reaching is an error (the
-    /// hardware's behaviour is undefined there).
-    #[inline(never)]
-    fn run_block<M: Memory>(
-        &self,
-        params: &[u64],
-        b: u32,
-        grid: u32,
-        block: u32,
-        memory: &mut M,
-    ) -> Result<(), String> {
-        let slots = self.template.len();
-        let mut regs = vec![0u64; slots * block as usize];
-        for (t, r) in regs.chunks_exact_mut(slots.max(1)).enumerate() {
-            if slots > 0 {
-                self.start(r, t as u32, block, b, grid);
-            }
-        }
-        let mut resume = vec![Resume::default(); block as usize];
-        let mut alive = vec![true; block as usize];
-        let mut shared = SharedMemory::new(&self.shared);
-        let first = b as u64 * block as u64;
-        loop {
-            let (mut waiting, mut exited) = (0usize, 0usize);
-            for t in 0..block as usize {
-                if !alive[t] {
-                    continue;
-                }
-                let thread = first + t as u64;
-                let r = &mut regs[t * slots..(t + 1) * slots];
-                let stop = self
-                    .thread(params, thread, r, &mut resume[t], memory, &mut shared)
-                    .map_err(|e| self.located(thread, e))?;
-                match stop {
-                    Stop::Barrier => waiting += 1,
-                    Stop::Exit => {
-                        alive[t] = false;
-                        exited += 1;
-                    }
-                }
-            }
-            if waiting == 0 {
-                return Ok(());
-            }
-            if exited > 0 {
-                return Err(format!(
-                    "block {b}: {waiting} threads wait at a barrier that {exited} exited without reaching"
-                ));
-            }
-            shared.next_phase();
-        }
-    }
-
-    /// Runs one thread from `at` until it returns or reaches a barrier
-    /// (`at` then says where it resumes).
-    #[inline(always)]
-    fn thread<M: Memory>(
-        &self,
-        params: &[u64],
-        thread: u64,
-        r: &mut [u64],
-        resume: &mut Resume,
-        memory: &mut M,
-        shared: &mut SharedMemory,
-    ) -> Result<Stop, (String, Option<usize>)> {
-        let val = |s: Src, r: &[u64]| -> u64 { r[s.0 as usize] };
-        let mut pc = resume.pc;
-        let mut branches = resume.branches;
-        let jump = |branches: &mut u64, pc: &mut usize, target: u32, line: u32| {
-            *branches += 1;
-            *pc = target as usize;
-            if *branches > MAX_BRANCHES_PER_THREAD {
-                return Err(("runs too long".to_string(), Some(line as usize)));
-            }
-            Ok(())
-        };
-        while let Some(inst) = self.code.get(pc) {
-            pc += 1;
-            let at = |e: String| (e, Some(inst.line as usize));
-            match inst.op {
-                Op::Ret => return Ok(Stop::Exit),
-                Op::Barrier => {
-                    *resume = Resume { pc, branches };
-                    return Ok(Stop::Barrier);
-                }
-                Op::LdShared { dst, addr, size } => {
-                    r[dst as usize] = shared
-                        .load(r[addr as usize], size as usize, thread)
-                        .map_err(at)?
-                }
-                Op::StShared { addr, src, size } => {
-                    let bits = val(src, r);
-                    shared
-                        .store(r[addr as usize], size as usize, bits, thread)
-                        .map_err(at)?
-                }
-                Op::Bra(l) => jump(&mut branches, &mut pc, l, inst.line)?,
-                Op::BraIf { p, negated, target } => {
-                    if (r[p as usize] != 0) != negated {
-                        jump(&mut branches, &mut pc, target, inst.line)?;
-                    }
-                }
-                Op::LdParam { dst, param } => r[dst as usize] = params[param as usize],
-                Op::Mov { dst, src } => r[dst as usize] = val(src, r),
-                Op::Ld { dst, addr, size } => {
-                    r[dst as usize] = memory.load(r[addr as usize], size as usize).map_err(at)?
-                }
-                Op::St { addr, src, size } => {
-                    let bits = val(src, r);
-                    memory
-                        .store(r[addr as usize], size as usize, bits, thread)
-                        .map_err(at)?
-                }
-                Op::Setp { dst, cmp, a, b } => {
-                    r[dst as usize] = compare(cmp, val(a, r), val(b, r)) as u64
-                }
-                Op::Selp { dst, a, b, p } => {
-                    r[dst as usize] = if val(p, r) != 0 { val(a, r) } else { val(b, r) }
-                }
-                Op::Cvt { dst, conv, src } => r[dst as usize] = convert(conv, val(src, r)),
-                Op::Fma64 { dst, a, b, c } => {
-                    r[dst as usize] = f64b(val(a, r))
-                        .mul_add(f64b(val(b, r)), f64b(val(c, r)))
-                        .to_bits()
-                }
-                Op::Mad { dst, a, b, c } => {
-                    r[dst as usize] = val(a, r).wrapping_mul(val(b, r)).wrapping_add(val(c, r))
-                }
-                Op::Not { dst, src } => r[dst as usize] = (val(src, r) == 0) as u64,
-                Op::Un { dst, op, src } => r[dst as usize] = apply_unary(op, val(src, r)),
-                Op::Bin { dst, op, a, b } => {
-                    r[dst as usize] = apply_binary(op, val(a, r), val(b, r))
-                        .ok_or_else(|| at("integer division by zero or bad shift".into()))?
-                }
-            }
-        }
-        Err(("fell off the end without `ret`".into(), None))
-    }
 }
 
-fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
+#[inline(always)]
+pub(super) fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
     let float = |c: FCmp, x: f64, y: f64| match c {
         FCmp::Eq => x == y,
         FCmp::Neu => x != y,
@@ -928,7 +723,8 @@ fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
     }
 }
 
-fn convert(conv: Conv, a: u64) -> u64 {
+#[inline(always)]
+pub(super) fn convert(conv: Conv, a: u64) -> u64 {
     let float = |from_f32: bool| if from_f32 { f32b(a) as f64 } else { f64b(a) };
     match conv {
         Conv::U32ToU64 | Conv::U64ToU32 => a as u32 as u64,
@@ -946,7 +742,8 @@ fn convert(conv: Conv, a: u64) -> u64 {
     }
 }
 
-fn apply_unary(op: Un, a: u64) -> u64 {
+#[inline(always)]
+pub(super) fn apply_unary(op: Un, a: u64) -> u64 {
     match op {
         Un::NegF32 => f32u(-f32b(a)),
         Un::NegF64 => (-f64b(a)).to_bits(),
@@ -958,7 +755,8 @@ fn apply_unary(op: Un, a: u64) -> u64 {
     }
 }
 
-fn apply_binary(op: Bin, a: u64, b: u64) -> Option<u64> {
+#[inline(always)]
+pub(super) fn apply_binary(op: Bin, a: u64, b: u64) -> Option<u64> {
     let (sa, sb) = (a as i64, b as i64);
     let (fa, fb) = (f32b(a), f32b(b));
     let (da, db) = (f64b(a), f64b(b));

@@ -16,6 +16,7 @@ pub(crate) mod memory;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod warp;
 
 use super::driver::{Arg, Driver, GemmCall};
 use super::ptx::Arch;
