@@ -294,6 +294,14 @@ impl Program {
                     let a = val(&inst.args[1], &r)?;
                     r[dst(0)?] = convert(&op[1..], a).ok_or_else(|| e("conversion"))?;
                 }
+                "fma" if op.last() == Some(&"f32") => {
+                    let (a, b, c) = (
+                        f32b(val(&inst.args[1], &r)?),
+                        f32b(val(&inst.args[2], &r)?),
+                        f32b(val(&inst.args[3], &r)?),
+                    );
+                    r[dst(0)?] = f32u(a.mul_add(b, c));
+                }
                 "fma" => {
                     let (a, b, c) = (
                         f64::from_bits(val(&inst.args[1], &r)?),
@@ -443,6 +451,7 @@ fn convert(m: &[&str], a: u64) -> Option<u64> {
         ("f64", "f32") => f64::from(f32b(a)).to_bits(),
         ("f32", "f64") if round == "rn" => f32u(f64b(a) as f32),
         ("f32", "s64") if round == "rn" => f32u(a as i64 as f32),
+        ("f32", "s32") if round == "rn" => f32u(a as u32 as i32 as f32),
         ("f64", "s64") if round == "rn" => (a as i64 as f64).to_bits(),
         ("f64", "f64") => int_round(f64b(a))?.to_bits(),
         ("f32", "f32") => f32u(int_round(f32b(a) as f64)? as f32),
@@ -479,6 +488,7 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
                 "sub" => x - y,
                 "mul" => x * y,
                 "div" => x / y,
+                "copysign" => y.copysign(x),
                 _ => return None,
             }));
         }
@@ -499,6 +509,8 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
     }
     let (sa, sb) = (a as i64, b as i64);
     Some(match (name, ty) {
+        ("add", "s32" | "u32") => (a as u32).wrapping_add(b as u32) as u64,
+        ("sub", "s32" | "u32") => (a as u32).wrapping_sub(b as u32) as u64,
         ("add", _) => a.wrapping_add(b),
         ("sub", _) => a.wrapping_sub(b),
         ("mul", "s64") if op[1] == "lo" => a.wrapping_mul(b),
@@ -517,6 +529,9 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
         ("and", "b64") => a & b,
         ("or", "b64") => a | b,
         ("and", "b32") => (a as u32 & b as u32) as u64,
+        ("or", "b32") => (a as u32 | b as u32) as u64,
+        ("shl", "b32") => (a as u32).checked_shl(b as u32)? as u64,
+        ("shr", "s32") => ((a as u32 as i32).checked_shr(b as u32)?) as u32 as u64,
         ("and", "pred") => ((a != 0) && (b != 0)) as u64,
         ("or", "pred") => ((a != 0) || (b != 0)) as u64,
         _ => return None,

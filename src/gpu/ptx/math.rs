@@ -1,40 +1,65 @@
-//! Transcendental functions as PTX instruction sequences.
+//! Transcendental functions as PTX instruction sequences: the f64 ones,
+//! and the table of both widths.
 //!
 //! PTX has no f64 `exp`, `log`, `tanh`, `sin` or `cos`, and only `.approx`
-//! f32 versions (about 2 ulp, flushing subnormals). Every function here is
-//! therefore written out in f64 with range reduction and a polynomial
-//! (fdlibm's coefficients where fdlibm has them); an f32 kernel widens its
-//! argument, calls the f64 sequence and rounds once, so its f32 results
-//! are almost always correctly rounded. The sequences use `fma.rn.f64`
-//! where we choose a fused multiply-add, and `.rn` everywhere else.
+//! f32 versions (about 2 ulp, flushing subnormals). Every function is
+//! therefore written out with range reduction and a polynomial: in f64
+//! here (fdlibm's coefficients where fdlibm has them), in f32 in
+//! `super::math32` (`exp`, `log`, `log10`, `tanh`, `sigmoid`: the CPU's
+//! vectorised f32 sequences) and `super::special` (`log1p`, `expm1`,
+//! `atan`, `erf` written once for both widths, with musl's f32 tables for
+//! f32). An f32 kernel runs no f64 instruction for those; `sin`, `cos`
+//! and `pow` still widen to f64, call the sequence here and round once
+//! (their f32 reductions need more than f32's precision: a Payne–Hanek
+//! reduction and a double-f32 `log` are the way to f32 ones). The
+//! sequences use `fma.rn` where we choose a fused multiply-add, and `.rn`
+//! everywhere else.
 //!
-//! **Accuracy** against Rust's `std` and `libm` (the functions the CPU backend calls),
-//! measured by `tests/ptx.rs` (`transcendentals_match_std_within_the_table`)
-//! with the PTX interpreter over 20,001-point sweeps, in units in the last
-//! place of the result type (f32: distance from the correctly rounded
-//! value); the test enforces the bound in parentheses:
+//! **Accuracy** against Rust's `std` and `libm` (the functions the CPU
+//! backend calls), measured by `tests/ptx.rs` in the test interpreter, in
+//! units in the last place of the result type (f32: distance from the
+//! correctly rounded value); the tests enforce the bound in parentheses.
+//! f64 (`transcendentals_match_std_within_the_table`, 20,001-point
+//! sweeps):
 //!
-//! | function | sweep | f64: max ulp | f32: max ulp |
-//! | --- | --- | --- | --- |
-//! | exp | [-745, 709] | 1 (1) | 0 (1) |
-//! | log | [1e-300, 1e300] log-spaced, subnormal, 0, ±1, ∞, NaN | 1 (1) | 0 (1) |
-//! | log10 | the same | 1 (2) | 0 (1) |
-//! | tanh | [-30, 30] | 2 (2) | 0 (1) |
-//! | sin, cos | [-1e5, 1e5] | 2 (2) | 0 (1) |
-//! | sin | [-10, 10] | 1 (1) | 0 (1) |
-//! | pow (x^0.375) | [1e-6, 1e6] log-spaced | 5 (8) | 0 (1) |
-//! | log1p (`super::special`) | [-0.9, 10], ±[1e-300, 1e-3], −1, ∞, NaN | 2 (2) | 0 (1) |
-//! | expm1 | [-40, 709], ±[1e-300, 1e-3], ±∞, NaN | 1 (2) | 0 (1) |
-//! | atan | [-5, 5], ±[1e-300, 1e300], ±∞, NaN | 0 (0) | 0 (1) |
-//! | erf | [-7, 7], ±[1e-300, 1], ±∞, NaN | 1 (2) | 0 (1) |
+//! | function | sweep | f64: max ulp |
+//! | --- | --- | --- |
+//! | exp | [-745, 709] | 1 (1) |
+//! | log | [1e-300, 1e300] log-spaced, subnormal, 0, ±1, ∞, NaN | 1 (1) |
+//! | log10 | the same | 1 (2) |
+//! | tanh | [-30, 30] | 2 (2) |
+//! | sin, cos | [-1e5, 1e5] | 2 (2) |
+//! | sin | [-10, 10] | 1 (1) |
+//! | pow (x^0.375) | [1e-6, 1e6] log-spaced | 5 (8) |
+//! | log1p (`super::special`) | [-0.9, 10], ±[1e-300, 1e-3], −1, ∞, NaN | 2 (2) |
+//! | expm1 | [-40, 709], ±[1e-300, 1e-3], ±∞, NaN | 1 (2) |
+//! | atan | [-5, 5], ±[1e-300, 1e300], ±∞, NaN | 0 (0) |
+//! | erf | [-7, 7], ±[1e-300, 1], ±∞, NaN | 1 (2) |
 //!
-//! `sigmoid` is `1 / (1 + exp(−x))` in the element type, as on the CPU.
+//! f32 (`f32_sequences_hold_their_ulp_bounds`, 100,001-point sweeps where
+//! the results are finite, plus ±[1e-38, 1e-3] log-spaced, ±0, ±∞, NaN;
+//! `sin`, `cos`, `pow` in the f64 test's sweeps, computed in f64):
+//!
+//! | function | sweep | f32: max ulp |
+//! | --- | --- | --- |
+//! | exp | [-104, 89] | 1 (1) |
+//! | log | [1e-45, 3e38] log-spaced, 0, ±1, ∞, NaN | 1 (1) |
+//! | log10 | the same | 2 (2) |
+//! | tanh | [-10, 10] | 1 (1) |
+//! | sigmoid | [-104, 20] | 2 (2) |
+//! | log1p | [-0.999, 100] | 2 (2) |
+//! | expm1 | [-20, 88] | 2 (2) |
+//! | atan | [-50, 50] | 1 (1) |
+//! | erf | [-4, 4] | 1 (1) |
+//! | sin, cos, pow (via f64) | as f64 | 0 (1) |
+//!
+//! The f32 `exp`, `log`, `tanh` and `sigmoid` are bit for bit the CPU's
+//! vectorised f32 results on a host with FMA (`tests/gpu_sim.rs`).
+//! `sigmoid` of f64 is `1 / (1 + exp(−x))`, as on the CPU.
 //! `pow` with a non-integral exponent is `exp(b·log|a|)` in f64: its f64
 //! error grows with `|b·log a|`. Beyond `|x| ≈ 1e9` the reduction of
 //! `sin`/`cos` loses accuracy (no Payne–Hanek reduction); NaN and ±∞
-//! follow IEEE everywhere. Computing f32 functions in f64 costs little on
-//! data-centre GPUs (f64 at half the f32 rate on an H100) and much on
-//! consumer GPUs (1/64): f32 sequences are future work.
+//! follow IEEE everywhere.
 //!
 //! Owns nothing but instruction sequences; must not know about kernels.
 

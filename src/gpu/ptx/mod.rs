@@ -31,7 +31,9 @@
 
 mod asm;
 pub mod builtin;
+mod float;
 pub(crate) mod math;
+mod math32;
 mod special;
 mod stmt;
 

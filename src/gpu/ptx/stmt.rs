@@ -3,7 +3,8 @@
 //! loops. See the parent module for the rules every instruction follows.
 
 use super::asm::{f32_lit, f64_lit, Asm, Ty, R};
-use super::{math, special};
+use super::float::Fp;
+use super::{math, math32, special};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -507,6 +508,26 @@ impl<'k> Emitter<'k> {
         self.a.un("cvt.rn.f32.f64", Ty::F32, y)
     }
 
+    /// A sequence written for both widths, at the element type's.
+    fn either(&mut self, x: R, f: impl FnOnce(&mut Fp, R) -> R) -> R {
+        f(
+            &mut Fp {
+                a: &mut self.a,
+                w: self.w,
+            },
+            x,
+        )
+    }
+
+    /// `f32` for f32 elements (no f64 instruction), `f64` for f64 ones.
+    fn native(&mut self, x: R, f32: fn(&mut Fp, R) -> R, f64: fn(&mut Asm, R) -> R) -> R {
+        if self.w == Ty::F32 {
+            self.either(x, f32)
+        } else {
+            f64(&mut self.a, x)
+        }
+    }
+
     fn unary(&mut self, op: UnaryOp, x: R) -> R {
         let (w, sfx) = (self.w, self.sfx);
         match op {
@@ -524,24 +545,25 @@ impl<'k> Emitter<'k> {
                 let gt = self.a.setp("gt", sfx, x, zero);
                 self.a.select(w, one, neg, gt)
             }
+            UnaryOp::Sigmoid if w == Ty::F32 => self.either(x, math32::sigmoid),
             UnaryOp::Sigmoid => {
-                // 1 / (1 + exp(−x)) in the element type, like the CPU.
+                // 1 / (1 + exp(−x)), as the CPU's f64 code.
                 let nx = self.a.un(&format!("neg.{sfx}"), w, x);
-                let e = self.via_f64(nx, math::exp);
+                let e = math::exp(&mut self.a, nx);
                 let one = self.constant(1.0);
                 let d = self.a.bin(&format!("add.rn.{sfx}"), w, one, e);
                 self.a.bin(&format!("div.rn.{sfx}"), w, one, d)
             }
-            UnaryOp::Exp => self.via_f64(x, math::exp),
-            UnaryOp::Log => self.via_f64(x, math::log),
-            UnaryOp::Log10 => self.via_f64(x, math::log10),
-            UnaryOp::Tanh => self.via_f64(x, math::tanh),
+            UnaryOp::Exp => self.native(x, math32::exp, math::exp),
+            UnaryOp::Log => self.native(x, math32::log, math::log),
+            UnaryOp::Log10 => self.native(x, math32::log10, math::log10),
+            UnaryOp::Tanh => self.native(x, math32::tanh, math::tanh),
             UnaryOp::Sin => self.via_f64(x, |a, x| math::sin_cos(a, x, false)),
             UnaryOp::Cos => self.via_f64(x, |a, x| math::sin_cos(a, x, true)),
-            UnaryOp::Log1p => self.via_f64(x, special::log1p),
-            UnaryOp::Expm1 => self.via_f64(x, special::expm1),
-            UnaryOp::Atan => self.via_f64(x, special::atan),
-            UnaryOp::Erf => self.via_f64(x, special::erf),
+            UnaryOp::Log1p => self.either(x, special::log1p),
+            UnaryOp::Expm1 => self.either(x, special::expm1),
+            UnaryOp::Atan => self.either(x, special::atan),
+            UnaryOp::Erf => self.either(x, special::erf),
             UnaryOp::Floor => self.a.un(&format!("cvt.rmi.{sfx}.{sfx}"), w, x),
         }
     }

@@ -270,6 +270,13 @@ impl Warp {
                     f64::from_bits(r[at(a.0, l)])
                         .mul_add(f64::from_bits(r[at(b.0, l)]), f64::from_bits(r[at(c.0, l)]))
                         .to_bits()),
+                Op::Fma32 { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] =
+                    f32::from_bits(r[at(a.0, l)] as u32)
+                        .mul_add(
+                            f32::from_bits(r[at(b.0, l)] as u32),
+                            f32::from_bits(r[at(c.0, l)] as u32)
+                        )
+                        .to_bits() as u64),
                 Op::Mad { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] = r[at(a.0, l)]
                     .wrapping_mul(r[at(b.0, l)])
                     .wrapping_add(r[at(c.0, l)])),
@@ -308,8 +315,11 @@ impl Warp {
                         MinF64,
                         MaxF64,
                         CopysignF64,
+                        CopysignF32,
                         Add,
                         Sub,
+                        Add32,
+                        Sub32,
                         MulLo,
                         MulWideU32,
                         MaxS64,
@@ -317,6 +327,9 @@ impl Warp {
                         And64,
                         Or64,
                         And32,
+                        Or32,
+                        Shl32,
+                        ShrS32,
                         AndPred,
                         OrPred
                     )

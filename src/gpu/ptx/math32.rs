@@ -1,0 +1,187 @@
+//! f32 transcendental functions as f32 PTX instruction sequences.
+//!
+//! The same algorithms, coefficients and order of operations as the CPU
+//! backend's vectorised f32 code (`crate::cpu`'s `vmath`: Cephes' `expf`,
+//! `logf` and `tanhf`, and the mirrored `sigmoid`), with `fma.rn.f32` where it fuses, so a GPU lane
+//! computes what a CPU lane with FMA computes. No f64 instruction is
+//! involved: consumer GPUs run f64 at 1/64 of their f32 rate. Accuracy is
+//! in `super::math`'s table; `tests/ptx.rs` enforces it.
+//!
+//! Owns nothing but instruction sequences; must not know about kernels.
+
+// Cephes' coefficients as published (they round to the intended f32s).
+#![allow(clippy::excessive_precision)]
+
+use super::asm::{Ty, R};
+use super::float::Fp;
+
+/// 1.5·2²³: adding it rounds an f32 in [-2²², 2²²] to an integer held in
+/// the low mantissa bits.
+const SHIFTER: f64 = 12_582_912.0;
+/// ln 2 in two parts; `n·LN2_HI` is exact for the `n` that occur.
+const LN2_HI: f64 = 0.693_359_375;
+const LN2_LO: f64 = -2.121_944_4e-4;
+
+/// Integer `op` on 32-bit registers: `d = x op y`.
+fn int(f: &mut Fp, op: &str, x: R, y: impl std::fmt::Display) -> R {
+    f.a.bin(op, Ty::B32, x, y)
+}
+
+/// `eˣ` (Cephes' `expf`: `n = round(x·log₂e)` by the shifter, a
+/// Cody–Waite reduction by ln 2, `1 + r + r²·P(r)`, then `·2ⁿ` in two
+/// factors so that only the last product rounds, into the subnormals too).
+pub(crate) fn exp(f: &mut Fp, x: R) -> R {
+    debug_assert_eq!(f.w, Ty::F32);
+    // Clamp with compares, so NaN passes through (`min`/`max` would drop
+    // it): above 88.8 the result overflows to ∞, below −104 it is 0.
+    let (hi, lo) = (f.lit(88.8), f.lit(-104.0));
+    let over = f.setp("gt", x, &hi);
+    let x = f.pick(over, &hi, x);
+    let under = f.setp("lt", x, &lo);
+    let x = f.pick(under, &lo, x);
+    let (log2e, shifter) = (f.lit(std::f64::consts::LOG2_E), f.lit(SHIFTER));
+    let t = f.fma(x, log2e, &shifter);
+    let n = f.sub(t, &shifter);
+    let t_bits = f.bits(t);
+    let ni = int(f, "sub.s32", t_bits, 0x4B40_0000);
+    let (c1, c2) = (f.lit(-LN2_HI), f.lit(-LN2_LO));
+    let r = f.fma(n, c1, x);
+    let r = f.fma(n, c2, r);
+    let p = f.horner_fma(
+        r,
+        &[
+            0.5,
+            1.666_666_5e-1,
+            4.166_579_6e-2,
+            8.333_452e-3,
+            1.398_199_9e-3,
+            1.987_569_1e-4,
+        ],
+    );
+    let z = f.mul(r, r);
+    let y = f.fma(p, z, r);
+    let one = f.lit(1.0);
+    let mut y = f.add(y, one);
+    let n1 = int(f, "shr.s32", ni, 1);
+    let n2 = int(f, "sub.s32", ni, n1);
+    for n in [n1, n2] {
+        let e = int(f, "add.s32", n, 127);
+        let e = int(f, "shl.b32", e, 23);
+        let s = f.with_bits(e);
+        y = f.mul(y, s);
+    }
+    y
+}
+
+/// `tanh x` on `|x|` with the sign of `x`: `|x| + |x|·z·P(z)` (`z = x²`)
+/// below 0.625, else `1 − 2/(e^{2|x|} + 1)`.
+pub(crate) fn tanh(f: &mut Fp, x: R) -> R {
+    let a = f.abs(x);
+    let z = f.mul(x, x);
+    let p = f.horner_fma(
+        z,
+        &[
+            -3.333_328e-1,
+            1.333_144_2e-1,
+            -5.373_971_6e-2,
+            2.063_909e-2,
+            -5.704_988_7e-3,
+        ],
+    );
+    let pz = f.mul(p, z);
+    let small = f.fma(pz, a, a);
+    let two_a = f.add(a, a);
+    let e = exp(f, two_a);
+    let (one, two) = (f.lit(1.0), f.lit(2.0));
+    let d = f.add(e, &one);
+    let q = f.div(two, d);
+    let large = f.sub(&one, q);
+    let is_small = f.below(a, 0.625);
+    let t = f.pick(is_small, small, large);
+    f.copysign(x, t)
+}
+
+/// `1/(1 + e^{−x})` as `1/(1 + e)` for `x ≥ 0` and `e/(1 + e)` below,
+/// with `e = e^{−|x|}`: no overflow, and subnormal results where they are
+/// due.
+pub(crate) fn sigmoid(f: &mut Fp, x: R) -> R {
+    let a = f.abs(x);
+    let na = f.neg(a);
+    let e = exp(f, na);
+    let one = f.lit(1.0);
+    let d = f.add(&one, e);
+    let negative = f.below(x, 0.0);
+    let num = f.pick(negative, e, &one);
+    f.div(num, d)
+}
+
+/// `ln x` (Cephes' `logf`: subnormals scaled by 2²³, `x = m·2ᵉ` with
+/// `m ∈ [√½, √2)`, `f = m − 1`, `ln(1 + f) = f − f²/2 + f³·P(f)`, plus
+/// `e·ln 2` in two parts).
+pub(crate) fn log(f: &mut Fp, x: R) -> R {
+    debug_assert_eq!(f.w, Ty::F32);
+    let sub = f.below(x, f32::MIN_POSITIVE as f64);
+    let big = f.lit(8_388_608.0);
+    let scaled = f.mul(x, big);
+    let xs = f.pick(sub, scaled, x);
+    let (m23, zero) = (f.lit(-23.0), f.lit(0.0));
+    let adj = f.pick(sub, m23, &zero);
+    let xi = f.bits(xs);
+    let biased = int(f, "shr.u32", xi, 23);
+    let ei = int(f, "sub.s32", biased, 126);
+    let e = f.a.un("cvt.rn.f32.s32", Ty::F32, ei);
+    let e = f.add(e, adj);
+    let mi = int(f, "and.b32", xi, 0x007F_FFFF);
+    let mi = int(f, "or.b32", mi, 0x3F00_0000);
+    let m = f.with_bits(mi);
+    let lower = f.below(m, std::f64::consts::FRAC_1_SQRT_2);
+    let m2 = f.add(m, m);
+    let m = f.pick(lower, m2, m);
+    let one = f.lit(1.0);
+    let fr = f.sub(m, &one);
+    let e1 = f.sub(e, &one);
+    let e = f.pick(lower, e1, e);
+    let z = f.mul(fr, fr);
+    let p = f.horner_fma(
+        fr,
+        &[
+            3.333_333e-1,
+            -2.499_999_4e-1,
+            2.000_071_5e-1,
+            -1.666_805_8e-1,
+            1.424_932_3e-1,
+            -1.242_014_1e-1,
+            1.167_699_9e-1,
+            -1.151_461e-1,
+            7.037_683_6e-2,
+        ],
+    );
+    let pf = f.mul(p, fr);
+    let y = f.mul(pf, z);
+    let c2 = f.lit(LN2_LO);
+    let y = f.fma(e, c2, y);
+    let mhalf = f.lit(-0.5);
+    let y = f.fma(z, mhalf, y);
+    let r = f.add(fr, y);
+    let c1 = f.lit(LN2_HI);
+    let r = f.fma(e, c1, r);
+    // 0 → −∞, negative → NaN, ∞ and NaN → x.
+    let inf = f.lit(f64::INFINITY);
+    let ok_lo = f.setp("gt", x, &zero);
+    let ok_hi = f.setp("lt", x, &inf);
+    let neg = f.below(x, 0.0);
+    let nan = f.lit(f64::NAN);
+    let special = f.pick(neg, nan, x);
+    let is_zero = f.setp("eq", x, &zero);
+    let ninf = f.lit(f64::NEG_INFINITY);
+    let special = f.pick(is_zero, ninf, special);
+    let r = f.pick(ok_hi, r, special);
+    f.pick(ok_lo, r, special)
+}
+
+/// `log₁₀ x` as `ln x · log₁₀ e`.
+pub(crate) fn log10(f: &mut Fp, x: R) -> R {
+    let l = log(f, x);
+    let k = f.lit(std::f64::consts::LOG10_E);
+    f.mul(l, k)
+}
