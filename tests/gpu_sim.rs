@@ -764,3 +764,85 @@ fn f32_results_are_within_the_tolerance_of_their_op_class() {
         }
     }
 }
+
+/// A long reduction with few outputs runs as one "block loop" stage (a
+/// block of threads per output, their shares combined in a fixed tree):
+/// bitwise the same on every run, as accurate as the CPU's blocked sums
+/// in f32, the CPU's value within rounding in f64, NaN propagated.
+#[test]
+fn long_reductions_run_as_block_loops_and_repeat_bit_for_bit() {
+    let _s = serial();
+    let device = gpu();
+    let n = 1_000_000;
+    let values: Vec<f32> = (0..n).map(|k| 0.1 + (k % 7) as f32 * 0.01).collect();
+    let exact: f64 = values.iter().map(|&v| v as f64).sum();
+    let x = Tensor::from_vec_on(values.clone(), &[n], device)
+        .unwrap()
+        .requires_grad();
+    let before = tenjin::stats();
+    let s = x.sum().unwrap();
+    let launched = tenjin::stats().ptx_launches - before.ptx_launches;
+    let e = tenjin::explain(&s).unwrap();
+    assert_eq!(e.forward.len(), 1, "{e}");
+    assert_eq!(e.forward[0].route, "block loop", "{e}");
+    assert_eq!(launched, 1, "one launch for the sum");
+    let first = s.item().unwrap();
+    for _ in 0..3 {
+        assert_eq!(x.sum().unwrap().item().unwrap().to_bits(), first.to_bits());
+    }
+    let rel = (first - exact).abs() / exact;
+    assert!(rel <= 1e-7, "f32 sum {first}, exact {exact}: {rel:e}");
+    let cpu = Tensor::from_vec(values, &[n]).unwrap().sum().unwrap();
+    let cpu_rel = (cpu.item().unwrap() - exact).abs() / exact;
+    assert!(
+        rel <= cpu_rel.max(6e-8),
+        "{rel:e} against the CPU's {cpu_rel:e}"
+    );
+
+    // f64: the CPU's sum within rounding; the max exact; a NaN propagates.
+    let v64 = data(n, 3);
+    let x64 = Tensor::from_vec_f64_on(v64.clone(), &[n], device)
+        .unwrap()
+        .requires_grad();
+    let c64 = Tensor::from_vec_f64(v64.clone(), &[n]).unwrap();
+    let (g, c) = (
+        x64.sum().unwrap().item().unwrap(),
+        c64.sum().unwrap().item().unwrap(),
+    );
+    assert!(
+        (g - c).abs() <= 1e-12 * n as f64,
+        "{g} on the device, {c} on the CPU"
+    );
+    let m = x64.max().unwrap();
+    assert_eq!(tenjin::explain(&m).unwrap().forward[0].route, "block loop");
+    assert_eq!(m.item().unwrap(), c64.max().unwrap().item().unwrap());
+    let mut with_nan = v64;
+    with_nan[n / 2 + 3] = f64::NAN;
+    let x_nan = Tensor::from_vec_f64_on(with_nan, &[n], device).unwrap();
+    assert!(x_nan.sum().unwrap().item().unwrap().is_nan());
+    assert!(x_nan.max().unwrap().item().unwrap().is_nan());
+}
+
+/// Row statistics over long rows (softmax, a row mean, their gradients)
+/// spread over blocks agree with the CPU.
+#[test]
+fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
+    let _s = serial();
+    agree_within(
+        "long softmax",
+        [&[4, 3000], &[4, 3000]],
+        DType::F32,
+        1e-6,
+        |a, b| a.softmax(1)?.mul(b),
+    );
+    let x = leaf(&data(4 * 3000, 5), &[4, 3000], DType::F32, gpu());
+    let e = tenjin::explain(&x.softmax(1).unwrap()).unwrap();
+    let spread = |lines: &[tenjin::trace::StageLine]| lines.iter().any(|s| s.route == "block loop");
+    assert!(spread(&e.forward) && spread(&e.backward), "{e}");
+    agree(
+        "long row means",
+        [&[3, 5000], &[3, 1]],
+        DType::F64,
+        |a, b| a.mean_dims(&[1], true)?.mul(b),
+    );
+}

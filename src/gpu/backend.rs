@@ -95,10 +95,13 @@ fn launch_over<D: Driver>(
     driver.launch(function, grid(driver, n), BLOCK, args)
 }
 
-/// An element-wise loop kernel loaded on the device.
+/// A loop kernel loaded on the device.
 struct LoopKernel<D: Driver> {
     driver: Arc<D>,
     function: D::Function,
+    /// `Kernel::threads_per_output`: above 1, a block of that many threads
+    /// per output element.
+    threads_per_output: u32,
 }
 
 impl<D: Driver> LoopKernel<D> {
@@ -109,7 +112,15 @@ impl<D: Driver> LoopKernel<D> {
         let mut args = Vec::with_capacity(inputs.len() + 1);
         args.push(out);
         args.extend(inputs.iter().map(input));
-        launch_over(&*self.driver, &self.function, total, &args)
+        let team = self.threads_per_output;
+        if team == 1 {
+            return launch_over(&*self.driver, &self.function, total, &args);
+        }
+        // A block per output element (the blocks stride over them).
+        count(&COUNTERS.launches, 1);
+        let cap = self.driver.multiprocessors().max(1) as usize * BLOCKS_PER_SM as usize;
+        let blocks = total.clamp(1, cap) as u32;
+        self.driver.launch(&self.function, blocks, team, &args)
     }
 }
 
@@ -120,7 +131,9 @@ impl<D: Driver> Executable for LoopKernel<D> {
     }
 
     unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
-        let Some(over) = inputs.get(aliased) else {
+        // A team's other threads may still read the element its first
+        // thread stores: never in place.
+        let Some(over) = inputs.get(aliased).filter(|_| self.threads_per_output == 1) else {
             return Ok(false);
         };
         count(&COUNTERS.kernels_run, 1);
@@ -437,6 +450,7 @@ impl<D: Driver> GpuBackend<D> {
         Ok(LoopKernel {
             driver: self.driver.clone(),
             function: self.driver.load(&text)?,
+            threads_per_output: kernel.threads_per_output,
         })
     }
 

@@ -80,6 +80,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
         num_ivars: l.next_ivar,
         num_regs: l.next_reg,
         body: std::mem::take(&mut l.scopes[ROOT].stmts),
+        threads_per_output: 1,
     })
 }
 

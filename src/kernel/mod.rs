@@ -34,7 +34,9 @@
 //!   increasing order and folds the body's value like the interpreter
 //!   (sum from 0; `max`/`min` from ∓∞ with the first operand winning ties;
 //!   `argmax`/`argmin` keep the first index of a strictly better value,
-//!   `-1` over an empty range). A `wide` sum accumulates in f64.
+//!   `-1` over an empty range). A `wide` sum accumulates in f64. A kernel
+//!   with [`Kernel::threads_per_output`] above 1 folds its top-level
+//!   reductions in another fixed order (strided shares, then a tree).
 //! - `For` is an output loop; `Store` writes `out[offset]`.
 //!
 //! ```
@@ -274,6 +276,15 @@ pub struct Kernel {
     pub num_regs: u32,
     /// Runs once per call with `start < end`; contains the parallel loop.
     pub body: Vec<Stmt>,
+    /// Threads that compute one output element together. 1 (lowering's
+    /// choice): one thread runs the body for an element. More (a power of
+    /// two, set by the planner for the GPU, `crate::planner::spread`):
+    /// a block of that many threads runs it, each thread folding a strided
+    /// share of every *top-level* reduction (one not inside another loop)
+    /// and the shares combined in a fixed tree order, so the result
+    /// depends only on the sizes; one thread stores. A backend without
+    /// blocks runs the body as if it were 1 (reductions in order).
+    pub threads_per_output: u32,
 }
 
 impl Kernel {

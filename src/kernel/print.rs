@@ -211,6 +211,13 @@ impl Display for Kernel {
             self.out_shape,
             self.extent
         );
+        if self.threads_per_output > 1 {
+            let _ = writeln!(
+                p.out,
+                "  {} threads per output: top-level reductions spread over them",
+                self.threads_per_output
+            );
+        }
         p.stmts(&self.body, 1);
         f.write_str(&p.out)
     }

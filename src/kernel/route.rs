@@ -40,11 +40,13 @@ pub enum Route {
 }
 
 impl Route {
-    /// `"gemm"`, `"gemm+loop"`, `"loop"` or `"host"`.
+    /// `"gemm"`, `"gemm+loop"`, `"loop"`, `"block loop"` (a block of
+    /// threads per output, `Kernel::threads_per_output`) or `"host"`.
     pub fn name(&self) -> &'static str {
         match self {
             Route::Gemm(_) => "gemm",
             Route::GemmThenLoop { .. } => "gemm+loop",
+            Route::Loop(k) if k.threads_per_output > 1 => "block loop",
             Route::Loop(_) => "loop",
             Route::Host(_) => "host",
         }

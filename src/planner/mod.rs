@@ -33,6 +33,7 @@ pub(crate) mod peel;
 mod program;
 pub(crate) mod reorder;
 pub mod route;
+pub(crate) mod spread;
 pub mod vectorize;
 mod window;
 

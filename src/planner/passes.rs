@@ -19,7 +19,7 @@
 //!
 //! Must not emit or run code.
 
-use super::{blocked_sums, reorder, vectorize};
+use super::{blocked_sums, reorder, spread, vectorize};
 use crate::kernel::backend::Target;
 use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
@@ -38,6 +38,9 @@ pub enum LoopPass {
     MarkVectors,
     /// Long f32 sums split into blocks added in f64 (`blocked_sums`).
     BlockLongSums,
+    /// Few outputs with long reductions: a block of GPU threads per
+    /// output (`spread`).
+    SpreadReductions,
 }
 
 /// Which part of a stage a loop nest computes.
@@ -66,13 +69,19 @@ pub const LOOP_PASSES: &[(Target, DType, LoopRole, &[LoopPass])] = &[
         LoopRole::Epilogue,
         &[Lower, MarkVectors, BlockLongSums],
     ),
-    // One GPU thread per output element: no vectors, no peeling, no
-    // interchange.
+    // One GPU thread per output element (a block of them for few outputs
+    // with long reductions): no vectors, no peeling, no interchange.
     (
         Target::Gpu,
         DType::F32,
         LoopRole::Whole,
-        &[Lower, BlockLongSums],
+        &[Lower, BlockLongSums, SpreadReductions],
+    ),
+    (
+        Target::Gpu,
+        DType::F64,
+        LoopRole::Whole,
+        &[Lower, SpreadReductions],
     ),
     (
         Target::Gpu,
@@ -121,6 +130,7 @@ pub fn loop_kernel(
             Lower => kernel = Some(crate::kernel::lower(source.as_ref().unwrap_or(f))?),
             MarkVectors => kernel = kernel.map(|k| vectorize::plan_vectors(k, dtype)),
             BlockLongSums => kernel = kernel.map(blocked_sums::block_long_sums),
+            SpreadReductions => kernel = kernel.map(spread::spread_reductions),
         }
     }
     kernel.ok_or_else(|| Error::Invalid {

@@ -31,7 +31,8 @@ pub struct Explanation {
 pub struct StageLine {
     /// The stage's output shape (its domain).
     pub domain: Vec<usize>,
-    /// `gemm`, `gemm+loop` or `loop`.
+    /// `gemm`, `gemm+loop`, `loop`, `block loop` (a block of GPU threads
+    /// per output element) or `host`.
     pub route: &'static str,
     /// Bytes of the stage's value.
     pub bytes: usize,

@@ -9,6 +9,8 @@ use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, 
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
 
+mod team;
+
 type Res<T> = Result<T, String>;
 
 /// The emitted body: register declarations and code.
@@ -30,6 +32,11 @@ pub(super) struct Emitter<'k> {
     args: Vec<R>,
     /// The output coordinates of the current thread, outermost first.
     coords: Vec<R>,
+    /// A block of threads per output element (`Kernel::threads_per_output`
+    /// above 1).
+    team: Option<team::Team>,
+    /// Loops (output loops aside) around the statement being emitted.
+    loop_depth: u32,
 }
 
 fn ivar(v: IVar) -> R {
@@ -79,10 +86,16 @@ impl<'k> Emitter<'k> {
             out,
             args,
             coords: Vec::new(),
+            team: None,
+            loop_depth: 0,
         };
         e.grid_stride()?;
+        let shared = e
+            .team
+            .as_ref()
+            .map_or(String::new(), team::Team::declaration);
         Ok(Body {
-            declarations: e.a.declarations(),
+            declarations: shared + &e.a.declarations(),
             code: std::mem::take(&mut e.a.body),
         })
     }
@@ -112,10 +125,20 @@ impl<'k> Emitter<'k> {
         let ntid = a.un("mov.u32", Ty::B32, "%ntid.x");
         let tid = a.un("mov.u32", Ty::B32, "%tid.x");
         let nctaid = a.un("mov.u32", Ty::B32, "%nctaid.x");
-        let base = a.bin("mul.wide.u32", Ty::B64, ctaid, ntid);
         let t64 = a.un("cvt.u64.u32", Ty::B64, tid);
-        let idx = a.bin("add.s64", Ty::B64, base, t64);
-        let stride = a.bin("mul.wide.u32", Ty::B64, ntid, nctaid);
+        let (idx, stride) = if self.k.threads_per_output > 1 {
+            // A block per output element: the block strides over them.
+            let team = team::Team::new(a, self.k.threads_per_output, t64)?;
+            self.team = Some(team);
+            let a = &mut self.a;
+            let idx = a.un("cvt.u64.u32", Ty::B64, ctaid);
+            (idx, a.un("cvt.u64.u32", Ty::B64, nctaid))
+        } else {
+            let base = a.bin("mul.wide.u32", Ty::B64, ctaid, ntid);
+            let idx = a.bin("add.s64", Ty::B64, base, t64);
+            (idx, a.bin("mul.wide.u32", Ty::B64, ntid, nctaid))
+        };
+        let a = &mut self.a;
         let head = a.label();
         let done = a.label();
         a.place(&head);
@@ -248,25 +271,53 @@ impl<'k> Emitter<'k> {
             Stmt::Store { offset, value } => {
                 let addr = self.address(self.out, offset)?;
                 let v = self.reg(*value);
-                self.a.op(format!("st.global.{} [{addr}], {v}", self.sfx));
+                let store = format!("st.global.{} [{addr}], {v}", self.sfx);
+                match &self.team {
+                    // Every thread of the team holds the value; one stores.
+                    Some(team) => {
+                        let p = self.a.setp("ne", "u64", team.tid, 0);
+                        let skip = self.a.label();
+                        self.a.op(format!("@{p} bra {skip}"));
+                        self.a.op(store);
+                        self.a.place(&skip);
+                    }
+                    None => self.a.op(store),
+                }
                 Ok(())
             }
         }
     }
 
     /// `l`'s loop: its statements, then `fold(k, lo)` at every iteration.
-    fn counted(&mut self, l: &Loop, mut fold: impl FnMut(&mut Self, R, R) -> Res<()>) -> Res<()> {
+    fn counted(&mut self, l: &Loop, fold: impl FnMut(&mut Self, R, R) -> Res<()>) -> Res<()> {
+        self.strided(l, None, 1, fold)
+    }
+
+    /// `l`'s loop from its lower bound plus `first` (when given) in steps
+    /// of `step`: its statements, then `fold(k, lo)` at every iteration.
+    fn strided(
+        &mut self,
+        l: &Loop,
+        first: Option<R>,
+        step: u32,
+        mut fold: impl FnMut(&mut Self, R, R) -> Res<()>,
+    ) -> Res<()> {
         let lo = self.bounds(&l.lower, true)?;
         let hi = self.bounds(&l.upper, false)?;
         let k = ivar(l.var);
         let (head, done) = (self.a.label(), self.a.label());
-        self.a.op(format!("mov.b64 {k}, {lo}"));
+        match first {
+            Some(f) => self.a.op(format!("add.s64 {k}, {lo}, {f}")),
+            None => self.a.op(format!("mov.b64 {k}, {lo}")),
+        }
         self.a.place(&head);
         let p = self.a.setp("gt", "s64", k, hi);
         self.a.op(format!("@{p} bra {done}"));
+        self.loop_depth += 1;
         self.stmts(&l.body)?;
         fold(self, k, lo)?;
-        self.a.op(format!("add.s64 {k}, {k}, 1"));
+        self.loop_depth -= 1;
+        self.a.op(format!("add.s64 {k}, {k}, {step}"));
         self.a.op(format!("bra.uni {head}"));
         self.a.place(&done);
         Ok(())
@@ -284,6 +335,10 @@ impl<'k> Emitter<'k> {
         let res = self.reg(result);
         if body.vector {
             return Err("vector loops are the CPU backend's".into());
+        }
+        let spread = matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min);
+        if spread && self.loop_depth == 0 && self.team.is_some() {
+            return self.team_reduce(op, value, res, body, wide);
         }
         match op {
             ReduceOp::Sum if wide => {
