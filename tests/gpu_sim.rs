@@ -367,6 +367,28 @@ fn ids_out_of_range_on_the_device_are_the_cpus_error() {
     assert_eq!(table.embedding(&picked).unwrap().shape(), &[2, 2]);
     let e = w.embedding(&picked).unwrap_err().to_string();
     assert!(e.contains("index 7 at position 0"), "{e}");
+    // Labels of a cross-entropy: the same, and the CPU's error out of range.
+    let logits = Tensor::ones_on(&[3, 5], DType::F32, device).unwrap();
+    let before = tenjin::stats();
+    logits
+        .cross_entropy_with(&good, Default::default())
+        .unwrap();
+    assert_eq!(tenjin::stats().bytes_to_host, before.bytes_to_host);
+    let labels = [0, 7, 2];
+    let cpu_error = Tensor::ones(&[3, 5], DType::F32)
+        .unwrap()
+        .cross_entropy_with(
+            &Tensor::from_vec_i64(labels.to_vec(), &[3]).unwrap(),
+            Default::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    let e = logits
+        .cross_entropy_with(&ids(&labels, &[3], DType::I64, device), Default::default())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, cpu_error);
+    assert!(e.contains("label 7 at row 1"), "{e}");
 }
 
 /// A cached training step on the device, with SGD and with Adam (whose
@@ -410,7 +432,7 @@ fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimize
     let w = leaf(&data(20 * 64, 7), &[20, 64], DType::F32, device);
     let v = leaf(&data(64 * 4, 8), &[64, 4], DType::F32, device);
     let mut opt = optimizer(vec![w.clone(), v.clone()]);
-    let mut step = || {
+    let step = || {
         opt.zero_grad();
         let logits = x.matmul(&w).unwrap().relu().unwrap().matmul(&v).unwrap();
         let loss = logits
@@ -426,6 +448,14 @@ fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimize
         opt.step().unwrap();
         loss.item().unwrap()
     };
+    assert_cached_steps_stay_on_the_device(device, step);
+}
+
+/// Runs `step` (one training step returning its f32 loss, as f64) three times and
+/// holds the third to what a cached step on the device may do: no
+/// compilation, no CPU kernel, a launch or GEMM per kernel run, 4 bytes
+/// back (the loss) and none up, one wait, no device allocation.
+fn assert_cached_steps_stay_on_the_device(device: Device, mut step: impl FnMut() -> f64) {
     let first = step();
     step();
     let (s, a) = (tenjin::stats(), tenjin::alloc::stats_for(device));
@@ -462,6 +492,88 @@ fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimize
         a2.allocations, a.allocations,
         "a device allocation in a cached step"
     );
+}
+
+/// A GPT-style step at a tiny size — token and position embeddings, a
+/// causal attention block with layer norms and a GELU MLP, cross-entropy,
+/// AdamW — makes, once cached, no synchronisation but reading its loss
+/// and no device allocation.
+#[test]
+fn a_cached_gpt_style_step_waits_only_for_its_loss() {
+    let _s = serial();
+    let device = gpu();
+    let (vocab, t, d, batch) = (13, 8, 16, 2);
+    let on = |shape: &[usize], scale: f64, seed: u64| {
+        let n = shape.iter().product();
+        let v: Vec<f64> = data(n, seed).iter().map(|x| x * scale).collect();
+        leaf(&v, shape, DType::F32, device)
+    };
+    let s = 1.0 / (d as f64).sqrt();
+    let tokens = on(&[vocab, d], 0.1, 1);
+    let positions = on(&[t, d], 0.1, 2);
+    let (wq, wk, wv, wo) = (
+        on(&[d, d], s, 3),
+        on(&[d, d], s, 4),
+        on(&[d, d], s, 5),
+        on(&[d, d], s, 6),
+    );
+    let (w1, w2, head) = (
+        on(&[d, 4 * d], s, 7),
+        on(&[4 * d, d], s / 2.0, 8),
+        on(&[d, vocab], s, 9),
+    );
+    let ln1 = tenjin::nn::LayerNorm::new(&[d], 1e-5, DType::F32).unwrap();
+    let ln2 = tenjin::nn::LayerNorm::new(&[d], 1e-5, DType::F32).unwrap();
+    use tenjin::nn::Module;
+    ln1.to_device(device).unwrap();
+    ln2.to_device(device).unwrap();
+    let mut mask = vec![0.0f32; t * t];
+    (0..t).for_each(|i| (i + 1..t).for_each(|j| mask[i * t + j] = -1e9));
+    let mask = Tensor::from_vec_on(mask, &[t, t], device).unwrap();
+    let ids: Vec<i64> = (0..batch * (t + 1))
+        .map(|k| (k * 5 % vocab) as i64)
+        .collect();
+    let (x, y): (Vec<i64>, Vec<i64>) = (0..batch)
+        .flat_map(|b| (0..t).map(move |i| b * (t + 1) + i))
+        .map(|k| (ids[k], ids[k + 1]))
+        .unzip();
+    let x = Tensor::from_vec_i64(x, &[batch, t])
+        .unwrap()
+        .to_device(device)
+        .unwrap();
+    let y = Tensor::from_vec_i64(y, &[batch * t])
+        .unwrap()
+        .to_device(device)
+        .unwrap();
+    let mut params = vec![
+        tokens.clone(),
+        positions.clone(),
+        wq.clone(),
+        wk.clone(),
+        wv.clone(),
+        wo.clone(),
+        w1.clone(),
+        w2.clone(),
+        head.clone(),
+    ];
+    params.extend(ln1.parameters());
+    params.extend(ln2.parameters());
+    let mut opt = tenjin::optim::AdamW::new(params, AdamConfig::adamw()).unwrap();
+    let mut step = || -> Result<f64, Error> {
+        opt.zero_grad();
+        let h0 = tokens.embedding(&x)?.add(&positions)?;
+        let h = ln1.forward(&h0)?;
+        let (q, k, v) = (h.matmul(&wq)?, h.matmul(&wk)?, h.matmul(&wv)?);
+        let scores = q.matmul(&k.transpose(1, 2)?)?.mul_scalar(s)?.add(&mask)?;
+        let h1 = h0.add(&scores.softmax(2)?.matmul(&v)?.matmul(&wo)?)?;
+        let m = ln2.forward(&h1)?.matmul(&w1)?.gelu()?.matmul(&w2)?;
+        let logits = h1.add(&m)?.matmul(&head)?.reshape(&[batch * t, vocab])?;
+        let loss = logits.cross_entropy_with(&y, Default::default())?;
+        loss.backward()?;
+        opt.step()?;
+        loss.item()
+    };
+    assert_cached_steps_stay_on_the_device(device, || step().unwrap());
 }
 
 /// `Module::to_device` moves parameters in place: the tensors held before

@@ -130,6 +130,12 @@ fn check_ids(op: &str, ids: &HostIn, size: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// The least and greatest of the integer values `ids` views, when they
+/// were recorded as they came from the host (no transfer).
+pub(super) fn known_range(ids: &Tensor) -> Option<(i64, i64)> {
+    ids.storage_and_origin().0.known_range()
+}
+
 /// Checks the ids of an op running on a device, whose kernels take them
 /// as in range: against the range recorded when they came from the host
 /// (no transfer), else by reading them back (one wait for the device).
@@ -138,8 +144,7 @@ fn check_ids_on_device(op: &str, ids: &Tensor, size: usize) -> Result<(), Error>
     if ids.device() == crate::Device::Cpu {
         return Ok(());
     }
-    let (storage, _) = ids.storage_and_origin();
-    if let Some((lo, hi)) = storage.known_range() {
+    if let Some((lo, hi)) = known_range(ids) {
         if lo >= 0 && (hi as u64) < size as u64 {
             return Ok(());
         }

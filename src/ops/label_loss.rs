@@ -54,6 +54,20 @@ impl Labels {
                 ),
             ));
         }
+        // Labels on a device whose range is known from the host are used
+        // where they are: no transfer, no wait.
+        // (The range is the storage's: a view's labels lie inside it.)
+        if let Some((lo, hi)) = super::indexing::known_range(labels) {
+            let ignored = ignore.is_some_and(|i| (lo..=hi).contains(&i));
+            let in_range = lo >= 0 && (hi as u64) < s[1] as u64;
+            if labels.device() != crate::Device::Cpu && in_range && !ignored {
+                return Ok(Labels {
+                    ids: labels.reshape(&[s[0], 1])?,
+                    mask: None,
+                    kept: s[0],
+                });
+            }
+        }
         let mut ids = labels.to_vec_i64()?;
         let mut keep = vec![1.0; ids.len()];
         for (k, id) in ids.iter_mut().enumerate() {
