@@ -71,11 +71,13 @@ pub mod error;
 pub mod gpu;
 /// CUDA devices: availability and count (real GPUs need the `cuda`
 /// feature), the simulated device that stands in for one, and the
-/// precision of f32 GEMMs (full f32 unless set to TF32).
+/// precision of f32 GEMMs (full f32 unless set to TF32), and waiting for
+/// a device's queued work.
 pub mod cuda {
     pub use crate::gpu::{
         device_count, is_available, is_simulated, math_mode, set_math_mode, simulate, MathMode,
     };
+    pub use crate::runtime::synchronize;
 }
 mod gradcheck;
 #[doc(hidden)]

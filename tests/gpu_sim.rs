@@ -957,4 +957,42 @@ fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
         DType::F64,
         |a, b| a.mean_dims(&[1], true)?.mul(b),
     );
+    // argmax and argmin over long rows keep the first of equal values and
+    // of NaNs, as in order: rows with the extreme value twice, a row with
+    // two NaNs, and a ±0 row.
+    let (rows, n) = (4, 1000);
+    let mut v: Vec<f64> = (0..rows * n).map(|k| ((k * 37) % 101) as f64).collect();
+    v[700] = 500.0;
+    v[900] = 500.0;
+    v[n + 100] = -7.0;
+    v[n + 650] = -7.0;
+    v[2 * n + 800] = f64::NAN;
+    v[2 * n + 300] = f64::NAN;
+    v[3 * n..]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(k, x)| *x = if k % 3 == 0 { -0.0 } else { 0.0 });
+    for dtype in [DType::F32, DType::F64] {
+        let on = |device: Device| {
+            Tensor::from_vec_f64_on(v.clone(), &[rows, n], device)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let (x, c) = (on(gpu()), on(Device::Cpu));
+        for arg in [Tensor::argmax, Tensor::argmin] {
+            let (g, want) = (arg(&x, 1, false).unwrap(), arg(&c, 1, false).unwrap());
+            assert_eq!(
+                g.to_vec_i64().unwrap(),
+                want.to_vec_i64().unwrap(),
+                "{dtype:?}"
+            );
+        }
+        let (max, min) = (
+            x.argmax(1, false).unwrap().to_vec_i64().unwrap(),
+            x.argmin(1, false).unwrap().to_vec_i64().unwrap(),
+        );
+        assert_eq!([max[0], max[2], max[3]], [700, 300, 0]);
+        assert_eq!([min[1], min[2], min[3]], [100, 300, 0]);
+    }
 }

@@ -4,12 +4,14 @@
 //! Owns [`spread_reductions`]. One thread per output element leaves a GPU
 //! idle when there are few outputs: a scalar loss over 10⁶ values would
 //! be one thread's serial loop. A kernel with at most [`MAX_OUTPUTS`]
-//! outputs and a *top-level* sum, max or min (not inside another loop) of
-//! at least [`MIN_TRIPS`] iterations gets [`THREADS`] threads per output
+//! outputs and a *top-level* reduction (not inside another loop) of at
+//! least [`MIN_TRIPS`] iterations gets [`THREADS`] threads per output
 //! ([`Kernel::threads_per_output`]): each folds a strided share of the
 //! reduction and the shares combine in a fixed tree, so results depend
 //! only on the sizes — bitwise the same from run to run, with no atomics.
-//! f32 sums spread this way are `wide` (shares and tree in f64), which
+//! Every top-level reduction of such a kernel is shared out (none is run
+//! by all the threads over again). Its sums are `wide` (shares and tree in
+//! f64), which
 //! holds the accuracy of the CPU's blocked sums. The thresholds are a
 //! first choice, to be tuned on a GPU (issue "GPU speed"). Must not emit
 //! code.
@@ -43,19 +45,19 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
     if k.out_len() == 0 || k.out_len() > MAX_OUTPUTS {
         return k;
     }
-    let mut long = false;
-    for s in top_level(&mut k.body) {
-        if let Stmt::Reduce { op, body, wide, .. } = s {
-            if matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
-                && body.max_trips >= MIN_TRIPS
-            {
-                long = true;
-                *wide |= *op == ReduceOp::Sum;
-            }
-        }
+    let long = top_level(&mut k.body)
+        .iter()
+        .any(|s| matches!(s, Stmt::Reduce { body, .. } if body.max_trips >= MIN_TRIPS));
+    if !long {
+        return k;
     }
-    if long {
-        k.threads_per_output = THREADS;
+    k.threads_per_output = THREADS;
+    // Every top-level sum of a spread kernel is shared out; f32 ones keep
+    // their shares in f64.
+    for s in top_level(&mut k.body) {
+        if let Stmt::Reduce { op, wide, .. } = s {
+            *wide |= *op == ReduceOp::Sum;
+        }
     }
     k
 }

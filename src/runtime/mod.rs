@@ -54,6 +54,21 @@ pub(crate) fn compile_for(
     kernel_cache::compile_function(f, dtype, backend_for(device)?)
 }
 
+/// Waits until the work queued on `device` has run (PyTorch's
+/// `torch.cuda.synchronize`; nothing to wait for on the CPU). For timing:
+/// results read back wait by themselves.
+///
+/// ```
+/// tenjin::cuda::simulate()?;
+/// let x = tenjin::Tensor::ones_on(&[4], tenjin::DType::F32, tenjin::Device::Cuda(0))?;
+/// let y = x.exp()?;
+/// tenjin::cuda::synchronize(y.device())?;
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn synchronize(device: Device) -> Result<(), Error> {
+    backend_for(device)?.synchronize()
+}
+
 /// The backend that runs kernels on `device`, or an error naming the
 /// device when none does.
 pub(crate) fn backend_for(device: Device) -> Result<&'static dyn Backend, Error> {

@@ -288,13 +288,15 @@ impl<'k> Emitter<'k> {
         }
     }
 
-    /// `l`'s loop: its statements, then `fold(k, lo)` at every iteration.
+    /// `l`'s loop: its statements, then `fold(k, first k)` at every
+    /// iteration.
     fn counted(&mut self, l: &Loop, fold: impl FnMut(&mut Self, R, R) -> Res<()>) -> Res<()> {
         self.strided(l, None, 1, fold)
     }
 
     /// `l`'s loop from its lower bound plus `first` (when given) in steps
-    /// of `step`: its statements, then `fold(k, lo)` at every iteration.
+    /// of `step`: its statements, then `fold(k, first k)` at every
+    /// iteration.
     fn strided(
         &mut self,
         l: &Loop,
@@ -306,16 +308,17 @@ impl<'k> Emitter<'k> {
         let hi = self.bounds(&l.upper, false)?;
         let k = ivar(l.var);
         let (head, done) = (self.a.label(), self.a.label());
-        match first {
-            Some(f) => self.a.op(format!("add.s64 {k}, {lo}, {f}")),
-            None => self.a.op(format!("mov.b64 {k}, {lo}")),
-        }
+        let start = match first {
+            Some(f) => self.a.bin("add.s64", Ty::B64, lo, f),
+            None => lo,
+        };
+        self.a.op(format!("mov.b64 {k}, {start}"));
         self.a.place(&head);
         let p = self.a.setp("gt", "s64", k, hi);
         self.a.op(format!("@{p} bra {done}"));
         self.loop_depth += 1;
         self.stmts(&l.body)?;
-        fold(self, k, lo)?;
+        fold(self, k, start)?;
         self.loop_depth -= 1;
         self.a.op(format!("add.s64 {k}, {k}, {step}"));
         self.a.op(format!("bra.uni {head}"));
@@ -336,8 +339,7 @@ impl<'k> Emitter<'k> {
         if body.vector {
             return Err("vector loops are the CPU backend's".into());
         }
-        let spread = matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min);
-        if spread && self.loop_depth == 0 && self.team.is_some() {
+        if self.loop_depth == 0 && self.team.is_some() {
             return self.team_reduce(op, value, res, body, wide);
         }
         match op {
@@ -383,28 +385,34 @@ impl<'k> Emitter<'k> {
             ReduceOp::ArgMax | ReduceOp::ArgMin => {
                 let idx = self.constant(-1.0);
                 let best = self.constant(0.0);
-                let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
                 self.counted(body, |e, k, lo| {
                     let x = e.reg(value);
-                    // The first iteration always takes its value; later
-                    // ones a strictly better one, and a NaN beats a number.
-                    let first = e.a.setp("eq", "s64", k, lo);
-                    let better = e.a.setp(cmp, sfx, x, best);
-                    let x_nan = e.a.setp("nan", sfx, x, x);
-                    let best_num = e.a.setp("num", sfx, best, best);
-                    let take = e.a.reg(Ty::Pred);
-                    e.a.op(format!("and.pred {take}, {x_nan}, {best_num}"));
-                    e.a.op(format!("or.pred {take}, {take}, {better}"));
-                    e.a.op(format!("or.pred {take}, {take}, {first}"));
-                    let kf = e.a.un(&format!("cvt.rn.{sfx}.s64"), w, k);
-                    e.a.op(format!("selp.{sfx} {idx}, {kf}, {idx}, {take}"));
-                    e.a.op(format!("selp.{sfx} {best}, {x}, {best}, {take}"));
+                    e.arg_fold(op, k, lo, x, (best, idx));
                     Ok(())
                 })?;
                 self.a.op(format!("mov.{sfx} {res}, {idx}"));
             }
         }
         Ok(())
+    }
+
+    /// One step of an argmax (argmin) fold over iterations from `first`:
+    /// the first iteration always takes its value; later ones a strictly
+    /// better one, and a NaN beats a number. `(best, idx)` are updated.
+    fn arg_fold(&mut self, op: ReduceOp, k: R, first: R, x: R, (best, idx): (R, R)) {
+        let (w, sfx) = (self.w, self.sfx);
+        let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
+        let is_first = self.a.setp("eq", "s64", k, first);
+        let better = self.a.setp(cmp, sfx, x, best);
+        let x_nan = self.a.setp("nan", sfx, x, x);
+        let best_num = self.a.setp("num", sfx, best, best);
+        let take = self.a.reg(Ty::Pred);
+        self.a.op(format!("and.pred {take}, {x_nan}, {best_num}"));
+        self.a.op(format!("or.pred {take}, {take}, {better}"));
+        self.a.op(format!("or.pred {take}, {take}, {is_first}"));
+        let kf = self.a.un(&format!("cvt.rn.{sfx}.s64"), w, k);
+        self.a.op(format!("selp.{sfx} {idx}, {kf}, {idx}, {take}"));
+        self.a.op(format!("selp.{sfx} {best}, {x}, {best}, {take}"));
     }
 
     /// `c` as a literal of the element type.

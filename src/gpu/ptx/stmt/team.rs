@@ -2,8 +2,7 @@
 //! reduction spread over the block (`Kernel::threads_per_output`).
 //!
 //! Every thread of the block runs the output's statements (all hold the
-//! same values), except that a top-level sum, max or min is folded in
-//! shares: thread `t` folds iterations `lo + t`, `lo + t + T`, … in order
+//! same values), except that a top-level reduction is folded in shares: thread `t` folds iterations `lo + t`, `lo + t + T`, … in order
 //! (adjacent threads read adjacent elements), stores its share in shared
 //! memory, and after a barrier the shares combine in a tree — at step
 //! `s = T/2, T/4, …, 1` thread `t < s` folds the share of `t + s` into its
@@ -11,18 +10,22 @@
 //! from share 0 (and a last barrier lets the next reduction reuse the
 //! shares). The order depends only on `T` and the bounds, so results are
 //! bitwise the same from run to run. A `wide` sum keeps its shares and the
-//! tree in f64. Must not decide which kernels are spread (the planner
+//! tree in f64. An argmax or argmin shares (value, index) pairs and keeps
+//! the first index among equal values, as the one-thread fold does; a max
+//! or min may differ from it only in the sign of a zero tied with its
+//! negation, or in which NaN it returns. Must not decide which kernels are spread (the planner
 //! does, `crate::planner::spread`).
 
-use super::super::asm::{Asm, Ty, R};
+use super::super::asm::{f32_lit, f64_lit, Asm, Ty, R};
 use super::{Emitter, Res};
 use crate::kernel::{Loop, Reg};
 use crate::symbolic::ReduceOp;
 
-/// The shared-memory array of the shares, 8 bytes a thread.
+/// The shared-memory array of the shares.
 const SHARES: &str = "tenjin_shares";
 
 /// The block's threads and the current thread's place among them.
+#[derive(Clone, Copy)]
 pub(super) struct Team {
     /// Threads per output (a power of two, the launch's block size).
     threads: u32,
@@ -54,11 +57,12 @@ impl Team {
         })
     }
 
-    /// The module-level declaration of the shares.
+    /// The declaration of the shares: two of 8 bytes per thread (a value,
+    /// and an argmax's index).
     pub(super) fn declaration(&self) -> String {
         format!(
             "\t.shared .align 8 .b8 {SHARES}[{}];\n",
-            8 * self.threads as usize
+            16 * self.threads as usize
         )
     }
 }
@@ -74,17 +78,15 @@ impl Emitter<'_> {
         body: &Loop,
         wide: bool,
     ) -> Res<()> {
-        let (tid, base, slot, threads) = match &self.team {
-            Some(t) => (t.tid, t.base, t.slot, t.threads),
-            None => return Err("internal: a team reduction outside a team".into()),
+        let Some(Team { tid, threads, .. }) = self.team else {
+            return Err("internal: a team reduction outside a team".into());
         };
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            return self.team_arg_reduce(op, value, res, body);
+        }
         let wide = wide && op == ReduceOp::Sum;
         // The type the shares are kept in.
-        let (acc_ty, acc_sfx) = if wide {
-            (Ty::F64, "f64")
-        } else {
-            (self.w, self.sfx)
-        };
+        let acc_ty = if wide { Ty::F64 } else { self.w };
         let init = match op {
             ReduceOp::Sum => 0.0,
             ReduceOp::Max => f64::NEG_INFINITY,
@@ -106,30 +108,122 @@ impl Emitter<'_> {
             e.combine(op, acc_ty, acc, x);
             Ok(())
         })?;
-        self.a.op(format!("st.shared.{acc_sfx} [{slot}], {acc}"));
-        self.a.op("bar.sync 0");
-        let mut step = threads / 2;
-        while step > 0 {
-            let skip = self.a.label();
-            let idle = self.a.setp("ge", "u64", tid, step);
-            self.a.op(format!("@{idle} bra {skip}"));
-            let at = self.a.bin("add.s64", Ty::B64, slot, 8 * step);
-            let other = self.a.reg(acc_ty);
-            self.a.op(format!("ld.shared.{acc_sfx} {other}, [{at}]"));
-            self.combine(op, acc_ty, acc, other);
-            self.a.op(format!("st.shared.{acc_sfx} [{slot}], {acc}"));
-            self.a.place(&skip);
-            self.a.op("bar.sync 0");
-            step /= 2;
-        }
-        self.a.op(format!("ld.shared.{acc_sfx} {acc}, [{base}]"));
-        self.a.op("bar.sync 0");
+        self.tree(&[(acc_ty, acc)], |e, other| {
+            e.combine(op, acc_ty, acc, other[0])
+        });
         if acc_ty == self.w {
             self.a.op(format!("mov.{} {res}, {acc}", self.sfx));
         } else {
             self.a.op(format!("cvt.rn.f32.f64 {res}, {acc}"));
         }
         Ok(())
+    }
+
+    /// An argmax (argmin) over the team: each share is a (value, index)
+    /// pair folded as one thread folds; two combine to the better value,
+    /// the lower index among equal values or NaNs (the first, as in order),
+    /// an empty share (index −1) never winning.
+    fn team_arg_reduce(&mut self, op: ReduceOp, value: Reg, res: R, body: &Loop) -> Res<()> {
+        let Some(Team { tid, threads, .. }) = self.team else {
+            return Err("internal: a team reduction outside a team".into());
+        };
+        let (w, sfx) = (self.w, self.sfx);
+        let idx = self.constant(-1.0);
+        let best = self.constant(0.0);
+        self.strided(body, Some(tid), threads, |e, k, first| {
+            let x = e.reg(value);
+            e.arg_fold(op, k, first, x, (best, idx));
+            Ok(())
+        })?;
+        let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
+        self.tree(&[(w, best), (w, idx)], |e, other| {
+            let (ov, oi) = (other[0], other[1]);
+            let a = &mut e.a;
+            let better = a.setp(cmp, sfx, ov, best);
+            let equal = a.setp("eq", sfx, ov, best);
+            let o_nan = a.setp("nan", sfx, ov, ov);
+            let b_nan = a.setp("nan", sfx, best, best);
+            let both_nan = a.reg(Ty::Pred);
+            a.op(format!("and.pred {both_nan}, {o_nan}, {b_nan}"));
+            let earlier = a.setp("lt", sfx, oi, idx);
+            let tie = a.reg(Ty::Pred);
+            a.op(format!("or.pred {tie}, {equal}, {both_nan}"));
+            a.op(format!("and.pred {tie}, {tie}, {earlier}"));
+            let b_num = a.setp("num", sfx, best, best);
+            let nan_wins = a.reg(Ty::Pred);
+            a.op(format!("and.pred {nan_wins}, {o_nan}, {b_num}"));
+            let empty = a.setp("lt", sfx, idx, e_lit(w, 0.0));
+            let take = a.reg(Ty::Pred);
+            a.op(format!("or.pred {take}, {better}, {tie}"));
+            a.op(format!("or.pred {take}, {take}, {nan_wins}"));
+            a.op(format!("or.pred {take}, {take}, {empty}"));
+            let o_full = a.setp("ge", sfx, oi, e_lit(w, 0.0));
+            a.op(format!("and.pred {take}, {take}, {o_full}"));
+            a.op(format!("selp.{sfx} {best}, {ov}, {best}, {take}"));
+            a.op(format!("selp.{sfx} {idx}, {oi}, {idx}, {take}"));
+        });
+        self.a.op(format!("mov.{sfx} {res}, {idx}"));
+        Ok(())
+    }
+
+    /// Stores this thread's `values` as its shares, combines the shares in
+    /// the tree (`combine` folds the other thread's loaded values into
+    /// `values`' registers), and leaves share 0 in `values` for every
+    /// thread.
+    fn tree(&mut self, values: &[(Ty, R)], mut combine: impl FnMut(&mut Self, &[R])) {
+        let Some(Team {
+            tid,
+            threads,
+            base,
+            slot,
+        }) = self.team
+        else {
+            return;
+        };
+        // Share j of a thread lies 8·threads·j bytes after its first.
+        let at = |e: &mut Self, addr: R, j: usize| -> R {
+            if j == 0 {
+                addr
+            } else {
+                e.a.bin("add.s64", Ty::B64, addr, 8 * threads as usize * j)
+            }
+        };
+        let sfx = |ty: Ty| if ty == Ty::F64 { "f64" } else { "f32" };
+        for (j, &(ty, r)) in values.iter().enumerate() {
+            let addr = at(self, slot, j);
+            self.a.op(format!("st.shared.{} [{addr}], {r}", sfx(ty)));
+        }
+        self.a.op("bar.sync 0");
+        let mut step = threads / 2;
+        while step > 0 {
+            let skip = self.a.label();
+            let idle = self.a.setp("ge", "u64", tid, step);
+            self.a.op(format!("@{idle} bra {skip}"));
+            let other_slot = self.a.bin("add.s64", Ty::B64, slot, 8 * step);
+            let other: Vec<R> = values
+                .iter()
+                .enumerate()
+                .map(|(j, &(ty, _))| {
+                    let addr = at(self, other_slot, j);
+                    let o = self.a.reg(ty);
+                    self.a.op(format!("ld.shared.{} {o}, [{addr}]", sfx(ty)));
+                    o
+                })
+                .collect();
+            combine(self, &other);
+            for (j, &(ty, r)) in values.iter().enumerate() {
+                let addr = at(self, slot, j);
+                self.a.op(format!("st.shared.{} [{addr}], {r}", sfx(ty)));
+            }
+            self.a.place(&skip);
+            self.a.op("bar.sync 0");
+            step /= 2;
+        }
+        for (j, &(ty, r)) in values.iter().enumerate() {
+            let addr = at(self, base, j);
+            self.a.op(format!("ld.shared.{} {r}, [{addr}]", sfx(ty)));
+        }
+        self.a.op("bar.sync 0");
     }
 
     /// `acc = acc op x` in `ty` (max and min keep `acc` on ties and when
@@ -144,5 +238,14 @@ impl Emitter<'_> {
                 self.a.op(format!("mov.{sfx} {acc}, {m}"));
             }
         }
+    }
+}
+
+/// `c` as a literal of width `w`.
+fn e_lit(w: Ty, c: f64) -> String {
+    if w == Ty::F64 {
+        f64_lit(c)
+    } else {
+        f32_lit(c as f32)
     }
 }
