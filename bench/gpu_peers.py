@@ -1,0 +1,186 @@
+"""PyTorch CUDA side of bench/gpu.sh: the workloads of examples/gpu_peers.rs
+written as a PyTorch user writes them, one JSON line each with the median
+time in ms (every repetition ends with torch.cuda.synchronize()), plus the
+card, the driver and the precision flags, and a device-to-device copy of a
+256 MB buffer as the bandwidth reference.
+
+Usage: python bench/gpu_peers.py [tf32]
+
+`tf32` sets torch.backends.cuda.matmul.allow_tf32 and
+torch.backends.cudnn.allow_tf32 to True; otherwise both are False (PyTorch's
+defaults differ: matmul False, cuDNN convolutions True), so both systems
+run at the same precision. Both flags are in the first line.
+"""
+import json
+import math
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+tf32 = "tf32" in sys.argv
+torch.backends.cuda.matmul.allow_tf32 = tf32
+torch.backends.cudnn.allow_tf32 = tf32
+dev = torch.device("cuda")
+math_mode = "tf32" if tf32 else "full"
+gen = torch.Generator(device="cpu").manual_seed(0)
+
+
+def driver():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+print(json.dumps({"system": "card", "name": torch.cuda.get_device_name(0), "driver": driver(),
+                  "cuda": torch.version.cuda, "torch": torch.__version__,
+                  "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                  "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}))
+
+
+def median_ms(reps, f):
+    f()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def report(system, workload, size, ms, **extra):
+    print(json.dumps({"system": system, "workload": workload, "size": size, "math": math_mode,
+                      "median_ms": round(ms, 4), **extra}), flush=True)
+
+
+def rand(*shape, scale=1.0, grad=False):
+    x = ((torch.rand(*shape, generator=gen) * 2 - 1) * scale).to(dev)
+    return x.requires_grad_(grad)
+
+
+# The bandwidth reference: a device-to-device copy of 256 MB.
+src = torch.empty(64 << 20, device=dev)
+dst = torch.empty_like(src)
+copy_ms = median_ms(21, lambda: dst.copy_(src))
+report("torch", "copy", "256MB", copy_ms, bytes=2 * src.numel() * 4,
+       gb_per_s=round(2 * src.numel() * 4 / copy_ms / 1e6, 1))
+del src, dst
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(d, d, bias=False) for _ in range(4))
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, z, mask):
+        b, t, d = z.shape
+        a = self.ln1(z)
+        heads = lambda y: y.view(b, t, self.h, d // self.h).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(self.wq(a)), heads(self.wk(a)), heads(self.wv(a))
+        scores = q @ k.transpose(2, 3) / math.sqrt(d // self.h) + mask
+        att = (scores.softmax(3) @ v).transpose(1, 2).reshape(b, t, d)
+        z = z + self.wo(att)
+        return z + self.fc2(F.gelu(self.fc1(self.ln2(z))))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, layers, d, h, t, vocab):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, d)
+        self.positions = torch.nn.Parameter(torch.randn(t, d) * 0.1)
+        self.blocks = torch.nn.ModuleList(Block(d, h) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.register_buffer("mask", torch.full((t, t), -1e9).triu(1))
+
+    def forward(self, x, y):
+        z = self.tokens(x) + self.positions
+        for blk in self.blocks:
+            z = blk(z, self.mask)
+        logits = self.ln(z) @ self.tokens.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+
+
+def gpt_step(layers=12, d=768, h=12, t=1024, b=8, vocab=50257):
+    size = f"layers={layers},d={d},heads={h},T={t},B={b},vocab={vocab}"
+    ids = torch.tensor([(k * 7919) % vocab for k in range(b * (t + 1))]).view(b, t + 1)
+    x, y = ids[:, :-1].contiguous().to(dev), ids[:, 1:].contiguous().to(dev)
+    for system in ("torch", "torch.compile"):
+        model = Gpt(layers, d, h, t, vocab).to(dev)
+        opt = torch.optim.AdamW(model.parameters())
+        loss_fn = torch.compile(model) if system == "torch.compile" else model
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(x, y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+        step()  # compilation
+        report(system, "gpt_step", size, median_ms(5, step))
+        del model, opt
+
+
+def mlp_step(batch):
+    widths = [784, 512, 512, 10]
+    layers = [torch.nn.Linear(i, o).to(dev) for i, o in zip(widths, widths[1:])]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    x = rand(batch, 784)
+    y = torch.arange(batch, device=dev) % 10
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        z = x
+        for k, layer in enumerate(layers):
+            z = layer(z)
+            if k < 2:
+                z = torch.relu(z)
+        F.cross_entropy(z, y).backward()
+        opt.step()
+    report("torch", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, step))
+
+
+def value_grad(system, workload, size, shapes, f, **extra):
+    xs = [rand(*s, grad=True) for s in shapes]
+    g = rand(*f(*xs).shape)
+
+    def vg():
+        v = (f(*xs) * g).sum()
+        torch.autograd.grad(v, xs)
+    report(system, workload, size, median_ms(11, vg), **extra)
+
+
+def chain(x):
+    return torch.tanh(x) * torch.sigmoid(2 * x) + x ** 2 / (1 + torch.exp(-x))
+
+
+gpt_step()
+for batch in (64, 256, 1024):
+    mlp_step(batch)
+for n in (512, 2048):
+    e = 64
+    value_grad("torch", "attention", f"N={n},E={e}", [(n, e)] * 3,
+               lambda q, k, v: torch.softmax(q @ k.t() / math.sqrt(e), 1) @ v)
+    value_grad("torch sdpa", "attention", f"N={n},E={e}", [(n, e)] * 3,
+               lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None])[0])
+n = 1 << 24
+x = rand(n, scale=3.0)
+ms = median_ms(11, lambda: chain(x))
+report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
+report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
+       bytes=8 * n)
+value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
+value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
+value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
+value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
+           lambda x, w: F.conv2d(x, w, padding=1))
