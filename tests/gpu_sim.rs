@@ -951,6 +951,21 @@ fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
     let e = tenjin::explain(&x.softmax(1).unwrap()).unwrap();
     let spread = |lines: &[tenjin::trace::StageLine]| lines.iter().any(|s| s.route == "block loop");
     assert!(spread(&e.forward) && spread(&e.backward), "{e}");
+    // A GPU thread is one output element: a row statistic is its own
+    // stage, never recomputed by every element of the row (the CPU hoists
+    // it out of the column loop instead).
+    for y in [
+        x.softmax(1).unwrap(),
+        x.layer_norm(1, None, None, 1e-5).unwrap(),
+    ] {
+        let e = tenjin::explain(&y).unwrap();
+        for s in e.forward.iter().chain(&e.backward) {
+            let reduces = ["sum{", "max{", "min{"]
+                .iter()
+                .any(|r| s.function.contains(r));
+            assert!(!(s.domain == [4, 3000] && reduces), "{e}");
+        }
+    }
     agree(
         "long row means",
         [&[3, 5000], &[3, 1]],

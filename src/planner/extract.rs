@@ -15,7 +15,7 @@
 //!
 //! | rule | a node is cut when |
 //! | --- | --- |
-//! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on) is over an index it does not depend on: it would be recomputed for every value of that index |
+//! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on; on the GPU, whose threads are the output loops, never out of those) is over an index it does not depend on: it would be recomputed for every value of that index |
 //! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`) |
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
 //! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
@@ -92,20 +92,14 @@ pub(crate) struct Builder {
 /// `f` taking only the arguments it reads, merged where two read the same
 /// source, ordered by source and named after it; and those sources.
 pub(crate) fn canonical(f: &IndexFn, sources: &[Source]) -> (IndexFn, Vec<Source>) {
-    let used = f.used_args();
-    let mut order: Vec<usize> = Vec::new();
-    let mut srcs: Vec<Source> = Vec::new();
-    // One argument per source: the first one reading it.
-    for &a in &used {
-        if !srcs.contains(&sources[a]) {
-            srcs.push(sources[a]);
-            order.push(a);
-        }
-    }
-    let mut pairs: Vec<(Source, usize)> = srcs.iter().copied().zip(order).collect();
+    // Merged first: a read of a later argument with a source already seen
+    // now reads the first argument with that source, which must be kept
+    // even when `f` itself read only the later one.
+    let merged = merge_duplicate_args(f, sources);
+    let used = merged.used_args();
+    let mut pairs: Vec<(Source, usize)> = used.iter().map(|&a| (sources[a], a)).collect();
     pairs.sort();
-    let mut g = merge_duplicate_args(f, sources);
-    g = g.with_args(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+    let mut g = merged.with_args(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
     for (decl, (src, _)) in g.args.iter_mut().zip(&pairs) {
         decl.name = source_name(*src);
     }
@@ -346,6 +340,12 @@ impl Builder {
             .map(|(&v, &n)| (v, n as u64))
             .collect();
         let many_contractions = keys.contractions() >= 2;
+        // A GPU thread computes one output element: a node that does not
+        // depend on every output index is computed again by each thread.
+        let pinned = match self.target {
+            Target::Gpu => out_loops.len(),
+            Target::Cpu => 0,
+        };
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {
@@ -364,7 +364,7 @@ impl Builder {
             if !seen.insert((n, vars)) {
                 continue;
             }
-            let eff = placement(g.free_vars(n), &ctx);
+            let eff = placement(g.free_vars(n), &ctx, pinned);
             // A reciprocal `1 / h` is not cut itself: `h` is (a forward
             // pass that keeps `1 / σ` and a derivative that needs `σ` then
             // share one stage; the division runs once per point of `h`).
@@ -411,7 +411,7 @@ impl Builder {
                 if *op == ReduceOp::Sum {
                     if let Some(x) = contraction_operand(f, *body) {
                         let light = !keys.heavy(x);
-                        let around = placement(g.free_vars(x), &inner);
+                        let around = placement(g.free_vars(x), &inner, pinned);
                         if light
                             && redundancy(g.free_vars(x), around) > 1
                             && keys.domain(x).is_some_and(|d| d <= points(around))
@@ -462,10 +462,12 @@ pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
 
 /// The loops around the place a node with free indices `free` is computed:
 /// `ctx` up to the innermost loop over one of them (hoisting leaves the
-/// loops inside that one).
-fn placement<'a>(free: &[VarId], ctx: &'a [(VarId, u64)]) -> &'a [(VarId, u64)] {
+/// loops inside that one), and at least its first `pinned` loops (the
+/// output loops of a GPU kernel, which are its threads: nothing is hoisted
+/// out of them).
+fn placement<'a>(free: &[VarId], ctx: &'a [(VarId, u64)], pinned: usize) -> &'a [(VarId, u64)] {
     let d = ctx.iter().rposition(|(v, _)| free.contains(v));
-    &ctx[..d.map_or(0, |d| d + 1)]
+    &ctx[..d.map_or(0, |d| d + 1).max(pinned.min(ctx.len()))]
 }
 
 /// How many points the loops `eff` iterate.
@@ -748,5 +750,28 @@ fn unary_cost(op: UnaryOp) -> u64 {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
         UnaryOp::Sqrt => 4,
         _ => 20,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{canonical, Source};
+    use crate::symbolic::IndexFn;
+
+    /// Two arguments reading one source, the function reading only the
+    /// second: the canonical function reads the one argument kept (a
+    /// double backward once read its first input where it meant a stage).
+    #[test]
+    fn a_read_of_a_duplicated_source_keeps_its_argument() {
+        let f = IndexFn::parse(
+            "f[i] = x[i] * b[i]",
+            &[("x", &[4][..]), ("a", &[4][..]), ("b", &[4][..])],
+        )
+        .unwrap();
+        let sources = [Source::Input(0), Source::Stage(1), Source::Stage(1)];
+        let (g, kept) = canonical(&f, &sources);
+        assert_eq!(kept, vec![Source::Input(0), Source::Stage(1)]);
+        assert_eq!(g.args().len(), 2);
+        assert_eq!(g.to_string(), "f[i] = in0[i] * s1[i]");
     }
 }
