@@ -316,7 +316,16 @@ impl Program {
                         val(&inst.args[2], &r)?,
                         val(&inst.args[3], &r)?,
                     );
-                    r[dst(0)?] = a.wrapping_mul(b).wrapping_add(c);
+                    let s32 = |x: u64| x as u32 as i32 as i64;
+                    r[dst(0)?] = match (op.get(1).copied(), op.last().copied()) {
+                        (Some("wide"), Some("s32")) => {
+                            (s32(a) * s32(b)).wrapping_add(c as i64) as u64
+                        }
+                        (_, Some("s32" | "u32")) => {
+                            (a as u32).wrapping_mul(b as u32).wrapping_add(c as u32) as u64
+                        }
+                        _ => a.wrapping_mul(b).wrapping_add(c),
+                    };
                 }
                 "not" => {
                     let a = val(&inst.args[1], &r)?;
@@ -452,6 +461,7 @@ fn convert(m: &[&str], a: u64) -> Option<u64> {
         ("f32", "f64") if round == "rn" => f32u(f64b(a) as f32),
         ("f32", "s64") if round == "rn" => f32u(a as i64 as f32),
         ("f32", "s32") if round == "rn" => f32u(a as u32 as i32 as f32),
+        ("f64", "s32") if round == "rn" => (a as u32 as i32 as f64).to_bits(),
         ("f64", "s64") if round == "rn" => (a as i64 as f64).to_bits(),
         ("f64", "f64") => int_round(f64b(a))?.to_bits(),
         ("f32", "f32") => f32u(int_round(f32b(a) as f64)? as f32),
@@ -523,6 +533,11 @@ fn binary(op: &[&str], a: u64, b: u64) -> Option<u64> {
         ("rem", "u32") => (a as u32).checked_rem(b as u32)? as u64,
         ("max", "s64") => sa.max(sb) as u64,
         ("min", "s64") => sa.min(sb) as u64,
+        ("mul", "s32" | "u32") if op[1] == "lo" => (a as u32).wrapping_mul(b as u32) as u64,
+        ("div", "s32") => (a as u32 as i32).checked_div(b as u32 as i32)? as u32 as u64,
+        ("rem", "s32") => (a as u32 as i32).checked_rem(b as u32 as i32)? as u32 as u64,
+        ("max", "s32") => (a as u32 as i32).max(b as u32 as i32) as u32 as u64,
+        ("min", "s32") => (a as u32 as i32).min(b as u32 as i32) as u32 as u64,
         ("shl", "b64") => a.checked_shl(b as u32)?,
         ("shr", "u64") => a.checked_shr(b as u32)?,
         ("shr", "u32") => ((a as u32).checked_shr(b as u32)?) as u64,

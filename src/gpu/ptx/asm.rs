@@ -68,9 +68,9 @@ pub(crate) struct Asm {
 impl Asm {
     /// Register numbers below `reserved[ty]` are named by the caller (the
     /// kernel's own integer values and scalar registers).
-    pub(crate) fn new(reserved_b64: u32, reserved_float: (Ty, u32)) -> Asm {
+    pub(crate) fn new(reserved_int: (Ty, u32), reserved_float: (Ty, u32)) -> Asm {
         let mut next = [0; 5];
-        next[Ty::B64.index()] = reserved_b64;
+        next[reserved_int.0.index()] = reserved_int.1;
         next[reserved_float.0.index()] = reserved_float.1;
         Asm {
             next,

@@ -108,7 +108,29 @@ pub fn module(key_hash: u64, k: &Kernel, dtype: DType, arch: Arch) -> Result<Str
 /// and `crate::planner::blocked_sums` produce these; vector loops and
 /// peeled output loops are the CPU backend's and are refused).
 pub fn emit(k: &Kernel, dtype: DType, arch: Arch, entry: &str) -> Result<String, Error> {
-    let body = stmt::Emitter::kernel(k, dtype).map_err(|message| Error::Invalid {
+    emit_with(k, dtype, arch, entry, IndexBits::Fitting)
+}
+
+/// The width of a module's index arithmetic.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexBits {
+    /// 32 bits where every value fits (what [`emit`] does), else 64.
+    Fitting,
+    /// 64 bits always (so tests run the 64-bit path on small kernels).
+    Wide,
+}
+
+/// [`emit`] with the index width chosen by `bits`.
+#[doc(hidden)]
+pub fn emit_with(
+    k: &Kernel,
+    dtype: DType,
+    arch: Arch,
+    entry: &str,
+    bits: IndexBits,
+) -> Result<String, Error> {
+    let body = stmt::Emitter::kernel(k, dtype, bits).map_err(|message| Error::Invalid {
         function: k.name.clone(),
         message: format!("PTX emission: {message}\n{k}"),
     })?;

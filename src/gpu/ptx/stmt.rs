@@ -9,6 +9,7 @@ use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, 
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
 
+mod narrow;
 mod team;
 
 type Res<T> = Result<T, String>;
@@ -37,13 +38,9 @@ pub(super) struct Emitter<'k> {
     team: Option<team::Team>,
     /// Loops (output loops aside) around the statement being emitted.
     loop_depth: u32,
-}
-
-fn ivar(v: IVar) -> R {
-    R {
-        ty: Ty::B64,
-        n: v.0,
-    }
+    /// The integer values' register type and suffix: `(B32, "s32")` when
+    /// every one fits (`narrow`), else `(B64, "s64")`.
+    int: (Ty, &'static str),
 }
 
 fn cmp_name(op: CmpOp) -> &'static str {
@@ -59,13 +56,18 @@ fn cmp_name(op: CmpOp) -> &'static str {
 }
 
 impl<'k> Emitter<'k> {
-    pub(super) fn kernel(k: &'k Kernel, dtype: DType) -> Res<Body> {
+    pub(super) fn kernel(k: &'k Kernel, dtype: DType, bits: super::IndexBits) -> Res<Body> {
         let (w, sfx, size) = match dtype {
             DType::F32 => (Ty::F32, "f32", 4),
             DType::F64 => (Ty::F64, "f64", 8),
             d => return Err(format!("kernels compute in F32 or F64, not {d:?}")),
         };
-        let mut a = Asm::new(k.num_ivars, (w, k.num_regs));
+        let int = if bits == super::IndexBits::Fitting && narrow::fits_in_32_bits(k) {
+            (Ty::B32, "s32")
+        } else {
+            (Ty::B64, "s64")
+        };
+        let mut a = Asm::new((int.0, k.num_ivars), (w, k.num_regs));
         let out = a.reg(Ty::B64);
         a.op(format!("ld.param.u64 {out}, [out]"));
         a.op(format!("cvta.to.global.u64 {out}, {out}"));
@@ -88,6 +90,7 @@ impl<'k> Emitter<'k> {
             coords: Vec::new(),
             team: None,
             loop_depth: 0,
+            int,
         };
         e.grid_stride()?;
         let shared = e
@@ -104,6 +107,21 @@ impl<'k> Emitter<'k> {
         R { ty: self.w, n: r.0 }
     }
 
+    /// The register of integer value `v`.
+    fn ivar(&self, v: IVar) -> R {
+        R {
+            ty: self.int.0,
+            n: v.0,
+        }
+    }
+
+    /// An integer instruction: `op` with the integer suffix (`add` →
+    /// `add.s32`), `d = a op b` for a fresh `d`.
+    fn int_op(&mut self, op: &str, a: impl std::fmt::Display, b: impl std::fmt::Display) -> R {
+        let (ty, sfx) = self.int;
+        self.a.bin(&format!("{op}.{sfx}"), ty, a, b)
+    }
+
     /// `for idx = global thread id; idx < total; idx += grid size`, with
     /// the output coordinates decomposed from `idx` and the kernel's
     /// statements inside.
@@ -114,9 +132,11 @@ impl<'k> Emitter<'k> {
             self.k.out_shape.iter().map(|&d| d as u64).collect()
         };
         let total: u64 = dims.iter().product();
+        let (start, end) = (self.ivar(START), self.ivar(END));
+        let bits = if self.int.0 == Ty::B32 { "b32" } else { "b64" };
         let a = &mut self.a;
-        a.op(format!("mov.b64 {}, 0", ivar(START)));
-        a.op(format!("mov.b64 {}, {}", ivar(END), self.k.extent));
+        a.op(format!("mov.{bits} {start}, 0"));
+        a.op(format!("mov.{bits} {end}, {}", self.k.extent));
         if total == 0 {
             a.op("ret");
             return Ok(());
@@ -128,7 +148,11 @@ impl<'k> Emitter<'k> {
         let t64 = a.un("cvt.u64.u32", Ty::B64, tid);
         let (idx, stride) = if self.k.threads_per_output > 1 {
             // A block per output element: the block strides over them.
-            let team = team::Team::new(a, self.k.threads_per_output, t64)?;
+            let first = match self.int.0 {
+                Ty::B32 => a.un("cvt.u32.u64", Ty::B32, t64),
+                _ => t64,
+            };
+            let team = team::Team::new(a, self.k.threads_per_output, t64, first)?;
             self.team = Some(team);
             let a = &mut self.a;
             let idx = a.un("cvt.u64.u32", Ty::B64, ctaid);
@@ -183,7 +207,11 @@ impl<'k> Emitter<'k> {
                 Stmt::For(l) if depth < levels => {
                     self.check_output_loop(l, depth)?;
                     let c = self.coords[depth];
-                    self.a.op(format!("mov.b64 {}, {c}", ivar(l.var)));
+                    let (v, bits) = (self.ivar(l.var), self.int.0);
+                    match bits {
+                        Ty::B32 => self.a.op(format!("cvt.u32.u64 {v}, {c}")),
+                        _ => self.a.op(format!("mov.b64 {v}, {c}")),
+                    }
                     self.output_level(&l.body, depth + 1)?;
                 }
                 Stmt::For(_) => return Err("a loop below the output loops".into()),
@@ -306,21 +334,23 @@ impl<'k> Emitter<'k> {
     ) -> Res<()> {
         let lo = self.bounds(&l.lower, true)?;
         let hi = self.bounds(&l.upper, false)?;
-        let k = ivar(l.var);
+        let k = self.ivar(l.var);
+        let (ity, isfx) = self.int;
         let (head, done) = (self.a.label(), self.a.label());
         let start = match first {
-            Some(f) => self.a.bin("add.s64", Ty::B64, lo, f),
+            Some(f) => self.int_op("add", lo, f),
             None => lo,
         };
-        self.a.op(format!("mov.b64 {k}, {start}"));
+        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        self.a.op(format!("mov.{bits} {k}, {start}"));
         self.a.place(&head);
-        let p = self.a.setp("gt", "s64", k, hi);
+        let p = self.a.setp("gt", isfx, k, hi);
         self.a.op(format!("@{p} bra {done}"));
         self.loop_depth += 1;
         self.stmts(&l.body)?;
         fold(self, k, start)?;
         self.loop_depth -= 1;
-        self.a.op(format!("add.s64 {k}, {k}, {step}"));
+        self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
         self.a.op(format!("bra.uni {head}"));
         self.a.place(&done);
         Ok(())
@@ -402,7 +432,7 @@ impl<'k> Emitter<'k> {
     fn arg_fold(&mut self, op: ReduceOp, k: R, first: R, x: R, (best, idx): (R, R)) {
         let (w, sfx) = (self.w, self.sfx);
         let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
-        let is_first = self.a.setp("eq", "s64", k, first);
+        let is_first = self.a.setp("eq", self.int.1, k, first);
         let better = self.a.setp(cmp, sfx, x, best);
         let x_nan = self.a.setp("nan", sfx, x, x);
         let best_num = self.a.setp("num", sfx, best, best);
@@ -410,7 +440,7 @@ impl<'k> Emitter<'k> {
         self.a.op(format!("and.pred {take}, {x_nan}, {best_num}"));
         self.a.op(format!("or.pred {take}, {take}, {better}"));
         self.a.op(format!("or.pred {take}, {take}, {is_first}"));
-        let kf = self.a.un(&format!("cvt.rn.{sfx}.s64"), w, k);
+        let kf = self.a.un(&format!("cvt.rn.{sfx}.{}", self.int.1), w, k);
         self.a.op(format!("selp.{sfx} {idx}, {kf}, {idx}, {take}"));
         self.a.op(format!("selp.{sfx} {best}, {x}, {best}, {take}"));
     }
@@ -439,29 +469,31 @@ impl<'k> Emitter<'k> {
         self.a.select(w, a, b, c)
     }
 
-    /// The s64 value of `l`.
+    /// The value of `l` (s32 or s64, see `narrow`).
     fn lin(&mut self, l: &Lin) -> Res<R> {
+        let (ty, sfx) = self.int;
         let mut acc: Option<R> = None;
         for &(v, c) in &l.terms {
             if v.0 >= self.k.num_ivars {
                 return Err(format!("unknown integer value {v}"));
             }
-            let x = ivar(v);
+            let x = self.ivar(v);
             acc = Some(match (acc, c) {
                 (None, 1) => x,
-                (None, c) => self.a.bin("mul.lo.s64", Ty::B64, x, c),
-                (Some(a), 1) => self.a.bin("add.s64", Ty::B64, a, x),
+                (None, c) => self.a.bin(&format!("mul.lo.{sfx}"), ty, x, c),
+                (Some(a), 1) => self.int_op("add", a, x),
                 (Some(a), c) => {
-                    let d = self.a.reg(Ty::B64);
-                    self.a.op(format!("mad.lo.s64 {d}, {x}, {c}, {a}"));
+                    let d = self.a.reg(ty);
+                    self.a.op(format!("mad.lo.{sfx} {d}, {x}, {c}, {a}"));
                     d
                 }
             });
         }
         Ok(match acc {
+            None if ty == Ty::B32 => self.a.un("mov.b32", Ty::B32, l.constant),
             None => self.a.i64_const(l.constant),
             Some(a) if l.constant == 0 => a,
-            Some(a) => self.a.bin("add.s64", Ty::B64, a, l.constant),
+            Some(a) => self.int_op("add", a, l.constant),
         })
     }
 
@@ -473,9 +505,7 @@ impl<'k> Emitter<'k> {
             let v = self.bound(b, ceil)?;
             acc = Some(match acc {
                 None => v,
-                Some(a) => self
-                    .a
-                    .bin(if ceil { "max.s64" } else { "min.s64" }, Ty::B64, a, v),
+                Some(a) => self.int_op(if ceil { "max" } else { "min" }, a, v),
             });
         }
         acc.ok_or_else(|| "a loop without bounds".to_string())
@@ -491,24 +521,24 @@ impl<'k> Emitter<'k> {
         if b.den <= 0 {
             return Err(format!("bound denominator {}", b.den));
         }
-        let q = self.a.bin("div.s64", Ty::B64, n, b.den);
-        let r = self.a.bin("rem.s64", Ty::B64, n, b.den);
+        let q = self.int_op("div", n, b.den);
+        let r = self.int_op("rem", n, b.den);
         let (cmp, step) = if ceil { ("gt", 1) } else { ("lt", -1) };
-        let p = self.a.setp(cmp, "s64", r, 0);
-        let q2 = self.a.bin("add.s64", Ty::B64, q, step);
-        Ok(self.a.select(Ty::B64, q2, q, p))
+        let p = self.a.setp(cmp, self.int.1, r, 0);
+        let q2 = self.int_op("add", q, step);
+        Ok(self.a.select(self.int.0, q2, q, p))
     }
 
     fn cond(&mut self, c: &Cond) -> Res<R> {
         Ok(match c {
             Cond::Index(l, op) => {
                 let v = self.lin(l)?;
-                self.a.setp(cmp_name(*op), "s64", v, 0)
+                self.a.setp(cmp_name(*op), self.int.1, v, 0)
             }
             Cond::Divisible(l, d) => {
                 let v = self.lin(l)?;
-                let r = self.a.bin("rem.s64", Ty::B64, v, d);
-                self.a.setp("eq", "s64", r, 0)
+                let r = self.int_op("rem", v, d);
+                self.a.setp("eq", self.int.1, r, 0)
             }
             Cond::Value(x, op, y) => {
                 let (x, y) = (self.reg(*x), self.reg(*y));
@@ -522,8 +552,13 @@ impl<'k> Emitter<'k> {
     fn address(&mut self, base: R, offset: &Lin) -> Res<R> {
         let off = self.lin(offset)?;
         let d = self.a.reg(Ty::B64);
+        let mad = if self.int.0 == Ty::B32 {
+            "mad.wide.s32"
+        } else {
+            "mad.lo.s64"
+        };
         self.a
-            .op(format!("mad.lo.s64 {d}, {off}, {}, {base}", self.size));
+            .op(format!("{mad} {d}, {off}, {}, {base}", self.size));
         Ok(d)
     }
 
@@ -550,7 +585,7 @@ impl<'k> Emitter<'k> {
             }
             Expr::Index(l) => {
                 let v = self.lin(l)?;
-                self.a.op(format!("cvt.rn.{sfx}.s64 {d}, {v}"));
+                self.a.op(format!("cvt.rn.{sfx}.{} {d}, {v}", self.int.1));
                 return Ok(());
             }
             Expr::Unary(op, x) => self.unary(*op, self.reg(*x)),

@@ -277,6 +277,13 @@ impl Warp {
                             f32::from_bits(r[at(c.0, l)] as u32)
                         )
                         .to_bits() as u64),
+                Op::Mad32 { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] =
+                    (r[at(a.0, l)] as u32)
+                        .wrapping_mul(r[at(b.0, l)] as u32)
+                        .wrapping_add(r[at(c.0, l)] as u32) as u64),
+                Op::MadWideS32 { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] =
+                    ((r[at(a.0, l)] as u32 as i32 as i64) * (r[at(b.0, l)] as u32 as i32 as i64))
+                        .wrapping_add(r[at(c.0, l)] as i64) as u64),
                 Op::Mad { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] = r[at(a.0, l)]
                     .wrapping_mul(r[at(b.0, l)])
                     .wrapping_add(r[at(c.0, l)])),
@@ -324,6 +331,9 @@ impl Warp {
                         MulWideU32,
                         MaxS64,
                         MinS64,
+                        MulLo32,
+                        MaxS32,
+                        MinS32,
                         And64,
                         Or64,
                         And32,

@@ -31,6 +31,9 @@ pub(super) struct Team {
     threads: u32,
     /// The thread's index in the block (u64).
     pub(super) tid: R,
+    /// The same as an integer value of the kernel (its first iteration of
+    /// a shared reduction).
+    first: R,
     /// The address of share 0 and of this thread's share (u64, shared
     /// window).
     base: R,
@@ -40,7 +43,7 @@ pub(super) struct Team {
 impl Team {
     /// The registers of a team of `threads` (checked: a power of two a
     /// block can hold) for the thread `tid`.
-    pub(super) fn new(a: &mut Asm, threads: u32, tid: R) -> Res<Team> {
+    pub(super) fn new(a: &mut Asm, threads: u32, tid: R, first: R) -> Res<Team> {
         if !threads.is_power_of_two() || threads > 1024 {
             return Err(format!(
                 "{threads} threads per output: a block holds a power of two up to 1024"
@@ -52,6 +55,7 @@ impl Team {
         Ok(Team {
             threads,
             tid,
+            first,
             base,
             slot,
         })
@@ -78,7 +82,7 @@ impl Emitter<'_> {
         body: &Loop,
         wide: bool,
     ) -> Res<()> {
-        let Some(Team { tid, threads, .. }) = self.team else {
+        let Some(Team { first, threads, .. }) = self.team else {
             return Err("internal: a team reduction outside a team".into());
         };
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
@@ -98,7 +102,7 @@ impl Emitter<'_> {
             self.constant(init)
         };
         let w = self.w;
-        self.strided(body, Some(tid), threads, |e, _, _| {
+        self.strided(body, Some(first), threads, |e, _, _| {
             let x = e.reg(value);
             let x = if wide && w == Ty::F32 {
                 e.a.un("cvt.f64.f32", Ty::F64, x)
@@ -124,15 +128,15 @@ impl Emitter<'_> {
     /// the lower index among equal values or NaNs (the first, as in order),
     /// an empty share (index −1) never winning.
     fn team_arg_reduce(&mut self, op: ReduceOp, value: Reg, res: R, body: &Loop) -> Res<()> {
-        let Some(Team { tid, threads, .. }) = self.team else {
+        let Some(Team { first, threads, .. }) = self.team else {
             return Err("internal: a team reduction outside a team".into());
         };
         let (w, sfx) = (self.w, self.sfx);
         let idx = self.constant(-1.0);
         let best = self.constant(0.0);
-        self.strided(body, Some(tid), threads, |e, k, first| {
+        self.strided(body, Some(first), threads, |e, k, start| {
             let x = e.reg(value);
-            e.arg_fold(op, k, first, x, (best, idx));
+            e.arg_fold(op, k, start, x, (best, idx));
             Ok(())
         })?;
         let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
@@ -176,6 +180,7 @@ impl Emitter<'_> {
             threads,
             base,
             slot,
+            ..
         }) = self.team
         else {
             return;
