@@ -11,10 +11,9 @@
 //! only on the sizes — bitwise the same from run to run, with no atomics.
 //! Every top-level reduction of such a kernel is shared out (none is run
 //! by all the threads over again). Its sums are `wide` (shares and tree in
-//! f64), which
-//! holds the accuracy of the CPU's blocked sums. The thresholds are a
-//! first choice, to be tuned on a GPU (issue "GPU speed"). Must not emit
-//! code.
+//! f64), which holds the accuracy of the CPU's blocked sums. The
+//! thresholds are a first choice, to be tuned on a GPU (issue "GPU
+//! speed"). Must not emit code.
 
 use crate::kernel::{Kernel, Stmt};
 use crate::symbolic::ReduceOp;

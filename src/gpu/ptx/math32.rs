@@ -2,8 +2,9 @@
 //!
 //! The same algorithms, coefficients and order of operations as the CPU
 //! backend's vectorised f32 code (`crate::cpu`'s `vmath`: Cephes' `expf`,
-//! `logf` and `tanhf`, and the mirrored `sigmoid`), with `fma.rn.f32` where it fuses, so a GPU lane
-//! computes what a CPU lane with FMA computes. No f64 instruction is
+//! `logf` and `tanhf`, and the mirrored `sigmoid`), with `fma.rn.f32`
+//! where it fuses, so a GPU lane computes what a CPU lane with FMA
+//! computes. No f64 instruction is
 //! involved: consumer GPUs run f64 at 1/64 of their f32 rate. Accuracy is
 //! in `super::math`'s table; `tests/ptx.rs` enforces it.
 //!

@@ -82,8 +82,9 @@ impl Walk {
         // smallest upper one.
         let lo = lower.iter().map(|r| r.0).max().unwrap_or(0);
         let hi = upper.iter().map(|r| r.1).min().unwrap_or(0);
-        // Past the last iteration it is incremented once more.
-        let range = (lo, hi.max(lo) + 1);
+        // Past the last iteration it is incremented once more: by 1, or by
+        // a block's threads (at most 1,024) in a team's strided loop.
+        let range = (lo, hi.max(lo) + 1024);
         self.check(range);
         self.ranges.insert(l.var, range);
         self.stmts(&l.body);

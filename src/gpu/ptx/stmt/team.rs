@@ -2,7 +2,8 @@
 //! reduction spread over the block (`Kernel::threads_per_output`).
 //!
 //! Every thread of the block runs the output's statements (all hold the
-//! same values), except that a top-level reduction is folded in shares: thread `t` folds iterations `lo + t`, `lo + t + T`, … in order
+//! same values), except that a top-level reduction is folded in shares:
+//! thread `t` folds iterations `lo + t`, `lo + t + T`, … in order
 //! (adjacent threads read adjacent elements), stores its share in shared
 //! memory, and after a barrier the shares combine in a tree — at step
 //! `s = T/2, T/4, …, 1` thread `t < s` folds the share of `t + s` into its
@@ -13,10 +14,10 @@
 //! tree in f64. An argmax or argmin shares (value, index) pairs and keeps
 //! the first index among equal values, as the one-thread fold does; a max
 //! or min may differ from it only in the sign of a zero tied with its
-//! negation, or in which NaN it returns. Must not decide which kernels are spread (the planner
-//! does, `crate::planner::spread`).
+//! negation, or in which NaN it returns. Must not decide which kernels
+//! are spread (the planner does, `crate::planner::spread`).
 
-use super::super::asm::{f32_lit, f64_lit, Asm, Ty, R};
+use super::super::asm::{Asm, Ty, R};
 use super::{Emitter, Res};
 use crate::kernel::{Loop, Reg};
 use crate::symbolic::ReduceOp;
@@ -140,6 +141,7 @@ impl Emitter<'_> {
             Ok(())
         })?;
         let cmp = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
+        let zero = self.lit(0.0);
         self.tree(&[(w, best), (w, idx)], |e, other| {
             let (ov, oi) = (other[0], other[1]);
             let a = &mut e.a;
@@ -156,12 +158,12 @@ impl Emitter<'_> {
             let b_num = a.setp("num", sfx, best, best);
             let nan_wins = a.reg(Ty::Pred);
             a.op(format!("and.pred {nan_wins}, {o_nan}, {b_num}"));
-            let empty = a.setp("lt", sfx, idx, e_lit(w, 0.0));
+            let empty = a.setp("lt", sfx, idx, &zero);
             let take = a.reg(Ty::Pred);
             a.op(format!("or.pred {take}, {better}, {tie}"));
             a.op(format!("or.pred {take}, {take}, {nan_wins}"));
             a.op(format!("or.pred {take}, {take}, {empty}"));
-            let o_full = a.setp("ge", sfx, oi, e_lit(w, 0.0));
+            let o_full = a.setp("ge", sfx, oi, &zero);
             a.op(format!("and.pred {take}, {take}, {o_full}"));
             a.op(format!("selp.{sfx} {best}, {ov}, {best}, {take}"));
             a.op(format!("selp.{sfx} {idx}, {oi}, {idx}, {take}"));
@@ -243,14 +245,5 @@ impl Emitter<'_> {
                 self.a.op(format!("mov.{sfx} {acc}, {m}"));
             }
         }
-    }
-}
-
-/// `c` as a literal of width `w`.
-fn e_lit(w: Ty, c: f64) -> String {
-    if w == Ty::F64 {
-        f64_lit(c)
-    } else {
-        f32_lit(c as f32)
     }
 }
