@@ -34,7 +34,6 @@ mod device_arg;
 
 use bench_common::data;
 use device_arg::Where;
-use std::time::Instant;
 use tenjin::cuda::MathMode;
 use tenjin::nn::{LayerNorm, Module};
 use tenjin::optim::{AdamConfig, AdamW, Optimizer, SgdConfig, SGD};
@@ -114,18 +113,10 @@ fn median_ms(
     device: Device,
     mut f: impl FnMut() -> Result<(), Error>,
 ) -> Result<f64, Error> {
-    f()?;
-    tenjin::cuda::synchronize(device)?;
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f()?;
-            tenjin::cuda::synchronize(device)?;
-            Ok(t.elapsed().as_secs_f64() * 1e3)
-        })
-        .collect::<Result<_, Error>>()?;
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    bench_common::median_ms(reps, || {
+        f()?;
+        tenjin::cuda::synchronize(device)
+    })
 }
 
 /// An f32 tensor on `device` with values in [-scale, scale).

@@ -20,7 +20,7 @@ use crate::kernel::backend::{
     check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
 };
 use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
-use crate::kernel::host::{DeviceForm, HostKernel};
+use crate::kernel::host::{DeviceForm, HostKernel, Lines};
 use crate::kernel::{Kernel, Route};
 use crate::{DType, Error};
 use std::collections::HashMap;
@@ -294,7 +294,8 @@ impl<D: Driver> FormKernel<D> {
     }
 
     /// Launches the indexing `builtin` over `threads` with data `src`,
-    /// integer `ids` and the `[outer, size, inner]` layout.
+    /// integer `ids` and the layout `lines`; `(out, src, ids)` must have
+    /// `lens` elements.
     #[allow(clippy::too_many_arguments)]
     fn launch_indexing(
         &self,
@@ -303,7 +304,7 @@ impl<D: Driver> FormKernel<D> {
         src: &Operand<'_>,
         ids: &Operand<'_>,
         threads: usize,
-        (size, inner, count): (usize, usize, usize),
+        lines: Lines,
         (out_len, src_len, ids_len): (usize, usize, usize),
     ) -> Result<(), Error> {
         if ids.dtype().is_float() {
@@ -325,9 +326,9 @@ impl<D: Driver> FormKernel<D> {
             input(src),
             input(ids),
             scalar(threads),
-            scalar(size),
-            scalar(inner),
-            scalar(count),
+            scalar(lines.size),
+            scalar(lines.inner),
+            scalar(lines.count),
         ];
         launch_over(&*self.driver, &*self.function(builtin)?, threads, &args)
     }
@@ -345,13 +346,7 @@ impl<D: Driver> Executable for FormKernel<D> {
                 let f = self.function(Builtin::Cast { from: src.dtype() })?;
                 cast_on(&*self.driver, &f, *src, out)
             }
-            DeviceForm::Gather {
-                outer,
-                size,
-                inner,
-                count,
-                along,
-            } => {
+            DeviceForm::Gather { lines, along } => {
                 let [x, ids] = inputs else {
                     return Err(arity(2));
                 };
@@ -359,18 +354,10 @@ impl<D: Driver> Executable for FormKernel<D> {
                     ids: ids.dtype(),
                     along,
                 };
-                let n = outer * count * inner;
-                let ids_len = if along { n } else { count };
-                let lens = (n, outer * size * inner, ids_len);
-                self.launch_indexing(b, out, x, ids, n, (size, inner, count), lens)
+                let lens = (lines.picked_len(), lines.data_len(), lines.ids_len(along));
+                self.launch_indexing(b, out, x, ids, lines.picked_len(), lines, lens)
             }
-            DeviceForm::ScatterAdd {
-                outer,
-                size,
-                inner,
-                count,
-                along,
-            } => {
+            DeviceForm::ScatterAdd { lines, along } => {
                 let [ids, dy] = inputs else {
                     return Err(arity(2));
                 };
@@ -381,11 +368,9 @@ impl<D: Driver> Executable for FormKernel<D> {
                     ids: ids.dtype(),
                     along,
                 };
-                let n = outer * count * inner;
-                let ids_len = if along { n } else { count };
-                let lens = (outer * size * inner, n, ids_len);
-                let lines = outer * inner;
-                self.launch_indexing(b, out, dy, ids, lines, (size, inner, count), lens)
+                let lens = (lines.data_len(), lines.picked_len(), lines.ids_len(along));
+                let threads = lines.outer * lines.inner;
+                self.launch_indexing(b, out, dy, ids, threads, lines, lens)
             }
             DeviceForm::Block => Err(self.err("internal: a block reached a builtin kernel".into())),
         }

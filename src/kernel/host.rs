@@ -84,36 +84,64 @@ pub trait Workers: Sync {
     fn parallel_for(&self, n: usize, min_chunk: usize, f: &(dyn Fn(usize, usize) + Sync));
 }
 
+/// Data seen as `[outer, size, inner]` around an indexed dimension of
+/// `size`, with `count` indices along it (the layout of the indexing ops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lines {
+    pub outer: usize,
+    pub size: usize,
+    pub inner: usize,
+    pub count: usize,
+}
+
+impl Lines {
+    /// `shape` around dimension `dim`, with `count` indices along it.
+    pub fn of(shape: &[usize], dim: usize, count: usize) -> Lines {
+        Lines {
+            outer: shape[..dim].iter().product(),
+            size: shape[dim],
+            inner: shape[dim + 1..].iter().product(),
+            count,
+        }
+    }
+
+    /// Elements of the data: `outer · size · inner`.
+    pub fn data_len(&self) -> usize {
+        self.outer * self.size * self.inner
+    }
+
+    /// Elements picked (a gather's output): `outer · count · inner`.
+    pub fn picked_len(&self) -> usize {
+        self.outer * self.count * self.inner
+    }
+
+    /// Ids: one per picked element (`along`), else one per position.
+    pub fn ids_len(&self, along: bool) -> usize {
+        if along {
+            self.picked_len()
+        } else {
+            self.count
+        }
+    }
+}
+
 /// What a host kernel computes, when a device backend has a kernel of its
-/// own for it (the CPU runs [`HostKernel::run`]). The data is seen as
-/// `[outer, size, inner]` around the indexed dimension, with `count`
-/// indices along it.
+/// own for it (the CPU runs [`HostKernel::run`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceForm {
     /// Its one input converted element-wise to the output's type
     /// (`Backend::cast`).
     Cast,
-    /// Inputs `(x, ids)`: `y[o; t; i] = x[o; ids[t]; i]` (`ids` of `count`
-    /// elements), or with `along`, `y[o; j; i] = x[o; ids[o; j; i]; i]`
-    /// (`ids` of the output's shape). The ids are in range (checked before).
-    Gather {
-        outer: usize,
-        size: usize,
-        inner: usize,
-        count: usize,
-        along: bool,
-    },
+    /// Inputs `(x, ids)` over `lines`: `y[o; t; i] = x[o; ids[t]; i]`
+    /// (`ids` of `count` elements), or with `along`,
+    /// `y[o; j; i] = x[o; ids[o; j; i]; i]` (`ids` of the output's shape).
+    /// The ids are in range (checked before).
+    Gather { lines: Lines, along: bool },
     /// Inputs `(ids, dy)`: the gradient of [`DeviceForm::Gather`],
     /// `dx[o; v; i] = Σ dy[o; t; i]` over the positions `t` whose id is
     /// `v`, each line `(o, i)` summed by one thread in increasing `t`:
     /// deterministic, no atomics.
-    ScatterAdd {
-        outer: usize,
-        size: usize,
-        inner: usize,
-        count: usize,
-        along: bool,
-    },
+    ScatterAdd { lines: Lines, along: bool },
     /// A stage that computes with tensors on any device itself (a
     /// recomputed block): the backend hands it the operands where they
     /// live ([`HostKernel::run_on`]).

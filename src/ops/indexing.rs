@@ -24,7 +24,7 @@
 //! error (not yet supported).
 
 use super::apply_host;
-use crate::kernel::host::DeviceForm;
+use crate::kernel::host::{DeviceForm, Lines};
 use crate::planner::host::{
     host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
 };
@@ -32,62 +32,6 @@ use crate::planner::{NodePlan, Program, Source};
 use crate::tensor::Tensor;
 use crate::Error;
 use std::sync::Arc;
-
-/// `x` seen as `[outer, size, inner]` around the indexed dimension, and
-/// the number of indices along it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Lines {
-    outer: usize,
-    size: usize,
-    inner: usize,
-    count: usize,
-}
-
-impl Lines {
-    /// The gather over this layout on a device (`along`: one id per
-    /// output element, else one per position).
-    fn gather(self, along: bool) -> DeviceForm {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self;
-        DeviceForm::Gather {
-            outer,
-            size,
-            inner,
-            count,
-            along,
-        }
-    }
-
-    /// The gather's gradient on a device.
-    fn scatter_add(self, along: bool) -> DeviceForm {
-        let Lines {
-            outer,
-            size,
-            inner,
-            count,
-        } = self;
-        DeviceForm::ScatterAdd {
-            outer,
-            size,
-            inner,
-            count,
-            along,
-        }
-    }
-
-    fn of(shape: &[usize], dim: usize, count: usize) -> Lines {
-        Lines {
-            outer: shape[..dim].iter().product(),
-            size: shape[dim],
-            inner: shape[dim + 1..].iter().product(),
-            count,
-        }
-    }
-}
 
 /// Runs `f(first, last)` over chunks of `0..n` on the backend's workers,
 /// each chunk about 32k elements of `work` (all on this thread when
@@ -178,7 +122,10 @@ impl HostKernel for SelectRows {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        Some(self.0.gather(false))
+        Some(DeviceForm::Gather {
+            lines: self.0,
+            along: false,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -220,7 +167,10 @@ impl HostKernel for SegmentSum {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        Some(self.0.scatter_add(false))
+        Some(DeviceForm::ScatterAdd {
+            lines: self.0,
+            along: false,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
@@ -288,7 +238,10 @@ impl HostKernel for GatherAlong {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        Some(self.0.gather(true))
+        Some(DeviceForm::Gather {
+            lines: self.0,
+            along: true,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
@@ -327,7 +280,10 @@ impl HostKernel for ScatterSum {
     }
 
     fn device_form(&self) -> Option<DeviceForm> {
-        Some(self.0.scatter_add(true))
+        Some(DeviceForm::ScatterAdd {
+            lines: self.0,
+            along: true,
+        })
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {

@@ -1,20 +1,15 @@
-//! The simulated device's PTX interpreter: the subset tenjin emits,
-//! decoded once per module into a flat instruction list, then run thread
-//! after thread.
+//! The simulated device's PTX decoder: the subset tenjin emits, decoded
+//! once per module into a flat instruction list.
 //!
 //! Owns [`Program`] (a decoded `.entry` function: parameters, registers,
 //! instructions whose operands, immediates, types and branch targets are
-//! resolved at decode time) and its execution over a grid, against a
-//! [`Memory`] that checks every access. Registers hold raw bits, as on the
-//! hardware (an untyped `mov.b64` may carry a float). An instruction the
-//! decoder does not know is an error when the module loads, never a
-//! silent skip. A kernel without barriers runs thread after thread (its
-//! threads never wait on each other, so that is a valid schedule). A
-//! kernel with `bar.sync` (a cooperative kernel) runs each block in
-//! phases: every thread of the block runs up to the next barrier, then
-//! all go on; `.shared` variables live in the block's
-//! [`super::shared::SharedMemory`], which reports the races a missing
-//! barrier leaves. Must not know about buffers beyond the [`Memory`]
+//! resolved at decode time), the instruction set it decodes to ([`Op`] and
+//! its operand kinds) and the [`Memory`] interface every access goes
+//! through. Registers hold raw bits, as on the hardware (an untyped
+//! `mov.b64` may carry a float). An instruction the decoder does not know
+//! is an error when the module loads, never a silent skip. What an
+//! instruction computes is `super::semantics`; running a grid of warps is
+//! `super::warp`. Must not know about buffers beyond the [`Memory`]
 //! interface.
 
 use super::shared::SharedLayout;
@@ -103,16 +98,6 @@ pub(super) enum Round {
     Zero,
     Nearest,
     Down,
-}
-
-impl Round {
-    fn apply(self, x: f64) -> f64 {
-        match self {
-            Round::Zero => x.trunc(),
-            Round::Nearest => x.round_ties_even(),
-            Round::Down => x.floor(),
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -656,16 +641,6 @@ fn imm(s: &str, ty: &str) -> Option<u64> {
     })
 }
 
-fn f32b(x: u64) -> f32 {
-    f32::from_bits(x as u32)
-}
-fn f32u(x: f32) -> u64 {
-    x.to_bits() as u64
-}
-fn f64b(x: u64) -> f64 {
-    f64::from_bits(x)
-}
-
 impl Program {
     /// Decodes the first `.entry` function of a module.
     pub(crate) fn decode(text: &str) -> Result<Program, String> {
@@ -748,122 +723,4 @@ impl Program {
             cooperative,
         })
     }
-}
-
-#[inline(always)]
-pub(super) fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
-    let float = |c: FCmp, x: f64, y: f64| match c {
-        FCmp::Eq => x == y,
-        FCmp::Neu => x != y,
-        FCmp::Ge => x >= y,
-        FCmp::Gt => x > y,
-        FCmp::Le => x <= y,
-        FCmp::Lt => x < y,
-        FCmp::Nan => x.is_nan() || y.is_nan(),
-        FCmp::Num => !x.is_nan() && !y.is_nan(),
-    };
-    match cmp {
-        Cmp::F32(c) => float(c, f32b(a) as f64, f32b(b) as f64),
-        Cmp::F64(c) => float(c, f64b(a), f64b(b)),
-        Cmp::Int(c, ty) => {
-            let (x, y): (i128, i128) = match ty {
-                IntTy::S64 => (a as i64 as i128, b as i64 as i128),
-                IntTy::U64 => (a as i128, b as i128),
-                IntTy::S32 => (a as u32 as i32 as i128, b as u32 as i32 as i128),
-                IntTy::U32 => (a as u32 as i128, b as u32 as i128),
-            };
-            match c {
-                ICmp::Eq => x == y,
-                ICmp::Ne => x != y,
-                ICmp::Ge => x >= y,
-                ICmp::Gt => x > y,
-                ICmp::Le => x <= y,
-                ICmp::Lt => x < y,
-            }
-        }
-    }
-}
-
-#[inline(always)]
-pub(super) fn convert(conv: Conv, a: u64) -> u64 {
-    let float = |from_f32: bool| if from_f32 { f32b(a) as f64 } else { f64b(a) };
-    match conv {
-        Conv::U32ToU64 | Conv::U64ToU32 => a as u32 as u64,
-        Conv::F32ToF64 => f64::from(f32b(a)).to_bits(),
-        Conv::F64ToF32Rn => f32u(f64b(a) as f32),
-        Conv::S64ToF32Rn => f32u(a as i64 as f32),
-        Conv::S64ToF64Rn => (a as i64 as f64).to_bits(),
-        Conv::S32ToF32Rn => f32u(a as u32 as i32 as f32),
-        Conv::S32ToF64Rn => (a as u32 as i32 as f64).to_bits(),
-        Conv::S32ToS64 => a as u32 as i32 as i64 as u64,
-        Conv::RoundF64(r) => r.apply(f64b(a)).to_bits(),
-        Conv::RoundF32(r) => f32u(r.apply(f32b(a) as f64) as f32),
-        Conv::ToS64(r, from_f32) => r.apply(float(from_f32)) as i64 as u64,
-        Conv::ToS32(r, from_f32) => r.apply(float(from_f32)) as i32 as u32 as u64,
-    }
-}
-
-#[inline(always)]
-pub(super) fn apply_unary(op: Un, a: u64) -> u64 {
-    match op {
-        Un::NegF32 => f32u(-f32b(a)),
-        Un::NegF64 => (-f64b(a)).to_bits(),
-        Un::AbsF32 => f32u(f32b(a).abs()),
-        Un::AbsF64 => f64b(a).abs().to_bits(),
-        Un::AbsS32 => (a as u32 as i32).wrapping_abs() as u32 as u64,
-        Un::SqrtF32 => f32u(f32b(a).sqrt()),
-        Un::SqrtF64 => f64b(a).sqrt().to_bits(),
-    }
-}
-
-#[inline(always)]
-pub(super) fn apply_binary(op: Bin, a: u64, b: u64) -> Option<u64> {
-    let (sa, sb) = (a as i64, b as i64);
-    let (fa, fb) = (f32b(a), f32b(b));
-    let (da, db) = (f64b(a), f64b(b));
-    Some(match op {
-        Bin::AddF32 => f32u(fa + fb),
-        Bin::SubF32 => f32u(fa - fb),
-        Bin::MulF32 => f32u(fa * fb),
-        Bin::DivF32 => f32u(fa / fb),
-        Bin::AddF64 => (da + db).to_bits(),
-        Bin::SubF64 => (da - db).to_bits(),
-        Bin::MulF64 => (da * db).to_bits(),
-        Bin::DivF64 => (da / db).to_bits(),
-        Bin::MinF64 => da.min(db).to_bits(),
-        Bin::MaxF64 => da.max(db).to_bits(),
-        Bin::CopysignF64 => db.copysign(da).to_bits(),
-        Bin::CopysignF32 => f32u(fb.copysign(fa)),
-        Bin::Add => a.wrapping_add(b),
-        Bin::Sub => a.wrapping_sub(b),
-        Bin::Add32 => (a as u32).wrapping_add(b as u32) as u64,
-        Bin::Sub32 => (a as u32).wrapping_sub(b as u32) as u64,
-        Bin::MulLo => a.wrapping_mul(b),
-        Bin::MulWideU32 => (a as u32 as u64) * (b as u32 as u64),
-        Bin::DivS64 => sa.checked_div(sb)? as u64,
-        Bin::RemS64 => sa.checked_rem(sb)? as u64,
-        Bin::DivU64 => a.checked_div(b)?,
-        Bin::RemU64 => a.checked_rem(b)?,
-        Bin::DivU32 => (a as u32).checked_div(b as u32)? as u64,
-        Bin::RemU32 => (a as u32).checked_rem(b as u32)? as u64,
-        Bin::MaxS64 => sa.max(sb) as u64,
-        Bin::MinS64 => sa.min(sb) as u64,
-        Bin::MulLo32 => (a as u32).wrapping_mul(b as u32) as u64,
-        Bin::DivS32 => (a as u32 as i32).checked_div(b as u32 as i32)? as u32 as u64,
-        Bin::RemS32 => (a as u32 as i32).checked_rem(b as u32 as i32)? as u32 as u64,
-        Bin::MaxS32 => (a as u32 as i32).max(b as u32 as i32) as u32 as u64,
-        Bin::MinS32 => (a as u32 as i32).min(b as u32 as i32) as u32 as u64,
-        Bin::Shl64 => a.checked_shl(b as u32)?,
-        Bin::ShrU64 => a.checked_shr(b as u32)?,
-        Bin::ShrU32 => ((a as u32).checked_shr(b as u32)?) as u64,
-        Bin::And64 => a & b,
-        Bin::Or64 => a | b,
-        Bin::And32 => (a as u32 & b as u32) as u64,
-        Bin::Or32 => (a as u32 | b as u32) as u64,
-        // PTX clamps shift amounts above 32 (to 0 bits, or the sign).
-        Bin::Shl32 => (a as u32).checked_shl(b as u32).unwrap_or(0) as u64,
-        Bin::ShrS32 => ((a as u32 as i32) >> (b as u32).min(31)) as u32 as u64,
-        Bin::AndPred => ((a != 0) && (b != 0)) as u64,
-        Bin::OrPred => ((a != 0) || (b != 0)) as u64,
-    })
 }

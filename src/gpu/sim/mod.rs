@@ -13,6 +13,7 @@
 mod blas;
 pub(crate) mod interp;
 pub(crate) mod memory;
+mod semantics;
 mod shared;
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,8 @@
 //! a barrier some threads exit without reaching is an error. Every
 //! memory access is still checked per thread. Must not decode.
 
-use super::interp::{apply_binary, Bin, Memory, Op, Program, MAX_BRANCHES_PER_THREAD};
+use super::interp::{Bin, Memory, Op, Program, MAX_BRANCHES_PER_THREAD};
+use super::semantics::{apply_binary, apply_unary, compare, convert};
 use super::shared::SharedMemory;
 
 /// Lanes per warp (a mask bit each).
@@ -257,15 +258,16 @@ impl Warp {
                     )
                     .map_err(|e| fail(l, e))?),
                 Op::Setp { dst, cmp, a, b } => each_lane!(mask, |l| r[at(dst, l)] =
-                    super::interp::compare(cmp, r[at(a.0, l)], r[at(b.0, l)]) as u64),
+                    compare(cmp, r[at(a.0, l)], r[at(b.0, l)]) as u64),
                 Op::Selp { dst, a, b, p } => each_lane!(mask, |l| r[at(dst, l)] =
                     if r[at(p.0, l)] != 0 {
                         r[at(a.0, l)]
                     } else {
                         r[at(b.0, l)]
                     }),
-                Op::Cvt { dst, conv, src } => each_lane!(mask, |l| r[at(dst, l)] =
-                    super::interp::convert(conv, r[at(src.0, l)])),
+                Op::Cvt { dst, conv, src } => {
+                    each_lane!(mask, |l| r[at(dst, l)] = convert(conv, r[at(src.0, l)]))
+                }
                 Op::Fma64 { dst, a, b, c } => each_lane!(mask, |l| r[at(dst, l)] =
                     f64::from_bits(r[at(a.0, l)])
                         .mul_add(f64::from_bits(r[at(b.0, l)]), f64::from_bits(r[at(c.0, l)]))
@@ -290,8 +292,9 @@ impl Warp {
                 Op::Not { dst, src } => {
                     each_lane!(mask, |l| r[at(dst, l)] = (r[at(src.0, l)] == 0) as u64)
                 }
-                Op::Un { dst, op, src } => each_lane!(mask, |l| r[at(dst, l)] =
-                    super::interp::apply_unary(op, r[at(src.0, l)])),
+                Op::Un { dst, op, src } => {
+                    each_lane!(mask, |l| r[at(dst, l)] = apply_unary(op, r[at(src.0, l)]))
+                }
                 Op::Bin { dst, op, a, b } => {
                     // The operations that cannot fail, one loop each (the
                     // operation's `match` resolved outside the lanes).
