@@ -282,7 +282,44 @@ fn f32_sequences_hold_their_ulp_bounds() {
             1.0,
         ),
     ];
+    // The fast f32 path up to its limit, and the f64 branch beyond it.
+    let trig = with_tiny(sweep(-1e5, 1e5, N));
+    let edge = sweep(105_000.0, 106_200.0, N);
+    let far: Vec<f64> = log_sweep(105_616.0, 1e8, N / 10)
+        .into_iter()
+        .flat_map(|x| [x, -x])
+        .collect();
+    let cases = cases.into_iter().chain([
+        (
+            "sin",
+            "sin(x[i])",
+            trig.clone(),
+            f64::sin as fn(f64) -> f64,
+            1.0,
+        ),
+        ("cos", "cos(x[i])", trig, f64::cos, 1.0),
+        (
+            "sin [-4, 4]",
+            "sin(x[i])",
+            sweep(-4.0, 4.0, N),
+            f64::sin,
+            1.0,
+        ),
+        (
+            "cos [-4, 4]",
+            "cos(x[i])",
+            sweep(-4.0, 4.0, N),
+            f64::cos,
+            1.0,
+        ),
+        ("sin at the limit", "sin(x[i])", edge.clone(), f64::sin, 1.0),
+        ("cos at the limit", "cos(x[i])", edge, f64::cos, 1.0),
+        ("sin beyond (f64)", "sin(x[i])", far.clone(), f64::sin, 1.0),
+        ("cos beyond (f64)", "cos(x[i])", far, f64::cos, 1.0),
+    ]);
     let failures: Vec<String> = cases
+        .into_iter()
+        .collect::<Vec<_>>()
         .iter()
         .filter_map(|(name, body, xs, exact, bound)| {
             worst_ulps(name, body, xs, *exact, DType::F32, *bound)

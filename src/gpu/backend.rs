@@ -95,39 +95,83 @@ fn launch_over<D: Driver>(
     driver.launch(function, grid(driver, n), BLOCK, args)
 }
 
-/// A loop kernel loaded on the device.
+/// How a loop kernel is launched, fixed when it is compiled: its grid
+/// and block for the output count it was planned for (one thread per
+/// element in a grid-stride loop, or a block per element for a team),
+/// from the device's multiprocessor count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LaunchShape {
+    total: usize,
+    grid: u32,
+    block: u32,
+}
+
+impl LaunchShape {
+    fn new(driver: &impl Driver, total: usize, threads_per_output: u32) -> LaunchShape {
+        if threads_per_output <= 1 {
+            return LaunchShape {
+                total,
+                grid: grid(driver, total),
+                block: BLOCK,
+            };
+        }
+        // A block per output element (the blocks stride over them).
+        let cap = driver.multiprocessors().max(1) as usize * BLOCKS_PER_SM as usize;
+        LaunchShape {
+            total,
+            grid: total.clamp(1, cap) as u32,
+            block: threads_per_output,
+        }
+    }
+}
+
+/// A loop kernel loaded on the device, with its launch prepared: the
+/// shape computed once, and the argument list's storage reused by every
+/// run (a run writes the operands' addresses into it; nothing is
+/// allocated per launch).
 struct LoopKernel<D: Driver> {
     driver: Arc<D>,
     function: D::Function,
     /// `Kernel::threads_per_output`: above 1, a block of that many threads
     /// per output element.
     threads_per_output: u32,
+    shape: LaunchShape,
+    /// The launch arguments (output first, then the inputs), refilled per run.
+    args: Mutex<Vec<Arg>>,
 }
 
 impl<D: Driver> LoopKernel<D> {
-    fn launch(&self, out: Arg, total: usize, inputs: &[Operand<'_>]) -> Result<(), Error> {
+    /// Launches over `total` outputs written to `out`, reading `inputs`
+    /// and then `last` (an epilogue's product).
+    fn launch(
+        &self,
+        out: Arg,
+        total: usize,
+        inputs: &[Operand<'_>],
+        last: Option<&Operand<'_>>,
+    ) -> Result<(), Error> {
         if total == 0 {
             return Ok(());
         }
-        let mut args = Vec::with_capacity(inputs.len() + 1);
+        let shape = if total == self.shape.total {
+            self.shape
+        } else {
+            LaunchShape::new(&*self.driver, total, self.threads_per_output)
+        };
+        let mut args = self.args.lock().unwrap_or_else(|e| e.into_inner());
+        args.clear();
         args.push(out);
-        args.extend(inputs.iter().map(input));
-        let team = self.threads_per_output;
-        if team == 1 {
-            return launch_over(&*self.driver, &self.function, total, &args);
-        }
-        // A block per output element (the blocks stride over them).
+        args.extend(inputs.iter().chain(last).map(input));
         count(&COUNTERS.launches, 1);
-        let cap = self.driver.multiprocessors().max(1) as usize * BLOCKS_PER_SM as usize;
-        let blocks = total.clamp(1, cap) as u32;
-        self.driver.launch(&self.function, blocks, team, &args)
+        self.driver
+            .launch(&self.function, shape.grid, shape.block, &args)
     }
 }
 
 impl<D: Driver> Executable for LoopKernel<D> {
     fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
         count(&COUNTERS.kernels_run, 1);
-        self.launch(output(&out), out.len(), inputs)
+        self.launch(output(&out), out.len(), inputs, None)
     }
 
     unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
@@ -138,7 +182,7 @@ impl<D: Driver> Executable for LoopKernel<D> {
         };
         count(&COUNTERS.kernels_run, 1);
         let target = buffer(over.address(), over.len(), over.dtype(), true);
-        self.launch(target, over.len(), inputs)?;
+        self.launch(target, over.len(), inputs, None)?;
         Ok(true)
     }
 }
@@ -240,9 +284,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
             }
         }
         if let Some(e) = &self.epilogue {
-            let mut args = inputs.to_vec();
-            args.push(out.as_operand());
-            e.launch(target, total, &args)?;
+            e.launch(target, total, inputs, Some(&out.as_operand()))?;
         }
         Ok(())
     }
@@ -432,10 +474,13 @@ impl<D: Driver> GpuBackend<D> {
     /// `kernel` emitted as PTX and loaded.
     fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
         let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
+        let total = kernel.out_shape.iter().product();
         Ok(LoopKernel {
             driver: self.driver.clone(),
             function: self.driver.load(&text)?,
             threads_per_output: kernel.threads_per_output,
+            shape: LaunchShape::new(&*self.driver, total, kernel.threads_per_output),
+            args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),
         })
     }
 

@@ -13,9 +13,7 @@ use super::ptx::{self, Arch};
 use crate::alloc::Device;
 use crate::Error;
 use cudarc::cublas::{self, CudaBlas};
-use cudarc::driver::{
-    result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use std::sync::{Arc, OnceLock};
 
 fn driver_present() -> bool {
@@ -181,22 +179,39 @@ impl Driver for CudaDriver {
         block: u32,
         args: &[Arg],
     ) -> Result<(), Error> {
-        let values: Vec<u64> = args.iter().map(Arg::value).collect();
-        let mut b = self.stream.launch_builder(function);
-        for v in &values {
-            b.arg(v);
+        // The parameter values and the pointers to them, in storage each
+        // thread reuses: a launch allocates nothing.
+        thread_local! {
+            static PARAMS: std::cell::RefCell<(Vec<u64>, Vec<*mut std::ffi::c_void>)> =
+                const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
         }
-        let cfg = LaunchConfig {
-            grid_dim: (grid.max(1), 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: every tenjin kernel takes exactly these u64 parameters
-        // (addresses of live device buffers of the lengths it was made
-        // for, checked by the runtime, or counts and values), and reads
-        // and writes nothing else.
-        unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
-        Ok(())
+        self.ctx.bind_to_thread().map_err(|e| self.err(e))?;
+        PARAMS.with_borrow_mut(|(values, pointers)| {
+            values.clear();
+            values.extend(args.iter().map(Arg::value));
+            pointers.clear();
+            pointers.extend(
+                values
+                    .iter_mut()
+                    .map(|v| v as *mut u64 as *mut std::ffi::c_void),
+            );
+            // SAFETY: every tenjin kernel takes exactly these u64
+            // parameters (addresses of live device buffers of the lengths
+            // it was made for, checked by the runtime, or counts and
+            // values), and reads and writes nothing else; `values` outlives
+            // the call, which copies the parameters.
+            unsafe {
+                result::launch_kernel(
+                    function.cu_function(),
+                    (grid.max(1), 1, 1),
+                    (block, 1, 1),
+                    0,
+                    self.stream.cu_stream(),
+                    pointers,
+                )
+            }
+            .map_err(|e| self.err(e))
+        })
     }
 
     fn gemm(&self, call: &GemmCall) -> Result<(), Error> {

@@ -8,10 +8,11 @@
 //! `super::math32` (`exp`, `log`, `log10`, `tanh`, `sigmoid`: the CPU's
 //! vectorised f32 sequences) and `super::special` (`log1p`, `expm1`,
 //! `atan`, `erf` written once for both widths, with musl's f32 tables for
-//! f32). An f32 kernel runs no f64 instruction for those; `sin`, `cos`
-//! and `pow` still widen to f64, call the sequence here and round once
-//! (their f32 reductions need more than f32's precision: a Payne–Hanek
-//! reduction and a double-f32 `log` are the way to f32 ones). The
+//! f32; `sin`, `cos` in f32 up to `|x| ≤ 105,615`, beyond which a branch
+//! widens to the f64 sequence here). An f32 kernel runs no f64
+//! instruction for those (save that rare branch); `pow` with a
+//! non-integral exponent still widens to f64, calls the sequence here and
+//! rounds once (an f32 one needs a double-f32 `log`). The
 //! sequences use `fma.rn` where we choose a fused multiply-add, and `.rn`
 //! everywhere else.
 //!
@@ -38,7 +39,7 @@
 //!
 //! f32 (`f32_sequences_hold_their_ulp_bounds`, 100,001-point sweeps where
 //! the results are finite, plus ±[1e-38, 1e-3] log-spaced, ±0, ±∞, NaN;
-//! `sin`, `cos`, `pow` in the f64 test's sweeps, computed in f64):
+//! `pow` in the f64 test's sweep, computed in f64):
 //!
 //! | function | sweep | f32: max ulp |
 //! | --- | --- | --- |
@@ -51,7 +52,9 @@
 //! | expm1 | [-20, 88] | 2 (2) |
 //! | atan | [-50, 50] | 1 (1) |
 //! | erf | [-4, 4] | 1 (1) |
-//! | sin, cos, pow (via f64) | as f64 | 0 (1) |
+//! | sin, cos | [-1e5, 1e5], [-4, 4], [105,000, 106,200] (across the f32 limit) | 1 (1) |
+//! | sin, cos beyond 105,615 (via f64) | ±[105,616, 1e8] log-spaced | 0 (1) |
+//! | pow (via f64) | as f64 | 0 (1) |
 //!
 //! The f32 `exp`, `log`, `tanh` and `sigmoid` are bit for bit the CPU's
 //! vectorised f32 results on a host with FMA (`tests/gpu_sim.rs`).

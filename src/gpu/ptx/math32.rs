@@ -186,3 +186,77 @@ pub(crate) fn log10(f: &mut Fp, x: R) -> R {
     let k = f.lit(std::f64::consts::LOG10_E);
     f.mul(l, k)
 }
+
+/// Above this `|x|` the three-part reduction by π/2 below stops being
+/// accurate in f32 (CUDA's `sinf` draws its fast path at the same
+/// place): such arguments, ±∞ and NaN take the f64 sequence.
+pub(crate) const SIN_COS_FAST_LIMIT: f64 = 105_615.0;
+
+/// `sin x` or `cos x` (Cephes' `sinf`/`cosf` polynomials on
+/// `|r| ≤ π/4`): `j = round(x·2/π)` by the shifter, `r = x − j·π/2` in
+/// three fused steps (π/2 split into three f32s), the quadrant
+/// `j (+1 for cos) mod 4` picks the sine or cosine polynomial and the
+/// sign. Beyond [`SIN_COS_FAST_LIMIT`] (and for ±∞, NaN) a branch widens
+/// to f64 and runs `super::math::sin_cos`: rare arguments pay for f64,
+/// ordinary ones run only f32 instructions.
+pub(crate) fn sin_cos(f: &mut Fp, x: R, cosine: bool) -> R {
+    debug_assert_eq!(f.w, Ty::F32);
+    const PIO2_1: f64 = 1.570_796_370_506_286_6;
+    const PIO2_2: f64 = -4.371_138_828_673_793e-8;
+    const PIO2_3: f64 = -1.715_124_510_005_881_9e-15;
+    let res = f.a.reg(Ty::F32);
+    let (slow, done) = (f.a.label(), f.a.label());
+    let ax = f.abs(x);
+    let limit = f.lit(SIN_COS_FAST_LIMIT);
+    // `|x| <= limit` is false for NaN as well.
+    let near = f.setp("le", ax, limit);
+    f.a.op(format!("@!{near} bra {slow}"));
+    let (two_over_pi, shifter) = (f.lit(std::f64::consts::FRAC_2_PI), f.lit(SHIFTER));
+    let t = f.fma(x, two_over_pi, &shifter);
+    let n = f.sub(t, &shifter);
+    let t_bits = f.bits(t);
+    let j = int(f, "sub.s32", t_bits, 0x4B40_0000);
+    let nn = f.neg(n);
+    let r = f.fma(nn, f.lit(PIO2_1), x);
+    let r = f.fma(nn, f.lit(PIO2_2), r);
+    let r = f.fma(nn, f.lit(PIO2_3), r);
+    let z = f.mul(r, r);
+    // sin r = r + r·z·S(z)
+    let s = f.horner_fma(
+        z,
+        &[-1.666_665_461_1e-1, 8.332_160_873_6e-3, -1.951_529_589_1e-4],
+    );
+    let rz = f.mul(r, z);
+    let sin = f.fma(rz, s, r);
+    // cos r = 1 − z/2 + z²·C(z)
+    let c = f.horner_fma(
+        z,
+        &[
+            4.166_664_568_298_827e-2,
+            -1.388_731_625_493_765e-3,
+            2.443_315_711_809_948e-5,
+        ],
+    );
+    let zz = f.mul(z, z);
+    let half = f.lit(-0.5);
+    let c = f.mul(zz, c);
+    let c = f.fma(z, half, c);
+    let one = f.lit(1.0);
+    let cos = f.add(c, one);
+    let q = if cosine { int(f, "add.s32", j, 1) } else { j };
+    let odd = int(f, "and.b32", q, 1);
+    let use_cos = f.a.setp("ne", "s32", odd, 0);
+    let v = f.pick(use_cos, cos, sin);
+    let half_turn = int(f, "and.b32", q, 2);
+    let negate = f.a.setp("ne", "s32", half_turn, 0);
+    let nv = f.neg(v);
+    let y = f.pick(negate, nv, v);
+    f.a.op(format!("mov.f32 {res}, {y}"));
+    f.a.op(format!("bra.uni {done}"));
+    f.a.place(&slow);
+    let xw = f.a.un("cvt.f64.f32", Ty::F64, x);
+    let yw = super::math::sin_cos(f.a, xw, cosine);
+    f.a.op(format!("cvt.rn.f32.f64 {res}, {yw}"));
+    f.a.place(&done);
+    res
+}

@@ -596,16 +596,6 @@ impl<'k> Emitter<'k> {
         Ok(())
     }
 
-    /// `f` computed in f64 on `x` and rounded to the element type.
-    fn via_f64(&mut self, x: R, f: impl FnOnce(&mut Asm, R) -> R) -> R {
-        if self.w == Ty::F64 {
-            return f(&mut self.a, x);
-        }
-        let xw = self.a.un("cvt.f64.f32", Ty::F64, x);
-        let y = f(&mut self.a, xw);
-        self.a.un("cvt.rn.f32.f64", Ty::F32, y)
-    }
-
     /// A sequence written for both widths, at the element type's.
     fn either(&mut self, x: R, f: impl FnOnce(&mut Fp, R) -> R) -> R {
         f(
@@ -656,8 +646,10 @@ impl<'k> Emitter<'k> {
             UnaryOp::Log => self.native(x, math32::log, math::log),
             UnaryOp::Log10 => self.native(x, math32::log10, math::log10),
             UnaryOp::Tanh => self.native(x, math32::tanh, math::tanh),
-            UnaryOp::Sin => self.via_f64(x, |a, x| math::sin_cos(a, x, false)),
-            UnaryOp::Cos => self.via_f64(x, |a, x| math::sin_cos(a, x, true)),
+            UnaryOp::Sin if w == Ty::F32 => self.either(x, |f, x| math32::sin_cos(f, x, false)),
+            UnaryOp::Cos if w == Ty::F32 => self.either(x, |f, x| math32::sin_cos(f, x, true)),
+            UnaryOp::Sin => math::sin_cos(&mut self.a, x, false),
+            UnaryOp::Cos => math::sin_cos(&mut self.a, x, true),
             UnaryOp::Log1p => self.either(x, special::log1p),
             UnaryOp::Expm1 => self.either(x, special::expm1),
             UnaryOp::Atan => self.either(x, special::atan),
