@@ -8,7 +8,7 @@
 mod ptx_interp;
 
 use ptx_interp::{Buf, Program};
-use tenjin::gpu::ptx::{emit, Arch};
+use tenjin::gpu::ptx::{emit, emit_with, Access, Arch, IndexBits};
 use tenjin::symbolic::IndexFn;
 use tenjin::DType;
 
@@ -22,7 +22,18 @@ fn run(body: &str, x: &[f64], y: Option<&[f64]>, dtype: DType) -> Vec<f64> {
         args.push(("y", &shape[..]));
     }
     let f = IndexFn::parse(&format!("f[i] = {body}"), &args).unwrap();
-    let text = emit(&tenjin::kernel::lower(&f).unwrap(), dtype, Arch::Sm80, "k").unwrap();
+    // Scalar accesses: this interpreter is the independent oracle of the
+    // arithmetic; vector accesses are the simulator's to check.
+    let k = tenjin::kernel::lower(&f).unwrap();
+    let text = emit_with(
+        &k,
+        dtype,
+        Arch::Sm80,
+        "k",
+        IndexBits::Fitting,
+        Access::Scalar,
+    )
+    .unwrap();
     let p = Program::parse(&text).unwrap();
     let buf = |v: &[f64], w: bool| match dtype {
         DType::F32 => Buf::f32(&v.iter().map(|&x| x as f32).collect::<Vec<_>>(), w),

@@ -97,8 +97,9 @@ fn launch_over<D: Driver>(
 
 /// How a loop kernel is launched, fixed when it is compiled: its grid
 /// and block for the output count it was planned for (one thread per
-/// element in a grid-stride loop, or a block per element for a team),
-/// from the device's multiprocessor count.
+/// element or per group of elements of a vectorised kernel, in a
+/// grid-stride loop; or a block per element for a team), from the
+/// device's multiprocessor count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LaunchShape {
     total: usize,
@@ -107,11 +108,11 @@ struct LaunchShape {
 }
 
 impl LaunchShape {
-    fn new(driver: &impl Driver, total: usize, threads_per_output: u32) -> LaunchShape {
-        if threads_per_output <= 1 {
+    fn new(driver: &impl Driver, total: usize, team: u32, per_thread: usize) -> LaunchShape {
+        if team <= 1 {
             return LaunchShape {
                 total,
-                grid: grid(driver, total),
+                grid: grid(driver, total.div_ceil(per_thread.max(1))),
                 block: BLOCK,
             };
         }
@@ -120,7 +121,7 @@ impl LaunchShape {
         LaunchShape {
             total,
             grid: total.clamp(1, cap) as u32,
-            block: threads_per_output,
+            block: team,
         }
     }
 }
@@ -135,6 +136,8 @@ struct LoopKernel<D: Driver> {
     /// `Kernel::threads_per_output`: above 1, a block of that many threads
     /// per output element.
     threads_per_output: u32,
+    /// Output elements a thread computes per step (`ptx::elements_per_thread`).
+    per_thread: usize,
     shape: LaunchShape,
     /// The launch arguments (output first, then the inputs), refilled per run.
     args: Mutex<Vec<Arg>>,
@@ -156,7 +159,12 @@ impl<D: Driver> LoopKernel<D> {
         let shape = if total == self.shape.total {
             self.shape
         } else {
-            LaunchShape::new(&*self.driver, total, self.threads_per_output)
+            LaunchShape::new(
+                &*self.driver,
+                total,
+                self.threads_per_output,
+                self.per_thread,
+            )
         };
         let mut args = self.args.lock().unwrap_or_else(|e| e.into_inner());
         args.clear();
@@ -475,11 +483,16 @@ impl<D: Driver> GpuBackend<D> {
     fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
         let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
         let total = kernel.out_shape.iter().product();
+        let (team, per_thread) = (
+            kernel.threads_per_output,
+            ptx::elements_per_thread(kernel, dtype),
+        );
         Ok(LoopKernel {
             driver: self.driver.clone(),
             function: self.driver.load(&text)?,
-            threads_per_output: kernel.threads_per_output,
-            shape: LaunchShape::new(&*self.driver, total, kernel.threads_per_output),
+            threads_per_output: team,
+            per_thread,
+            shape: LaunchShape::new(&*self.driver, total, team, per_thread),
             args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),
         })
     }

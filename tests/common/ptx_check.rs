@@ -17,7 +17,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use tenjin::gpu::ptx::{emit_with, module, Arch, IndexBits};
+use tenjin::gpu::ptx::{emit_with, module, Access, Arch, IndexBits};
 use tenjin::jit::RouteKind;
 use tenjin::kernel::{Expr, Stmt};
 use tenjin::observe::{set_kernel_observer, KernelRun, Values};
@@ -119,16 +119,28 @@ pub fn check(run: &KernelRun<'_>) {
     let simulated =
         tenjin::gpu::check::simulate_module(&text, dtype, &run.inputs, out_len, grid, block)
             .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", f.name()));
-    // The same kernel with 64-bit index arithmetic (what sizes past 2³¹
-    // get) computes the same bits.
-    let wide = emit_with(&kernel, dtype, Arch::Sm80, "k", IndexBits::Wide).unwrap();
-    let wide = tenjin::gpu::check::simulate_module(&wide, dtype, &run.inputs, out_len, grid, block)
-        .unwrap_or_else(|e| panic!("{} (64-bit indices): {e}\n{kernel}", f.name()));
+    // The plain form of the same kernel, with 64-bit index arithmetic
+    // (what sizes past 2³¹ get) and one element per access (what
+    // unaligned buffers get), computes the same bits as the fitted form
+    // (32-bit indices, vector loads and stores where it qualifies).
+    let plain = emit_with(
+        &kernel,
+        dtype,
+        Arch::Sm80,
+        "k",
+        IndexBits::Wide,
+        Access::Scalar,
+    )
+    .unwrap();
+    let plain =
+        tenjin::gpu::check::simulate_module(&plain, dtype, &run.inputs, out_len, grid, block)
+            .unwrap_or_else(|e| panic!("{} (plain form): {e}\n{kernel}", f.name()));
     assert!(
-        wide.iter()
+        plain
+            .iter()
             .zip(&simulated)
             .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "{}: 32- and 64-bit index arithmetic differ\n{kernel}",
+        "{}: the fitted form (32-bit indices, vector accesses) and the plain form differ\n{kernel}",
         f.name()
     );
     // The same operations in the same order (a team sums in another).

@@ -108,7 +108,14 @@ pub fn module(key_hash: u64, k: &Kernel, dtype: DType, arch: Arch) -> Result<Str
 /// and `crate::planner::blocked_sums` produce these; vector loops and
 /// peeled output loops are the CPU backend's and are refused).
 pub fn emit(k: &Kernel, dtype: DType, arch: Arch, entry: &str) -> Result<String, Error> {
-    emit_with(k, dtype, arch, entry, IndexBits::Fitting)
+    emit_with(
+        k,
+        dtype,
+        arch,
+        entry,
+        IndexBits::Fitting,
+        Access::VectorWhereAligned,
+    )
 }
 
 /// The width of a module's index arithmetic.
@@ -121,7 +128,27 @@ pub enum IndexBits {
     Wide,
 }
 
-/// [`emit`] with the index width chosen by `bits`.
+/// How an element-wise kernel's threads reach memory.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Groups of consecutive elements with 16-byte vector loads and
+    /// stores when the kernel qualifies and its buffers are aligned (what
+    /// [`emit`] does; `stmt::vector`), else one element per access.
+    VectorWhereAligned,
+    /// One element per access always (the plain form tests compare with).
+    Scalar,
+}
+
+/// The output elements each thread of `k`'s module computes per step of
+/// its grid-stride loop when its buffers are aligned (a launch needs
+/// `⌈outputs / this⌉` threads).
+pub fn elements_per_thread(k: &Kernel, dtype: DType) -> usize {
+    stmt::Group::of(k, dtype).map_or(1, |g| g.lanes as usize)
+}
+
+/// [`emit`] with the index width chosen by `bits` and the memory access
+/// by `access`.
 #[doc(hidden)]
 pub fn emit_with(
     k: &Kernel,
@@ -129,8 +156,9 @@ pub fn emit_with(
     arch: Arch,
     entry: &str,
     bits: IndexBits,
+    access: Access,
 ) -> Result<String, Error> {
-    let body = stmt::Emitter::kernel(k, dtype, bits).map_err(|message| Error::Invalid {
+    let body = stmt::Emitter::kernel(k, dtype, bits, access).map_err(|message| Error::Invalid {
         function: k.name.clone(),
         message: format!("PTX emission: {message}\n{k}"),
     })?;

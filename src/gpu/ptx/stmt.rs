@@ -11,6 +11,9 @@ use crate::DType;
 
 mod narrow;
 mod team;
+mod vector;
+
+pub(crate) use vector::Group;
 
 type Res<T> = Result<T, String>;
 
@@ -41,6 +44,10 @@ pub(super) struct Emitter<'k> {
     /// The integer values' register type and suffix: `(B32, "s32")` when
     /// every one fits (`narrow`), else `(B64, "s64")`.
     int: (Ty, &'static str),
+    /// Several elements per thread with vector accesses (`vector`).
+    group: Option<Group>,
+    /// The lane whose registers `reg` and `ivar` name (0 outside a group).
+    lane: u32,
 }
 
 fn cmp_name(op: CmpOp) -> &'static str {
@@ -56,7 +63,12 @@ fn cmp_name(op: CmpOp) -> &'static str {
 }
 
 impl<'k> Emitter<'k> {
-    pub(super) fn kernel(k: &'k Kernel, dtype: DType, bits: super::IndexBits) -> Res<Body> {
+    pub(super) fn kernel(
+        k: &'k Kernel,
+        dtype: DType,
+        bits: super::IndexBits,
+        access: super::Access,
+    ) -> Res<Body> {
         let (w, sfx, size) = match dtype {
             DType::F32 => (Ty::F32, "f32", 4),
             DType::F64 => (Ty::F64, "f64", 8),
@@ -67,7 +79,12 @@ impl<'k> Emitter<'k> {
         } else {
             (Ty::B64, "s64")
         };
-        let mut a = Asm::new((int.0, k.num_ivars), (w, k.num_regs));
+        let group = match access {
+            super::Access::VectorWhereAligned => Group::of(k, dtype),
+            super::Access::Scalar => None,
+        };
+        let lanes = group.map_or(1, |g| g.lanes);
+        let mut a = Asm::new((int.0, k.num_ivars * lanes), (w, k.num_regs * lanes));
         let out = a.reg(Ty::B64);
         a.op(format!("ld.param.u64 {out}, [out]"));
         a.op(format!("cvta.to.global.u64 {out}, {out}"));
@@ -91,6 +108,8 @@ impl<'k> Emitter<'k> {
             team: None,
             loop_depth: 0,
             int,
+            group,
+            lane: 0,
         };
         e.grid_stride()?;
         let shared = e
@@ -103,15 +122,23 @@ impl<'k> Emitter<'k> {
         })
     }
 
+    /// The register of scalar `r` in the current lane.
     fn reg(&self, r: Reg) -> R {
-        R { ty: self.w, n: r.0 }
+        self.reg_in(r, self.lane)
     }
 
-    /// The register of integer value `v`.
+    fn reg_in(&self, r: Reg, lane: u32) -> R {
+        R {
+            ty: self.w,
+            n: r.0 + lane * self.k.num_regs,
+        }
+    }
+
+    /// The register of integer value `v` in the current lane.
     fn ivar(&self, v: IVar) -> R {
         R {
             ty: self.int.0,
-            n: v.0,
+            n: v.0 + self.lane * self.k.num_ivars,
         }
     }
 
@@ -162,14 +189,32 @@ impl<'k> Emitter<'k> {
             let idx = a.bin("add.s64", Ty::B64, base, t64);
             (idx, a.bin("mul.wide.u32", Ty::B64, ntid, nctaid))
         };
+        if let Some(g) = self.group {
+            self.group_loop(g, (idx, stride), &dims)?;
+        }
         let a = &mut self.a;
         let head = a.label();
         let done = a.label();
         a.place(&head);
         let p = a.setp("ge", "u64", idx, total);
         a.op(format!("@{p} bra {done}"));
-        // Coordinates, innermost first: 32-bit divisions when they fit.
-        let narrow = total <= u32::MAX as u64;
+        let coords = self.coordinates(idx, &dims);
+        self.coords = coords;
+        let body = &self.k.body;
+        self.output_level(body, 0)?;
+        let a = &mut self.a;
+        a.op(format!("add.s64 {idx}, {idx}, {stride}"));
+        a.op(format!("bra.uni {head}"));
+        a.place(&done);
+        a.op("ret");
+        Ok(())
+    }
+
+    /// The output coordinates of flat index `idx` over `dims`, outermost
+    /// first (32-bit divisions when the total fits).
+    fn coordinates(&mut self, idx: R, dims: &[u64]) -> Vec<R> {
+        let a = &mut self.a;
+        let narrow = dims.iter().product::<u64>() <= u32::MAX as u64;
         let mut coords = vec![idx; dims.len()];
         if narrow {
             let mut rest = a.un("cvt.u32.u64", Ty::B32, idx);
@@ -187,15 +232,7 @@ impl<'k> Emitter<'k> {
             }
             coords[0] = rest;
         }
-        self.coords = coords;
-        let body = &self.k.body;
-        self.output_level(body, 0)?;
-        let a = &mut self.a;
-        a.op(format!("add.s64 {idx}, {idx}, {stride}"));
-        a.op(format!("bra.uni {head}"));
-        a.place(&done);
-        a.op("ret");
-        Ok(())
+        coords
     }
 
     /// The statements of output level `depth`: the one output loop in it

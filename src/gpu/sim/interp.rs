@@ -187,6 +187,21 @@ pub(super) enum Op {
         src: Src,
         size: u8,
     },
+    /// `ld.global.v2`/`.v4`: `n` consecutive elements of `size` bytes into
+    /// `dst[..n]`; the address must be aligned to the whole vector.
+    LdV {
+        dst: [u32; 4],
+        n: u8,
+        addr: u32,
+        size: u8,
+    },
+    /// `st.global.v2`/`.v4`: `src[..n]` to consecutive elements.
+    StV {
+        addr: u32,
+        src: [Src; 4],
+        n: u8,
+        size: u8,
+    },
     /// `ld.shared` / `st.shared`: the block's shared memory.
     LdShared {
         dst: u32,
@@ -343,6 +358,50 @@ impl Decoder<'_> {
         }
     }
 
+    /// `ld.global.vN.ty {d0, …}, [a]` or `st.global.vN.ty [a], {s0, …}`
+    /// (`operands` split at the commas, braces still on).
+    fn vector(&mut self, store: bool, v: &str, operands: &[&str], ty: &str) -> Result<Op, String> {
+        let n: usize = match v {
+            "v2" => 2,
+            "v4" => 4,
+            _ => return Err(format!("no `{v}` access")),
+        };
+        if operands.len() != n + 1 {
+            return Err(format!("a {v} access takes {} operands", n + 1));
+        }
+        let (addr, list) = if store {
+            (&operands[0], &operands[1..])
+        } else {
+            (&operands[n], &operands[..n])
+        };
+        let addr = self.addr(Some(addr))?;
+        let size = width(ty)?;
+        let name = |x: &&str| x.trim_matches(|c| c == '{' || c == '}').trim().to_string();
+        if store {
+            let mut src = [Src(0); 4];
+            for (slot, x) in src.iter_mut().zip(list) {
+                *slot = self.src(&name(x), ty)?;
+            }
+            Ok(Op::StV {
+                addr,
+                src,
+                n: n as u8,
+                size,
+            })
+        } else {
+            let mut dst = [0; 4];
+            for (slot, x) in dst.iter_mut().zip(list) {
+                *slot = self.dst(Some(&name(x).as_str()))?;
+            }
+            Ok(Op::LdV {
+                dst,
+                n: n as u8,
+                addr,
+                size,
+            })
+        }
+    }
+
     /// One instruction without its guard: `op.mods a, b, c`.
     fn op(&mut self, text: &str) -> Result<Op, String> {
         let (opcode, operands) = match text.split_once(char::is_whitespace) {
@@ -391,6 +450,9 @@ impl Decoder<'_> {
                 src: self.src(arg(1)?, ty)?,
                 size: width(ty)?,
             },
+            "ld" | "st" if m.get(2).is_some_and(|v| v.starts_with('v')) => {
+                self.vector(m[0] == "st", m[2], &a, ty)?
+            }
             "ld" => Op::Ld {
                 dst: self.dst(a.first())?,
                 addr: self.addr(a.get(1))?,

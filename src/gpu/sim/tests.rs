@@ -238,3 +238,54 @@ fn races_and_divergent_barriers_in_shared_memory_are_errors() {
     let e = run_block_sum(&short).unwrap_err();
     assert!(e.contains("outside the 128 bytes of shared memory"), "{e}");
 }
+
+/// An element-wise kernel emitted with vector accesses (4 f32 a thread)
+/// computes the same values whether its buffers are aligned (the vector
+/// loop; the simulator refuses a misaligned vector access) or not (the
+/// scalar loop the kernel falls back to).
+#[test]
+fn vectorised_kernels_fall_back_to_scalar_accesses_on_misaligned_buffers() {
+    use crate::gpu::ptx::{self, Arch};
+    let shapes: [(&str, &[usize]); 2] = [("x", &[3, 8]), ("y", &[8])];
+    let f = crate::symbolic::IndexFn::parse("f[i; j] = x[i; j] * 2 + y[j] + x[i; 7 - j]", &shapes)
+        .unwrap();
+    let k = crate::kernel::lower(&f).unwrap();
+    assert_eq!(ptx::elements_per_thread(&k, DType::F32), 4);
+    let text = ptx::emit(&k, DType::F32, Arch::Sm80, "k").unwrap();
+    for op in ["ld.global.v4.f32", "st.global.v4.f32", "ld.global.f32"] {
+        assert!(text.contains(op), "no {op} in\n{text}");
+    }
+    let x: Vec<f32> = (0..24).map(|v| v as f32 * 0.5).collect();
+    let y: Vec<f32> = (0..8).map(|v| 10.0 - v as f32).collect();
+    let want: Vec<f32> = (0..24)
+        .map(|e| {
+            let (i, j) = (e / 8, e % 8);
+            x[e] * 2.0 + y[j] + x[i * 8 + 7 - j]
+        })
+        .collect();
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    for shift in [0u64, 4, 8] {
+        let (d, memory) = device();
+        let (out, xa, ya) = (
+            buffer(memory, 96 + 16),
+            buffer(memory, 96 + 16),
+            buffer(memory, 32 + 16),
+        );
+        // Only x moves off the 16-byte grid.
+        d.copy_to_device(xa + shift, &bytes(&x)).unwrap();
+        d.copy_to_device(ya, &bytes(&y)).unwrap();
+        let function = d.load(&text).unwrap();
+        d.launch(
+            &function,
+            2,
+            32,
+            &[
+                buf(out, 96, true),
+                buf(xa + shift, 96, false),
+                buf(ya, 32, false),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("x shifted by {shift} bytes: {e}"));
+        assert_eq!(read_f32(&d, out, 24), want, "x shifted by {shift} bytes");
+    }
+}

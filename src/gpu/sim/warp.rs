@@ -244,6 +244,27 @@ impl Warp {
                         first + l as u64
                     )
                     .map_err(|e| fail(l, e))?),
+                Op::LdV { dst, n, addr, size } => each_lane!(mask, |l| {
+                    let base = vector_base(r[at(addr, l)], n, size).map_err(|e| fail(l, e))?;
+                    for (i, &d) in dst[..n as usize].iter().enumerate() {
+                        r[at(d, l)] = memory
+                            .load(base + (i * size as usize) as u64, size as usize)
+                            .map_err(|e| fail(l, e))?
+                    }
+                }),
+                Op::StV { addr, src, n, size } => each_lane!(mask, |l| {
+                    let base = vector_base(r[at(addr, l)], n, size).map_err(|e| fail(l, e))?;
+                    for (i, s) in src[..n as usize].iter().enumerate() {
+                        memory
+                            .store(
+                                base + (i * size as usize) as u64,
+                                size as usize,
+                                r[at(s.0, l)],
+                                first + l as u64,
+                            )
+                            .map_err(|e| fail(l, e))?
+                    }
+                }),
                 Op::LdShared { dst, addr, size } => each_lane!(mask, |l| {
                     r[at(dst, l)] = shared
                         .load(r[at(addr, l)], size as usize, first + l as u64)
@@ -441,5 +462,18 @@ impl Program {
             }
         }
         Ok(())
+    }
+}
+
+/// The address of an `n`-element vector access of `size`-byte elements,
+/// checked to be aligned to the whole vector (as the hardware requires).
+fn vector_base(addr: u64, n: u8, size: u8) -> Result<u64, String> {
+    let bytes = n as u64 * size as u64;
+    if addr.is_multiple_of(bytes) {
+        Ok(addr)
+    } else {
+        Err(format!(
+            "misaligned {bytes}-byte vector access at {addr:#x}"
+        ))
     }
 }
