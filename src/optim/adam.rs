@@ -282,6 +282,19 @@ macro_rules! adam_impls {
                 Ok(())
             }
 
+            /// `betas.0`, the rate of the first moment's average.
+            fn momentum(&self) -> Option<f64> {
+                Some(self.inner.config.betas.0)
+            }
+
+            fn set_momentum(&mut self, beta1: f64) -> Result<(), Error> {
+                let mut c = self.inner.config;
+                c.betas.0 = beta1;
+                check_config($name, &c)?;
+                self.inner.config = c;
+                Ok(())
+            }
+
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
                 stepped_state_dict(&self.inner.params, &self.inner.state, ROWS)
             }

@@ -43,6 +43,7 @@
 //! ```
 
 mod adam;
+pub mod lr_scheduler;
 mod rmsprop;
 mod sgd;
 
@@ -79,6 +80,24 @@ pub trait Optimizer {
     /// Changes the learning rate used by the following steps (a schedule).
     /// No kernel is recompiled: the rate is a scalar tensor argument.
     fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error>;
+
+    /// The momentum a schedule may cycle (`lr_scheduler::OneCycleLR`):
+    /// SGD's and RMSprop's `momentum` when they were built with one,
+    /// Adam's `betas.0`; `None` for an optimizer without it.
+    fn momentum(&self) -> Option<f64> {
+        None
+    }
+
+    /// Changes that momentum for the following steps (a scalar tensor
+    /// argument, like the rate: nothing is recompiled). An optimizer
+    /// without one (SGD built with `momentum: 0` updates in place and keeps
+    /// no buffer) returns an error and is left as it was.
+    fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
+        Err(invalid(
+            "set_momentum",
+            format!("this optimizer has no momentum to set to {momentum}"),
+        ))
+    }
 
     /// The per-parameter state with PyTorch's names: `state.{k}.{name}`
     /// for parameter `k` (SGD: `momentum_buffer`; Adam: `step`, `exp_avg`,

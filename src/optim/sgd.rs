@@ -230,6 +230,30 @@ impl Optimizer for SGD {
         Ok(())
     }
 
+    fn momentum(&self) -> Option<f64> {
+        (self.config.momentum > 0.0).then_some(self.config.momentum)
+    }
+
+    /// Keeps the optimizer's form: one built with momentum keeps a
+    /// buffer, so its momentum stays above 0; one built without keeps none.
+    fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
+        check_non_negative("SGD", "momentum", momentum)?;
+        if self.config.momentum == 0.0 {
+            return Err(invalid(
+                "SGD",
+                format!("built with momentum 0 (no momentum buffer): cannot set momentum {momentum}; build it with momentum > 0"),
+            ));
+        }
+        if momentum == 0.0 {
+            return Err(invalid(
+                "SGD",
+                "built with a momentum buffer: its momentum must stay > 0, got 0".into(),
+            ));
+        }
+        self.config.momentum = momentum;
+        Ok(())
+    }
+
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
         let mut out = Vec::new();
         for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
