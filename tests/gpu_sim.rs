@@ -414,11 +414,17 @@ fn a_cached_step_runs_on_the_device_alone() {
         };
         Box::new(Adam::new(params, config).unwrap())
     };
-    cached_step_on_the_device(&sgd);
-    cached_step_on_the_device(&adam);
+    cached_step_on_the_device(&sgd, None);
+    cached_step_on_the_device(&adam, None);
+    // Clipping by the total norm keeps it there: the norm and the
+    // coefficient stay on the device.
+    cached_step_on_the_device(&adam, Some(0.5));
 }
 
-fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer>) {
+fn cached_step_on_the_device(
+    optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer>,
+    clip: Option<f64>,
+) {
     let device = gpu();
     let x = Tensor::from_vec_on(
         data(32 * 20, 5).iter().map(|&v| v as f32).collect(),
@@ -445,6 +451,11 @@ fn cached_step_on_the_device(optimizer: &dyn Fn(Vec<Tensor>) -> Box<dyn Optimize
             .mul_scalar(-1.0 / 32.0)
             .unwrap();
         loss.backward().unwrap();
+        if let Some(max_norm) = clip {
+            let total =
+                tenjin::nn::utils::clip_grad_norm(&[w.clone(), v.clone()], max_norm, 2.0).unwrap();
+            assert_eq!(total.device(), device);
+        }
         opt.step().unwrap();
         loss.item().unwrap()
     };

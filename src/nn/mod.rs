@@ -37,6 +37,7 @@ mod embedding;
 pub mod init;
 mod linear;
 mod norm;
+pub mod utils;
 
 pub use activation::{Flatten, Lambda, ReLU, Sigmoid, Tanh};
 pub use conv::{Conv2d, Conv2dConfig};

@@ -256,6 +256,56 @@ impl Tensor {
         }
     }
 
+    /// Replaces the gradient of this leaf with `grad`'s values (shared,
+    /// not copied: a later `backward` accumulates into a copy while
+    /// `grad` is held elsewhere), or clears it with `None` — for code that
+    /// edits gradients (PyTorch's `p.grad = g`). `grad` must have this
+    /// tensor's shape, dtype and device; a view is made contiguous first.
+    /// The gradient is a constant afterwards (a recorded one's graph is
+    /// dropped). On an error the gradient is as it was.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let w = Tensor::from_vec_f64(vec![1.0, 2.0], &[2])?.requires_grad();
+    /// w.mul(&w)?.sum()?.backward()?;
+    /// let halved = w.grad().unwrap().mul_scalar(0.5)?;
+    /// w.set_grad(Some(&halved))?;
+    /// assert_eq!(w.grad().unwrap().to_vec_f64()?, vec![1.0, 2.0]);
+    /// assert!(w.set_grad(Some(&Tensor::zeros(&[3], tenjin::DType::F64)?)).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn set_grad(&self, grad: Option<&Tensor>) -> Result<(), Error> {
+        self.try_grad()?; // a leaf that requires a gradient, not a view
+        let Origin::Leaf(leaf) = self.origin() else {
+            unreachable!("try_grad accepted it")
+        };
+        let Some(g) = grad else {
+            leaf.set(None);
+            return Ok(());
+        };
+        if g.shape() != self.shape() || g.dtype() != self.dtype() || g.device() != self.device() {
+            return Err(Error::shape(
+                "set_grad",
+                format!(
+                    "a gradient of shape {:?} ({:?} on {}) for a tensor of shape {:?} ({:?} on {})",
+                    g.shape(),
+                    g.dtype(),
+                    g.device(),
+                    self.shape(),
+                    self.dtype(),
+                    self.device()
+                ),
+            ));
+        }
+        let g = if g.is_view() {
+            g.contiguous()?
+        } else {
+            g.clone()
+        };
+        leaf.set(Some(g.storage_and_origin().0.clone()));
+        Ok(())
+    }
+
     /// Clears the gradient of this leaf (the next `backward` starts from
     /// zero). A no-op on tensors without a gradient.
     pub fn zero_grad(&self) {

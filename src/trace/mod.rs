@@ -199,6 +199,31 @@ impl Leaf {
         Some((grad.clone()?, origin))
     }
 
+    /// Replaces the gradient with `g` (a constant: a recorded gradient's
+    /// graph is dropped), or clears it.
+    pub(crate) fn set(&self, g: Option<Arc<Storage>>) {
+        // Locks in one order everywhere: `graph`, then `grad`.
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        *self.grad.lock().unwrap_or_else(|e| e.into_inner()) = g;
+        *graph = None;
+    }
+
+    /// Runs `f` over the gradient's storage, holding the gradient's lock,
+    /// when nobody but this leaf holds it (a gradient tensor someone holds
+    /// never changes under them) and it is not a recorded one; returns
+    /// what `f` returns, or `Ok(false)` without calling it.
+    pub(crate) fn with_sole_grad(
+        &self,
+        f: impl FnOnce(&Arc<Storage>) -> Result<bool, Error>,
+    ) -> Result<bool, Error> {
+        let graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        let grad = self.grad.lock().unwrap_or_else(|e| e.into_inner());
+        match grad.as_ref() {
+            Some(g) if graph.is_none() && Arc::strong_count(g) == 1 => f(g),
+            _ => Ok(false),
+        }
+    }
+
     pub(crate) fn clear(&self) {
         // Locks in one order everywhere: `graph`, then `grad`.
         let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
