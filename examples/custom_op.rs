@@ -62,8 +62,12 @@ impl Module for DilatedConv {
         )
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.w.clone(), self.bias.clone()]
+    /// Registered once: `parameters()` and `state_dict()` derive from it.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("weight".into(), self.w.clone()),
+            ("bias".into(), self.bias.clone()),
+        ]
     }
 }
 

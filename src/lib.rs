@@ -109,7 +109,7 @@ pub use ops::{index_fn, index_fn_with_sizes, CrossEntropyOptions, LossReduction,
 pub use runtime::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };
-pub use tensor::{default_device, explain, set_default_device, Tensor};
+pub use tensor::{default_device, explain, set_default_device, Dim, Tensor};
 pub use trace::{no_grad, Explanation, NoGradGuard};
 
 /// The README's examples, compiled and run as doctests.

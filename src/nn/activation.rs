@@ -1,4 +1,5 @@
-//! Parameter-free layers: activations, [`Flatten`], and [`Lambda`] for
+//! Parameter-free layers: activations ([`ReLU`], [`Tanh`], [`Sigmoid`],
+//! [`GELU`], [`SiLU`]), [`Flatten`], and [`Lambda`] for
 //! any function of a tensor (a one-line custom op, for instance).
 
 use super::{config_error, Module};
@@ -15,6 +16,25 @@ pub struct Tanh;
 /// `1 / (1 + exp(-x))` element-wise.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sigmoid;
+
+/// GELU, `x·Φ(x)` (PyTorch's `nn.GELU()`), or with `tanh: true` its tanh
+/// approximation (`nn.GELU(approximate="tanh")`).
+///
+/// ```
+/// use tenjin::nn::{Module, GELU};
+/// let x = tenjin::Tensor::from_vec_f64(vec![-1.0, 0.0, 2.0], &[3])?;
+/// let y = GELU::default().forward(&x)?.to_vec_f64()?;
+/// assert!((y[2] - 1.954499736103642).abs() < 1e-15 && y[1] == 0.0);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GELU {
+    pub tanh: bool,
+}
+
+/// SiLU (swish), `x·σ(x)` element-wise.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SiLU;
 
 /// `[N, d1, d2, ...]` → `[N, d1·d2·...]` (as `torch.nn.Flatten()`); a
 /// reshape, so dense inputs are not copied.
@@ -45,6 +65,22 @@ impl Module for Tanh {
 impl Module for Sigmoid {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         x.sigmoid()
+    }
+}
+
+impl Module for GELU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        if self.tanh {
+            x.gelu_tanh()
+        } else {
+            x.gelu()
+        }
+    }
+}
+
+impl Module for SiLU {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        x.silu()
     }
 }
 

@@ -188,12 +188,6 @@ impl Module for Conv2d {
         )
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        std::iter::once(self.weight.clone())
-            .chain(self.bias.clone())
-            .collect()
-    }
-
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         std::iter::once(("weight".to_string(), self.weight.clone()))
             .chain(self.bias.clone().map(|b| ("bias".to_string(), b)))

@@ -44,10 +44,6 @@ impl Module for Embedding {
         self.weight.embedding(ids)
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.weight.clone()]
-    }
-
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         vec![("weight".into(), self.weight.clone())]
     }

@@ -39,7 +39,7 @@ mod linear;
 mod norm;
 pub mod utils;
 
-pub use activation::{Flatten, Lambda, ReLU, Sigmoid, Tanh};
+pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use embedding::Embedding;
 pub use linear::Linear;
@@ -53,27 +53,77 @@ pub trait Module {
     /// parameter or `x` requires a gradient).
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error>;
 
-    /// The tensors an optimizer trains: leaves that require a gradient,
-    /// each listed once. None by default.
+    /// The tensors an optimizer trains: the tensors of
+    /// [`Module::named_parameters`], where each parameter is registered
+    /// once (override only to change the order).
     fn parameters(&self) -> Vec<Tensor> {
-        Vec::new()
-    }
-
-    /// The parameters with PyTorch's names (`weight`, `bias`; `0.weight`
-    /// inside a [`Sequential`]). The default numbers them `0, 1, …`.
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let params = self.parameters();
-        params
+        self.named_parameters()
             .into_iter()
-            .enumerate()
-            .map(|(k, p)| (k.to_string(), p))
+            .map(|(_, p)| p)
             .collect()
     }
 
-    /// State that is not trained by gradients but saved with the model
-    /// (a batch norm's running statistics), named as PyTorch names it.
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+    /// The parameters with PyTorch's names (`weight`, `bias`;
+    /// `0.weight` inside a [`Sequential`]): leaves that require a gradient,
+    /// each once. A layer lists its own; the default lists its children's
+    /// ([`Module::named_children`]) under `{child}.{name}`, a parameter
+    /// shared by two children once, under its first name.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        from_children(self, |c| c.named_parameters())
+    }
+
+    /// The modules inside this one, by PyTorch's names (`0`, `1`, … in a
+    /// [`Sequential`] or a [`ModuleList`]): what the defaults of
+    /// [`Module::named_parameters`], [`Module::named_buffers`] and
+    /// [`Module::set_training`] walk. None by default.
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
         Vec::new()
+    }
+
+    /// State that is not trained by gradients but saved with the model
+    /// (a batch norm's running statistics), named as PyTorch names it; the
+    /// default lists the children's.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        from_children(self, |c| c.named_buffers())
+    }
+
+    /// Puts this module and every module inside it into training (`true`)
+    /// or evaluation mode. A module whose forward depends on the mode
+    /// ([`BatchNorm`]) keeps it; the default passes it on to the children.
+    fn set_training(&self, training: bool) {
+        for (_, c) in self.named_children() {
+            c.set_training(training);
+        }
+    }
+
+    /// Training mode, for this module and every module inside it
+    /// (PyTorch's `model.train()`).
+    ///
+    /// ```
+    /// use tenjin::nn::{BatchNorm, Linear, Module, Sequential};
+    /// let model = Sequential::new()
+    ///     .add(Linear::new(4, 3, 0)?)
+    ///     .add(BatchNorm::new(3, 1e-5, 0.1, tenjin::DType::F32)?);
+    /// model.eval();
+    /// assert!(!model.is_training() && !model.layers()[1].is_training());
+    /// model.train();
+    /// assert!(model.is_training());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    fn train(&self) {
+        self.set_training(true)
+    }
+
+    /// Evaluation mode, for this module and every module inside it
+    /// (PyTorch's `model.eval()`).
+    fn eval(&self) {
+        self.set_training(false)
+    }
+
+    /// Whether the module is in training mode: its own mode when it has
+    /// one, else whether every child is (true for a module with neither).
+    fn is_training(&self) -> bool {
+        self.named_children().iter().all(|(_, c)| c.is_training())
     }
 
     /// Parameters and buffers by name: what [`crate::safetensors::save`]
@@ -187,8 +237,20 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).named_parameters()
     }
 
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        (**self).named_children()
+    }
+
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         (**self).named_buffers()
+    }
+
+    fn set_training(&self, training: bool) {
+        (**self).set_training(training)
+    }
+
+    fn is_training(&self) -> bool {
+        (**self).is_training()
     }
 }
 
@@ -205,8 +267,20 @@ impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
         (**self).named_parameters()
     }
 
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        (**self).named_children()
+    }
+
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         (**self).named_buffers()
+    }
+
+    fn set_training(&self, training: bool) {
+        (**self).set_training(training)
+    }
+
+    fn is_training(&self) -> bool {
+        (**self).is_training()
     }
 }
 
@@ -274,39 +348,89 @@ impl Module for Sequential {
         Ok(h)
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut out: Vec<Tensor> = Vec::new();
-        for p in self.layers.iter().flat_map(|l| l.parameters()) {
-            if !out.iter().any(|q| same_tensor(q, &p)) {
-                out.push(p);
-            }
-        }
-        out
+    /// The layers by index (`0`, `1`, …): parameters are named
+    /// `{index}.{name}`, each shared one once (its first name).
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .map(|(k, l)| (k.to_string(), &**l as &dyn Module))
+            .collect()
+    }
+}
+
+/// Modules held in a list (PyTorch's `nn.ModuleList`): their parameters,
+/// buffers and mode are the list's (named `0`, `1`, …), and the caller's
+/// forward decides how to apply them — the list has no forward of its own.
+///
+/// ```
+/// use tenjin::nn::{Linear, Module, ModuleList};
+/// use tenjin::{DType, Tensor};
+/// let mut blocks = ModuleList::new();
+/// for seed in 0..3 {
+///     blocks.push(Linear::new(4, 4, seed)?);
+/// }
+/// let mut h = Tensor::ones(&[2, 4], DType::F32)?;
+/// for b in blocks.iter() {
+///     h = h.add(&b.forward(&h)?)?; // residual blocks
+/// }
+/// assert_eq!(blocks.named_parameters()[2].0, "1.weight");
+/// assert!(blocks.forward(&h).is_err());
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Default)]
+pub struct ModuleList {
+    modules: Vec<Box<dyn Module + Send + Sync>>,
+}
+
+impl ModuleList {
+    pub fn new() -> ModuleList {
+        ModuleList::default()
     }
 
-    /// `{layer index}.{name}`, each shared parameter once (its first name).
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out: Vec<(String, Tensor)> = Vec::new();
-        for (k, l) in self.layers.iter().enumerate() {
-            for (n, p) in l.named_parameters() {
-                if !out.iter().any(|(_, q)| same_tensor(q, &p)) {
-                    out.push((format!("{k}.{n}"), p));
-                }
-            }
-        }
-        out
+    /// Appends `module`.
+    pub fn push<M: Module + Send + Sync + 'static>(&mut self, module: M) {
+        self.modules.push(Box::new(module));
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        for (k, l) in self.layers.iter().enumerate() {
-            out.extend(
-                l.named_buffers()
-                    .into_iter()
-                    .map(|(n, b)| (format!("{k}.{n}"), b)),
-            );
-        }
-        out
+    pub fn len(&self) -> usize {
+        self.modules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.modules.is_empty()
+    }
+
+    /// Module `k`, if there is one.
+    pub fn get(&self, k: usize) -> Option<&(dyn Module + Send + Sync)> {
+        self.modules.get(k).map(|m| &**m)
+    }
+
+    /// The modules, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &(dyn Module + Send + Sync)> {
+        self.modules.iter().map(|m| &**m)
+    }
+}
+
+impl Module for ModuleList {
+    /// An error: a list does not say how its modules combine.
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        Err(config_error(
+            "ModuleList",
+            format!(
+                "a ModuleList of {} modules has no forward (input {:?}): apply its modules in your own forward",
+                self.modules.len(),
+                x.shape()
+            ),
+        ))
+    }
+
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        self.modules
+            .iter()
+            .enumerate()
+            .map(|(k, m)| (k.to_string(), &**m as &dyn Module))
+            .collect()
     }
 }
 
@@ -318,6 +442,23 @@ impl std::fmt::Debug for Sequential {
 
 /// Whether `a` and `b` are the same parameter: clones of one tensor, or
 /// tensors of one leaf.
+/// `f` of every child of `m`, named `{child}.{name}`, each tensor once
+/// (under its first name).
+fn from_children<M: Module + ?Sized>(
+    m: &M,
+    f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>,
+) -> Vec<(String, Tensor)> {
+    let mut out: Vec<(String, Tensor)> = Vec::new();
+    for (child, c) in m.named_children() {
+        for (n, t) in f(c) {
+            if !out.iter().any(|(_, q)| same_tensor(q, &t)) {
+                out.push((format!("{child}.{n}"), t));
+            }
+        }
+    }
+    out
+}
+
 pub(crate) fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
     use crate::trace::Origin;
     if std::sync::Arc::ptr_eq(&a.0, &b.0) {

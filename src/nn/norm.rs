@@ -45,10 +45,6 @@ impl Module for LayerNorm {
         )
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.weight.clone(), self.bias.clone()]
-    }
-
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         vec![
             ("weight".into(), self.weight.clone()),
@@ -98,16 +94,6 @@ impl BatchNorm {
             momentum,
             training: AtomicBool::new(true),
         })
-    }
-
-    /// Normalise with the running statistics from now on.
-    pub fn eval(&self) {
-        self.training.store(false, Relaxed);
-    }
-
-    /// Normalise with batch statistics (and update the running ones).
-    pub fn train(&self) {
-        self.training.store(true, Relaxed);
     }
 
     /// `[C]` as `[1, C, 1, …]` for an input of `rank`.
@@ -172,15 +158,21 @@ impl Module for BatchNorm {
         normalize(x, &dims, self.eps, Some(&w), Some(&b))
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.weight.clone(), self.bias.clone()]
-    }
-
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         vec![
             ("weight".into(), self.weight.clone()),
             ("bias".into(), self.bias.clone()),
         ]
+    }
+
+    /// Training: batch statistics normalise (and update the running
+    /// ones); evaluation: the running statistics normalise.
+    fn set_training(&self, training: bool) {
+        self.training.store(training, Relaxed);
+    }
+
+    fn is_training(&self) -> bool {
+        self.training.load(Relaxed)
     }
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {

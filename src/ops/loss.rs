@@ -13,6 +13,7 @@
 use super::formula::{access, define, indices, reduce, sum_to};
 use super::shape::empty_like;
 use super::{apply, lit};
+use crate::tensor::Dim;
 use crate::tensor::Tensor;
 use crate::DType;
 use crate::Error;
@@ -132,7 +133,8 @@ impl Tensor {
     /// assert!(x.softmax(2).is_err());
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn softmax(&self, dim: usize) -> Result<Tensor, Error> {
+    pub fn softmax(&self, dim: impl Dim) -> Result<Tensor, Error> {
+        let dim = dim.resolve("softmax", self.shape())?;
         along("softmax", self, dim, "exp ({x} - {lse})")
     }
 
@@ -145,7 +147,8 @@ impl Tensor {
     /// assert!(l.iter().all(|v| (v + 4f64.ln()).abs() < 1e-12));
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn log_softmax(&self, dim: usize) -> Result<Tensor, Error> {
+    pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor, Error> {
+        let dim = dim.resolve("log_softmax", self.shape())?;
         along("log_softmax", self, dim, "{x} - {lse}")
     }
 

@@ -9,6 +9,7 @@
 
 use super::formula::{self, access, cmp, define, guard, indices, shifted, size_refs};
 use super::{apply, lit};
+use crate::tensor::Dim;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -87,13 +88,14 @@ impl Tensor {
     /// assert!(e.contains("dimension 1"), "{e}");
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor, Error> {
+    pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor, Error> {
         let Some(first) = tensors.first() else {
             return Err(Error::shape(
                 "cat",
                 "no tensors to concatenate (cat needs at least one)".into(),
             ));
         };
+        let dim = dim.resolve("cat", first.shape())?;
         let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
         let rank = first.rank();
         if dim >= rank {
@@ -182,13 +184,14 @@ impl Tensor {
     /// assert_eq!(Tensor::stack(&[&a, &b], 1)?.shape(), &[2, 2]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn stack(tensors: &[&Tensor], dim: usize) -> Result<Tensor, Error> {
+    pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor, Error> {
         let Some(first) = tensors.first() else {
             return Err(Error::shape(
                 "stack",
                 "no tensors to stack (stack needs at least one)".into(),
             ));
         };
+        let dim = dim.resolve_among("stack", first.shape(), first.rank() + 1)?;
         let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
         if let Some(k) = shapes.iter().position(|s| *s != first.shape()) {
             return Err(Error::shape(

@@ -11,6 +11,7 @@
 use super::reduce::Reduction;
 use super::{apply, formula, lit};
 use crate::dtype::DType;
+use crate::tensor::Dim;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -87,7 +88,8 @@ impl Tensor {
     /// assert_eq!(x.prod(1, false)?.to_vec_f64()?, vec![6., 0.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn prod(&self, dim: usize, keepdim: bool) -> Result<Tensor, Error> {
+    pub fn prod(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor, Error> {
+        let dim = dim.resolve("prod", self.shape())?;
         Reduction::new("prod", self.shape(), &[dim], keepdim)?;
         let mut t = self.clone();
         if t.shape()[dim] == 0 {
@@ -126,7 +128,8 @@ impl Tensor {
     /// assert_eq!(x.cumsum(1)?.to_vec_f64()?, vec![1., 3., 3., 7.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn cumsum(&self, dim: usize) -> Result<Tensor, Error> {
+    pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor, Error> {
+        let dim = dim.resolve("cumsum", self.shape())?;
         Reduction::new("cumsum", self.shape(), &[dim], false)?;
         if self.numel() == 0 {
             return super::shape::empty_like(self.shape(), self);
@@ -151,12 +154,14 @@ impl Tensor {
     /// assert_eq!(x.argmax(1, false)?.to_vec_i64()?, vec![1, 0]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor, Error> {
+    pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor, Error> {
+        let dim = dim.resolve("argmax", self.shape())?;
         self.arg_extremum("argmax", dim, keepdim)
     }
 
     /// The index of the first minimum along `dim`, as `i64`.
-    pub fn argmin(&self, dim: usize, keepdim: bool) -> Result<Tensor, Error> {
+    pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor, Error> {
+        let dim = dim.resolve("argmin", self.shape())?;
         self.arg_extremum("argmin", dim, keepdim)
     }
 

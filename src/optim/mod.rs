@@ -142,6 +142,12 @@ impl Param {
     /// Validates `params`: dense leaves that require a gradient, each
     /// listed once (a parameter listed twice would be updated twice).
     pub(crate) fn collect(op: &str, params: Vec<Tensor>) -> Result<Vec<Param>, Error> {
+        if params.is_empty() {
+            return Err(invalid(
+                op,
+                "no parameters to optimize (a custom module lists its parameters by implementing Module::named_parameters, or its children by named_children)".into(),
+            ));
+        }
         let mut out: Vec<Param> = Vec::with_capacity(params.len());
         for (i, t) in params.into_iter().enumerate() {
             let p = Param::new(op, i, t)?;

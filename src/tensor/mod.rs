@@ -9,6 +9,7 @@
 
 mod create;
 mod device;
+mod dim;
 mod integer;
 mod tape;
 pub(crate) mod view;
@@ -22,6 +23,7 @@ use crate::DType;
 use crate::Error;
 pub(crate) use device::move_all;
 pub use device::{default_device, set_default_device};
+pub use dim::Dim;
 use std::sync::Arc;
 pub use tape::explain;
 

@@ -11,6 +11,7 @@
 
 use super::{Layout, Tensor};
 use crate::symbolic::compose::AffineMap;
+use crate::tensor::Dim;
 use crate::Error;
 
 pub(crate) fn view_error(op: &str, shape: &[usize], message: String) -> Error {
@@ -70,7 +71,11 @@ impl Tensor {
     }
 
     /// Dimensions `a` and `b` swapped.
-    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor, Error> {
+    pub fn transpose(&self, a: impl Dim, b: impl Dim) -> Result<Tensor, Error> {
+        let (a, b) = (
+            a.resolve("transpose", self.shape())?,
+            b.resolve("transpose", self.shape())?,
+        );
         self.check_dim("transpose", a)?;
         self.check_dim("transpose", b)?;
         let mut dims: Vec<usize> = (0..self.rank()).collect();
@@ -104,7 +109,8 @@ impl Tensor {
     /// assert!(x.narrow(0, 3, 3).is_err());
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor, Error> {
+    pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Tensor, Error> {
+        let dim = dim.resolve("narrow", self.shape())?;
         self.slice(dim, start, start.saturating_add(len), 1)
     }
 
@@ -200,7 +206,8 @@ impl Tensor {
     }
 
     /// A new dimension of size 1 at `dim`.
-    pub fn unsqueeze(&self, dim: usize) -> Result<Tensor, Error> {
+    pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor, Error> {
+        let dim = dim.resolve_among("unsqueeze", self.shape(), self.rank() + 1)?;
         if dim > self.rank() {
             return Err(view_error(
                 "unsqueeze",
@@ -228,7 +235,8 @@ impl Tensor {
     }
 
     /// Dimension `dim`, which must have size 1, removed.
-    pub fn squeeze(&self, dim: usize) -> Result<Tensor, Error> {
+    pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor, Error> {
+        let dim = dim.resolve("squeeze", self.shape())?;
         self.check_dim("squeeze", dim)?;
         if self.shape()[dim] != 1 {
             return Err(view_error(
