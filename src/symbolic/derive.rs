@@ -192,13 +192,21 @@ impl<'a> Derivation<'a> {
     /// children; returns the adjoint of every access of the target argument
     /// per context, in a deterministic order.
     fn accumulate(&mut self, seed: NodeId) -> BTreeMap<(NodeId, CtxId), NodeId> {
-        let mut pending: BTreeMap<NodeId, BTreeMap<CtxId, NodeId>> = BTreeMap::new();
+        // Per node and context, the contributions to its adjoint in the
+        // order they arrive, summed when the node is taken: as a balanced
+        // tree when there are many (`Graph::add_all`), so a node read by
+        // 10,000 terms gets an adjoint 14 levels deep, not 10,000.
+        let mut pending: BTreeMap<NodeId, BTreeMap<CtxId, Vec<NodeId>>> = BTreeMap::new();
         pending
             .entry(self.f.root)
             .or_default()
-            .insert(self.contexts.root(), seed);
+            .insert(self.contexts.root(), vec![seed]);
         let mut occurrences = BTreeMap::new();
-        while let Some((n, by_ctx)) = pending.pop_last() {
+        while let Some((n, contributions)) = pending.pop_last() {
+            let by_ctx: BTreeMap<CtxId, NodeId> = contributions
+                .into_iter()
+                .map(|(ctx, terms)| (ctx, self.g.add_all(&terms)))
+                .collect();
             if let Node::Access { arg, .. } = self.g.node(n) {
                 if *arg == self.target {
                     for (ctx, adj) in by_ctx {
@@ -219,12 +227,12 @@ impl<'a> Derivation<'a> {
                     let contribution = self.g.mul(adj, partial);
                     for alt in &edge.alternatives {
                         let child_ctx = self.contexts.extend(ctx, alt);
-                        let slot = pending.entry(edge.child).or_default();
-                        let sum = match slot.get(&child_ctx) {
-                            Some(&prev) => self.g.add(prev, contribution),
-                            None => contribution,
-                        };
-                        slot.insert(child_ctx, sum);
+                        pending
+                            .entry(edge.child)
+                            .or_default()
+                            .entry(child_ctx)
+                            .or_default()
+                            .push(contribution);
                     }
                 }
             }
