@@ -121,6 +121,18 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "tril_0" => t[0].tril(0),
         "triu_1" => t[0].triu(1),
         "layer_norm" => t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
+        "layer_norm_no_affine" => {
+            tenjin::nn::LayerNorm::with_options(&[4], 1e-5, false, DType::F64)?.forward(&t[0])
+        }
+        "masked_fill" => {
+            t[0].masked_fill(&t[0].detach().gt(&Tensor::scalar(0.5, DType::F64)?)?, -1.25)
+        }
+        "masked_fill_row_mask" => {
+            t[0].masked_fill(&Tensor::from_vec_f64(vec![1.0, 0.0, 1.0, 0.0], &[4])?, 2.0)
+        }
+        "chunk3_dim1_weighted" => weighted_cat(t[0].chunk(3, 1)?, 1),
+        "split3_dim1_weighted" => weighted_cat(t[0].split(3, -1)?, 1),
+        "split_sizes_dim0_weighted" => weighted_cat(t[0].split_sizes(&[1, 2], 0)?, 0),
         "l1_loss" => t[0].l1_loss(&t[1], r),
         "smooth_l1_loss_beta0.5" => t[0].smooth_l1_loss(&t[1], 0.5, r),
         "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
@@ -174,6 +186,17 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "adaptive_avg_pool2d" => t[0].adaptive_avg_pool2d([2, 3]),
         other => panic!("no tenjin op for the reference case {other}"),
     }
+}
+
+/// `cat([part_k · (k + 1)], dim)`: each piece of a split scaled by its
+/// position, so the reference checks where every piece went.
+fn weighted_cat(parts: Vec<Tensor>, dim: usize) -> Result<Tensor, Error> {
+    let scaled = parts
+        .iter()
+        .enumerate()
+        .map(|(k, p)| p.mul_scalar((k + 1) as f64))
+        .collect::<Result<Vec<_>, _>>()?;
+    Tensor::cat(&scaled.iter().collect::<Vec<_>>(), dim)
 }
 
 fn close(what: &str, got: &[f64], want: &[f64]) -> Result<(), String> {

@@ -20,32 +20,73 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub struct LayerNorm {
+    /// The scale (ones at first); a constant the forward does not read
+    /// without `elementwise_affine`.
     pub weight: Tensor,
+    /// The shift (zeros at first); likewise.
     pub bias: Tensor,
     eps: f64,
+    elementwise_affine: bool,
 }
 
 impl LayerNorm {
+    /// With a learned scale and shift (PyTorch's default).
     pub fn new(normalized_shape: &[usize], eps: f64, dtype: DType) -> Result<LayerNorm, Error> {
+        LayerNorm::with_options(normalized_shape, eps, true, dtype)
+    }
+
+    /// PyTorch's `LayerNorm(normalized_shape, eps, elementwise_affine)`:
+    /// without the affine part the module has no parameters and only
+    /// normalises.
+    ///
+    /// ```
+    /// use tenjin::nn::{LayerNorm, Module};
+    /// use tenjin::{DType, Tensor};
+    /// let ln = LayerNorm::with_options(&[2], 1e-5, false, DType::F64)?;
+    /// assert!(ln.named_parameters().is_empty());
+    /// let y = ln.forward(&Tensor::from_vec_f64(vec![1.0, 3.0], &[1, 2])?)?.to_vec_f64()?;
+    /// assert!((y[0] + 1.0).abs() < 1e-5 && (y[1] - 1.0).abs() < 1e-5);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_options(
+        normalized_shape: &[usize],
+        eps: f64,
+        elementwise_affine: bool,
+        dtype: DType,
+    ) -> Result<LayerNorm, Error> {
+        let (weight, bias) = (
+            Tensor::ones(normalized_shape, dtype)?,
+            Tensor::zeros(normalized_shape, dtype)?,
+        );
+        let (weight, bias) = if elementwise_affine {
+            (weight.requires_grad(), bias.requires_grad())
+        } else {
+            (weight, bias)
+        };
         Ok(LayerNorm {
-            weight: Tensor::ones(normalized_shape, dtype)?.requires_grad(),
-            bias: Tensor::zeros(normalized_shape, dtype)?.requires_grad(),
+            weight,
+            bias,
             eps,
+            elementwise_affine,
         })
     }
 }
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        let affine = self.elementwise_affine;
         x.layer_norm(
             self.weight.rank(),
-            Some(&self.weight),
-            Some(&self.bias),
+            affine.then_some(&self.weight),
+            affine.then_some(&self.bias),
             self.eps,
         )
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        if !self.elementwise_affine {
+            return Vec::new();
+        }
         vec![
             ("weight".into(), self.weight.clone()),
             ("bias".into(), self.bias.clone()),

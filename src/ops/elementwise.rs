@@ -243,6 +243,50 @@ impl Tensor {
         apply("where", &src, &[("c", &c), ("a", &a), ("b", &b)], &[])
     }
 
+    /// `value` where `mask` is non-zero, else `self` (PyTorch's
+    /// `masked_fill`); `mask` broadcasts to `self`'s shape and carries no
+    /// gradient. `value` may be ±∞ or NaN (an attention mask's `-inf`).
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let scores = Tensor::from_vec(vec![1., 2., 3., 4.], &[2, 2])?;
+    /// let causal = Tensor::from_vec(vec![0., 1., 0., 0.], &[2, 2])?;
+    /// let p = scores.masked_fill(&causal, f64::NEG_INFINITY)?.softmax(-1)?.to_vec()?;
+    /// assert_eq!(p[..2], [1.0, 0.0]);
+    /// assert!(scores.masked_fill(&Tensor::ones(&[3], tenjin::DType::F32)?, 0.0).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor, Error> {
+        let shape = broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
+        if shape != self.shape() {
+            return Err(Error::shape(
+                "masked_fill",
+                format!(
+                    "a mask of shape {:?} does not broadcast to the input's shape {:?}",
+                    mask.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        let c = mask.detach().broadcast_to(&shape)?;
+        let ix = indices("i", shape.len());
+        let value = if value.is_nan() {
+            "nan".to_string()
+        } else if value.is_infinite() {
+            if value > 0.0 { "inf" } else { "(-inf)" }.to_string()
+        } else {
+            lit("masked_fill", value)?
+        };
+        let body = guard(cmp(access("c", &ix), "!=", 0), value, access("x", &ix));
+        let sizes = formula::sizes("i", self.shape());
+        apply(
+            "masked_fill",
+            &define("f", &ix, body),
+            &[("c", &c), ("x", self)],
+            &size_refs(&sizes),
+        )
+    }
+
     fn compare(&self, name: &str, other: &Tensor) -> Result<Tensor, Error> {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         if !self.dtype().is_float() || !other.dtype().is_float() {

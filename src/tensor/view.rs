@@ -114,6 +114,85 @@ impl Tensor {
         self.slice(dim, start, start.saturating_add(len), 1)
     }
 
+    /// Views of `split_size` elements each along `dim` (the last one
+    /// shorter when `split_size` does not divide the dimension), as
+    /// PyTorch's `split(int)`.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::arange(5, tenjin::DType::F64)?;
+    /// let parts = x.split(2, -1)?;
+    /// assert_eq!(parts.iter().map(|p| p.shape()[0]).collect::<Vec<_>>(), [2, 2, 1]);
+    /// assert_eq!(parts[2].to_vec_f64()?, vec![4.0]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn split(&self, split_size: usize, dim: impl Dim) -> Result<Vec<Tensor>, Error> {
+        let dim = dim.resolve("split", self.shape())?;
+        let n = self.shape()[dim];
+        if split_size == 0 && n > 0 {
+            return Err(view_error(
+                "split",
+                self.shape(),
+                "split_size must be > 0 for a non-empty dimension".into(),
+            ));
+        }
+        let sizes: Vec<usize> = (0..n)
+            .step_by(split_size.max(1))
+            .map(|start| split_size.min(n - start))
+            .collect();
+        self.split_sizes(&sizes, dim)
+    }
+
+    /// Views of `sizes[k]` elements along `dim`, one after the other; the
+    /// sizes must add up to the dimension (PyTorch's `split(list)`).
+    pub fn split_sizes(&self, sizes: &[usize], dim: impl Dim) -> Result<Vec<Tensor>, Error> {
+        let dim = dim.resolve("split", self.shape())?;
+        let n = self.shape()[dim];
+        let total: usize = sizes.iter().sum();
+        if total != n {
+            return Err(view_error(
+                "split",
+                self.shape(),
+                format!("sizes {sizes:?} add up to {total}, not to dimension {dim}'s {n}"),
+            ));
+        }
+        let mut start = 0;
+        sizes
+            .iter()
+            .map(|&len| {
+                let part = self.narrow(dim, start, len);
+                start += len;
+                part
+            })
+            .collect()
+    }
+
+    /// `chunks` views along `dim` of `⌈size / chunks⌉` elements each (the
+    /// last shorter, and fewer than `chunks` when the size runs out), as
+    /// PyTorch's `chunk`.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::zeros(&[3, 4], tenjin::DType::F32)?;
+    /// let parts = x.chunk(3, 1)?; // ⌈4/3⌉ = 2: two chunks of 2, as PyTorch
+    /// assert_eq!(parts.len(), 2);
+    /// assert!(x.chunk(0, 1).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn chunk(&self, chunks: usize, dim: impl Dim) -> Result<Vec<Tensor>, Error> {
+        let dim = dim.resolve("chunk", self.shape())?;
+        if chunks == 0 {
+            return Err(view_error(
+                "chunk",
+                self.shape(),
+                "chunks must be > 0".into(),
+            ));
+        }
+        let n = self.shape()[dim];
+        if n == 0 {
+            return Ok(vec![self.clone(); chunks]);
+        }
+        self.split(n.div_ceil(chunks), dim)
+    }
+
     /// Elements `start, start + step, ...` below `end` along `dim`
     /// (`x[start:end:step]`).
     ///
