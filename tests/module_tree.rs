@@ -93,7 +93,11 @@ fn parameters_are_registered_once_and_named_as_in_pytorch() -> Result<(), Error>
     let buffers: Vec<String> = m.named_buffers().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         buffers,
-        ["1.layers.1.running_mean", "1.layers.1.running_var"]
+        [
+            "1.layers.1.running_mean",
+            "1.layers.1.running_var",
+            "1.layers.1.num_batches_tracked"
+        ]
     );
     // Every parameter reaches the optimizer and gets a gradient; one SGD
     // step moves each whose gradient is not zero (the biases before the

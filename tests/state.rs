@@ -127,7 +127,13 @@ fn names_follow_pytorch_and_bad_state_changes_nothing() -> Result<(), Error> {
     let names: Vec<String> = bn.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
-        ["0.weight", "0.bias", "0.running_mean", "0.running_var"]
+        [
+            "0.weight",
+            "0.bias",
+            "0.running_mean",
+            "0.running_var",
+            "0.num_batches_tracked"
+        ]
     );
 
     let before = params(&m)?;

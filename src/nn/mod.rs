@@ -43,7 +43,7 @@ pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use embedding::Embedding;
 pub use linear::Linear;
-pub use norm::{BatchNorm, LayerNorm};
+pub use norm::{BatchNorm, BatchNormConfig, LayerNorm};
 
 use crate::{Error, Tensor};
 

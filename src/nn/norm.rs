@@ -98,9 +98,13 @@ impl Module for LayerNorm {
 /// dimension) of `[N, C]` or `[N, C, …]` inputs, as PyTorch's `BatchNorm1d/2d`:
 /// in training, the batch's mean and biased variance normalise, and the
 /// running statistics move by `momentum` towards the batch's mean and
-/// unbiased variance; in evaluation ([`BatchNorm::eval`]) the running
-/// statistics normalise. Running statistics are buffers (saved in
-/// [`Module::state_dict`] as `running_mean`, `running_var`).
+/// unbiased variance (with `momentum: None`, their cumulative average over
+/// the `num_batches_tracked` batches); in evaluation
+/// ([`Module::eval`]) the running statistics normalise. The running
+/// statistics and the batch count are buffers (saved in
+/// [`Module::state_dict`] as `running_mean`, `running_var`,
+/// `num_batches_tracked`, an `i64` scalar, as PyTorch saves them); every
+/// update stays on the module's device (no value is read back).
 ///
 /// ```
 /// use tenjin::nn::{BatchNorm, Module};
@@ -110,29 +114,105 @@ impl Module for LayerNorm {
 /// let y = bn.forward(&x)?.to_vec_f64()?;
 /// assert!((y[0] + 1.0).abs() < 1e-4 && (y[2] - 1.0).abs() < 1e-4);
 /// assert_eq!(bn.running_mean.to_vec_f64()?, vec![0.2, 2.0]); // 0.9·0 + 0.1·mean
+/// assert_eq!(bn.num_batches_tracked.to_vec_i64()?, vec![1]);
 /// bn.eval();
 /// assert_eq!(bn.forward(&x)?.shape(), &[2, 2]);
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub struct BatchNorm {
+    /// The scale (ones at first); a constant the forward does not read
+    /// without `affine`.
     pub weight: Tensor,
+    /// The shift (zeros at first); likewise.
     pub bias: Tensor,
     pub running_mean: Tensor,
     pub running_var: Tensor,
-    eps: f64,
-    momentum: f64,
+    /// Training batches seen (an `i64` scalar).
+    pub num_batches_tracked: Tensor,
+    config: BatchNormConfig,
     training: AtomicBool,
+}
+
+/// [`BatchNorm`]'s options, by PyTorch's names; `Default` is PyTorch's
+/// (`eps` 1e-5, `momentum` 0.1, `affine`, `track_running_stats`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormConfig {
+    pub eps: f64,
+    /// `None`: the running statistics are the cumulative average.
+    pub momentum: Option<f64>,
+    /// A learned per-channel scale and shift.
+    pub affine: bool,
+    /// Keep running statistics; without them the batch statistics
+    /// normalise in evaluation mode too, and there are no buffers.
+    pub track_running_stats: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> BatchNormConfig {
+        BatchNormConfig {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+            track_running_stats: true,
+        }
+    }
 }
 
 impl BatchNorm {
     pub fn new(channels: usize, eps: f64, momentum: f64, dtype: DType) -> Result<BatchNorm, Error> {
+        let config = BatchNormConfig {
+            eps,
+            momentum: Some(momentum),
+            ..BatchNormConfig::default()
+        };
+        BatchNorm::with_options(channels, config, dtype)
+    }
+
+    /// PyTorch's `BatchNorm(channels, eps, momentum, affine,
+    /// track_running_stats)`.
+    ///
+    /// ```
+    /// use tenjin::nn::{BatchNorm, BatchNormConfig, Module};
+    /// use tenjin::{DType, Tensor};
+    /// let config = BatchNormConfig { momentum: None, affine: false, ..Default::default() };
+    /// let bn = BatchNorm::with_options(1, config, DType::F64)?;
+    /// assert!(bn.named_parameters().is_empty());
+    /// for x in [[1.0, 3.0], [5.0, 7.0]] {
+    ///     bn.forward(&Tensor::from_vec_f64(x.to_vec(), &[2, 1])?)?;
+    /// }
+    /// assert_eq!(bn.running_mean.to_vec_f64()?, vec![4.0]); // the average of 2 and 6
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_options(
+        channels: usize,
+        config: BatchNormConfig,
+        dtype: DType,
+    ) -> Result<BatchNorm, Error> {
+        if let Some(m) = config.momentum {
+            if !(0.0..=1.0).contains(&m) {
+                return Err(super::config_error(
+                    "BatchNorm",
+                    format!("momentum must be in [0, 1], got {m}"),
+                ));
+            }
+        }
+        let (weight, bias) = (
+            Tensor::ones(&[channels], dtype)?,
+            Tensor::zeros(&[channels], dtype)?,
+        );
+        let (weight, bias) = if config.affine {
+            (weight.requires_grad(), bias.requires_grad())
+        } else {
+            (weight, bias)
+        };
+        let on = crate::default_device();
         Ok(BatchNorm {
-            weight: Tensor::ones(&[channels], dtype)?.requires_grad(),
-            bias: Tensor::zeros(&[channels], dtype)?.requires_grad(),
+            weight,
+            bias,
             running_mean: Tensor::zeros(&[channels], dtype)?,
             running_var: Tensor::ones(&[channels], dtype)?,
-            eps,
-            momentum,
+            num_batches_tracked: Tensor::from_vec_i64(vec![0], &[])?.to_device(on)?,
+            config,
             training: AtomicBool::new(true),
         })
     }
@@ -142,6 +222,43 @@ impl BatchNorm {
         let mut shape = vec![1; rank];
         shape[1] = t.numel();
         t.reshape(&shape)
+    }
+
+    /// One training batch with statistics `mean`, `var` (unbiased): the
+    /// count and the running statistics move, on their device.
+    fn track(&self, mean: &Tensor, var: &Tensor) -> Result<(), Error> {
+        let count = self
+            .num_batches_tracked
+            .to_dtype(DType::F64)?
+            .add_scalar(1.0)?;
+        // PyTorch's factor: the momentum (a constant), or 1 / batches (a
+        // scalar tensor on the device, so nothing is read back).
+        let (rm, rv) = match self.config.momentum {
+            Some(m) => (
+                self.running_mean
+                    .mul_scalar(1.0 - m)?
+                    .add(&mean.mul_scalar(m)?)?,
+                self.running_var
+                    .mul_scalar(1.0 - m)?
+                    .add(&var.mul_scalar(m)?)?,
+            ),
+            None => {
+                let m = count.pow_scalar(-1.0)?.to_dtype(mean.dtype())?;
+                let omm = m.mul_scalar(-1.0)?.add_scalar(1.0)?;
+                (
+                    self.running_mean.mul(&omm)?.add(&mean.mul(&m)?)?,
+                    self.running_var.mul(&omm)?.add(&var.mul(&m)?)?,
+                )
+            }
+        };
+        super::load_into(
+            &self.named_buffers(),
+            &[
+                ("running_mean".into(), rm),
+                ("running_var".into(), rv),
+                ("num_batches_tracked".into(), count.to_dtype(DType::I64)?),
+            ],
+        )
     }
 }
 
@@ -156,13 +273,29 @@ impl Module for BatchNorm {
         }
         let r = x.rank();
         let dims: Vec<usize> = (0..r).filter(|&d| d != 1).collect();
-        let w = BatchNorm::per_channel(&self.weight, r)?;
-        let b = BatchNorm::per_channel(&self.bias, r)?;
-        if !self.training.load(Relaxed) {
+        let (w, b) = if self.config.affine {
+            (
+                Some(BatchNorm::per_channel(&self.weight, r)?),
+                Some(BatchNorm::per_channel(&self.bias, r)?),
+            )
+        } else {
+            (None, None)
+        };
+        let tracking = self.config.track_running_stats;
+        let training = self.training.load(Relaxed);
+        if tracking && !training {
             let mean = BatchNorm::per_channel(&self.running_mean, r)?;
             let var = BatchNorm::per_channel(&self.running_var, r)?;
-            let inv = var.add_scalar(self.eps)?.rsqrt()?;
-            return x.sub(&mean)?.mul(&inv)?.mul(&w)?.add(&b);
+            let inv = var.add_scalar(self.config.eps)?.rsqrt()?;
+            let y = x.sub(&mean)?.mul(&inv)?;
+            let y = match &w {
+                Some(w) => y.mul(w)?,
+                None => y,
+            };
+            return match &b {
+                Some(b) => y.add(b),
+                None => Ok(y),
+            };
         }
         let n = x.numel() / c.max(1);
         if n < 2 {
@@ -174,32 +307,20 @@ impl Module for BatchNorm {
                 ),
             ));
         }
-        // The running statistics, outside the trace.
-        crate::trace::no_grad(|| -> Result<(), Error> {
-            let xd = x.detach();
-            let mean = xd.mean_dims(&dims, false)?;
-            let var = xd.var(&dims, 1, false)?;
-            let m = self.momentum;
-            let rm = self
-                .running_mean
-                .mul_scalar(1.0 - m)?
-                .add(&mean.mul_scalar(m)?)?;
-            let rv = self
-                .running_var
-                .mul_scalar(1.0 - m)?
-                .add(&var.mul_scalar(m)?)?;
-            super::load_into(
-                &[
-                    ("running_mean".into(), self.running_mean.clone()),
-                    ("running_var".into(), self.running_var.clone()),
-                ],
-                &[("running_mean".into(), rm), ("running_var".into(), rv)],
-            )
-        })?;
-        normalize(x, &dims, self.eps, Some(&w), Some(&b))
+        if tracking {
+            // The running statistics, outside the trace.
+            crate::trace::no_grad(|| -> Result<(), Error> {
+                let xd = x.detach();
+                self.track(&xd.mean_dims(&dims, false)?, &xd.var(&dims, 1, false)?)
+            })?;
+        }
+        normalize(x, &dims, self.config.eps, w.as_ref(), b.as_ref())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        if !self.config.affine {
+            return Vec::new();
+        }
         vec![
             ("weight".into(), self.weight.clone()),
             ("bias".into(), self.bias.clone()),
@@ -207,7 +328,8 @@ impl Module for BatchNorm {
     }
 
     /// Training: batch statistics normalise (and update the running
-    /// ones); evaluation: the running statistics normalise.
+    /// ones); evaluation: the running statistics normalise (the batch's
+    /// without `track_running_stats`).
     fn set_training(&self, training: bool) {
         self.training.store(training, Relaxed);
     }
@@ -217,9 +339,16 @@ impl Module for BatchNorm {
     }
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        if !self.config.track_running_stats {
+            return Vec::new();
+        }
         vec![
             ("running_mean".into(), self.running_mean.clone()),
             ("running_var".into(), self.running_var.clone()),
+            (
+                "num_batches_tracked".into(),
+                self.num_batches_tracked.clone(),
+            ),
         ]
     }
 }
