@@ -64,6 +64,8 @@ struct RefAdam {
     decoupled: bool,
     m: Vec<f64>,
     v: Vec<f64>,
+    /// AMSGrad's running maximum of `v`.
+    vmax: Vec<f64>,
     t: i32,
 }
 
@@ -74,6 +76,7 @@ impl RefAdam {
             decoupled,
             m: vec![0.0; n],
             v: vec![0.0; n],
+            vmax: vec![0.0; n],
             t: 0,
         }
     }
@@ -101,7 +104,11 @@ impl RefAdam {
         let bc2 = 1.0 - b2.powi(self.t);
         let step_size = c.lr / bc1;
         for i in 0..p.len() {
-            let denom = self.v[i].sqrt() / bc2.sqrt() + c.eps;
+            if c.amsgrad {
+                self.vmax[i] = self.vmax[i].max(self.v[i]);
+            }
+            let v = if c.amsgrad { self.vmax[i] } else { self.v[i] };
+            let denom = v.sqrt() / bc2.sqrt() + c.eps;
             p[i] -= step_size * self.m[i] / denom;
         }
     }
@@ -298,6 +305,7 @@ fn adam_matches_pytorch() {
             betas: (0.8, 0.95),
             eps: 1e-6,
             weight_decay: 0.1,
+            amsgrad: false,
         },
         false,
     );
@@ -313,9 +321,27 @@ fn adamw_matches_pytorch() {
             betas: (0.5, 0.9),
             eps: 1e-8,
             weight_decay: 0.3,
+            amsgrad: false,
         },
         true,
     );
+}
+
+#[test]
+fn amsgrad_matches_the_reference() {
+    let _g = serial();
+    for decoupled in [false, true] {
+        adam_case(
+            AdamConfig {
+                lr: 0.05,
+                betas: (0.5, 0.9),
+                weight_decay: 0.1,
+                amsgrad: true,
+                ..Default::default()
+            },
+            decoupled,
+        );
+    }
 }
 
 /// A parameter big enough that the in-place kernels are split over

@@ -328,3 +328,62 @@ fn rmsprop_follows_pytorchs_trajectories() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// AMSGrad against PyTorch's trajectories (`bench/torch_adam_amsgrad.py`):
+/// Adam and AdamW with `amsgrad`, five steps on Σp³/3, f64; the fourth
+/// state row is PyTorch's `max_exp_avg_sq`.
+#[test]
+fn amsgrad_follows_pytorchs_trajectories() -> Result<(), Error> {
+    let text = include_str!("data/torch_adam_amsgrad.txt");
+    for name in ["adam", "adamw"] {
+        let start = text.find(&format!("case {name}\n")).expect("the case") + name.len() + 6;
+        let rows: Vec<Vec<f64>> = text[start..]
+            .lines()
+            .take(6)
+            .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+            .collect();
+        let p = Tensor::from_vec_f64(vec![0.5, -1.0, 2.0], &[3])?.requires_grad();
+        let c = AdamConfig {
+            lr: 0.3,
+            betas: (0.5, 0.9),
+            amsgrad: true,
+            ..Default::default()
+        };
+        let mut opt: Box<dyn Optimizer> = if name == "adam" {
+            Box::new(Adam::new(vec![p.clone()], c)?)
+        } else {
+            Box::new(tenjin::optim::AdamW::new(
+                vec![p.clone()],
+                AdamConfig {
+                    weight_decay: 0.1,
+                    ..c
+                },
+            )?)
+        };
+        for want in &rows[..5] {
+            opt.zero_grad();
+            p.mul(&p)?.mul(&p)?.sum()?.div_scalar(3.0)?.backward()?;
+            opt.step()?;
+            for (g, w) in p.to_vec_f64()?.iter().zip(want) {
+                assert!(
+                    (g - w).abs() <= 1e-14 * w.abs().max(1.0),
+                    "{name}: {g} vs PyTorch {w}"
+                );
+            }
+        }
+        let state = opt.state_dict()?;
+        let (_, vmax) = state
+            .iter()
+            .find(|(k, _)| k == "state.0.max_exp_avg_sq")
+            .expect("PyTorch's name for the fourth row");
+        for (g, w) in vmax.to_vec_f64()?.iter().zip(&rows[5]) {
+            assert!(
+                (g - w).abs() <= 1e-14 * w.abs().max(1.0),
+                "{name}: max_exp_avg_sq {g} vs {w}"
+            );
+        }
+        // And it loads back.
+        opt.load_state_dict(&state)?;
+    }
+    Ok(())
+}

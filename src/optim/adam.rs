@@ -1,6 +1,6 @@
 //! Adam (Kingma & Ba 2015) with L2 weight decay, and AdamW (Loshchilov &
 //! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
-//! `torch.optim.AdamW` (without `amsgrad`).
+//! `torch.optim.AdamW`, with or without `amsgrad`.
 
 use super::{
     check_non_negative, invalid, load_stepped_state, per_param, stepped_state_dict, Optimizer,
@@ -23,6 +23,11 @@ pub struct AdamConfig {
     /// (default 0), decoupled `p ← p·(1 − lr·wd)` for `AdamW` (default
     /// `1e-2`, see [`AdamConfig::adamw`]).
     pub weight_decay: f64,
+    /// AMSGrad (Reddi et al. 2018): the denominator uses the largest
+    /// second-moment estimate so far, kept as a fourth row of the
+    /// parameter's block (`max_exp_avg_sq` in the state dict). Default
+    /// `false`.
+    pub amsgrad: bool,
 }
 
 impl Default for AdamConfig {
@@ -32,6 +37,7 @@ impl Default for AdamConfig {
             betas: (0.9, 0.999),
             eps: 1e-8,
             weight_decay: 0.0,
+            amsgrad: false,
         }
     }
 }
@@ -154,7 +160,8 @@ impl AdamCore {
         let n = param.numel();
         let s0: &[usize] = &[];
         let v1: &[usize] = &[n];
-        let stacked: &[usize] = &[3, n];
+        let rows = if self.config.amsgrad { 4 } else { 3 };
+        let stacked: &[usize] = &[rows, n];
         let l2 = !self.decoupled && self.config.weight_decay != 0.0;
         let decoupled = self.decoupled && self.config.weight_decay != 0.0;
         // Rows [p; m; v] of the parameter's block, each reading column i:
@@ -173,10 +180,18 @@ impl AdamCore {
         } else {
             "s[0; i]"
         };
-        let p = format!("{p0} - step[] * {m} / (sqrt ({v}) / bc2[] + eps[])");
+        // AMSGrad: v̂ ← max(v̂, v), and v̂ in the denominator.
+        let vmax = format!("max(s[3; i], {v})");
+        let denominator = if self.config.amsgrad { &vmax } else { &v };
+        let p = format!("{p0} - step[] * {m} / (sqrt ({denominator}) / bc2[] + eps[])");
         let name = self.name.to_lowercase();
+        let last = if self.config.amsgrad {
+            format!("(if {{r = 2}} then ({v}) else ({vmax}))")
+        } else {
+            format!("({v})")
+        };
         let src = format!(
-            "{name}[r; i] = if {{r = 0}} then ({p}) else (if {{r = 1}} then ({m}) else ({v}))"
+            "{name}[r; i] = if {{r = 0}} then ({p}) else (if {{r = 1}} then ({m}) else {last})"
         );
         let mut args = vec![
             ("s", stacked),
@@ -193,7 +208,9 @@ impl AdamCore {
             args.push(("wd", s0));
         }
         // The one compiled update of the rows `[p; m; v]`.
-        Ok(StepState::new(StackedUpdate::new(&src, &args, 3, param)?))
+        Ok(StepState::new(StackedUpdate::new(
+            &src, &args, rows, param,
+        )?))
     }
 
     fn step(&mut self) -> Result<(), Error> {
@@ -229,8 +246,17 @@ impl AdamCore {
     }
 }
 
-/// Adam's state rows by PyTorch's names.
+/// Adam's state rows by PyTorch's names (AMSGrad adds the fourth).
 const ROWS: &[(&str, usize)] = &[("exp_avg", 1), ("exp_avg_sq", 2)];
+const AMSGRAD_ROWS: &[(&str, usize)] = &[("exp_avg", 1), ("exp_avg_sq", 2), ("max_exp_avg_sq", 3)];
+
+fn rows(c: &AdamConfig) -> &'static [(&'static str, usize)] {
+    if c.amsgrad {
+        AMSGRAD_ROWS
+    } else {
+        ROWS
+    }
+}
 
 fn check_config(name: &str, c: &AdamConfig) -> Result<(), Error> {
     check_non_negative(name, "lr", c.lr)?;
@@ -296,12 +322,16 @@ macro_rules! adam_impls {
             }
 
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-                stepped_state_dict(&self.inner.params, &self.inner.state, ROWS)
+                stepped_state_dict(
+                    &self.inner.params,
+                    &self.inner.state,
+                    rows(&self.inner.config),
+                )
             }
 
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
                 let c = &mut self.inner;
-                load_stepped_state(c.name, &c.params, &mut c.state, ROWS, state)
+                load_stepped_state(c.name, &c.params, &mut c.state, rows(&c.config), state)
             }
         }
     };
