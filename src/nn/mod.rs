@@ -37,6 +37,7 @@ mod embedding;
 pub mod init;
 mod linear;
 mod norm;
+mod pool;
 pub mod utils;
 
 pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
@@ -44,6 +45,7 @@ pub use conv::{Conv2d, Conv2dConfig};
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm, BatchNormConfig, LayerNorm};
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
 use crate::{Error, Tensor};
 

@@ -1,0 +1,102 @@
+//! Pooling layers over `[N, C, H, W]` inputs, as PyTorch's `nn.MaxPool2d`,
+//! `nn.AvgPool2d` and `nn.AdaptiveAvgPool2d`: each one tensor op (an
+//! index function with its derived gradient), no parameters.
+//!
+//! `ceil_mode` and dilation are not supported yet: PyTorch's defaults
+//! (`ceil_mode=False`, `dilation=1`) are what these compute.
+
+use super::Module;
+use crate::{Error, Tensor};
+
+/// Maximum over `kernel_size` windows moved by `stride` (PyTorch's default
+/// stride is the kernel size: [`MaxPool2d::new`]) over an input padded by
+/// `padding` with −∞.
+///
+/// ```
+/// use tenjin::nn::{MaxPool2d, Module};
+/// use tenjin::Tensor;
+/// let x = Tensor::from_vec((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4])?;
+/// let y = MaxPool2d::new([2, 2]).forward(&x)?;
+/// assert_eq!(y.to_vec()?, vec![5., 7., 13., 15.]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxPool2d {
+    pub kernel_size: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+/// Mean over `kernel_size` windows moved by `stride`, over an input padded
+/// by `padding` with zeros (counted in the mean, as PyTorch's default
+/// `count_include_pad=True`).
+///
+/// ```
+/// use tenjin::nn::{AvgPool2d, Module};
+/// use tenjin::Tensor;
+/// let x = Tensor::from_vec((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4])?;
+/// let y = AvgPool2d::new([2, 2]).forward(&x)?;
+/// assert_eq!(y.to_vec()?, vec![2.5, 4.5, 10.5, 12.5]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvgPool2d {
+    pub kernel_size: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+impl MaxPool2d {
+    /// Windows of `kernel_size`, stride = kernel size, no padding.
+    pub fn new(kernel_size: [usize; 2]) -> MaxPool2d {
+        MaxPool2d {
+            kernel_size,
+            stride: kernel_size,
+            padding: [0, 0],
+        }
+    }
+}
+
+impl AvgPool2d {
+    /// Windows of `kernel_size`, stride = kernel size, no padding.
+    pub fn new(kernel_size: [usize; 2]) -> AvgPool2d {
+        AvgPool2d {
+            kernel_size,
+            stride: kernel_size,
+            padding: [0, 0],
+        }
+    }
+}
+
+impl Module for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        x.max_pool2d_padded(self.kernel_size, self.stride, self.padding)
+    }
+}
+
+impl Module for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        x.avg_pool2d_padded(self.kernel_size, self.stride, self.padding)
+    }
+}
+
+/// The mean over PyTorch's adaptive windows, to an `output_size` grid
+/// whatever the input's height and width.
+///
+/// ```
+/// use tenjin::nn::{AdaptiveAvgPool2d, Module};
+/// use tenjin::{DType, Tensor};
+/// let y = AdaptiveAvgPool2d { output_size: [1, 1] }.forward(&Tensor::ones(&[2, 3, 5, 7], DType::F32)?)?;
+/// assert_eq!(y.shape(), &[2, 3, 1, 1]);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveAvgPool2d {
+    pub output_size: [usize; 2],
+}
+
+impl Module for AdaptiveAvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        x.adaptive_avg_pool2d(self.output_size)
+    }
+}
