@@ -132,6 +132,26 @@ pub(crate) fn check_non_negative(op: &str, name: &str, value: f64) -> Result<(),
     }
 }
 
+/// A new momentum for an optimizer built with `built` (SGD's, RMSprop's):
+/// one built with a momentum keeps a buffer, so its momentum stays above
+/// 0; one built without keeps none and cannot get one.
+pub(crate) fn checked_momentum(op: &str, built: f64, momentum: f64) -> Result<f64, Error> {
+    check_non_negative(op, "momentum", momentum)?;
+    if built == 0.0 {
+        return Err(invalid(
+            op,
+            format!("built with momentum 0 (no momentum buffer): cannot set momentum {momentum}; build it with momentum > 0"),
+        ));
+    }
+    if momentum == 0.0 {
+        return Err(invalid(
+            op,
+            "built with a momentum buffer: its momentum must stay > 0, got 0".into(),
+        ));
+    }
+    Ok(momentum)
+}
+
 /// A parameter an optimizer updates: a dense leaf that requires a gradient.
 pub(crate) struct Param {
     tensor: Tensor,

@@ -2,8 +2,8 @@
 //! decay, momentum, the centred variant).
 
 use super::{
-    check_non_negative, invalid, load_stepped_state, per_param, stepped_state_dict, Optimizer,
-    Param, Scalars, StackedUpdate, StepState,
+    check_non_negative, checked_momentum, invalid, load_stepped_state, per_param,
+    stepped_state_dict, Optimizer, Param, Scalars, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -224,23 +224,9 @@ impl Optimizer for RMSprop {
         (self.config.momentum > 0.0).then_some(self.config.momentum)
     }
 
-    /// Keeps the optimizer's form: one built with momentum keeps a
-    /// buffer, so its momentum stays above 0; one built without keeps none.
+    /// Keeps the optimizer's form (`checked_momentum`).
     fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
-        check_non_negative("RMSprop", "momentum", momentum)?;
-        if self.config.momentum == 0.0 {
-            return Err(invalid(
-                "RMSprop",
-                format!("built with momentum 0 (no momentum buffer): cannot set momentum {momentum}; build it with momentum > 0"),
-            ));
-        }
-        if momentum == 0.0 {
-            return Err(invalid(
-                "RMSprop",
-                "built with a momentum buffer: its momentum must stay > 0, got 0".into(),
-            ));
-        }
-        self.config.momentum = momentum;
+        self.config.momentum = checked_momentum("RMSprop", self.config.momentum, momentum)?;
         Ok(())
     }
 

@@ -2,8 +2,8 @@
 //! and L2 weight decay, as `torch.optim.SGD`.
 
 use super::{
-    check_non_negative, invalid, per_param, Optimizer, Param, Scalars, StackedUpdate, StateDict,
-    Update,
+    check_non_negative, checked_momentum, invalid, per_param, Optimizer, Param, Scalars,
+    StackedUpdate, StateDict, Update,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -234,23 +234,9 @@ impl Optimizer for SGD {
         (self.config.momentum > 0.0).then_some(self.config.momentum)
     }
 
-    /// Keeps the optimizer's form: one built with momentum keeps a
-    /// buffer, so its momentum stays above 0; one built without keeps none.
+    /// Keeps the optimizer's form (`checked_momentum`).
     fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
-        check_non_negative("SGD", "momentum", momentum)?;
-        if self.config.momentum == 0.0 {
-            return Err(invalid(
-                "SGD",
-                format!("built with momentum 0 (no momentum buffer): cannot set momentum {momentum}; build it with momentum > 0"),
-            ));
-        }
-        if momentum == 0.0 {
-            return Err(invalid(
-                "SGD",
-                "built with a momentum buffer: its momentum must stay > 0, got 0".into(),
-            ));
-        }
-        self.config.momentum = momentum;
+        self.config.momentum = checked_momentum("SGD", self.config.momentum, momentum)?;
         Ok(())
     }
 

@@ -70,11 +70,19 @@ pub(super) fn load_into<R: Rule>(r: &mut R, state: &[(String, f64)]) -> Result<(
     Ok(())
 }
 
-macro_rules! epoch_schedulers {
-    ($($t:ty),*) => {$(
+/// `LrScheduler` for a [`Rule`] type: stepping by `step_rule` (or by the
+/// given function, for a schedule that moves more than the rate), the
+/// counters and the state dict shared.
+macro_rules! scheduler {
+    ($t:ty) => {
+        scheduler!($t, |s: &mut $t, opt: &mut dyn Optimizer| step_rule(
+            s, opt, false
+        ));
+    };
+    ($t:ty, $step:expr) => {
         impl LrScheduler for $t {
             fn step(&mut self, opt: &mut dyn Optimizer) -> Result<(), Error> {
-                step_rule(self, opt, false)
+                ($step)(self, opt)
             }
 
             fn last_lr(&self) -> f64 {
@@ -93,17 +101,16 @@ macro_rules! epoch_schedulers {
                 load_into(self, state)
             }
         }
-    )*};
+    };
 }
+pub(super) use scheduler;
 
-epoch_schedulers!(
-    StepLR,
-    MultiStepLR,
-    ExponentialLR,
-    LinearLR,
-    CosineAnnealingLR,
-    LambdaLR
-);
+scheduler!(StepLR);
+scheduler!(MultiStepLR);
+scheduler!(ExponentialLR);
+scheduler!(LinearLR);
+scheduler!(CosineAnnealingLR);
+scheduler!(LambdaLR);
 
 /// A new schedule `r` with its constructor's step taken on `opt`.
 fn started<R: Rule>(mut r: R, opt: &mut dyn Optimizer) -> Result<R, Error> {

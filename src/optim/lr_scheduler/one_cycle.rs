@@ -6,7 +6,7 @@
 //! `momentum`, Adam's `β₁`) runs the other way between `max_momentum` and
 //! `base_momentum`.
 
-use super::epoch::{load_into, state_of, step_rule, Rule};
+use super::epoch::{load_into, scheduler, state_of, step_rule, Rule};
 use super::{count, finite, invalid, Counters, LrScheduler, Optimizer};
 use crate::Error;
 use std::f64::consts::PI;
@@ -296,8 +296,10 @@ impl Rule for OneCycleLR {
     }
 }
 
-impl LrScheduler for OneCycleLR {
-    fn step(&mut self, opt: &mut dyn Optimizer) -> Result<(), Error> {
+impl OneCycleLR {
+    /// One step: the momentum first (when cycled), then the rate; on an
+    /// error the optimizer's momentum is put back and nothing has changed.
+    fn step_with_momentum(&mut self, opt: &mut dyn Optimizer) -> Result<(), Error> {
         let e = self.c.last_epoch + 1;
         // The rate's checks first, so that an error changes nothing.
         self.rate(&self.c.advanced(), 0.0, false)?;
@@ -311,20 +313,6 @@ impl LrScheduler for OneCycleLR {
             }
         })
     }
-
-    fn last_lr(&self) -> f64 {
-        self.c.last_lr
-    }
-
-    fn last_epoch(&self) -> i64 {
-        self.c.last_epoch
-    }
-
-    fn state_dict(&self) -> Vec<(String, f64)> {
-        state_of(self)
-    }
-
-    fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<(), Error> {
-        load_into(self, state)
-    }
 }
+
+scheduler!(OneCycleLR, OneCycleLR::step_with_momentum);
