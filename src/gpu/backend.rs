@@ -102,7 +102,6 @@ fn launch_over<D: Driver>(
 /// device's multiprocessor count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LaunchShape {
-    total: usize,
     grid: u32,
     block: u32,
 }
@@ -111,7 +110,6 @@ impl LaunchShape {
     fn new(driver: &impl Driver, total: usize, team: u32, per_thread: usize) -> LaunchShape {
         if team <= 1 {
             return LaunchShape {
-                total,
                 grid: grid(driver, total.div_ceil(per_thread.max(1))),
                 block: BLOCK,
             };
@@ -119,7 +117,6 @@ impl LaunchShape {
         // A block per output element (the blocks stride over them).
         let cap = driver.multiprocessors().max(1) as usize * BLOCKS_PER_SM as usize;
         LaunchShape {
-            total,
             grid: total.clamp(1, cap) as u32,
             block: team,
         }
@@ -136,8 +133,8 @@ struct LoopKernel<D: Driver> {
     /// `Kernel::threads_per_output`: above 1, a block of that many threads
     /// per output element.
     threads_per_output: u32,
-    /// Output elements a thread computes per step (`ptx::elements_per_thread`).
-    per_thread: usize,
+    /// For the output count it was emitted for (the runtime checks every
+    /// run's lengths against it; the grid-stride loop covers any grid).
     shape: LaunchShape,
     /// The launch arguments (output first, then the inputs), refilled per run.
     args: Mutex<Vec<Arg>>,
@@ -156,23 +153,13 @@ impl<D: Driver> LoopKernel<D> {
         if total == 0 {
             return Ok(());
         }
-        let shape = if total == self.shape.total {
-            self.shape
-        } else {
-            LaunchShape::new(
-                &*self.driver,
-                total,
-                self.threads_per_output,
-                self.per_thread,
-            )
-        };
         let mut args = self.args.lock().unwrap_or_else(|e| e.into_inner());
         args.clear();
         args.push(out);
         args.extend(inputs.iter().chain(last).map(input));
         count(&COUNTERS.launches, 1);
         self.driver
-            .launch(&self.function, shape.grid, shape.block, &args)
+            .launch(&self.function, self.shape.grid, self.shape.block, &args)
     }
 }
 
@@ -483,15 +470,12 @@ impl<D: Driver> GpuBackend<D> {
     fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
         let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
         let total = kernel.out_shape.iter().product();
-        let (team, per_thread) = (
-            kernel.threads_per_output,
-            ptx::elements_per_thread(kernel, dtype),
-        );
+        let team = kernel.threads_per_output;
+        let per_thread = ptx::elements_per_thread(kernel, dtype);
         Ok(LoopKernel {
             driver: self.driver.clone(),
             function: self.driver.load(&text)?,
             threads_per_output: team,
-            per_thread,
             shape: LaunchShape::new(&*self.driver, total, team, per_thread),
             args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),
         })

@@ -13,11 +13,10 @@
 //!
 //! Owns the clipping arithmetic; reaches gradients through `Tensor::grad`,
 //! `Tensor::set_grad` and, to scale one in place, the leaf's
-//! `with_sole_grad`.
+//! `with_sole_grad` with the optimizers' in-place `optim::Update`.
 
 use crate::alloc::Device;
-use crate::runtime::{compile_for, exec, CompiledKernel};
-use crate::symbolic::IndexFn;
+use crate::optim::Update;
 use crate::trace::Origin;
 use crate::{DType, Error, Tensor};
 use std::collections::HashMap;
@@ -126,20 +125,20 @@ pub fn clip_grad_value(params: &[Tensor], clip_value: f64) -> Result<(), Error> 
 
 /// `grad ← grad·coef` for `p` (a leaf; skipped without a gradient): one
 /// element-wise pass over the gradient's own block when only the leaf
-/// holds it, else into a new block that replaces it.
+/// holds it (the optimizers' in-place `Update`), else into a new block
+/// that replaces it.
 fn scale_grad(p: &Tensor, coef: &Tensor) -> Result<(), Error> {
     let Origin::Leaf(leaf) = p.origin() else {
         return Ok(()); // `gradients` accepted only leaves
     };
-    let kernel = scale_kernel(p.numel(), p.dtype(), p.device())?;
+    let update = scale_update(p.numel(), p.dtype(), p.device())?;
     let c = coef.storage_and_origin().0;
     let done = leaf.with_sole_grad(|g| {
         if g.len() != p.numel() || g.dtype() != p.dtype() {
             return Ok(false);
         }
-        // SAFETY: `g[i] = g[i] * c[]` reads its target only at the output
-        // index.
-        unsafe { exec::run_in_place(&kernel, &[g, c], 0) }
+        update.run(|name| if name == "g" { Some(g) } else { Some(c) })?;
+        Ok(true)
     })?;
     match p.try_grad()? {
         Some(g) if !done => p.set_grad(Some(&g.mul(coef)?)),
@@ -147,27 +146,28 @@ fn scale_grad(p: &Tensor, coef: &Tensor) -> Result<(), Error> {
     }
 }
 
-/// The compiled `g[i] = g[i] * c[]` for `n` elements of `dtype` on
-/// `device`, made once.
-fn scale_kernel(n: usize, dtype: DType, device: Device) -> Result<Arc<CompiledKernel>, Error> {
-    type Kernels = Mutex<HashMap<(usize, DType, Device), Arc<CompiledKernel>>>;
-    static KERNELS: OnceLock<Kernels> = OnceLock::new();
-    let kernels = KERNELS.get_or_init(Default::default);
+/// The compiled in-place `g[i] = g[i] * c[]` for `n` elements of `dtype`
+/// on `device`, made once per size.
+fn scale_update(n: usize, dtype: DType, device: Device) -> Result<Arc<Update>, Error> {
+    type Updates = Mutex<HashMap<(usize, DType, Device), Arc<Update>>>;
+    static UPDATES: OnceLock<Updates> = OnceLock::new();
+    let updates = UPDATES.get_or_init(Default::default);
     let key = (n, dtype, device);
-    if let Some(k) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(k.clone());
+    if let Some(u) = updates.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(u.clone());
     }
     let shape = [n];
-    let f = IndexFn::parse(
+    let u = Arc::new(Update::new(
         "scale[i] = g[i] * c[]",
         &[("g", &shape[..]), ("c", &[][..])],
-    )?;
-    let k = compile_for(&f, dtype, device)?;
-    kernels
+        "g",
+        (dtype, device),
+    )?);
+    updates
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(key, k.clone());
-    Ok(k)
+        .insert(key, u.clone());
+    Ok(u)
 }
 
 /// The parameters that have a gradient, with it; an error for a tensor

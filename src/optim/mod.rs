@@ -642,17 +642,17 @@ pub(crate) struct Update {
 
 impl Update {
     /// Compiles `src`, whose arguments are `args` (name, shape), for
-    /// `param`'s dtype and device, to be run over the argument named
-    /// `target`. `src` must read `target` only at the output index: every
-    /// update in this module is written that way.
+    /// `dtype` on `device`, to be run over the argument named `target`.
+    /// `src` must read `target` only at the output index: every update in
+    /// this module (and `nn::utils`' gradient scaling) is written that way.
     pub(crate) fn new(
         src: &str,
         args: &[(&str, &[usize])],
         target: &str,
-        param: &Param,
+        (dtype, device): (DType, Device),
     ) -> Result<Update, Error> {
         let f = IndexFn::parse_with_sizes(src, args, &[])?;
-        let kernel = compile_for(&f, param.dtype(), param.storage().device())?;
+        let kernel = compile_for(&f, dtype, device)?;
         let aliased = kernel
             .args()
             .iter()

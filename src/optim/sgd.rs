@@ -131,7 +131,12 @@ impl SGD {
             let mut args = vec![("p", v1), ("lr", s0)];
             args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
             return Ok(State {
-                update: UpdateKernel::InPlace(Update::new(&src, &args, "p", param)?),
+                update: UpdateKernel::InPlace(Update::new(
+                    &src,
+                    &args,
+                    "p",
+                    (param.dtype(), param.device()),
+                )?),
                 started: false,
             });
         }

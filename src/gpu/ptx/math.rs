@@ -281,6 +281,16 @@ fn sincos_kernel(a: &mut Asm, r: R) -> (R, R) {
 /// `sin x` (`cosine = false`) or `cos x` in f64: `x = k·π/2 + r` with
 /// π/2 in three parts (fdlibm's `pio2_1`, `pio2_2`, `pio2_3`: the products
 /// with `k` are exact for `|k| < 2²⁰`), then the quadrant picks the kernel.
+/// `sin x` in f64.
+pub(crate) fn sin(a: &mut Asm, x: R) -> R {
+    sin_cos(a, x, false)
+}
+
+/// `cos x` in f64.
+pub(crate) fn cos(a: &mut Asm, x: R) -> R {
+    sin_cos(a, x, true)
+}
+
 pub(crate) fn sin_cos(a: &mut Asm, x: R, cosine: bool) -> R {
     const PIO2_1: f64 = 1.570_796_326_734_125_614_17;
     const PIO2_2: f64 = 6.077_100_506_303_965_976_60e-11;

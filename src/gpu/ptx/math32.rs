@@ -192,6 +192,16 @@ pub(crate) fn log10(f: &mut Fp, x: R) -> R {
 /// place): such arguments, ±∞ and NaN take the f64 sequence.
 pub(crate) const SIN_COS_FAST_LIMIT: f64 = 105_615.0;
 
+/// `sin x` in f32 (see [`sin_cos`]).
+pub(crate) fn sin(f: &mut Fp, x: R) -> R {
+    sin_cos(f, x, false)
+}
+
+/// `cos x` in f32 (see [`sin_cos`]).
+pub(crate) fn cos(f: &mut Fp, x: R) -> R {
+    sin_cos(f, x, true)
+}
+
 /// `sin x` or `cos x` (Cephes' `sinf`/`cosf` polynomials on
 /// `|r| ≤ π/4`): `j = round(x·2/π)` by the shifter, `r = x − j·π/2` in
 /// three fused steps (π/2 split into three f32s), the quadrant

@@ -201,7 +201,7 @@ impl<'k> Emitter<'k> {
         let coords = self.coordinates(idx, &dims);
         self.coords = coords;
         let body = &self.k.body;
-        self.output_level(body, 0)?;
+        self.output_level(body, 0, None)?;
         let a = &mut self.a;
         a.op(format!("add.s64 {idx}, {idx}, {stride}"));
         a.op(format!("bra.uni {head}"));
@@ -236,23 +236,36 @@ impl<'k> Emitter<'k> {
     }
 
     /// The statements of output level `depth`: the one output loop in it
-    /// becomes this thread's coordinate.
-    fn output_level(&mut self, stmts: &[Stmt], depth: usize) -> Res<()> {
+    /// becomes this thread's coordinate. With a `group`, every lane gets
+    /// its coordinates (the innermost one `c + lane`) and the statements
+    /// run for all lanes (`vector::group_stmt`).
+    fn output_level(&mut self, stmts: &[Stmt], depth: usize, group: Option<Group>) -> Res<()> {
         let levels = self.coords.len();
         for s in stmts {
             match s {
                 Stmt::For(l) if depth < levels => {
                     self.check_output_loop(l, depth)?;
                     let c = self.coords[depth];
-                    let (v, bits) = (self.ivar(l.var), self.int.0);
-                    match bits {
-                        Ty::B32 => self.a.op(format!("cvt.u32.u64 {v}, {c}")),
-                        _ => self.a.op(format!("mov.b64 {v}, {c}")),
+                    for lane in 0..group.map_or(1, |g| g.lanes) {
+                        self.lane = lane;
+                        let v = self.ivar(l.var);
+                        match self.int.0 {
+                            Ty::B32 => self.a.op(format!("cvt.u32.u64 {v}, {c}")),
+                            _ => self.a.op(format!("mov.b64 {v}, {c}")),
+                        }
+                        if lane > 0 && group.is_some_and(|g| g.inner == l.var) {
+                            let sfx = self.int.1;
+                            self.a.op(format!("add.{sfx} {v}, {v}, {lane}"));
+                        }
                     }
-                    self.output_level(&l.body, depth + 1)?;
+                    self.lane = 0;
+                    self.output_level(&l.body, depth + 1, group)?;
                 }
                 Stmt::For(_) => return Err("a loop below the output loops".into()),
-                s => self.stmt(s)?,
+                s => match group {
+                    Some(g) => self.group_stmt(g, s)?,
+                    None => self.stmt(s)?,
+                },
             }
         }
         Ok(())
@@ -683,10 +696,8 @@ impl<'k> Emitter<'k> {
             UnaryOp::Log => self.native(x, math32::log, math::log),
             UnaryOp::Log10 => self.native(x, math32::log10, math::log10),
             UnaryOp::Tanh => self.native(x, math32::tanh, math::tanh),
-            UnaryOp::Sin if w == Ty::F32 => self.either(x, |f, x| math32::sin_cos(f, x, false)),
-            UnaryOp::Cos if w == Ty::F32 => self.either(x, |f, x| math32::sin_cos(f, x, true)),
-            UnaryOp::Sin => math::sin_cos(&mut self.a, x, false),
-            UnaryOp::Cos => math::sin_cos(&mut self.a, x, true),
+            UnaryOp::Sin => self.native(x, math32::sin, math::sin),
+            UnaryOp::Cos => self.native(x, math32::cos, math::cos),
             UnaryOp::Log1p => self.either(x, special::log1p),
             UnaryOp::Expm1 => self.either(x, special::expm1),
             UnaryOp::Atan => self.either(x, special::atan),

@@ -147,7 +147,7 @@ impl Emitter<'_> {
         a.op(format!("@{p} bra {done}"));
         let first = a.bin("mul.lo.u64", Ty::B64, group, g.lanes);
         self.coords = self.coordinates(first, dims);
-        self.group_level(g, &self.k.body, 0)?;
+        self.output_level(&self.k.body, 0, Some(g))?;
         let a = &mut self.a;
         a.op(format!("add.s64 {group}, {group}, {stride}"));
         a.op(format!("bra.uni {head}"));
@@ -157,51 +157,29 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The statements of output level `depth` for every lane of `g`.
-    fn group_level(&mut self, g: Group, stmts: &[Stmt], depth: usize) -> Res<()> {
-        let levels = self.coords.len();
-        for s in stmts {
-            match s {
-                Stmt::For(l) if depth < levels => {
-                    self.check_output_loop(l, depth)?;
-                    let c = self.coords[depth];
-                    for lane in 0..g.lanes {
-                        self.lane = lane;
-                        let v = self.ivar(l.var);
-                        match self.int.0 {
-                            Ty::B32 => self.a.op(format!("cvt.u32.u64 {v}, {c}")),
-                            _ => self.a.op(format!("mov.b64 {v}, {c}")),
-                        }
-                        if l.var == g.inner && lane > 0 {
-                            let sfx = self.int.1;
-                            self.a.op(format!("add.{sfx} {v}, {v}, {lane}"));
-                        }
-                    }
-                    self.lane = 0;
-                    self.group_level(g, &l.body, depth + 1)?;
+    /// Statement `s` (a let or the store: `Group::of` admits nothing else)
+    /// for every lane of `g`.
+    pub(super) fn group_stmt(&mut self, g: Group, s: &Stmt) -> Res<()> {
+        match s {
+            Stmt::Let(r, Expr::Load { arg, offset }) => self.group_load(g, *r, *arg, offset),
+            Stmt::Let(..) => {
+                for lane in 0..g.lanes {
+                    self.lane = lane;
+                    self.stmt(s)?;
                 }
-                Stmt::Let(r, Expr::Load { arg, offset }) => {
-                    self.group_load(g, *r, *arg, offset)?;
-                }
-                Stmt::Let(..) => {
-                    for lane in 0..g.lanes {
-                        self.lane = lane;
-                        self.stmt(s)?;
-                    }
-                    self.lane = 0;
-                }
-                Stmt::Store { offset, value } if g.access(offset) == Access::Vector => {
-                    let addr = self.address(self.out, offset)?;
-                    let values = self.lanes_of(g, *value);
-                    let sfx = self.sfx;
-                    let n = g.lanes;
-                    self.a
-                        .op(format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}"));
-                }
-                _ => return Err("internal: a statement a group cannot run".into()),
+                self.lane = 0;
+                Ok(())
             }
+            Stmt::Store { offset, value } if g.access(offset) == Access::Vector => {
+                let addr = self.address(self.out, offset)?;
+                let values = self.lanes_of(g, *value);
+                let (n, sfx) = (g.lanes, self.sfx);
+                self.a
+                    .op(format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}"));
+                Ok(())
+            }
+            _ => Err("internal: a statement a group cannot run".into()),
         }
-        Ok(())
     }
 
     /// `r = args[arg][offset]` in every lane of `g`.
