@@ -6,15 +6,18 @@
 #   bench/gpu.sh                 # full f32 (PyTorch's allow_tf32 flags set to False)
 #   bench/gpu.sh tf32            # TF32 GEMMs on both sides
 #   bench/gpu.sh --device sim    # smoke run: tenjin at tiny sizes on the simulated GPU (CI)
+#   bench/gpu.sh --table FILE... # the table of JSON lines saved on the GPU machine
 # On the GPU machine the Rust binary is built here and carried:
 #   cargo build --release --features cuda --example gpu_peers  (then PY=python3 bench/gpu.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=cuda
 extra=()
+tables=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
+    --table) shift; tables=("$@"); break ;;
     tf32) extra+=(tf32); shift ;;
     *) echo "bench/gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -26,14 +29,17 @@ if [ "$device" = sim ]; then
   build
   exec "$bin" --device sim "${extra[@]}"
 fi
-build --features cuda
 PY=${PY:-python3}
-out=$(mktemp)
-"$bin" --device cuda "${extra[@]}" >>"$out"
-"$PY" bench/gpu_peers.py "${extra[@]}" >>"$out"
-"$PY" - "$out" <<'PYEOF'
+if [ ${#tables[@]} -eq 0 ]; then
+  build --features cuda
+  out=$(mktemp)
+  "$bin" --device cuda "${extra[@]}" >>"$out"
+  "$PY" bench/gpu_peers.py "${extra[@]}" >>"$out"
+  tables=("$out")
+fi
+"$PY" - "${tables[@]}" <<'PYEOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+rows = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.strip().startswith("{")]
 card = next((r for r in rows if r["system"] == "card"), {})
 print(f"card: {card.get('name')}, driver {card.get('driver')}, CUDA {card.get('cuda')}, torch {card.get('torch')}; "
       f"matmul.allow_tf32={card.get('matmul.allow_tf32')}, cudnn.allow_tf32={card.get('cudnn.allow_tf32')}")

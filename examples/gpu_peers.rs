@@ -7,6 +7,7 @@
 //! cargo run --release --features cuda --example gpu_peers -- --device cuda
 //! cargo run --release --features cuda --example gpu_peers -- --device cuda tf32
 //! cargo run --release --example gpu_peers -- --device sim   # tiny sizes, one repetition
+//! cargo run --release --features cuda --example gpu_peers -- --device cuda --only softmax,conv2d
 //! ```
 //!
 //! Workloads (full size on `cuda`; a tiny configuration of each on `sim`):
@@ -22,6 +23,9 @@
 //! - `softmax`, `layer_norm`: value and gradient over [4096, 4096];
 //! - `conv2d`: value and gradients, B = 32, 64→64 channels, 32×32, 3×3,
 //!   padding 1.
+//!
+//! `TENJIN_GPU_PROFILE=1` prints each workload's per-kernel device times
+//! to stderr (`tenjin::cuda::profile_report`), its medians then inflated.
 //!
 //! `tf32` sets `tenjin::cuda::set_math_mode(MathMode::Tf32)` (the script
 //! sets PyTorch's `allow_tf32` to match); the mode is in every line.
@@ -104,6 +108,14 @@ fn report(workload: &str, size: &str, ms: f64, bytes: Option<f64>) {
     println!(
         r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "math": "{mode}", "median_ms": {ms:.4}{bytes}}}"#
     );
+    // `TENJIN_GPU_PROFILE=1`: where the time went (the median above is then
+    // inflated by a synchronisation around every kernel).
+    if tenjin::cuda::is_profiling() {
+        eprintln!(
+            "{workload} {size}, every run:\n{}",
+            tenjin::cuda::profile_report(true)
+        );
+    }
 }
 
 /// Median wall time in ms of `reps` runs of `f` after one warm-up, each
@@ -328,15 +340,26 @@ fn main() -> Result<(), Error> {
     if std::env::args().any(|a| a == "tf32") {
         tenjin::cuda::set_math_mode(MathMode::Tf32);
     }
+    // `--only a,b`: just these workloads (the device script runs each in a
+    // process of its own, under its own time limit).
+    let args: Vec<String> = std::env::args().collect();
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|k| args.get(k + 1))
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let run = |workload: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.iter().any(|w| w == workload))
+    };
     let device = Device::Cuda(0);
     let reps = sizes.reps;
-    gpt_step(device, sizes.gpt, reps.min(5))?;
     let (widths, batches) = sizes.mlp;
-    for &batch in batches {
+    for &batch in batches.iter().filter(|_| run("mlp_step")) {
         mlp_step(device, widths, batch, reps)?;
     }
     let (lengths, e) = sizes.attention;
-    for &n in lengths {
+    for &n in lengths.iter().filter(|_| run("attention")) {
         value_grad(
             device,
             "attention",
@@ -354,41 +377,55 @@ fn main() -> Result<(), Error> {
         )?;
     }
     let n = sizes.elementwise;
-    let x = on(device, &[n], 60, 3.0)?;
-    let ms = median_ms(reps, device, || chain(&x).map(drop))?;
-    // One read and one write of each element.
-    report(
-        "elementwise_forward",
-        &format!("n={n}"),
-        ms,
-        Some(8.0 * n as f64),
-    );
-    value_grad(
-        device,
-        "elementwise_value_grad",
-        &format!("n={n}"),
-        &[&[n]],
-        reps,
-        None,
-        |x| chain(&x[0]),
-    )?;
+    if run("elementwise_forward") {
+        let x = on(device, &[n], 60, 3.0)?;
+        let ms = median_ms(reps, device, || chain(&x).map(drop))?;
+        // One read and one write of each element.
+        report(
+            "elementwise_forward",
+            &format!("n={n}"),
+            ms,
+            Some(8.0 * n as f64),
+        );
+    }
+    if run("elementwise_value_grad") {
+        value_grad(
+            device,
+            "elementwise_value_grad",
+            &format!("n={n}"),
+            &[&[n]],
+            reps,
+            None,
+            |x| chain(&x[0]),
+        )?;
+    }
     let [r, c] = sizes.rows;
     let rows = format!("{r}x{c}");
-    value_grad(device, "softmax", &rows, &[&[r, c]], reps, None, |x| {
-        x[0].softmax(1)
-    })?;
-    value_grad(device, "layer_norm", &rows, &[&[r, c]], reps, None, |x| {
-        x[0].layer_norm(1, None, None, 1e-5)
-    })?;
+    if run("softmax") {
+        value_grad(device, "softmax", &rows, &[&[r, c]], reps, None, |x| {
+            x[0].softmax(1)
+        })?;
+    }
+    if run("layer_norm") {
+        value_grad(device, "layer_norm", &rows, &[&[r, c]], reps, None, |x| {
+            x[0].layer_norm(1, None, None, 1e-5)
+        })?;
+    }
     let [b, ch, hh, ww] = sizes.conv;
-    value_grad(
-        device,
-        "conv2d",
-        &format!("B={b},C=O={ch},{hh}x{ww},3x3,p1"),
-        &[&[b, ch, hh, ww], &[ch, ch, 3, 3]],
-        reps,
-        None,
-        |x| x[0].conv2d(&x[1], None, [1, 1], [1, 1], [1, 1], 1),
-    )?;
+    if run("conv2d") {
+        value_grad(
+            device,
+            "conv2d",
+            &format!("B={b},C=O={ch},{hh}x{ww},3x3,p1"),
+            &[&[b, ch, hh, ww], &[ch, ch, 3, 3]],
+            reps,
+            None,
+            |x| x[0].conv2d(&x[1], None, [1, 1], [1, 1], [1, 1], 1),
+        )?;
+    }
+    // Last: the largest, and the longest to compile.
+    if run("gpt_step") {
+        gpt_step(device, sizes.gpt, reps.min(5))?;
+    }
     Ok(())
 }

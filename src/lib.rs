@@ -75,7 +75,8 @@ pub mod gpu;
 /// a device's queued work.
 pub mod cuda {
     pub use crate::gpu::{
-        device_count, is_available, is_simulated, math_mode, set_math_mode, simulate, MathMode,
+        device_count, is_available, is_profiling, is_simulated, math_mode, profile_report,
+        set_math_mode, set_profiling, simulate, MathMode,
     };
     pub use crate::runtime::synchronize;
 }

@@ -5,6 +5,8 @@
 //! data, the indexing ops, a checkpointed block, and the error for mixing
 //! devices.
 //!
+//! `TENJIN_GPU_TESTS=cuda` runs the same tests on a real GPU (see `gpu`).
+//!
 //! Tolerances: f64 values within 1e-12 of the CPU's (relative to the
 //! largest magnitude; the reference GEMM sums in another order than the
 //! CPU's blocked kernels), f32 within 1e-5.
@@ -12,7 +14,17 @@
 use tenjin::optim::{Adam, AdamConfig, Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
 
+/// CUDA device 0: the simulated one, or with `TENJIN_GPU_TESTS=cuda`
+/// (and a build with the `cuda` feature on a machine with a GPU) the real
+/// one, so this same file checks a card against the CPU.
 fn gpu() -> Device {
+    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
+    if real && tenjin::cuda::is_available() {
+        return Device::Cuda(0);
+    }
+    if real {
+        eprintln!("TENJIN_GPU_TESTS=cuda but no CUDA device is available: the simulated one runs");
+    }
     tenjin::cuda::simulate().expect("the simulated device");
     Device::Cuda(0)
 }
@@ -888,10 +900,12 @@ fn f32_results_are_within_the_tolerance_of_their_op_class() {
     }
 }
 
-/// A long reduction with few outputs runs as one "block loop" stage (a
-/// block of threads per output, their shares combined in a fixed tree):
-/// bitwise the same on every run, as accurate as the CPU's blocked sums
-/// in f32, the CPU's value within rounding in f64, NaN propagated.
+/// A long sum with few outputs runs as two stages: block partial sums in
+/// parallel (a "block loop": a block of threads per partial, their shares
+/// combined in a fixed tree), then their sum in index order. A long max
+/// is one block loop. Bitwise the same on every run, as accurate as the
+/// CPU's blocked sums in f32, the CPU's value within rounding in f64, NaN
+/// propagated.
 #[test]
 fn long_reductions_run_as_block_loops_and_repeat_bit_for_bit() {
     let _s = serial();
@@ -906,9 +920,11 @@ fn long_reductions_run_as_block_loops_and_repeat_bit_for_bit() {
     let s = x.sum().unwrap();
     let launched = tenjin::stats().ptx_launches - before.ptx_launches;
     let e = tenjin::explain(&s).unwrap();
-    assert_eq!(e.forward.len(), 1, "{e}");
+    assert_eq!(e.forward.len(), 2, "{e}");
     assert_eq!(e.forward[0].route, "block loop", "{e}");
-    assert_eq!(launched, 1, "one launch for the sum");
+    assert_eq!(e.forward[0].domain, [n.div_ceil(8192)], "{e}");
+    assert!(e.forward[1].domain.is_empty(), "{e}");
+    assert_eq!(launched, 2, "two launches for the sum");
     let first = s.item().unwrap();
     for _ in 0..3 {
         assert_eq!(x.sum().unwrap().item().unwrap().to_bits(), first.to_bits());

@@ -14,6 +14,7 @@
 
 use super::counters::{count, COUNTERS};
 use super::driver::{Arg, Driver, GemmCall, Matrix};
+use super::profile;
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
 use crate::kernel::backend::{
@@ -21,7 +22,7 @@ use crate::kernel::backend::{
 };
 use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
 use crate::kernel::host::{DeviceForm, HostKernel, Lines};
-use crate::kernel::{Kernel, Route};
+use crate::kernel::{Kernel, Route, Stmt};
 use crate::{DType, Error};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -138,6 +139,8 @@ struct LoopKernel<D: Driver> {
     shape: LaunchShape,
     /// The launch arguments (output first, then the inputs), refilled per run.
     args: Mutex<Vec<Arg>>,
+    /// What the profile calls it (`super::profile`).
+    label: String,
 }
 
 impl<D: Driver> LoopKernel<D> {
@@ -158,8 +161,14 @@ impl<D: Driver> LoopKernel<D> {
         args.push(out);
         args.extend(inputs.iter().chain(last).map(input));
         count(&COUNTERS.launches, 1);
-        self.driver
-            .launch(&self.function, self.shape.grid, self.shape.block, &args)
+        profile::timed(
+            &*self.driver,
+            || self.label.clone(),
+            || {
+                self.driver
+                    .launch(&self.function, self.shape.grid, self.shape.block, &args)
+            },
+        )
     }
 }
 
@@ -208,11 +217,48 @@ impl<D: Driver> Executable for GemmKernel<D> {
         if total == 0 {
             return Ok(());
         }
-        let dtype = out.dtype();
         let target = output(&out);
+        profile::timed(&*self.driver, || self.label(), || self.gemms(inputs, &out))?;
+        if let Some(e) = &self.epilogue {
+            e.launch(target, total, inputs, Some(&out.as_operand()))?;
+        }
+        Ok(())
+    }
+
+    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
+        Ok(false)
+    }
+}
+
+impl<D: Driver> GemmKernel<D> {
+    /// What the profile calls it (`super::profile`).
+    fn label(&self) -> String {
         let p = &self.plan;
-        // BLAS's A and B: the contraction's operands, swapped for a
-        // row-major output (Cᵀ = Bᵀ·Aᵀ).
+        let calls: usize = p
+            .outer
+            .iter()
+            .chain(self.contraction.k_outer())
+            .map(|d| d.len)
+            .product();
+        format!(
+            "gemm m={} n={} k={} batch={} calls={calls}{}",
+            p.m,
+            p.n,
+            p.k,
+            p.batch,
+            if self.epilogue.is_some() {
+                " +epilogue"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// The cuBLAS calls of one run.
+    fn gemms(&self, inputs: &[Operand<'_>], out: &OperandMut<'_>) -> Result<(), Error> {
+        let dtype = out.dtype();
+        let target = output(out);
+        let p = &self.plan;
         let [first, second] = self.contraction.operands();
         let (a, b) = if p.swapped {
             (second, first)
@@ -278,14 +324,7 @@ impl<D: Driver> Executable for GemmKernel<D> {
                 self.driver.gemm(&call)?;
             }
         }
-        if let Some(e) = &self.epilogue {
-            e.launch(target, total, inputs, Some(&out.as_operand()))?;
-        }
         Ok(())
-    }
-
-    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
-        Ok(false)
     }
 }
 
@@ -440,6 +479,48 @@ fn kernel_hash(k: &Kernel) -> u64 {
     h.finish()
 }
 
+/// What the profile calls a loop kernel (`super::profile`): its output
+/// and argument shapes, its team and its reductions' lengths.
+fn loop_label(k: &Kernel) -> String {
+    fn trips(stmts: &[Stmt], out: &mut Vec<u64>) {
+        for s in stmts {
+            match s {
+                Stmt::Reduce { body, .. } => {
+                    out.push(body.max_trips);
+                    trips(&body.body, out);
+                }
+                Stmt::For(l) => trips(&l.body, out),
+                Stmt::If {
+                    then, otherwise, ..
+                } => {
+                    trips(then, out);
+                    trips(otherwise, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut sums = Vec::new();
+    trips(&k.body, &mut sums);
+    let args: Vec<String> = k.args.iter().map(|a| format!("{:?}", a.shape)).collect();
+    format!(
+        "loop {:?} <- {}{}{} #{:08x}",
+        k.out_shape,
+        args.join(" "),
+        if sums.is_empty() {
+            String::new()
+        } else {
+            format!(", reductions {sums:?}")
+        },
+        if k.threads_per_output > 1 {
+            format!(", team {}", k.threads_per_output)
+        } else {
+            String::new()
+        },
+        kernel_hash(k) as u32
+    )
+}
+
 /// `value` as the bits of one `dtype` element.
 fn element_bits(value: f64, dtype: DType) -> u64 {
     match dtype {
@@ -478,6 +559,7 @@ impl<D: Driver> GpuBackend<D> {
             threads_per_output: team,
             shape: LaunchShape::new(&*self.driver, total, team, per_thread),
             args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),
+            label: loop_label(kernel),
         })
     }
 

@@ -15,7 +15,9 @@
 //!   `cuda` (cudarc) and `sim` (the simulated device);
 //! - `backend`: the runtime's `Backend` over any driver;
 //! - `devices`: which driver a device opens with ([`simulate`]);
-//! - [`math_mode`]: the precision of f32 GEMMs ([`MathMode`]).
+//! - [`math_mode`]: the precision of f32 GEMMs ([`MathMode`]);
+//! - `profile`: the device time of every kernel, on request
+//!   ([`set_profiling`], [`profile_report`]).
 //!
 //! Nothing here panics without a driver or a GPU: the driver library is
 //! opened on first use and its absence is an error.
@@ -32,6 +34,7 @@ pub mod dump;
 pub mod math_mode;
 #[cfg(feature = "cuda")]
 mod memory;
+mod profile;
 pub mod ptx;
 pub(crate) mod sim;
 
@@ -39,3 +42,4 @@ pub(crate) use counters::snapshot as counters;
 pub(crate) use devices::backend;
 pub use devices::{device_count, is_available, is_simulated, simulate};
 pub use math_mode::{math_mode, set_math_mode, MathMode};
+pub use profile::{is_profiling, profile_report, set_profiling};

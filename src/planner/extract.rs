@@ -33,6 +33,7 @@ use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
 use super::route::{route_for, routes_to_gemm, Target};
+use super::split_sums::split_long_sum;
 use super::window;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
@@ -193,6 +194,44 @@ impl Builder {
             },
             sources.clone(),
         );
+        if self.target == Target::Gpu {
+            if let Some((partials, combine)) = split_long_sum(&f) {
+                // The partial sums first, then their combine, known as `f`.
+                let partials = IndexFn {
+                    name: format!("s{id}"),
+                    ..partials
+                };
+                let key_p = CutKey::new(
+                    IndexFn {
+                        name: "s".into(),
+                        ..partials.clone()
+                    },
+                    sources.clone(),
+                );
+                self.push_stage(partials, sources, None, key_p)?;
+                let combine = match cut {
+                    Some(_) => IndexFn {
+                        name: format!("s{}", id + 1),
+                        ..combine
+                    },
+                    None => combine,
+                };
+                return self.push_stage(combine, vec![Source::Stage(id)], cut, key);
+            }
+        }
+        self.push_stage(f, sources, cut, key)
+    }
+
+    /// Adds `f` as the next stage, known as `cut` (when it was cut) and
+    /// `key` (what it computes).
+    fn push_stage(
+        &mut self,
+        f: IndexFn,
+        sources: Vec<Source>,
+        cut: Option<CutKey>,
+        key: CutKey,
+    ) -> Result<usize, Error> {
+        let id = self.stages.len();
         self.stages.push(Stage {
             route: route_for(&f, self.dtype, self.target)?,
             f,

@@ -1,32 +1,52 @@
-//! Reductions spread over a block of GPU threads when a kernel has few
-//! outputs and long reductions.
+//! Reductions spread over a block of GPU threads when one thread per
+//! output would leave the GPU idle or read memory with a large stride.
 //!
-//! Owns [`spread_reductions`]. One thread per output element leaves a GPU
-//! idle when there are few outputs: a scalar loss over 10⁶ values would
-//! be one thread's serial loop. A kernel with at most [`MAX_OUTPUTS`]
-//! outputs and a *top-level* reduction (not inside another loop) of at
-//! least [`MIN_TRIPS`] iterations gets [`THREADS`] threads per output
-//! ([`Kernel::threads_per_output`]): each folds a strided share of the
-//! reduction and the shares combine in a fixed tree, so results depend
-//! only on the sizes — bitwise the same from run to run, with no atomics.
-//! Every top-level reduction of such a kernel is shared out (none is run
-//! by all the threads over again). Its sums are `wide` (shares and tree in
-//! f64), which holds the accuracy of the CPU's blocked sums. The
-//! thresholds are a first choice, to be tuned on a GPU (issue "GPU
+//! Owns [`spread_reductions`]. A kernel whose *top-level* reduction (not
+//! inside another loop) runs at least [`MIN_TRIPS`] iterations gets a team
+//! of threads per output ([`Kernel::threads_per_output`]): each folds a
+//! strided share of the reduction and the shares combine in a fixed tree,
+//! so results depend only on the sizes — bitwise the same from run to run,
+//! with no atomics. Which kernels, and how large a team ([`team_size`]):
+//!
+//! | outputs | reduction | team |
+//! | --- | --- | --- |
+//! | up to [`FEW_OUTPUTS`] | any of ≥ [`MIN_TRIPS`] | enough threads to fill the GPU ([`FILL`]), 32 to [`THREADS`] |
+//! | up to [`MANY_OUTPUTS`] | contiguous (a row: softmax, layer norm, cross-entropy) | the same |
+//! | more, or a strided reduction among many outputs | | one thread per output |
+//!
+//! A row reduction among many outputs is spread because one thread per
+//! row reads with the row's stride (every load of a warp a different
+//! cache line), while a team reads the row in coalesced lines; a column
+//! reduction among many outputs is left alone (adjacent threads already
+//! read adjacent elements). A team never folds fewer than [`MIN_SHARE`]
+//! iterations per thread, nor has fewer threads than a warp.
+//!
+//! Every top-level reduction of a spread kernel is shared out (none is
+//! run by all the threads over again). Its sums are `wide` (shares and
+//! tree in f64), which holds the accuracy of the CPU's blocked sums. The
+//! thresholds were measured on an H100 (`BENCHMARKS.md`, issue "GPU
 //! speed"). Must not emit code.
 
-use crate::kernel::{Kernel, Stmt};
+use crate::kernel::{Expr, IVar, Kernel, Stmt};
 use crate::symbolic::ReduceOp;
 
-/// Threads per output of a spread kernel (one block).
+/// The most threads per output (one block).
 pub(crate) const THREADS: u32 = 256;
-/// The most outputs a kernel may have for its reductions to be spread
-/// (beyond it, one thread per output already fills the device).
-pub(crate) const MAX_OUTPUTS: usize = 2_048;
+/// The fewest threads of a team: a warp (a smaller block idles lanes).
+pub(crate) const MIN_THREADS: u32 = 32;
+/// Threads a launch needs to fill a large GPU: an H100 holds
+/// 132 × 2048 ≈ 2¹⁸ resident threads.
+pub(crate) const FILL: usize = 1 << 18;
+/// Up to this many outputs, any long reduction is spread.
+pub(crate) const FEW_OUTPUTS: usize = 2_048;
+/// Up to this many outputs, a contiguous (row) reduction is spread.
+pub(crate) const MANY_OUTPUTS: usize = 1 << 17;
 /// The shortest top-level reduction worth spreading.
 pub(crate) const MIN_TRIPS: u64 = 256;
+/// The fewest iterations each thread of a team folds.
+pub(crate) const MIN_SHARE: u64 = 8;
 
-/// `k` with its top-level reductions spread over [`THREADS`] threads per
+/// `k` with its top-level reductions spread over a team of threads per
 /// output where that pays (see the module documentation).
 ///
 /// ```
@@ -38,19 +58,41 @@ pub(crate) const MIN_TRIPS: u64 = 256;
 /// assert_eq!(gpu.threads_per_output, 256);
 /// let cpu = loop_kernel(&f, tenjin::DType::F32, Target::Cpu, LoopRole::Whole)?;
 /// assert_eq!(cpu.threads_per_output, 1);
+/// // Rows of a [4096, 4096] matrix: 64 threads a row fill the GPU.
+/// let rows = IndexFn::parse("f[i] = sum{j}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
+/// let gpu = loop_kernel(&rows, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
+/// assert_eq!(gpu.threads_per_output, 64);
+/// // Its columns: adjacent threads read adjacent elements already.
+/// let cols = IndexFn::parse("f[j] = sum{i}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
+/// let gpu = loop_kernel(&cols, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
+/// assert_eq!(gpu.threads_per_output, 1);
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
-    if k.out_len() == 0 || k.out_len() > MAX_OUTPUTS {
+    let outputs = k.out_len();
+    if outputs == 0 || outputs > MANY_OUTPUTS {
         return k;
     }
-    let long = top_level(&mut k.body)
+    let longest = top_level(&mut k.body)
         .iter()
-        .any(|s| matches!(s, Stmt::Reduce { body, .. } if body.max_trips >= MIN_TRIPS));
-    if !long {
+        .filter_map(|s| match s {
+            Stmt::Reduce { body, .. } if body.max_trips >= MIN_TRIPS => {
+                Some((body.max_trips, contiguous(body.var, &body.body)))
+            }
+            _ => None,
+        })
+        .max();
+    let Some((trips, contiguous)) = longest else {
+        return k;
+    };
+    if outputs > FEW_OUTPUTS && !contiguous {
         return k;
     }
-    k.threads_per_output = THREADS;
+    let team = team_size(outputs, trips);
+    if team == 1 {
+        return k;
+    }
+    k.threads_per_output = team;
     // Every top-level sum of a spread kernel is shared out; f32 ones keep
     // their shares in f64.
     for s in top_level(&mut k.body) {
@@ -59,6 +101,36 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
         }
     }
     k
+}
+
+/// Threads per output for `outputs` reductions of `trips` iterations:
+/// enough for [`FILL`] threads in all, within [`MIN_THREADS`] ..=
+/// [`THREADS`], each folding at least [`MIN_SHARE`] iterations; 1 where
+/// no such team exists.
+pub(crate) fn team_size(outputs: usize, trips: u64) -> u32 {
+    let wanted = FILL
+        .div_ceil(outputs.max(1))
+        .next_power_of_two()
+        .clamp(MIN_THREADS as usize, THREADS as usize) as u64;
+    let most = trips / MIN_SHARE;
+    if most < MIN_THREADS as u64 {
+        return 1;
+    }
+    // The largest power of two within both.
+    let most = 1u64 << (63 - most.leading_zeros());
+    wanted.min(most) as u32
+}
+
+/// Whether a load in `body` steps by one element per iteration of `var`.
+fn contiguous(var: IVar, body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Let(_, Expr::Load { offset, .. }) => offset.coeff(var).abs() == 1,
+        Stmt::If {
+            then, otherwise, ..
+        } => contiguous(var, then) || contiguous(var, otherwise),
+        Stmt::Reduce { body, .. } | Stmt::For(body) => contiguous(var, &body.body),
+        _ => false,
+    })
 }
 
 /// The statements that run once per output element: those of the

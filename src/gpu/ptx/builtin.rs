@@ -77,7 +77,11 @@ fn conversion(from: DType, to: DType) -> String {
         }
         (true, true) if to.size() > from.size() => format!("cvt.{t}.{f} %b0, %a0;"),
         (true, true) => format!("cvt.rn.{t}.{f} %b0, %a0;"),
-        (true, false) => format!("cvt.rzi.{t}.{f} %b0, %a0;"),
+        // `cvt.rzi` saturates, but an H100 turns a NaN f64 into i32::MIN:
+        // NaN is set to 0 explicitly.
+        (true, false) => format!(
+            "cvt.rzi.{t}.{f} %b0, %a0;\n\tsetp.nan.{f} %p1, %a0, %a0;\n\tselp.{t} %b0, 0, %b0, %p1;"
+        ),
         (false, true) => format!("cvt.rn.{t}.{f} %b0, %a0;"),
         (false, false) if to.size() > from.size() => format!("cvt.{t}.{f} %b0, %a0;"),
         (false, false) => "cvt.u32.u64 %b0, %a0;".to_string(),

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine checks and measures, in one run (issue
+# "GPU speed"): the GPU machine has no Rust toolchain, so the binaries are
+# built here with the `cuda` feature and carried in BIN:
+#   bench/on_gpu.sh --build .gpubin     # here: build and copy the binaries
+#   bench/on_gpu.sh .gpubin OUT         # there: run; logs and JSON lines in OUT
+#   bench/gpu.sh --table OUT/tenjin.jsonl OUT/torch.jsonl   # the table
+# Each step has its own time limit and a failing step does not stop the
+# ones after it; the exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --build ]; then
+  bin=${2:?bench/on_gpu.sh --build DIR}
+  set -e
+  mkdir -p "$bin"
+  cargo build --release --features cuda --example gpu_peers --example train_mlp --example char_lm
+  for e in gpu_peers train_mlp char_lm; do cp target/release/examples/$e "$bin/"; done
+  for t in gpu_sim ptx; do
+    exe=$(cargo test --release --features cuda --test $t --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+    cp "$exe" "$bin/test_$t"
+  done
+  strip "$bin"/* 2>/dev/null || true
+  du -sh "$bin"
+  exit 0
+fi
+bin=${1:?bench/on_gpu.sh BIN OUT}
+out=${2:?bench/on_gpu.sh BIN OUT}
+mkdir -p "$out"
+failed=0
+step() { # step LOG SECONDS COMMAND...: appends to OUT/LOG.log
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "== $*" >>"$out/$name.log"
+  timeout "$limit" "$@" >"$out/$name.now" 2>&1
+  local rc=$?
+  cat "$out/$name.now" >>"$out/$name.log"
+  echo "== $name ($*): exit $rc after $((SECONDS - t0)) s"
+  tail -n 4 "$out/$name.now"
+  rm -f "$out/$name.now"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# cudarc opens cuBLAS by the names of CUDA <= 12 (libcublas.so, .so.12, ...):
+# a CUDA 13 machine's libcublas.so.13 is linked under the plain name.
+libs=$(mktemp -d)
+for name in cublas cublasLt; do
+  f=$(ldconfig -p | grep -o "/[^ ]*/lib$name\.so[.0-9]*$" | sort -V | tail -n 1)
+  [ -n "$f" ] || f=$(find /usr /opt -name "lib$name.so*" 2>/dev/null | sort -V | tail -n 1)
+  echo "lib$name: ${f:-not found}"
+  [ -z "$f" ] || ln -sf "$f" "$libs/lib$name.so"
+done
+export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
+# Correctness first: the simulated device's tests, on the card.
+step checks 60 env TENJIN_GPU_TESTS=cuda "$bin/test_gpu_sim" --test-threads=1
+step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
+step checks 45 "$bin/train_mlp" --device cuda
+# Speed: tenjin's workloads one process each, then PyTorch's.
+: >"$out/tenjin.jsonl"
+for w in mlp_step attention elementwise_forward elementwise_value_grad softmax layer_norm conv2d; do
+  step tenjin 45 "$bin/gpu_peers" --device cuda --only "$w"
+done
+step tenjin 120 "$bin/gpu_peers" --device cuda --only gpt_step
+grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
+# Where tenjin's time goes (per-kernel device times; medians inflated).
+step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
+  --only "${PROFILE:-elementwise_value_grad,softmax,layer_norm,conv2d,gpt_step}"
+step torch 200 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
+grep '^{' "$out/torch.log" >"$out/torch.jsonl"
+exit $failed
