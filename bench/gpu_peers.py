@@ -178,6 +178,7 @@ ms = median_ms(11, lambda: chain(x))
 report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
 report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
        bytes=8 * n)
+report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
 value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
 value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
 value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))

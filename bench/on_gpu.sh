@@ -57,7 +57,7 @@ step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
 step checks 45 "$bin/train_mlp" --device cuda
 # Speed: tenjin's workloads one process each, then PyTorch's.
 : >"$out/tenjin.jsonl"
-for w in mlp_step attention elementwise_forward elementwise_value_grad softmax layer_norm conv2d; do
+for w in mlp_step attention elementwise_forward elementwise_exp elementwise_value_grad softmax layer_norm conv2d; do
   step tenjin 45 "$bin/gpu_peers" --device cuda --only "$w"
 done
 step tenjin 120 "$bin/gpu_peers" --device cuda --only gpt_step

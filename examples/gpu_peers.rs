@@ -19,7 +19,10 @@
 //! - `attention`: value and gradients of `Σ softmax(QKᵀ/√E)·V·G` at
 //!   N = 512 and 2048, E = 64 (one line);
 //! - `elementwise_forward`, `elementwise_value_grad`: the chain
-//!   `tanh(x)·sigmoid(2x) + x²/(1 + e^{−x})` over 16M f32 values;
+//!   `tanh(x)·sigmoid(2x) + x²/(1 + e^{−x})` over 16M f32 values (each op
+//!   a kernel, as in PyTorch eager);
+//! - `elementwise_exp`: `exp` of the same 16M values, one kernel, whose
+//!   bytes per second `bench/gpu.sh` sets against a device copy;
 //! - `softmax`, `layer_norm`: value and gradient over [4096, 4096];
 //! - `conv2d`: value and gradients, B = 32, 64→64 channels, 32×32, 3×3,
 //!   padding 1.
@@ -112,7 +115,7 @@ fn report(workload: &str, size: &str, ms: f64, bytes: Option<f64>) {
     // inflated by a synchronisation around every kernel).
     if tenjin::cuda::is_profiling() {
         eprintln!(
-            "{workload} {size}, every run:\n{}",
+            "{workload} {size}, the timed runs:\n{}",
             tenjin::cuda::profile_report(true)
         );
     }
@@ -125,9 +128,15 @@ fn median_ms(
     device: Device,
     mut f: impl FnMut() -> Result<(), Error>,
 ) -> Result<f64, Error> {
+    let mut warm = false;
     bench_common::median_ms(reps, || {
         f()?;
-        tenjin::cuda::synchronize(device)
+        tenjin::cuda::synchronize(device)?;
+        if !std::mem::replace(&mut warm, true) {
+            // The profile leaves out the warm-up (compilation, first loads).
+            let _ = tenjin::cuda::profile_report(true);
+        }
+        Ok(())
     })
 }
 
@@ -383,6 +392,17 @@ fn main() -> Result<(), Error> {
         // One read and one write of each element.
         report(
             "elementwise_forward",
+            &format!("n={n}"),
+            ms,
+            Some(8.0 * n as f64),
+        );
+    }
+    if run("elementwise_exp") {
+        // One kernel: its bandwidth against the device's copy.
+        let x = on(device, &[n], 61, 3.0)?;
+        let ms = median_ms(reps, device, || x.exp().map(drop))?;
+        report(
+            "elementwise_exp",
             &format!("n={n}"),
             ms,
             Some(8.0 * n as f64),

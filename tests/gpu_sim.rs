@@ -177,13 +177,16 @@ fn a_view_cublas_cannot_express_is_a_loop_kernel_and_explain_says_so() {
 fn element_wise_and_reductions_match_bit_for_bit_in_f64() {
     let _s = serial();
     // Same operations in the same order: the loop kernels agree exactly.
-    let x = data(1000, 3);
+    // (A reduction of 256 terms or more is folded by a team of threads in
+    // another fixed order: the long-reduction tests hold it within
+    // rounding.)
+    let x = data(200, 3);
     let f =
         |t: &Tensor| -> Result<Tensor, Error> { t.mul_scalar(0.5)?.add_scalar(1.0)?.sqrt()?.sum() };
     let cpu =
-        f(&Tensor::from_vec_f64(x.iter().map(|v| v.abs()).collect(), &[10, 100]).unwrap()).unwrap();
+        f(&Tensor::from_vec_f64(x.iter().map(|v| v.abs()).collect(), &[10, 20]).unwrap()).unwrap();
     let dev = f(
-        &Tensor::from_vec_f64_on(x.iter().map(|v| v.abs()).collect(), &[10, 100], gpu()).unwrap(),
+        &Tensor::from_vec_f64_on(x.iter().map(|v| v.abs()).collect(), &[10, 20], gpu()).unwrap(),
     )
     .unwrap();
     assert_eq!(dev.item().unwrap().to_bits(), cpu.item().unwrap().to_bits());
@@ -960,6 +963,69 @@ fn long_reductions_run_as_block_loops_and_repeat_bit_for_bit() {
     let x_nan = Tensor::from_vec_f64_on(with_nan, &[n], device).unwrap();
     assert!(x_nan.sum().unwrap().item().unwrap().is_nan());
     assert!(x_nan.max().unwrap().item().unwrap().is_nan());
+}
+
+/// Sums over several dimensions split into parallel stages too: the sum
+/// of a whole matrix (a perfect nest, folded by each team as one flattened
+/// range), a bias gradient (a column sum over batch and time, in blocks of
+/// rows) and a batch of dot products (a loop kernel, not cuBLAS). Each
+/// agrees with the CPU and repeats bit for bit.
+#[test]
+fn sums_over_several_dimensions_run_as_parallel_stages() {
+    let _s = serial();
+    let device = gpu();
+    let x = leaf(&data(600 * 700, 11), &[600, 700], DType::F32, device);
+    let total = x.sum().unwrap();
+    let e = tenjin::explain(&total).unwrap();
+    assert_eq!(e.forward.len(), 2, "{e}");
+    assert_eq!(e.forward[0].route, "block loop", "{e}");
+    assert!(e.forward[0].domain.iter().product::<usize>() > 1, "{e}");
+    let first = total.item().unwrap();
+    for _ in 0..2 {
+        assert_eq!(x.sum().unwrap().item().unwrap().to_bits(), first.to_bits());
+    }
+    agree_within(
+        "the sum of a matrix",
+        [&[600, 700], &[1]],
+        DType::F32,
+        1e-6,
+        |a, b| a.sum()?.mul(&b.sum()?),
+    );
+    // A bias gradient: Σ over batch and time of a [8, 256, 96] gradient.
+    let dy = leaf(&data(8 * 256 * 96, 12), &[8, 256, 96], DType::F32, device);
+    let db = dy.sum_dims(&[0, 1], false).unwrap();
+    let e = tenjin::explain(&db).unwrap();
+    assert_eq!(e.forward.len(), 2, "{e}");
+    assert_eq!(e.forward[0].domain[1..], [96], "{e}");
+    assert!(e.forward[0].domain[0] > 1, "{e}");
+    agree_within(
+        "a bias gradient",
+        [&[8, 256, 96], &[96]],
+        DType::F32,
+        1e-6,
+        |a, b| a.sum_dims(&[0, 1], false)?.mul(b),
+    );
+    agree(
+        "a bias gradient in f64",
+        [&[8, 256, 96], &[96]],
+        DType::F64,
+        |a, b| a.sum_dims(&[0, 1], false)?.mul(b),
+    );
+    // Dot products of columns (a layer norm's weight gradient).
+    let a = leaf(&data(4096 * 64, 13), &[4096, 64], DType::F32, device);
+    let dots = a.mul(&a).unwrap().sum_dims(&[0], false).unwrap();
+    let e = tenjin::explain(&dots).unwrap();
+    assert!(
+        e.forward.iter().all(|s| !s.route.starts_with("gemm")),
+        "{e}"
+    );
+    agree_within(
+        "column dot products",
+        [&[4096, 64], &[4096, 64]],
+        DType::F32,
+        1e-6,
+        |a, b| a.mul(b)?.sum_dims(&[0], false),
+    );
 }
 
 /// Row statistics over long rows (softmax, a row mean, their gradients)

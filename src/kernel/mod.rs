@@ -36,7 +36,9 @@
 //!   `argmax`/`argmin` keep the first index of a strictly better value,
 //!   `-1` over an empty range). A `wide` sum accumulates in f64. A kernel
 //!   with [`Kernel::threads_per_output`] above 1 folds its top-level
-//!   reductions in another fixed order (strided shares, then a tree).
+//!   reductions in another fixed order (strided shares, then a tree; a
+//!   perfect nest of one reduction, [`nest::reduction_nest`], as one
+//!   flattened range).
 //! - `For` is an output loop; `Store` writes `out[offset]`.
 //!
 //! ```
@@ -54,6 +56,7 @@ pub mod contraction;
 pub mod host;
 pub mod key;
 mod lower;
+pub mod nest;
 mod print;
 pub mod route;
 

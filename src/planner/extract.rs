@@ -32,7 +32,7 @@
 use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
-use super::route::{route_for, routes_to_gemm, Target};
+use super::route::{route_for, routes_to_gemm, Route, Target};
 use super::split_sums::split_long_sum;
 use super::window;
 use crate::symbolic::affine::VarId;
@@ -194,7 +194,9 @@ impl Builder {
             },
             sources.clone(),
         );
-        if self.target == Target::Gpu {
+        let loop_on_gpu = self.target == Target::Gpu
+            && matches!(route_for(&f, self.dtype, self.target)?, Route::Loop(_));
+        if loop_on_gpu {
             if let Some((partials, combine)) = split_long_sum(&f) {
                 // The partial sums first, then their combine, known as `f`.
                 let partials = IndexFn {

@@ -69,8 +69,11 @@ pub fn route(f: &IndexFn, dtype: DType) -> Result<Route, Error> {
 pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Error> {
     // A GPU runs a contraction through cuBLAS, which needs every matrix
     // with a unit stride (`Contraction::blas`); any other view is a loop
-    // kernel there (`explain` shows the route).
-    let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || c.blas().is_some());
+    // kernel there (`explain` shows the route), and so is a batch of dot
+    // products (1×1 outputs: cuBLAS runs them far below the bandwidth; a
+    // loop kernel is a column sum, split as one, `super::split_sums`).
+    let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
+    let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || on_gpu(c));
     if let Some(plan) = contraction::detect(f) {
         if runs(&plan) {
             return Ok(Route::Gemm(plan));

@@ -1,38 +1,54 @@
-//! Long sums with few outputs split into two stages on the GPU: block
-//! partial sums computed in parallel, then a fixed-order combine.
+//! Long sums split into two stages on the GPU: partial sums over blocks
+//! of the summation range computed in parallel, then a fixed-order
+//! combine.
 //!
-//! Owns [`split_long_sum`]. A GPU kernel computes one output per team of
-//! threads (`super::spread`): a scalar loss over 16M values would be one
-//! block of 256 threads on one multiprocessor, the other 131 idle. A stage
-//! whose root is a sum over a constant range of at least [`SPLIT_MIN`]
-//! terms (or such a sum under functions and constant factors: a mean, the
-//! log of a sum), with at most [`SPLIT_MAX_OUTPUTS`] outputs, becomes
+//! Owns [`split_long_sum`]. A GPU kernel computes one output per thread,
+//! or per team of threads (`super::spread`). Two kinds of sums leave the
+//! GPU idle that way:
+//!
+//! | kind | example | split when | block of the outer summation index |
+//! | --- | --- | --- | --- |
+//! | few outputs, long | a scalar loss over 16M values: one team on one multiprocessor | at most [`SPLIT_MAX_OUTPUTS`] outputs, at least [`SPLIT_MIN`] terms | about [`CHUNK`] terms a block |
+//! | a column sum | a bias gradient `Σ_{b,t} dy[b; t; j]`: 3,072 threads of 8,192 terms each, no team (a team would read with a stride) | at most [`COLUMN_MAX_OUTPUTS`] outputs, at least [`COLUMN_MIN`] terms, the innermost summation index not the last of any read | enough blocks for [`super::spread::FILL`] threads |
+//!
+//! The sum may be a perfect nest of sums over constant ranges (rows and
+//! columns), and sit under functions and constant factors (a mean, the
+//! log of a sum). It becomes
 //!
 //! ```text
-//! p[α; b] = sum{i}_(max [lo; C·(b + b₀)])^(min [hi; C·(b + b₀) + C − 1]) body     b = 0 .. P − 1
-//! f[α]    = sum{b}_0^(P − 1) p[α; b]          (under the same functions and factors)
+//! p[b; α] = sum{i}_(max [lo; C·(b + b₀)])^(min [hi; C·(b + b₀) + C − 1]) (inner sums and body)    b = 0 .. P − 1
+//! f[α]    = sum{b}_0^(P − 1) p[b; α]          (under the same functions and factors)
 //! ```
 //!
-//! with `C` = [`CHUNK`] and `b₀ = ⌊lo / C⌋`: the partial sums run as a
-//! stage of `P` times as many outputs (each a team of its own), then a
-//! second stage adds them in index order. Blocks are aligned to multiples
-//! of `C` of the summation index, so the order of additions depends only on
-//! the sizes: results are bitwise the same from run to run, with no
-//! atomics. Both stages are f64-accumulated sums (`wide`, `super::spread`),
-//! the partials rounded once to the element type, which holds the accuracy
-//! of the CPU's blocked sums. Must not emit code.
+//! with `C` the block, `b₀ = ⌊lo / C⌋`: the partial sums are a stage of
+//! `P` times as many outputs (the block index first, so adjacent threads
+//! read adjacent columns), then a second stage adds them in index order.
+//! Blocks are aligned to multiples of `C` of the summation index, so the
+//! order of additions depends only on the sizes: results are bitwise the
+//! same from run to run, with no atomics. Both stages accumulate in f64
+//! (`wide` sums, `super::blocked_sums` and `super::spread`), the partials
+//! rounded once to the element type, which holds the accuracy of the
+//! CPU's blocked sums. Must not emit code.
 
+use super::spread::FILL;
 use crate::symbolic::affine::{Affine, RatAffine, VarId};
 use crate::symbolic::expr::{BinaryOp, Graph, Node, NodeId, Range, ReduceOp, UnaryOp};
 use crate::symbolic::{ArgDecl, IndexFn};
 
-/// The shortest sum that is split.
+/// The shortest sum with few outputs that is split.
 pub(crate) const SPLIT_MIN: u64 = 1 << 16;
-/// Terms per partial sum.
-pub(crate) const CHUNK: i64 = 8192;
-/// The most outputs a split stage may have (beyond it, a team per output
-/// fills the GPU already: `super::spread::FILL` threads in teams of 256).
+/// Terms per partial sum of a sum with few outputs.
+pub(crate) const CHUNK: u64 = 8192;
+/// The most outputs a long sum may have to be split (beyond it, a team
+/// per output fills the GPU already: `FILL` threads in teams of 256).
 pub(crate) const SPLIT_MAX_OUTPUTS: usize = 1024;
+/// The most outputs of a column sum that is split (beyond it, one thread
+/// per output fills the GPU well enough).
+pub(crate) const COLUMN_MAX_OUTPUTS: usize = FILL / 8;
+/// The shortest column sum that is split.
+pub(crate) const COLUMN_MIN: u64 = 1024;
+/// The fewest terms of a column sum's block (a thread's serial work).
+pub(crate) const COLUMN_CHUNK_MIN: u64 = 16;
 
 /// The partial sums and the combine of `f` (see the module documentation),
 /// or `None` when `f` is not a long sum with few outputs. The combine
@@ -50,13 +66,14 @@ pub(crate) const SPLIT_MAX_OUTPUTS: usize = 1024;
 /// let mean = IndexFn::parse("f[] = sum{i}_0^999999 x[i] * 0.000001", &[("x", &[1_000_000][..])])?;
 /// let p = tenjin::planner::plan_function_for(&mean, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
 /// assert_eq!(p.stages.len(), 2, "{p}");
+/// // A bias gradient: a column sum over 8 × 1024 rows, blocks of 12 rows.
+/// let db = IndexFn::parse("f[j] = sum{t}_0^1023 (sum{b}_0^7 (dy[b; t; j]))", &[("dy", &[8, 1024, 3072][..])])?;
+/// let p = tenjin::planner::plan_function_for(&db, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
+/// assert_eq!(p.stages[0].f.output_shape(), &[86, 3072], "{p}");
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
     let outputs: usize = f.out_shape.iter().product();
-    if outputs > SPLIT_MAX_OUTPUTS {
-        return None;
-    }
     let (wrappers, sum) = peel(&f.graph, f.root)?;
     let Node::Reduce {
         op: ReduceOp::Sum,
@@ -67,39 +84,70 @@ pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
     else {
         return None;
     };
-    let constant = |bounds: &[RatAffine]| match bounds {
-        [b] => b
-            .as_integer()
-            .filter(|a| a.is_constant())
-            .map(|a| a.constant),
-        _ => None,
+    let (lo, hi) = constant_range(&range)?;
+    let outer = (hi - lo) as u64 + 1;
+    // The perfect nest of constant sums inside: its length and its
+    // innermost index.
+    let (mut inner, mut innermost, mut n) = (1u64, var, body);
+    while let Node::Reduce {
+        op: ReduceOp::Sum,
+        var,
+        range,
+        body,
+    } = f.graph.node(n)
+    {
+        let Some((a, b)) = constant_range(range) else {
+            break;
+        };
+        inner = inner.saturating_mul((b - a) as u64 + 1);
+        (innermost, n) = (*var, *body);
+    }
+    let total = outer.saturating_mul(inner);
+    let chunk = if outputs <= SPLIT_MAX_OUTPUTS && total >= SPLIT_MIN {
+        (CHUNK / inner).max(1)
+    } else if outputs <= COLUMN_MAX_OUTPUTS
+        && total >= COLUMN_MIN
+        && !read_along(&f.graph, body, innermost)
+    {
+        let parts = FILL.div_ceil(outputs.max(1)) as u64;
+        outer
+            .div_ceil(parts)
+            .max(COLUMN_CHUNK_MIN.div_ceil(inner))
+            .max(1)
+    } else {
+        return None;
     };
-    let (lo, hi) = (constant(&range.lower)?, constant(&range.upper)?);
-    if hi < lo || ((hi - lo) as u64) < SPLIT_MIN - 1 {
+    let chunk = i64::try_from(chunk).ok()?;
+    if chunk >= outer as i64 {
         return None;
     }
-    let first = lo.div_euclid(CHUNK);
-    let parts = hi.div_euclid(CHUNK) - first + 1;
+    let (first, parts) = (
+        lo.div_euclid(chunk),
+        hi.div_euclid(chunk) - lo.div_euclid(chunk) + 1,
+    );
     let b = VarId(f.var_names.len() as u32);
     let mut var_names = f.var_names.clone();
     var_names.push(fresh_name(&f.var_names, "split"));
     // C·(b + b₀) and C·(b + b₀) + C − 1.
     let start = Affine::var(b)
-        .scale(CHUNK)
+        .scale(chunk)
         .ok()?
-        .add_const(CHUNK * first)
+        .add_const(chunk.checked_mul(first)?)
         .ok()?;
-    let end = start.add_const(CHUNK - 1).ok()?;
+    let end = start.add_const(chunk - 1).ok()?;
     let mut graph = f.graph.clone();
-    let chunk = Range {
+    let block = Range {
         lower: vec![RatAffine::constant(lo), RatAffine::integer(start)],
         upper: vec![RatAffine::constant(hi), RatAffine::integer(end)],
     };
-    let root = graph.reduce(ReduceOp::Sum, var, chunk, body);
-    let mut out_vars = f.out_vars.clone();
-    out_vars.push(b);
-    let mut out_shape = f.out_shape.clone();
-    out_shape.push(parts as usize);
+    let root = graph.reduce(ReduceOp::Sum, var, block, body);
+    // The block index first: adjacent threads, adjacent outputs.
+    let out_vars: Vec<VarId> = std::iter::once(b)
+        .chain(f.out_vars.iter().copied())
+        .collect();
+    let out_shape: Vec<usize> = std::iter::once(parts as usize)
+        .chain(f.out_shape.iter().copied())
+        .collect();
     let partials = IndexFn {
         name: format!("{}_partial", f.name),
         out_vars: out_vars.clone(),
@@ -140,6 +188,28 @@ pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
     };
     (partials.check_bounds().is_ok() && combine.check_bounds().is_ok())
         .then_some((partials, combine))
+}
+
+/// `(lo, hi)` of a range with one constant bound each way.
+fn constant_range(range: &Range) -> Option<(i64, i64)> {
+    let constant = |bounds: &[RatAffine]| match bounds {
+        [b] => b
+            .as_integer()
+            .filter(|a| a.is_constant())
+            .map(|a| a.constant),
+        _ => None,
+    };
+    let (lo, hi) = (constant(&range.lower)?, constant(&range.upper)?);
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Whether some read under `n` steps along its last dimension with `var`
+/// (a row read along the row: a team reads it in coalesced lines).
+fn read_along(g: &Graph, n: NodeId, var: VarId) -> bool {
+    g.reachable(n).into_iter().any(|m| match g.node(m) {
+        Node::Access { index, .. } => index.last().is_some_and(|a| a.coeff(var).abs() == 1),
+        _ => false,
+    })
 }
 
 /// A function or constant factor around the split sum, rebuilt around

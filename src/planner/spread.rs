@@ -2,7 +2,9 @@
 //! output would leave the GPU idle or read memory with a large stride.
 //!
 //! Owns [`spread_reductions`]. A kernel whose *top-level* reduction (not
-//! inside another loop) runs at least [`MIN_TRIPS`] iterations gets a team
+//! inside another loop; a perfect nest of one reduction counts as one
+//! range of the product of its lengths, `crate::kernel::nest`) runs at
+//! least [`MIN_TRIPS`] iterations gets a team
 //! of threads per output ([`Kernel::threads_per_output`]): each folds a
 //! strided share of the reduction and the shares combine in a fixed tree,
 //! so results depend only on the sizes — bitwise the same from run to run,
@@ -27,6 +29,7 @@
 //! thresholds were measured on an H100 (`BENCHMARKS.md`, issue "GPU
 //! speed"). Must not emit code.
 
+use crate::kernel::nest::reduction_nest;
 use crate::kernel::{Expr, IVar, Kernel, Stmt};
 use crate::symbolic::ReduceOp;
 
@@ -62,6 +65,10 @@ pub(crate) const MIN_SHARE: u64 = 8;
 /// let rows = IndexFn::parse("f[i] = sum{j}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
 /// let gpu = loop_kernel(&rows, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
 /// assert_eq!(gpu.threads_per_output, 64);
+/// // All of it: one flattened range, 256 threads.
+/// let all = IndexFn::parse("f[] = sum{i}_0^63 (sum{j}_0^63 (x[i; j]))", &[("x", &[64, 64][..])])?;
+/// let gpu = loop_kernel(&all, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
+/// assert_eq!(gpu.threads_per_output, 256);
 /// // Its columns: adjacent threads read adjacent elements already.
 /// let cols = IndexFn::parse("f[j] = sum{i}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
 /// let gpu = loop_kernel(&cols, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
@@ -73,11 +80,20 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
     if outputs == 0 || outputs > MANY_OUTPUTS {
         return k;
     }
+    // A perfect nest (a sum over rows and columns) is folded by the team
+    // as one flattened range: its length is the product of its levels'.
     let longest = top_level(&mut k.body)
         .iter()
         .filter_map(|s| match s {
-            Stmt::Reduce { body, .. } if body.max_trips >= MIN_TRIPS => {
-                Some((body.max_trips, contiguous(body.var, &body.body)))
+            Stmt::Reduce {
+                op, value, body, ..
+            } => {
+                let (levels, _) = reduction_nest(*op, *value, body);
+                let trips = levels
+                    .iter()
+                    .fold(1u64, |t, l| t.saturating_mul(l.max_trips));
+                let inner = levels[levels.len() - 1];
+                (trips >= MIN_TRIPS).then(|| (trips, contiguous(inner.var, &inner.body)))
             }
             _ => None,
         })

@@ -406,6 +406,73 @@ impl<'k> Emitter<'k> {
         Ok(())
     }
 
+    /// The perfect nest `levels` (outermost first, bounds independent of
+    /// each other) as one flattened range of positions from `first` in
+    /// steps of `step`: each position split into the levels' variables
+    /// (row-major, the innermost fastest), then the innermost level's
+    /// statements and `fold`. Positions are counted in 64 bits.
+    fn strided_nest(
+        &mut self,
+        levels: &[&Loop],
+        first: R,
+        step: u32,
+        mut fold: impl FnMut(&mut Self) -> Res<()>,
+    ) -> Res<()> {
+        let ity = self.int.0;
+        let widen = |e: &mut Self, r: R| -> R {
+            if ity == Ty::B32 {
+                e.a.un("cvt.s64.s32", Ty::B64, r)
+            } else {
+                r
+            }
+        };
+        let total = self.a.i64_const(1);
+        let mut starts = Vec::with_capacity(levels.len());
+        let mut lengths = Vec::with_capacity(levels.len());
+        for l in levels {
+            let lo = self.bounds(&l.lower, true)?;
+            let hi = self.bounds(&l.upper, false)?;
+            let span = self.int_op("sub", hi, lo);
+            let (lo, span) = (widen(self, lo), widen(self, span));
+            let n = self.a.bin("add.s64", Ty::B64, span, 1);
+            let n = self.a.bin("max.s64", Ty::B64, n, 0);
+            self.a.op(format!("mul.lo.s64 {total}, {total}, {n}"));
+            starts.push(lo);
+            lengths.push(n);
+        }
+        let first = widen(self, first);
+        let q = self.a.un("mov.b64", Ty::B64, first);
+        let (head, done) = (self.a.label(), self.a.label());
+        self.a.place(&head);
+        let p = self.a.setp("ge", "s64", q, total);
+        self.a.op(format!("@{p} bra {done}"));
+        let rest = self.a.un("mov.b64", Ty::B64, q);
+        for (j, l) in levels.iter().enumerate().rev() {
+            let k = if j == 0 {
+                rest
+            } else {
+                let k = self.a.bin("rem.u64", Ty::B64, rest, lengths[j]);
+                self.a.op(format!("div.u64 {rest}, {rest}, {}", lengths[j]));
+                k
+            };
+            let v = self.a.bin("add.s64", Ty::B64, starts[j], k);
+            let var = self.ivar(l.var);
+            if ity == Ty::B32 {
+                self.a.op(format!("cvt.u32.u64 {var}, {v}"));
+            } else {
+                self.a.op(format!("mov.b64 {var}, {v}"));
+            }
+        }
+        self.loop_depth += levels.len() as u32;
+        self.stmts(&levels[levels.len() - 1].body)?;
+        fold(self)?;
+        self.loop_depth -= levels.len() as u32;
+        self.a.op(format!("add.s64 {q}, {q}, {step}"));
+        self.a.op(format!("bra.uni {head}"));
+        self.a.place(&done);
+        Ok(())
+    }
+
     fn reduce(
         &mut self,
         op: ReduceOp,

@@ -5,7 +5,10 @@
 //! same values), except that a top-level reduction is folded in shares:
 //! thread `t` folds iterations `lo + t`, `lo + t + T`, … in order
 //! (adjacent threads read adjacent elements), stores its share in shared
-//! memory, and after a barrier the shares combine in a tree — at step
+//! memory (a perfect nest of one reduction, `crate::kernel::nest`, is one
+//! flattened range: thread `t` folds positions `t`, `t + T`, … of the box
+//! in row-major order, each split into the levels' variables), and after
+//! a barrier the shares combine in a tree — at step
 //! `s = T/2, T/4, …, 1` thread `t < s` folds the share of `t + s` into its
 //! own, a barrier after each step. Every thread then reads the result
 //! from share 0 (and a last barrier lets the next reduction reuse the
@@ -19,6 +22,7 @@
 
 use super::super::asm::{Asm, Ty, R};
 use super::{Emitter, Res};
+use crate::kernel::nest::reduction_nest;
 use crate::kernel::{Loop, Reg};
 use crate::symbolic::ReduceOp;
 
@@ -103,7 +107,8 @@ impl Emitter<'_> {
             self.constant(init)
         };
         let w = self.w;
-        self.strided(body, Some(first), threads, |e, _, _| {
+        let (levels, value) = reduction_nest(op, value, body);
+        let fold = |e: &mut Self| {
             let x = e.reg(value);
             let x = if wide && w == Ty::F32 {
                 e.a.un("cvt.f64.f32", Ty::F64, x)
@@ -112,7 +117,12 @@ impl Emitter<'_> {
             };
             e.combine(op, acc_ty, acc, x);
             Ok(())
-        })?;
+        };
+        if levels.len() > 1 {
+            self.strided_nest(&levels, first, threads, fold)?;
+        } else {
+            self.strided(body, Some(first), threads, |e, _, _| fold(e))?;
+        }
         self.tree(&[(acc_ty, acc)], |e, other| {
             e.combine(op, acc_ty, acc, other[0])
         });
