@@ -36,12 +36,6 @@ def driver():
         return "unknown"
 
 
-print(json.dumps({"system": "card", "name": torch.cuda.get_device_name(0), "driver": driver(),
-                  "cuda": torch.version.cuda, "torch": torch.__version__,
-                  "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-                  "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}))
-
-
 def median_ms(reps, f):
     f()
     torch.cuda.synchronize()
@@ -63,15 +57,6 @@ def report(system, workload, size, ms, **extra):
 def rand(*shape, scale=1.0, grad=False):
     x = ((torch.rand(*shape, generator=gen) * 2 - 1) * scale).to(dev)
     return x.requires_grad_(grad)
-
-
-# The bandwidth reference: a device-to-device copy of 256 MB.
-src = torch.empty(64 << 20, device=dev)
-dst = torch.empty_like(src)
-copy_ms = median_ms(21, lambda: dst.copy_(src))
-report("torch", "copy", "256MB", copy_ms, bytes=2 * src.numel() * 4,
-       gb_per_s=round(2 * src.numel() * 4 / copy_ms / 1e6, 1))
-del src, dst
 
 
 class Block(torch.nn.Module):
@@ -164,24 +149,40 @@ def chain(x):
     return torch.tanh(x) * torch.sigmoid(2 * x) + x ** 2 / (1 + torch.exp(-x))
 
 
-for batch in (64, 256, 1024):
-    mlp_step(batch)
-for n in (512, 2048):
-    e = 64
-    value_grad("torch", "attention", f"N={n},E={e}", [(n, e)] * 3,
-               lambda q, k, v: torch.softmax(q @ k.t() / math.sqrt(e), 1) @ v)
-    value_grad("torch sdpa", "attention", f"N={n},E={e}", [(n, e)] * 3,
-               lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None])[0])
-n = 1 << 24
-x = rand(n, scale=3.0)
-ms = median_ms(11, lambda: chain(x))
-report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
-report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
-       bytes=8 * n)
-report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
-value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
-value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
-value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
-value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
-           lambda x, w: F.conv2d(x, w, padding=1))
-gpt_step()  # last: the largest, and torch.compile's compilation the longest
+def main():
+    print(json.dumps({"system": "card", "name": torch.cuda.get_device_name(0), "driver": driver(),
+                      "cuda": torch.version.cuda, "torch": torch.__version__,
+                      "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                      "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}))
+    # The bandwidth reference: a device-to-device copy of 256 MB.
+    src = torch.empty(64 << 20, device=dev)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(21, lambda: dst.copy_(src))
+    report("torch", "copy", "256MB", copy_ms, bytes=2 * src.numel() * 4,
+           gb_per_s=round(2 * src.numel() * 4 / copy_ms / 1e6, 1))
+    del src, dst
+    for batch in (64, 256, 1024):
+        mlp_step(batch)
+    for n in (512, 2048):
+        e = 64
+        value_grad("torch", "attention", f"N={n},E={e}", [(n, e)] * 3,
+                   lambda q, k, v: torch.softmax(q @ k.t() / math.sqrt(e), 1) @ v)
+        value_grad("torch sdpa", "attention", f"N={n},E={e}", [(n, e)] * 3,
+                   lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None])[0])
+    n = 1 << 24
+    x = rand(n, scale=3.0)
+    ms = median_ms(11, lambda: chain(x))
+    report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
+    report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
+           bytes=8 * n)
+    report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
+    value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
+    value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
+    value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
+    value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
+               lambda x, w: F.conv2d(x, w, padding=1))
+    gpt_step()  # last: the largest, and torch.compile's compilation the longest
+
+
+if __name__ == "__main__":
+    main()

@@ -67,4 +67,6 @@ step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
   --only "${PROFILE:-elementwise_value_grad,softmax,layer_norm,conv2d,gpt_step}"
 step torch 200 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
 grep '^{' "$out/torch.log" >"$out/torch.jsonl"
+# Where PyTorch's time goes in the same GPT step.
+step profile 60 python3 bench/gpu_torch_profile.py
 exit $failed

@@ -991,6 +991,16 @@ fn sums_over_several_dimensions_run_as_parallel_stages() {
         1e-6,
         |a, b| a.sum()?.mul(&b.sum()?),
     );
+    // A nest whose innermost level is shorter than a team's stride (each
+    // step carries through several levels), in f64 and in f32.
+    for dtype in [DType::F64, DType::F32] {
+        agree(
+            "the sum of a [3, 5, 7, 11] tensor",
+            [&[3, 5, 7, 11], &[1]],
+            dtype,
+            |a, b| a.sum()?.mul(&b.sum()?),
+        );
+    }
     // A bias gradient: Σ over batch and time of a [8, 256, 96] gradient.
     let dy = leaf(&data(8 * 256 * 96, 12), &[8, 256, 96], DType::F32, device);
     let db = dy.sum_dims(&[0, 1], false).unwrap();
