@@ -1038,6 +1038,45 @@ fn sums_over_several_dimensions_run_as_parallel_stages() {
     );
 }
 
+/// A contraction whose operands cuBLAS cannot take in one call reads them
+/// from copies in a layout it can: a convolution's input gradient (the
+/// weight's `K = (o, kh, kw)` has `c` in the middle) and attention scores
+/// with the heads interleaved (`q[b; t; h; e]`: the batch `(b, h)` is no
+/// uniform stride). Both are then GEMMs, and agree with the CPU.
+#[test]
+fn contraction_operands_are_copied_into_a_layout_cublas_takes() {
+    let _s = serial();
+    let y = agree(
+        "conv2d",
+        [&[2, 32, 8, 8], &[32, 32, 3, 3]],
+        DType::F32,
+        |x, w| x.conv2d(w, None, [1, 1], [1, 1], [1, 1], 1),
+    );
+    let e = tenjin::explain(&y).unwrap();
+    let gemm_for = |role: &str| {
+        e.backward
+            .iter()
+            .any(|s| s.role == role && s.route.starts_with("gemm"))
+    };
+    assert!(
+        gemm_for("gradient of x") && gemm_for("gradient of w"),
+        "{e}"
+    );
+    let scores = |q: &Tensor, k: &Tensor| {
+        q.transpose(1, 2)?
+            .matmul(&k.transpose(1, 2)?.transpose(2, 3)?)
+    };
+    let s = agree(
+        "interleaved heads",
+        [&[2, 16, 4, 16], &[2, 16, 4, 16]],
+        DType::F32,
+        scores,
+    );
+    let e = tenjin::explain(&s).unwrap();
+    assert!(e.forward.iter().any(|s| s.route == "gemm"), "{e}");
+    assert_eq!(e.forward.len(), 3, "two copies and one GEMM: {e}");
+}
+
 /// Row statistics over long rows (softmax, a row mean, their gradients)
 /// spread over blocks agree with the CPU.
 #[test]

@@ -29,6 +29,7 @@
 //!
 //! Must not compile or run anything.
 
+use super::blas_layout::{cublas_calls, relayouts};
 use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
@@ -326,7 +327,66 @@ impl Builder {
         }
         let (graph, root) = f.graph.extract(f.root);
         let f = super::normalize::cancel_equal_terms(&IndexFn { graph, root, ..f });
+        if self.target == Target::Gpu {
+            return self.relayout_operands(f, sources, use_wanted);
+        }
         Ok((f, sources))
+    }
+
+    /// On the GPU, a contraction's operands copied into a layout cuBLAS
+    /// takes in fewer calls (`blas_layout`), when the copies pass their
+    /// bounds checks and the calls do drop; `f` as it is otherwise.
+    fn relayout_operands(
+        &mut self,
+        f: IndexFn,
+        mut sources: Vec<Source>,
+        use_wanted: bool,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
+        let Some(copies) = relayouts(&f) else {
+            return Ok((f, sources));
+        };
+        let iv = Intervals::of(&f);
+        let mut g = f.clone();
+        let mut keys = Vec::with_capacity(copies.len());
+        for r in &copies {
+            let Some(c) = cut(&f, &iv, r.node) else {
+                return Ok((f, sources));
+            };
+            // The copy's dimensions in the order asked for.
+            let perm: Option<Vec<usize>> = r
+                .order
+                .iter()
+                .map(|v| c.read.iter().position(|form| form.coeff(*v) != 0))
+                .collect();
+            let Some(perm) = perm.filter(|p| p.len() == c.read.len()) else {
+                return Ok((f, sources));
+            };
+            let stage = IndexFn {
+                out_vars: perm.iter().map(|&j| c.stage.out_vars[j]).collect(),
+                out_shape: perm.iter().map(|&j| c.stage.out_shape[j]).collect(),
+                ..c.stage.clone()
+            };
+            let read: Vec<_> = perm.iter().map(|&j| c.read[j].clone()).collect();
+            let (cf, csrc) = canonical(&stage, &sources);
+            let key = CutKey::new(cf, csrc);
+            g = read_back(&g, &[(r.node, read)], &key.f);
+            keys.push(key);
+        }
+        let before = cublas_calls(&f).unwrap_or(usize::MAX);
+        let better = cublas_calls(&g).is_some_and(|after| after < before)
+            && routes_to_gemm(&g)
+            && matches!(
+                route_for(&g, self.dtype, self.target)?,
+                Route::Gemm(_) | Route::GemmThenLoop { .. }
+            );
+        if !better || g.check_bounds().is_err() {
+            return Ok((f, sources));
+        }
+        for key in keys {
+            let sid = self.stage_for(key, use_wanted)?;
+            sources.push(Source::Stage(sid));
+        }
+        Ok((g, sources))
     }
 
     /// `f` rewritten by `window` (a convolution-shaped contraction over

@@ -16,11 +16,13 @@
 //! | `node` | one recorded op's forward and backward programs, planned together |
 //! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
 //! | `window` | a convolution-shaped contraction (padding guards, ranges that follow the output, windows) rewritten over constant ranges, and how its reads are materialised (view, padded copy, im2col) |
+//! | `blas_layout` | on the GPU, a contraction's operands copied into a layout cuBLAS takes in one call (attention's batch of heads, a convolution's input gradient) |
 //! | `split_sums` | a long sum with few outputs on the GPU: block partial sums, then their combine, as two stages |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
 //! | `passes` | the passes in order: the stage pipeline, and the loop passes per target |
 //! | `reorder`, `peel`, `vectorize`, `blocked_sums` | the loop nest's order, its peeled boundaries, its vector loops, its accurate long f32 sums |
 
+mod blas_layout;
 pub(crate) mod blocked_sums;
 pub mod contraction;
 mod cut;
