@@ -32,7 +32,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | user API | `nn` `optim` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, gradients as tensors, checks, recomputed blocks, weights on disk |
+//! | user API | `nn` `optim` `data` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, data loading, gradients as tensors, checks, recomputed blocks, weights on disk |
 //! | ops | `ops` | every op: one index function, one path through the runtime |
 //! | tensor | `tensor` | the `Tensor` type, creation, views as affine maps |
 //! | tape | `trace` | nodes, leaves, the backward schedule and its interpreter |
@@ -66,6 +66,7 @@ pub mod alloc;
 pub mod autograd;
 mod checkpoint;
 mod cpu;
+pub mod data;
 pub mod dtype;
 pub mod error;
 pub mod gpu;

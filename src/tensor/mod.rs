@@ -21,6 +21,7 @@ pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
 use crate::DType;
 use crate::Error;
+pub(crate) use create::SplitMix64;
 pub(crate) use device::move_all;
 pub use device::{default_device, set_default_device};
 pub use dim::Dim;
