@@ -4,6 +4,7 @@
 # built here with the `cuda` feature and carried in BIN:
 #   bench/on_gpu.sh --build .gpubin     # here: build and copy the binaries
 #   bench/on_gpu.sh .gpubin OUT         # there: run; logs and JSON lines in OUT
+#   bench/on_gpu.sh .gpubin OUT tf32    # there: the speed runs only, TF32 GEMMs on both sides
 #   bench/gpu.sh --table OUT/tenjin.jsonl OUT/torch.jsonl   # the table
 # Each step has its own time limit and a failing step does not stop the
 # ones after it; the exit status is the number of failed steps.
@@ -26,6 +27,7 @@ if [ "${1:-}" = --build ]; then
 fi
 bin=${1:?bench/on_gpu.sh BIN OUT}
 out=${2:?bench/on_gpu.sh BIN OUT}
+math=${3:-}   # "tf32": TF32 GEMMs on both sides, speed only
 mkdir -p "$out"
 failed=0
 step() { # step LOG SECONDS COMMAND...: appends to OUT/LOG.log
@@ -52,21 +54,21 @@ for name in cublas cublasLt; do
 done
 export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
 # Correctness first: the simulated device's tests, on the card.
-step checks 60 env TENJIN_GPU_TESTS=cuda "$bin/test_gpu_sim" --test-threads=1
-step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
-step checks 45 "$bin/train_mlp" --device cuda
+[ -n "$math" ] || step checks 60 env TENJIN_GPU_TESTS=cuda "$bin/test_gpu_sim" --test-threads=1
+[ -n "$math" ] || step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
+[ -n "$math" ] || step checks 45 "$bin/train_mlp" --device cuda
 # Speed: tenjin's workloads one process each, then PyTorch's.
 : >"$out/tenjin.jsonl"
 for w in mlp_step attention elementwise_forward elementwise_exp elementwise_value_grad softmax layer_norm conv2d; do
-  step tenjin 45 "$bin/gpu_peers" --device cuda --only "$w"
+  step tenjin 45 "$bin/gpu_peers" --device cuda --only "$w" $math
 done
-step tenjin 120 "$bin/gpu_peers" --device cuda --only gpt_step
+step tenjin 120 "$bin/gpu_peers" --device cuda --only gpt_step $math
 grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
 # Where tenjin's time goes (per-kernel device times; medians inflated).
-step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
+[ -n "$math" ] || step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
   --only "${PROFILE:-elementwise_value_grad,softmax,layer_norm,conv2d,gpt_step}"
-step torch 200 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py
+step torch 200 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math
 grep '^{' "$out/torch.log" >"$out/torch.jsonl"
 # Where PyTorch's time goes in the same GPT step.
-step profile 60 python3 bench/gpu_torch_profile.py
+[ -n "$math" ] || step profile 60 python3 bench/gpu_torch_profile.py
 exit $failed

@@ -339,7 +339,7 @@ impl Builder {
     fn relayout_operands(
         &mut self,
         f: IndexFn,
-        mut sources: Vec<Source>,
+        sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
         let Some(copies) = relayouts(&f) else {
@@ -382,6 +382,18 @@ impl Builder {
         if !better || g.check_bounds().is_err() {
             return Ok((f, sources));
         }
+        self.read_stages(g, keys, sources, use_wanted)
+    }
+
+    /// `g` (which reads the stages `keys` as its last arguments, in order)
+    /// with those stages planned and added to `sources`.
+    fn read_stages(
+        &mut self,
+        g: IndexFn,
+        keys: Vec<CutKey>,
+        mut sources: Vec<Source>,
+        use_wanted: bool,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
         for key in keys {
             let sid = self.stage_for(key, use_wanted)?;
             sources.push(Source::Stage(sid));
@@ -396,7 +408,7 @@ impl Builder {
     fn apply_window(
         &mut self,
         f: IndexFn,
-        mut sources: Vec<Source>,
+        sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
         let Some(plan) = window::plan(&f, &Intervals::of(&f)) else {
@@ -413,11 +425,7 @@ impl Builder {
         if g.check_bounds().is_err() {
             return Ok((f, sources));
         }
-        for key in keys {
-            let sid = self.stage_for(key, use_wanted)?;
-            sources.push(Source::Stage(sid));
-        }
-        Ok((g, sources))
+        self.read_stages(g, keys, sources, use_wanted)
     }
 
     /// The nodes that qualify for a cut (see the module documentation):
