@@ -4,8 +4,8 @@
 //! Owns [`spread_reductions`]. A kernel whose *top-level* reduction (not
 //! inside another loop; a perfect nest of one reduction counts as one
 //! range of the product of its lengths, `crate::kernel::nest`) runs at
-//! least [`MIN_TRIPS`] iterations gets a team
-//! of threads per output ([`Kernel::threads_per_output`]): each folds a
+//! least [`MIN_TRIPS`] iterations gets a team of threads per output
+//! ([`Kernel::threads_per_output`]): each folds a
 //! strided share of the reduction and the shares combine in a fixed tree,
 //! so results depend only on the sizes — bitwise the same from run to run,
 //! with no atomics. Which kernels, and how large a team ([`team_size`]):
@@ -26,8 +26,9 @@
 //! Every top-level reduction of a spread kernel is shared out (none is
 //! run by all the threads over again). Its sums are `wide` (shares and
 //! tree in f64), which holds the accuracy of the CPU's blocked sums. The
-//! thresholds were measured on an H100 (`BENCHMARKS.md`, issue "GPU
-//! speed"). Must not emit code.
+//! thresholds are a reasoned first choice, checked on an H100 by the
+//! workloads they sped up (`BENCHMARKS.md`, "GPU speed"), not tuned by a
+//! sweep. Must not emit code.
 
 use crate::kernel::nest::reduction_nest;
 use crate::kernel::{Expr, IVar, Kernel, Stmt};
