@@ -29,7 +29,6 @@
 //!
 //! Must not compile or run anything.
 
-use super::blas_layout::{cublas_calls, relayouts};
 use super::cut::{cut, Cut};
 use super::normalize::normalize;
 use super::program::{Source, Stage};
@@ -69,6 +68,16 @@ impl CutKey {
             f,
             sources,
         }
+    }
+
+    /// The key of a stage's function `f` read from `sources`, whatever
+    /// the stage is named.
+    pub(crate) fn of_stage(f: &IndexFn, sources: &[Source]) -> CutKey {
+        let anonymous = IndexFn {
+            name: "s".into(),
+            ..f.clone()
+        };
+        CutKey::new(anonymous, sources.to_vec())
     }
 
     pub(crate) fn same(&self, other: &CutKey) -> bool {
@@ -188,55 +197,29 @@ impl Builder {
         } else {
             f
         };
-        let key = CutKey::new(
-            IndexFn {
-                name: "s".into(),
-                ..f.clone()
-            },
-            sources.clone(),
-        );
-        let loop_on_gpu = self.target == Target::Gpu
-            && matches!(route_for(&f, self.dtype, self.target)?, Route::Loop(_));
-        if loop_on_gpu {
+        let key = CutKey::of_stage(&f, &sources);
+        let route = route_for(&f, self.dtype, self.target)?;
+        if self.target == Target::Gpu && matches!(route, Route::Loop(_)) {
             if let Some((partials, combine)) = split_long_sum(&f) {
-                // The partial sums first, then their combine, known as `f`.
-                let partials = IndexFn {
-                    name: format!("s{id}"),
-                    ..partials
-                };
-                let key_p = CutKey::new(
-                    IndexFn {
-                        name: "s".into(),
-                        ..partials.clone()
-                    },
-                    sources.clone(),
-                );
-                self.push_stage(partials, sources, None, key_p)?;
-                let combine = match cut {
-                    Some(_) => IndexFn {
-                        name: format!("s{}", id + 1),
-                        ..combine
-                    },
-                    None => combine,
-                };
-                return self.push_stage(combine, vec![Source::Stage(id)], cut, key);
+                return self.push_split(partials, combine, sources, cut, key);
             }
         }
-        self.push_stage(f, sources, cut, key)
+        self.push_stage(f, route, sources, cut, key)
     }
 
     /// Adds `f` as the next stage, known as `cut` (when it was cut) and
     /// `key` (what it computes).
-    fn push_stage(
+    pub(super) fn push_stage(
         &mut self,
         f: IndexFn,
+        route: Route,
         sources: Vec<Source>,
         cut: Option<CutKey>,
         key: CutKey,
     ) -> Result<usize, Error> {
         let id = self.stages.len();
         self.stages.push(Stage {
-            route: route_for(&f, self.dtype, self.target)?,
+            route,
             f,
             sources,
             forward: None,
@@ -248,7 +231,7 @@ impl Builder {
 
     /// The stage for a cut: an existing equal one, or a new one planned
     /// like any function (`use_wanted`: as for [`Builder::extract`]).
-    fn stage_for(&mut self, key: CutKey, use_wanted: bool) -> Result<usize, Error> {
+    pub(super) fn stage_for(&mut self, key: CutKey, use_wanted: bool) -> Result<usize, Error> {
         if let Some(j) = self.find(&key) {
             return Ok(j);
         }
@@ -333,61 +316,9 @@ impl Builder {
         Ok((f, sources))
     }
 
-    /// On the GPU, a contraction's operands copied into a layout cuBLAS
-    /// takes in fewer calls (`blas_layout`), when the copies pass their
-    /// bounds checks and the calls do drop; `f` as it is otherwise.
-    fn relayout_operands(
-        &mut self,
-        f: IndexFn,
-        sources: Vec<Source>,
-        use_wanted: bool,
-    ) -> Result<(IndexFn, Vec<Source>), Error> {
-        let Some(copies) = relayouts(&f) else {
-            return Ok((f, sources));
-        };
-        let iv = Intervals::of(&f);
-        let mut g = f.clone();
-        let mut keys = Vec::with_capacity(copies.len());
-        for r in &copies {
-            let Some(c) = cut(&f, &iv, r.node) else {
-                return Ok((f, sources));
-            };
-            // The copy's dimensions in the order asked for.
-            let perm: Option<Vec<usize>> = r
-                .order
-                .iter()
-                .map(|v| c.read.iter().position(|form| form.coeff(*v) != 0))
-                .collect();
-            let Some(perm) = perm.filter(|p| p.len() == c.read.len()) else {
-                return Ok((f, sources));
-            };
-            let stage = IndexFn {
-                out_vars: perm.iter().map(|&j| c.stage.out_vars[j]).collect(),
-                out_shape: perm.iter().map(|&j| c.stage.out_shape[j]).collect(),
-                ..c.stage.clone()
-            };
-            let read: Vec<_> = perm.iter().map(|&j| c.read[j].clone()).collect();
-            let (cf, csrc) = canonical(&stage, &sources);
-            let key = CutKey::new(cf, csrc);
-            g = read_back(&g, &[(r.node, read)], &key.f);
-            keys.push(key);
-        }
-        let before = cublas_calls(&f).unwrap_or(usize::MAX);
-        let better = cublas_calls(&g).is_some_and(|after| after < before)
-            && routes_to_gemm(&g)
-            && matches!(
-                route_for(&g, self.dtype, self.target)?,
-                Route::Gemm(_) | Route::GemmThenLoop { .. }
-            );
-        if !better || g.check_bounds().is_err() {
-            return Ok((f, sources));
-        }
-        self.read_stages(g, keys, sources, use_wanted)
-    }
-
     /// `g` (which reads the stages `keys` as its last arguments, in order)
     /// with those stages planned and added to `sources`.
-    fn read_stages(
+    pub(super) fn read_stages(
         &mut self,
         g: IndexFn,
         keys: Vec<CutKey>,
@@ -610,7 +541,7 @@ fn contraction_operand(f: &IndexFn, body: NodeId) -> Option<NodeId> {
 
 /// `f` with each listed node replaced by a read of a new argument (the
 /// stage `stage`) at its index.
-fn read_back(
+pub(super) fn read_back(
     f: &IndexFn,
     occurrences: &[(NodeId, Vec<crate::symbolic::Affine>)],
     stage: &IndexFn,

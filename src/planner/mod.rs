@@ -17,6 +17,7 @@
 //! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
 //! | `window` | a convolution-shaped contraction (padding guards, ranges that follow the output, windows) rewritten over constant ranges, and how its reads are materialised (view, padded copy, im2col) |
 //! | `blas_layout` | on the GPU, a contraction's operands copied into a layout cuBLAS takes in one call (attention's batch of heads, a convolution's input gradient) |
+//! | `gpu_stages` | where the GPU's two rewrites (below) are applied as stages are added |
 //! | `split_sums` | a long sum with few outputs on the GPU: block partial sums, then their combine, as two stages |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
 //! | `passes` | the passes in order: the stage pipeline, and the loop passes per target |
@@ -28,6 +29,7 @@ pub mod contraction;
 mod cut;
 pub(crate) mod epilogue;
 mod extract;
+mod gpu_stages;
 pub mod host;
 mod node;
 mod normalize;

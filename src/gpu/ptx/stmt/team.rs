@@ -134,6 +134,100 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// The perfect nest `levels` (outermost first, bounds independent of
+    /// each other) as one flattened range of positions from `first` in
+    /// steps of `step`: the first position split into the levels'
+    /// variables (row-major, the innermost fastest; 64-bit division, once),
+    /// each later one reached by adding `step` to the innermost variable
+    /// and carrying outwards; at each, the innermost level's statements
+    /// and `fold`.
+    fn strided_nest(
+        &mut self,
+        levels: &[&Loop],
+        first: R,
+        step: u32,
+        mut fold: impl FnMut(&mut Self) -> Res<()>,
+    ) -> Res<()> {
+        let (ity, isfx) = self.int;
+        let widen = |e: &mut Self, r: R| -> R {
+            if ity == Ty::B32 {
+                e.a.un("cvt.s64.s32", Ty::B64, r)
+            } else {
+                r
+            }
+        };
+        let total = self.a.i64_const(1);
+        // Per level: its upper bound and length (the kernel's integer
+        // type), its lower bound and length in 64 bits.
+        let mut his = Vec::with_capacity(levels.len());
+        let mut lengths = Vec::with_capacity(levels.len());
+        let mut wide = Vec::with_capacity(levels.len());
+        for l in levels {
+            let lo = self.bounds(&l.lower, true)?;
+            let hi = self.bounds(&l.upper, false)?;
+            let span = self.int_op("sub", hi, lo);
+            let n = self.int_op("add", span, 1);
+            let n = self.int_op("max", n, 0);
+            let (lo64, n64) = (widen(self, lo), widen(self, n));
+            self.a.op(format!("mul.lo.s64 {total}, {total}, {n64}"));
+            his.push(hi);
+            lengths.push(n);
+            wide.push((lo64, n64));
+        }
+        let first = widen(self, first);
+        let q = self.a.un("mov.b64", Ty::B64, first);
+        let (head, done) = (self.a.label(), self.a.label());
+        let p = self.a.setp("ge", "s64", q, total);
+        self.a.op(format!("@{p} bra {done}"));
+        // The first position (no level is empty here: no division by 0).
+        let rest = self.a.un("mov.b64", Ty::B64, q);
+        for (j, l) in levels.iter().enumerate().rev() {
+            let (lo64, n64) = wide[j];
+            let k = if j == 0 {
+                rest
+            } else {
+                let k = self.a.bin("rem.u64", Ty::B64, rest, n64);
+                self.a.op(format!("div.u64 {rest}, {rest}, {n64}"));
+                k
+            };
+            let v = self.a.bin("add.s64", Ty::B64, lo64, k);
+            let var = self.ivar(l.var);
+            if ity == Ty::B32 {
+                self.a.op(format!("cvt.u32.u64 {var}, {v}"));
+            } else {
+                self.a.op(format!("mov.b64 {var}, {v}"));
+            }
+        }
+        self.a.place(&head);
+        self.loop_depth += levels.len() as u32;
+        self.stmts(&levels[levels.len() - 1].body)?;
+        fold(self)?;
+        self.loop_depth -= levels.len() as u32;
+        self.a.op(format!("add.s64 {q}, {q}, {step}"));
+        let p = self.a.setp("ge", "s64", q, total);
+        self.a.op(format!("@{p} bra {done}"));
+        // The next position: `step` further along the innermost level,
+        // carried outwards (a level past its end wraps and steps the one
+        // around it).
+        let inner = self.ivar(levels[levels.len() - 1].var);
+        self.a.op(format!("add.{isfx} {inner}, {inner}, {step}"));
+        for j in (1..levels.len()).rev() {
+            let (var, outer) = (self.ivar(levels[j].var), self.ivar(levels[j - 1].var));
+            let (carry, settled) = (self.a.label(), self.a.label());
+            self.a.place(&carry);
+            let p = self.a.setp("le", isfx, var, his[j]);
+            self.a.op(format!("@{p} bra {settled}"));
+            self.a
+                .op(format!("sub.{isfx} {var}, {var}, {}", lengths[j]));
+            self.a.op(format!("add.{isfx} {outer}, {outer}, 1"));
+            self.a.op(format!("bra.uni {carry}"));
+            self.a.place(&settled);
+        }
+        self.a.op(format!("bra.uni {head}"));
+        self.a.place(&done);
+        Ok(())
+    }
+
     /// An argmax (argmin) over the team: each share is a (value, index)
     /// pair folded as one thread folds; two combine to the better value,
     /// the lower index among equal values or NaNs (the first, as in order),

@@ -1,0 +1,102 @@
+//! The GPU's rewrites of a function as the planner stages it: a long sum
+//! split into partial sums and their combine (`super::split_sums` decides),
+//! and a contraction's operands copied into a layout cuBLAS takes in fewer
+//! calls (`super::blas_layout` decides).
+//!
+//! Owns the two `Builder` steps that apply those decisions: pushing the
+//! two stages of a split sum, and cutting the operand copies (kept only
+//! when the calls do drop and the product still routes to a GEMM). The CPU
+//! target never comes here. Must not decide what to split or copy.
+
+use super::blas_layout::{cublas_calls, relayouts};
+use super::cut::cut;
+use super::extract::{canonical, read_back, Builder, CutKey};
+use super::program::Source;
+use super::route::{route_for, routes_to_gemm, Route};
+use crate::symbolic::intervals::Intervals;
+use crate::symbolic::IndexFn;
+use crate::Error;
+
+impl Builder {
+    /// Pushes `partials`, then `combine` reading them, as the stage known
+    /// by `cut` and `key` (those of the function split); returns the
+    /// combine's stage.
+    pub(super) fn push_split(
+        &mut self,
+        partials: IndexFn,
+        combine: IndexFn,
+        sources: Vec<Source>,
+        cut: Option<CutKey>,
+        key: CutKey,
+    ) -> Result<usize, Error> {
+        let id = self.stages.len();
+        let partials = IndexFn {
+            name: format!("s{id}"),
+            ..partials
+        };
+        let key_p = CutKey::of_stage(&partials, &sources);
+        let route = route_for(&partials, self.dtype, self.target)?;
+        self.push_stage(partials, route, sources, None, key_p)?;
+        let combine = match cut {
+            Some(_) => IndexFn {
+                name: format!("s{}", id + 1),
+                ..combine
+            },
+            None => combine,
+        };
+        let route = route_for(&combine, self.dtype, self.target)?;
+        self.push_stage(combine, route, vec![Source::Stage(id)], cut, key)
+    }
+
+    /// On the GPU, a contraction's operands copied into a layout cuBLAS
+    /// takes in fewer calls (`blas_layout`), when the copies pass their
+    /// bounds checks and the calls do drop; `f` as it is otherwise.
+    pub(super) fn relayout_operands(
+        &mut self,
+        f: IndexFn,
+        sources: Vec<Source>,
+        use_wanted: bool,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
+        let Some(copies) = relayouts(&f) else {
+            return Ok((f, sources));
+        };
+        let iv = Intervals::of(&f);
+        let mut g = f.clone();
+        let mut keys = Vec::with_capacity(copies.len());
+        for r in &copies {
+            let Some(c) = cut(&f, &iv, r.node) else {
+                return Ok((f, sources));
+            };
+            // The copy's dimensions in the order asked for.
+            let perm: Option<Vec<usize>> = r
+                .order
+                .iter()
+                .map(|v| c.read.iter().position(|form| form.coeff(*v) != 0))
+                .collect();
+            let Some(perm) = perm.filter(|p| p.len() == c.read.len()) else {
+                return Ok((f, sources));
+            };
+            let stage = IndexFn {
+                out_vars: perm.iter().map(|&j| c.stage.out_vars[j]).collect(),
+                out_shape: perm.iter().map(|&j| c.stage.out_shape[j]).collect(),
+                ..c.stage.clone()
+            };
+            let read: Vec<_> = perm.iter().map(|&j| c.read[j].clone()).collect();
+            let (cf, csrc) = canonical(&stage, &sources);
+            let key = CutKey::new(cf, csrc);
+            g = read_back(&g, &[(r.node, read)], &key.f);
+            keys.push(key);
+        }
+        let before = cublas_calls(&f).unwrap_or(usize::MAX);
+        let better = cublas_calls(&g).is_some_and(|after| after < before)
+            && routes_to_gemm(&g)
+            && matches!(
+                route_for(&g, self.dtype, self.target)?,
+                Route::Gemm(_) | Route::GemmThenLoop { .. }
+            );
+        if !better || g.check_bounds().is_err() {
+            return Ok((f, sources));
+        }
+        self.read_stages(g, keys, sources, use_wanted)
+    }
+}
