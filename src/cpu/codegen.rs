@@ -412,6 +412,7 @@ impl Emitter<'_> {
             UnaryOp::Abs => return Ok(self.b.ins().fabs(x)),
             UnaryOp::Sqrt => return Ok(self.b.ins().sqrt(x)),
             UnaryOp::Floor => return Ok(self.b.ins().floor(x)),
+            UnaryOp::Detach => return Ok(x),
             UnaryOp::Sgn => {
                 // x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and ±0).
                 let zero = self.fconst(0.0);

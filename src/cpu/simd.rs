@@ -577,6 +577,7 @@ impl<'f> Emitter<'f> {
             UnaryOp::Abs => vm.b.ins().fabs(x),
             UnaryOp::Sqrt => vm.b.ins().sqrt(x),
             UnaryOp::Floor => vm.b.ins().floor(x),
+            UnaryOp::Detach => x,
             UnaryOp::Sgn => {
                 // As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x.
                 let zero = vm.c(0.0);

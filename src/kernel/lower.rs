@@ -19,7 +19,7 @@
 use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::intervals::Intervals;
-use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, VarId};
+use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, UnaryOp, VarId};
 use crate::Error;
 use std::collections::HashMap;
 
@@ -294,6 +294,8 @@ impl<'a> Lowerer<'a> {
                 }
                 self.let_(p, Expr::Load { arg, offset })
             }
+            // A value held constant for differentiation is the value.
+            Node::Unary(UnaryOp::Detach, a) => self.materialize(a, p)?,
             Node::Unary(op, a) => {
                 let a = self.materialize(a, p)?;
                 self.let_(p, Expr::Unary(op, a))

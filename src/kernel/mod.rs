@@ -324,6 +324,7 @@ fn stmt_cost(s: &Stmt) -> u64 {
         Stmt::Let(_, e) => match e {
             Expr::Const(_) => 0,
             Expr::Unary(op, _) => match op {
+                UnaryOp::Detach => 0,
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
                 UnaryOp::Sqrt => 4,
                 _ => 20,

@@ -314,7 +314,14 @@ impl Module for BatchNorm {
                 self.track(&xd.mean_dims(&dims, false)?, &xd.var(&dims, 1, false)?)
             })?;
         }
-        normalize(x, &dims, self.config.eps, w.as_ref(), b.as_ref())
+        normalize(
+            "batch_norm",
+            x,
+            &dims,
+            self.config.eps,
+            w.as_ref(),
+            b.as_ref(),
+        )
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

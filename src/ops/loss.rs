@@ -6,9 +6,9 @@
 //! (`m + log Σ exp(x − m)`, exact for any `m`), written inline for any
 //! row length. No op here splits itself by hand: the planner materialises
 //! the row statistics (maximum, sum of exponentials) once per row, in the
-//! forward pass and in the derivative, and the derivative's "first
-//! maximiser" test reads the row's argmax computed once per row, so value
-//! and gradient stay linear in the row length.
+//! forward pass and in the derivative, so value and gradient stay linear
+//! in the row length. The maximum is only a shift (`detach`ed), so the
+//! derivative has no argmax in it.
 
 use super::formula::{access, define, indices, reduce, sum_to};
 use super::shape::empty_like;
@@ -63,9 +63,12 @@ fn cross_entropy_fn(
 }
 
 /// The maximum and the stable log-sum-exp of a row of `n` elements whose
-/// element at index variable `v` is `at(v)`, as index-function text.
+/// element at index variable `v` is `at(v)`, as index-function text. The
+/// shift `m` of `m + log Σ exp(x − m)` is `detach`ed: the value does not
+/// depend on it, so neither does the derivative, which then reads no
+/// argmax and no terms that cancel (JAX's `logsumexp` does the same).
 fn row_statistics(at: impl Fn(&str) -> String, n: usize) -> (String, String) {
-    let max = reduce("max", "m", 0, n as i64 - 1, at("m"));
+    let max = format!("detach ({})", reduce("max", "m", 0, n as i64 - 1, at("m")));
     let lse = format!(
         "({max} + log ({}))",
         sum_to("k", n, format!("exp ({} - {max})", at("k")))

@@ -1,6 +1,11 @@
-//! `layer_norm` and `batch_norm`, composed of reductions and broadcasting
-//! element-wise ops (each derived as usual; no hand-written backward).
+//! `layer_norm` and `batch_norm`'s normalisation: one index function each
+//! (mean and variance inline, derived as usual; no hand-written backward).
 
+use super::formula::{access, define, indices};
+use super::reduce::Reduction;
+use super::shape::empty_like;
+use super::statistics::variance_body;
+use super::{apply, lit};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -50,28 +55,48 @@ impl Tensor {
             }
         }
         let dims: Vec<usize> = (r - normalized..r).collect();
-        normalize(self, &dims, eps, weight, bias)
+        normalize("layer_norm", self, &dims, eps, weight, bias)
     }
 }
 
-/// `(x − mean) / √(var + eps) · weight + bias` over `dims`, the
-/// statistics kept as size-1 dimensions and broadcast back.
+/// `(x − mean) / √(var + eps) · weight + bias` over `dims`: one index
+/// function of `x`, `weight` and `bias` (the last two broadcast to `x`'s
+/// shape, as views). The planner materialises the mean and the variance
+/// once per normalised group, in the forward pass and in the derivative;
+/// the value is one pass over `x` after them, and the gradients of all
+/// three arguments come from one backward program (the row sums the
+/// derivative of `x` needs and the column sums of `weight` and `bias`).
 pub(crate) fn normalize(
+    op: &str,
     x: &Tensor,
     dims: &[usize],
     eps: f64,
     weight: Option<&Tensor>,
     bias: Option<&Tensor>,
 ) -> Result<Tensor, Error> {
-    let mean = x.mean_dims(dims, true)?;
-    let centred = x.sub(&mean)?;
-    let var = centred.square()?.mean_dims(dims, true)?;
-    let mut y = centred.mul(&var.add_scalar(eps)?.rsqrt()?)?;
-    if let Some(w) = weight {
-        y = y.mul(w)?;
+    if x.numel() == 0 {
+        return empty_like(x.shape(), x);
     }
-    if let Some(b) = bias {
-        y = y.add(b)?;
+    let r = Reduction::new(op, x.shape(), dims, false)?;
+    let ix = indices("i", x.rank());
+    let mean = format!(
+        "{} * {}",
+        r.wrap("sum", "m"),
+        lit(op, 1.0 / r.count() as f64)?
+    );
+    let var = variance_body(op, &r, 0)?;
+    let mut body = format!(
+        "({} - {mean}) / sqrt ({var} + {})",
+        access("x", &ix),
+        lit(op, eps)?
+    );
+    let mut args: Vec<(&str, Tensor)> = vec![("x", x.clone())];
+    for (name, t, join) in [("w", weight, "*"), ("b", bias, "+")] {
+        if let Some(t) = t {
+            body = format!("{body} {join} {}", access(name, &ix));
+            args.push((name, t.broadcast_to(x.shape())?));
+        }
     }
-    Ok(y)
+    let args: Vec<(&str, &Tensor)> = args.iter().map(|(n, t)| (*n, t)).collect();
+    apply(op, &define("f", &ix, body), &args, &[])
 }

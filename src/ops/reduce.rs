@@ -223,7 +223,8 @@ impl Tensor {
                 format!("input of shape {:?}: no elements to reduce", self.shape()),
             ));
         }
-        let m = r.wrap("max", "m");
+        // The shift is held constant: the value does not depend on it.
+        let m = format!("detach ({})", r.wrap("max", "m"));
         let sum = r.nest("sum", "s", format!("exp ({} - {m})", r.access("s")));
         r.run("logsumexp", self, &format!("{m} + log ({sum})"))
     }

@@ -183,7 +183,7 @@ impl Tensor {
 }
 
 /// `Σ (x − mean)² · 1/(n − correction)` as index text.
-fn variance_body(op: &str, r: &Reduction, correction: usize) -> Result<String, Error> {
+pub(super) fn variance_body(op: &str, r: &Reduction, correction: usize) -> Result<String, Error> {
     let n = r.count();
     let mean = format!(
         "{} * {}",

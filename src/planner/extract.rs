@@ -16,11 +16,12 @@
 //! | rule | a node is cut when |
 //! | --- | --- |
 //! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on; on the GPU, whose threads are the output loops, never out of those) is over an index it does not depend on: it would be recomputed for every value of that index |
-//! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`) |
+//! | nested | it is a reduction hoisted out of a reduction over an index it does not depend on (the row maximum inside a row's sum of exponentials): one stage serves every reader |
+//! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`), or it is redundant and read by several parents (`Σ_k df[i;k]` in two row terms): cut before its parents |
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
 //! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
 //!
-//! The cost-based rules (redundant, contraction, contraction operand) also
+//! The cost-based rules (redundant, nested, contraction, contraction operand) also
 //! require that the stage has no more points than the loops around the
 //! node evaluate it at: coordinates such as `t + k` next to `t` can span a
 //! box far larger than the points read. Nodes are visited top-down, so the
@@ -83,6 +84,12 @@ impl CutKey {
     pub(crate) fn same(&self, other: &CutKey) -> bool {
         self.hash == other.hash && self.sources == other.sources && self.f == other.f
     }
+}
+
+/// What a cut became (see [`Builder::plan_cut`]).
+enum Planned {
+    Stage(usize),
+    Constant(f64),
 }
 
 /// The stages of one program under construction.
@@ -232,15 +239,29 @@ impl Builder {
     /// The stage for a cut: an existing equal one, or a new one planned
     /// like any function (`use_wanted`: as for [`Builder::extract`]).
     pub(super) fn stage_for(&mut self, key: CutKey, use_wanted: bool) -> Result<usize, Error> {
+        match self.plan_cut(key, use_wanted, false)? {
+            Planned::Stage(j) => Ok(j),
+            Planned::Constant(_) => unreachable!("constants are folded only when asked"),
+        }
+    }
+
+    /// What a cut becomes: an existing equal stage, a new one planned like
+    /// any function, or (`fold`) the constant it is once planned (its
+    /// terms cancelled: `Σ_k (x[k] − mean)` in a variance's derivative),
+    /// which needs no stage.
+    fn plan_cut(&mut self, key: CutKey, use_wanted: bool, fold: bool) -> Result<Planned, Error> {
         if let Some(j) = self.find(&key) {
-            return Ok(j);
+            return Ok(Planned::Stage(j));
         }
         // A stage the forward pass provides is not cut further for the
         // forward's sake: it comes whole.
         let use_wanted = use_wanted && !self.is_wanted(&key);
         let (f, sources) = self.extract(normalize(&key.f), key.sources.clone(), use_wanted)?;
+        if let Some(c) = f.graph.const_value(f.root).filter(|_| fold) {
+            return Ok(Planned::Constant(c));
+        }
         let (fin, srcs) = canonical(&f, &sources);
-        self.push(fin, srcs, Some(key))
+        self.push(fin, srcs, Some(key)).map(Planned::Stage)
     }
 
     pub(crate) fn find(&self, key: &CutKey) -> Option<usize> {
@@ -298,9 +319,18 @@ impl Builder {
                     rejected.insert(n);
                     continue;
                 }
-                let sid = self.stage_for(key, use_wanted)?;
-                f = reader;
-                sources.push(Source::Stage(sid));
+                match self.plan_cut(key, use_wanted, true)? {
+                    Planned::Stage(sid) => {
+                        f = reader;
+                        sources.push(Source::Stage(sid));
+                    }
+                    Planned::Constant(c) => {
+                        let k = f.graph.constant(c);
+                        for (m, _) in &occurrences {
+                            f.root = replace(&mut f.graph, f.root, *m, k);
+                        }
+                    }
+                }
                 progress = true;
                 break;
             }
@@ -429,6 +459,20 @@ impl Builder {
                     continue;
                 }
                 let redundant = redundancy(g.free_vars(n), eff) > 1;
+                // A reduction inside a reduction over an index it does not
+                // depend on (the row maximum inside a row's sum of
+                // exponentials): hoisted, it runs once per row anyway, and
+                // as a stage of its own it is computed once for every
+                // place that needs it (the log-sum-exp and the maximum
+                // beside it read one stage, not two passes over the row).
+                let reduction = match g.node(n) {
+                    Node::Unary(UnaryOp::Detach, r) => *r,
+                    _ => n,
+                };
+                let nested = matches!(g.node(reduction), Node::Reduce { .. })
+                    && ctx[eff.len()..]
+                        .iter()
+                        .any(|(v, _)| !f.out_vars.contains(v));
                 // A contraction runs as a GEMM of its own unless it is the
                 // one the route fuses with the element-wise work around it.
                 // (A sum inside the one contraction of a function that is
@@ -440,11 +484,24 @@ impl Builder {
                 // the places reading it evaluate (coordinates such as
                 // `t + k` next to `t` can span a much larger box).
                 let small = keys.domain(n).is_some_and(|d| d <= points(eff));
-                if (redundant || own_gemm) && small {
+                // Recomputed, and read by several parents (`Σ df` in two
+                // row terms of a variance's derivative): cut before the
+                // parents are, or each parent's stage computes it again.
+                if redundant && small && keys.uses(n) >= 2 {
+                    first.push(n);
+                    continue;
+                }
+                if (redundant || nested || own_gemm) && small {
                     then.push(n);
                 }
             }
-            let mut inner: Vec<(VarId, u64)> = eff.to_vec();
+            // A transparent node is never cut: its operand is placed as
+            // it would be (the loops it was hoisted out of still count).
+            let mut inner: Vec<(VarId, u64)> = if transparent {
+                ctx.clone()
+            } else {
+                eff.to_vec()
+            };
             let node = g.node(n).clone();
             if let Node::Reduce { var, body, op, .. } = &node {
                 inner.push((*var, iv.trips.get(&n).copied().unwrap_or(1)));
@@ -577,6 +634,8 @@ struct Keys<'a> {
     cuts: HashMap<NodeId, Option<(CutKey, Cut)>>,
     /// How many heavy nodes share each cut hash (computed once).
     counts: Option<HashMap<u64, usize>>,
+    /// Per node reachable from the root: how many operand slots read it.
+    uses: HashMap<NodeId, usize>,
 }
 
 impl<'a> Keys<'a> {
@@ -588,8 +647,14 @@ impl<'a> Keys<'a> {
                 && iv.trips.get(&id).copied().unwrap_or(0) >= 2;
             heavy[id.0 as usize] = own || g.node(id).children().iter().any(|c| heavy[c.0 as usize]);
         }
-        let heavy_nodes = g
-            .reachable(f.root)
+        let reachable = g.reachable(f.root);
+        let mut uses: HashMap<NodeId, usize> = HashMap::new();
+        for &n in &reachable {
+            for c in g.node(n).children() {
+                *uses.entry(c).or_default() += 1;
+            }
+        }
+        let heavy_nodes = reachable
             .into_iter()
             .filter(|&n| n != f.root && heavy[n.0 as usize])
             .collect();
@@ -601,7 +666,13 @@ impl<'a> Keys<'a> {
             heavy_nodes,
             cuts: HashMap::new(),
             counts: None,
+            uses,
         }
+    }
+
+    /// How many operand slots of the function's nodes read `n`.
+    fn uses(&self, n: NodeId) -> usize {
+        self.uses.get(&n).copied().unwrap_or(0)
     }
 
     fn heavy(&self, n: NodeId) -> bool {
@@ -787,6 +858,7 @@ fn fingerprint(f: &IndexFn, sources: &[Source]) -> u64 {
 
 fn unary_cost(op: UnaryOp) -> u64 {
     match op {
+        UnaryOp::Detach => 0,
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,
         UnaryOp::Sqrt => 4,
         _ => 20,

@@ -38,11 +38,16 @@ pub enum UnaryOp {
     Erf,
     /// Rounds toward −∞ (its derivative is 0).
     Floor,
+    /// `x` itself, held constant by differentiation (its derivative is 0):
+    /// JAX's `stop_gradient`, PyTorch's `detach`. Exact where the
+    /// function does not depend on the value, as the shift of a stable
+    /// log-sum-exp, `m + log Σ exp(x − m)`, for any `m`.
+    Detach,
 }
 
 impl UnaryOp {
     /// The functions written by name (`exp x`), with their names.
-    pub const NAMED: [(UnaryOp, &'static str); 15] = [
+    pub const NAMED: [(UnaryOp, &'static str); 16] = [
         (UnaryOp::Exp, "exp"),
         (UnaryOp::Log, "log"),
         (UnaryOp::Log10, "log10"),
@@ -58,6 +63,7 @@ impl UnaryOp {
         (UnaryOp::Atan, "atan"),
         (UnaryOp::Erf, "erf"),
         (UnaryOp::Floor, "floor"),
+        (UnaryOp::Detach, "detach"),
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +112,7 @@ impl UnaryOp {
             UnaryOp::Atan => libm::atan(x),
             UnaryOp::Erf => libm::erf(x),
             UnaryOp::Floor => x.floor(),
+            UnaryOp::Detach => x,
         }
     }
 }

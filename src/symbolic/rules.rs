@@ -67,7 +67,7 @@ pub(crate) fn unary_partial(g: &mut Graph, op: UnaryOp, x: NodeId, y: NodeId) ->
             let c = g.constant(std::f64::consts::FRAC_2_SQRT_PI);
             g.mul(c, e)
         }
-        UnaryOp::Floor => g.constant(0.0),
+        UnaryOp::Floor | UnaryOp::Detach => g.constant(0.0),
     }
 }
 

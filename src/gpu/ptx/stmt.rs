@@ -703,6 +703,7 @@ impl<'k> Emitter<'k> {
             UnaryOp::Atan => self.either(x, special::atan),
             UnaryOp::Erf => self.either(x, special::erf),
             UnaryOp::Floor => self.a.un(&format!("cvt.rmi.{sfx}.{sfx}"), w, x),
+            UnaryOp::Detach => x,
         }
     }
 
