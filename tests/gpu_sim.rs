@@ -1153,3 +1153,43 @@ fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
         assert_eq!([min[1], min[2], min[3]], [100, 300, 0]);
     }
 }
+
+/// The gradient an addition passes on is the incoming one, shared, as in
+/// PyTorch: its backward runs no kernel (`da = df` is no copy), and the
+/// gradients are still each leaf's own (changing one in place, as
+/// clipping does, leaves the other as it was).
+#[test]
+fn an_addition_passes_its_gradient_on_without_a_kernel() {
+    let _s = serial();
+    let device = gpu();
+    let leaf = |seed| {
+        Tensor::from_vec_on(
+            data(4096, seed).iter().map(|&v| v as f32).collect(),
+            &[64, 64],
+            device,
+        )
+        .unwrap()
+        .requires_grad()
+    };
+    let (x, y) = (leaf(1), leaf(2));
+    let w = Tensor::from_vec_on(
+        data(4096, 3).iter().map(|&v| v as f32).collect(),
+        &[64, 64],
+        device,
+    )
+    .unwrap();
+    let loss = x.add(&y).unwrap().mul(&w).unwrap().sum().unwrap();
+    let before = tenjin::stats();
+    loss.backward().unwrap();
+    let launched = tenjin::stats().ptx_launches - before.ptx_launches;
+    // The seed, the sum's broadcast and the product's gradient: three
+    // launches, none for the addition.
+    assert_eq!(launched, 3, "{launched} launches");
+    let want = w.to_vec_f64().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec_f64().unwrap(), want);
+    assert_eq!(y.grad().unwrap().to_vec_f64().unwrap(), want);
+    tenjin::nn::utils::clip_grad_value(&[x.clone()], 0.5).unwrap();
+    let clipped = x.grad().unwrap().to_vec_f64().unwrap();
+    assert!(clipped.iter().all(|v| v.abs() <= 0.5));
+    assert_eq!(y.grad().unwrap().to_vec_f64().unwrap(), want);
+}

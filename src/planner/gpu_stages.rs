@@ -8,7 +8,7 @@
 //! when the calls do drop and the product still routes to a GEMM). The CPU
 //! target never comes here. Must not decide what to split or copy.
 
-use super::blas_layout::{cublas_calls, relayouts};
+use super::blas_layout::{cublas_calls, relayouts, Relayout};
 use super::cut::cut;
 use super::extract::{canonical, read_back, Builder, CutKey};
 use super::program::Source;
@@ -50,45 +50,35 @@ impl Builder {
 
     /// On the GPU, a contraction's operands copied into a layout cuBLAS
     /// takes in fewer calls (`blas_layout`), when the copies pass their
-    /// bounds checks and the calls do drop; `f` as it is otherwise.
+    /// bounds checks and the calls do drop; `f` as it is otherwise. A copy
+    /// without which the calls are as few is left out (an im2col stage
+    /// whose batch lies between its `K` and `N` is read where it is).
     pub(super) fn relayout_operands(
         &mut self,
         f: IndexFn,
         sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
-        let Some(copies) = relayouts(&f) else {
+        let Some(mut copies) = relayouts(&f) else {
             return Ok((f, sources));
         };
-        let iv = Intervals::of(&f);
-        let mut g = f.clone();
-        let mut keys = Vec::with_capacity(copies.len());
-        for r in &copies {
-            let Some(c) = cut(&f, &iv, r.node) else {
-                return Ok((f, sources));
-            };
-            // The copy's dimensions in the order asked for.
-            let perm: Option<Vec<usize>> = r
-                .order
-                .iter()
-                .map(|v| c.read.iter().position(|form| form.coeff(*v) != 0))
-                .collect();
-            let Some(perm) = perm.filter(|p| p.len() == c.read.len()) else {
-                return Ok((f, sources));
-            };
-            let stage = IndexFn {
-                out_vars: perm.iter().map(|&j| c.stage.out_vars[j]).collect(),
-                out_shape: perm.iter().map(|&j| c.stage.out_shape[j]).collect(),
-                ..c.stage.clone()
-            };
-            let read: Vec<_> = perm.iter().map(|&j| c.read[j].clone()).collect();
-            let (cf, csrc) = canonical(&stage, &sources);
-            let key = CutKey::new(cf, csrc);
-            g = read_back(&g, &[(r.node, read)], &key.f);
-            keys.push(key);
+        let Some((mut g, mut keys)) = with_copies(&f, &sources, &copies) else {
+            return Ok((f, sources));
+        };
+        let calls = cublas_calls(&g);
+        let mut k = 0;
+        while copies.len() > 1 && k < copies.len() {
+            let mut fewer = copies.clone();
+            fewer.remove(k);
+            match with_copies(&f, &sources, &fewer) {
+                Some((h, hk)) if cublas_calls(&h) == calls => {
+                    (g, keys, copies) = (h, hk, fewer);
+                }
+                _ => k += 1,
+            }
         }
         let before = cublas_calls(&f).unwrap_or(usize::MAX);
-        let better = cublas_calls(&g).is_some_and(|after| after < before)
+        let better = calls.is_some_and(|after| after < before)
             && routes_to_gemm(&g)
             && matches!(
                 route_for(&g, self.dtype, self.target)?,
@@ -99,4 +89,37 @@ impl Builder {
         }
         self.read_stages(g, keys, sources, use_wanted)
     }
+}
+
+/// `f` reading the operand copies `copies` (each as the stage its key
+/// names), or `None` when one cannot be cut in the order asked for.
+fn with_copies(
+    f: &IndexFn,
+    sources: &[Source],
+    copies: &[Relayout],
+) -> Option<(IndexFn, Vec<CutKey>)> {
+    let iv = Intervals::of(f);
+    let mut g = f.clone();
+    let mut keys = Vec::with_capacity(copies.len());
+    for r in copies {
+        let c = cut(f, &iv, r.node)?;
+        // The copy's dimensions in the order asked for.
+        let perm: Option<Vec<usize>> = r
+            .order
+            .iter()
+            .map(|v| c.read.iter().position(|form| form.coeff(*v) != 0))
+            .collect();
+        let perm = perm.filter(|p| p.len() == c.read.len())?;
+        let stage = IndexFn {
+            out_vars: perm.iter().map(|&j| c.stage.out_vars[j]).collect(),
+            out_shape: perm.iter().map(|&j| c.stage.out_shape[j]).collect(),
+            ..c.stage.clone()
+        };
+        let read: Vec<_> = perm.iter().map(|&j| c.read[j].clone()).collect();
+        let (cf, csrc) = canonical(&stage, sources);
+        let key = CutKey::new(cf, csrc);
+        g = read_back(&g, &[(r.node, read)], &key.f);
+        keys.push(key);
+    }
+    Some((g, keys))
 }

@@ -44,6 +44,7 @@
 
 use super::contraction::{self, Contraction};
 use super::cut::{cut, Cut};
+use super::route::Target;
 use crate::symbolic::affine::{Affine, RatAffine, VarId};
 use crate::symbolic::expr::{BinaryOp, CmpOp, Cond, Node, NodeId, Range, ReduceOp, UnaryOp};
 use crate::symbolic::intervals::Intervals;
@@ -109,7 +110,7 @@ enum Materialise {
 
 /// The rewrite of `f` (see the module documentation), or `None` when `f`
 /// has no convolution-shaped contraction, or one better left as it is.
-pub(crate) fn plan(f: &IndexFn, iv: &Intervals) -> Option<WindowPlan> {
+pub(crate) fn plan(f: &IndexFn, iv: &Intervals, target: Target) -> Option<WindowPlan> {
     let chain = find_chain(f)?;
     let g = &f.graph;
     let windowed = chain.reads.iter().any(|&r| is_window(g, r));
@@ -209,7 +210,7 @@ pub(crate) fn plan(f: &IndexFn, iv: &Intervals) -> Option<WindowPlan> {
                 let cut = match m {
                     Materialise::View => continue,
                     Materialise::Padded => cut(&h, &hiv, reads[s]),
-                    Materialise::Columns => columns(&h, &hiv, reads[s], &guards[s]),
+                    Materialise::Columns => columns(&h, &hiv, reads[s], &guards[s], target),
                 };
                 match cut {
                     Some(c) => cuts.push((reads[s], c)),
@@ -459,7 +460,22 @@ fn count_terms(chain: &Chain, level: usize, env: &mut HashMap<VarId, i64>) -> Op
 /// the taps of every window, then the positions and the rest, each over
 /// its range in `iv` (im2col). A window's position is its variable with
 /// the longest range (ties: the larger coefficient); the others are taps.
-fn columns(f: &IndexFn, iv: &Intervals, read: NodeId, conds: &[Condition]) -> Option<Cut> {
+///
+/// On the GPU the first of the dimensions before the windows (the batch
+/// of images) goes after the taps, just before the positions:
+/// `[c; kh; kw; n; y; x]`. cuBLAS then takes every product of the
+/// convolution in one call with no copy of the columns: the forward's
+/// `K = (c, kh, kw)` and the weight gradient's `K = (n, y, x)` are each
+/// one dimension of uniform stride (in `[n; c; kh; kw; y; x]` the weight
+/// gradient's `n` and `(y, x)` are not, and its columns were copied again
+/// in another order, the largest copy of a convolution's step).
+fn columns(
+    f: &IndexFn,
+    iv: &Intervals,
+    read: NodeId,
+    conds: &[Condition],
+    target: Target,
+) -> Option<Cut> {
     let g = &f.graph;
     let mut n = read;
     while let Node::Select { then, .. } = g.node(n) {
@@ -485,6 +501,10 @@ fn columns(f: &IndexFn, iv: &Intervals, read: NodeId, conds: &[Condition]) -> Op
                 lead.push(v);
             }
         }
+    }
+    if target == Target::Gpu && lead.len() >= 2 {
+        let batch = lead.remove(0);
+        rest.insert(0, batch);
     }
     let order: Vec<VarId> = lead.into_iter().chain(taps).chain(rest).collect();
     for (i, v) in order.iter().enumerate() {

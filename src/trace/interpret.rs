@@ -107,40 +107,18 @@ pub(super) fn replay<M: Machine>(
                 }
             }
         }
-        let over = step.in_place.filter(|&p| {
-            st.value(&step.inputs[p])
-                .is_some_and(|b| machine.is_unique(b))
-        });
-        let inputs: Vec<&M::Buf> = step
-            .inputs
-            .iter()
-            .map(|v| {
-                st.value(v).ok_or_else(|| {
-                    super::autograd_error("backward", format!("internal: {v:?} has no value"))
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        let produced = machine.run(step, &inputs, over)?;
-        drop(inputs);
-        let (result, in_place) = match (produced, over) {
-            (Some(b), _) => (b, false),
-            (None, Some(p)) => {
-                let taken = match step.inputs[p] {
-                    Val::Df => st.df.take(),
-                    Val::Temp(prog, k) => st.temps.remove(&(prog, k)),
-                    Val::Saved(_) => None,
-                };
-                let b = taken.ok_or_else(|| {
-                    super::autograd_error("backward", "internal: in-place target vanished".into())
+        let (result, in_place) = match step.passes {
+            // No kernel: the value is that input's buffer, shared.
+            Some(p) => {
+                let input = st.value(&step.inputs[p]).ok_or_else(|| {
+                    super::autograd_error(
+                        "backward",
+                        "internal: a passed input has no value".into(),
+                    )
                 })?;
-                (b, true)
+                (machine.share(input), false)
             }
-            (None, None) => {
-                return Err(super::autograd_error(
-                    "backward",
-                    "internal: a step produced nothing".into(),
-                ))
-            }
+            None => run_step(machine, st, step)?,
         };
         for &e in &step.deliver {
             let g = machine.share(&result);
@@ -195,6 +173,51 @@ pub(super) fn replay<M: Machine>(
         machine.step_done(step, in_place);
     }
     machine.finish()
+}
+
+/// Runs `step`'s kernel on its inputs (over one of them when the schedule
+/// allows and its buffer is unique): the value, and whether it was made in
+/// place.
+fn run_step<M: Machine>(
+    machine: &mut M,
+    st: &mut NodeState<M::Buf>,
+    step: &Step,
+) -> Result<(M::Buf, bool), Error> {
+    let over = step.in_place.filter(|&p| {
+        st.value(&step.inputs[p])
+            .is_some_and(|b| machine.is_unique(b))
+    });
+    let inputs: Vec<&M::Buf> = step
+        .inputs
+        .iter()
+        .map(|v| {
+            st.value(v).ok_or_else(|| {
+                super::autograd_error("backward", format!("internal: {v:?} has no value"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let produced = machine.run(step, &inputs, over)?;
+    drop(inputs);
+    Ok(match (produced, over) {
+        (Some(b), _) => (b, false),
+        (None, Some(p)) => {
+            let taken = match step.inputs[p] {
+                Val::Df => st.df.take(),
+                Val::Temp(prog, k) => st.temps.remove(&(prog, k)),
+                Val::Saved(_) => None,
+            };
+            let b = taken.ok_or_else(|| {
+                super::autograd_error("backward", "internal: in-place target vanished".into())
+            })?;
+            (b, true)
+        }
+        (None, None) => {
+            return Err(super::autograd_error(
+                "backward",
+                "internal: a step produced nothing".into(),
+            ))
+        }
+    })
 }
 
 /// The values of one node while its steps run.

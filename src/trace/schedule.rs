@@ -90,6 +90,9 @@ pub(super) struct Step {
     /// An input the result may be written over (see the module
     /// documentation), when its buffer is held by nobody else at run time.
     pub in_place: Option<usize>,
+    /// An input the value *is*, element for element (the gradient `da = df`
+    /// of an addition): the step shares that buffer and runs no kernel.
+    pub passes: Option<usize>,
     /// Edges of the node whose gradient this value is.
     pub deliver: Vec<usize>,
     /// Whether a later step of the node reads this value.
@@ -300,11 +303,24 @@ fn finish(steps: &mut [Step], nodes: &[Arc<Node>]) {
             Prog::Forward => &grad.forward.elementwise[st.stage],
             Prog::Backward => &grad.backward.elementwise[st.stage],
         };
+        st.passes = passes_through(st.kernel.source(), elementwise);
         st.in_place = (0..st.inputs.len()).find(|&p| {
             matches!(st.inputs[p], Val::Df | Val::Temp(..))
                 && elementwise.get(p).copied().unwrap_or(false)
                 && st.release.contains(&st.inputs[p])
         });
+    }
+}
+
+/// The argument `f` is, element for element: `f[i; j] = a[i; j]` with `a`
+/// of `f`'s shape (`elementwise` says which arguments are read at the
+/// output index alone and have its shape).
+fn passes_through(f: &crate::symbolic::IndexFn, elementwise: &[bool]) -> Option<usize> {
+    match f.graph.node(f.root) {
+        crate::symbolic::Node::Access { arg, .. } if elementwise.get(*arg) == Some(&true) => {
+            Some(*arg)
+        }
+        _ => None,
     }
 }
 
@@ -444,6 +460,7 @@ fn step(
         kernel,
         inputs,
         in_place: None,
+        passes: None,
         deliver,
         kept: false,
         release: Vec::new(),
