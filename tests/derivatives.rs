@@ -134,3 +134,44 @@ fn derivatives_reusing_the_saved_output_agree() {
         }
     }
 }
+
+/// `detach` is the value, held constant by differentiation: the derivative
+/// of `x · detach(x)` is `detach(x)`, not `2x`, and the shift of a stable
+/// log-sum-exp may be detached without changing its derivative (the
+/// value does not depend on the shift).
+#[test]
+fn detach_is_the_value_with_a_zero_derivative() {
+    use tenjin::symbolic::IndexFn;
+    let f = IndexFn::parse("f[i] = x[i] * detach (x[i])", &[("x", &[3][..])]).unwrap();
+    let x = [1.5, -2.0, 3.0];
+    assert_eq!(f.eval_f64(&[("x", &x[..])]).unwrap(), vec![2.25, 4.0, 9.0]);
+    let dx = f.derive("x").unwrap();
+    let g = dx
+        .eval_f64(&[("x", &x[..]), ("df", &[1.0, 1.0, 1.0][..])])
+        .unwrap();
+    assert_eq!(g, x.to_vec());
+    // lse with the shift detached and with it differentiated: the same
+    // gradient (the softmax), at rows with and without ties.
+    let lse = |shift: &str| {
+        IndexFn::parse(
+            &format!(
+                "l[i] = {shift} + log sum{{k}}_0^3 (exp (x[i; k] - {shift}))",
+                shift = shift.replace("M", "max{m}_0^3 (x[i; m])")
+            ),
+            &[("x", &[2, 4][..])],
+        )
+        .unwrap()
+    };
+    let xs = [0.5, 2.0, -1.0, 2.0, 3.0, 3.0, 3.0, 3.0];
+    let at = |f: IndexFn| {
+        f.derive("x")
+            .unwrap()
+            .eval_f64(&[("x", &xs[..]), ("dl", &[1.0, 1.0][..])])
+            .unwrap()
+    };
+    let (detached, plain) = (at(lse("detach (M)")), at(lse("M")));
+    for (a, b) in detached.iter().zip(&plain) {
+        assert!((a - b).abs() < 1e-15, "{detached:?} vs {plain:?}");
+    }
+    assert!((detached[4] - 0.25).abs() < 1e-15);
+}

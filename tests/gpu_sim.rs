@@ -1193,3 +1193,48 @@ fn an_addition_passes_its_gradient_on_without_a_kernel() {
     assert!(clipped.iter().all(|v| v.abs() <= 0.5));
     assert_eq!(y.grad().unwrap().to_vec_f64().unwrap(), want);
 }
+
+/// A convolution on the GPU: its columns (im2col) are laid out
+/// `[c; kh; kw; n; y; x]`, so the forward and the weight gradient read the
+/// forward's columns as they are, each in one cuBLAS call: the backward's
+/// only stages as large as the columns are the input gradient's own
+/// columns and the forward's (from the tape).
+#[test]
+fn a_convolutions_products_read_the_columns_where_they_are() {
+    let _s = serial();
+    let device = gpu();
+    let t = |shape: &[usize], seed| {
+        Tensor::randn(shape, DType::F32, seed)
+            .unwrap()
+            .to_device(device)
+            .unwrap()
+            .requires_grad()
+    };
+    let (x, w) = (t(&[2, 8, 6, 6], 1), t(&[8, 8, 3, 3], 2));
+    let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let e = tenjin::explain(&y).unwrap();
+    let columns = 2 * 8 * 9 * 36;
+    let large = |lines: &[tenjin::trace::StageLine]| -> Vec<tenjin::trace::StageLine> {
+        lines
+            .iter()
+            .filter(|s| s.domain.iter().product::<usize>() >= columns)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(large(&e.forward).len(), 1, "{e}");
+    assert_eq!(e.forward[0].domain, [8, 3, 3, 2, 6, 6], "{e}");
+    // No copy of the columns in another order: each large backward stage
+    // is the forward's (from the tape) or a padded window of `dy`.
+    for s in large(&e.backward) {
+        assert!(
+            s.role.contains("forward stage") || s.function.contains("if {"),
+            "{e}"
+        );
+    }
+    let dw = e
+        .backward
+        .iter()
+        .find(|s| s.role == "gradient of w")
+        .unwrap();
+    assert_eq!(dw.route, "gemm", "{e}");
+}

@@ -221,3 +221,40 @@ fn every_catalogue_case_plans_and_equals_the_interpreter() {
         }
     }
 }
+
+/// Softmax's row maximum is one stage, read by the sum of exponentials
+/// and by the output (not computed again inside the sum), and its
+/// derivative reads no argmax: the maximum is a detached shift.
+#[test]
+fn softmax_plans_one_row_maximum_and_no_argmax() {
+    let x = tenjin::Tensor::randn(&[8, 300], DType::F64, 1)
+        .unwrap()
+        .requires_grad();
+    let e = tenjin::explain(&x.softmax(1).unwrap()).unwrap();
+    let with = |lines: &[tenjin::trace::StageLine], what: &str| {
+        lines.iter().filter(|s| s.function.contains(what)).count()
+    };
+    assert_eq!(with(&e.forward, "max{"), 1, "{e}");
+    assert_eq!(e.forward.len(), 3, "{e}");
+    assert_eq!(with(&e.backward, "argmax"), 0, "{e}");
+}
+
+/// Layer norm is one index function: the mean is one stage that the
+/// variance reads (no sum inside a sum), the value one pass after them,
+/// and no stage of its derivative is a constant (the terms of
+/// `Σ_k (x[k] − mean)` cancel: folded, not materialised).
+#[test]
+fn layer_norm_plans_its_statistics_once() {
+    let x = tenjin::Tensor::randn(&[8, 300], DType::F64, 2)
+        .unwrap()
+        .requires_grad();
+    let e = tenjin::explain(&x.layer_norm(1, None, None, 1e-5).unwrap()).unwrap();
+    assert_eq!(e.forward.len(), 3, "{e}");
+    for s in &e.forward {
+        assert!(s.function.matches("sum{").count() <= 1, "{e}");
+    }
+    for s in e.forward.iter().chain(&e.backward) {
+        let body = s.function.split(" = ").nth(1).unwrap_or("");
+        assert!(body.trim().parse::<f64>().is_err(), "a constant stage: {e}");
+    }
+}

@@ -32,11 +32,11 @@ const SHARES: &str = "tenjin_shares";
 
 /// Iterations a thread of a team reduction has in flight: its share is
 /// folded in groups of this many, a group's statements (its loads) all
-/// emitted before the group's folds. One load at a time per thread keeps
-/// too few bytes in flight to fill an H100's memory bus (a row reduction
-/// read 64 MB at 1.9 TB/s, against 2.4 for an element-wise kernel's
-/// vector loads). The folds keep their order: results are bitwise the
-/// same as one at a time.
+/// emitted before the group's folds. The folds keep their order: results
+/// are bitwise the same as one at a time. Measured on an H100 (1, 4, 8):
+/// the partial sums of a 16M-element sum (team 128, 256 iterations each,
+/// a flattened nest) took 52, 39, 37 µs; row reductions of a [4096, 4096]
+/// matrix (team 64) stayed at 35–40 µs whatever the count.
 const IN_FLIGHT: u32 = 4;
 
 /// The block's threads and the current thread's place among them.
