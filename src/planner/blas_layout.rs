@@ -197,6 +197,41 @@ pub(crate) fn relayouts(f: &IndexFn) -> Option<Vec<Relayout>> {
     (!best.is_empty()).then_some(best)
 }
 
+/// The output order in which cuBLAS may compute the contraction `f` in
+/// fewer calls than in `f`'s own: the indices both operands read (the
+/// batch), then the others (`M` and `N`), each group in the output's
+/// order (`dv[b; j; h; e] = Σ_i p[b; h;
+/// i; j] · g[b; h; i; e]` in `[b; h; j; e]`: one call of 96 instead of 8
+/// of 12). `None` when `f` runs as one call, is no contraction, or is in
+/// that order already. Whether the calls do drop (with the operands
+/// copied as [`relayouts`] says) is the caller's to check.
+pub(crate) fn output_order(f: &IndexFn) -> Option<Vec<VarId>> {
+    if cublas_calls(f)? <= 1 {
+        return None;
+    }
+    let c = detect(f)?;
+    let [(a, _), (b, _)] = c.operands();
+    let g = &f.graph;
+    let reads = |arg: usize| -> Vec<VarId> {
+        g.reachable(f.root)
+            .into_iter()
+            .filter_map(|m| match g.node(m) {
+                Node::Access { arg: x, .. } if *x == arg => Some(g.free_vars(m).to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let (va, vb) = (reads(a), reads(b));
+    let out = &f.out_vars;
+    let group = |keep: &dyn Fn(&VarId) -> bool| -> Vec<VarId> {
+        out.iter().copied().filter(|v| keep(v)).collect()
+    };
+    let both = |v: &VarId| va.contains(v) && vb.contains(v);
+    let order: Vec<VarId> = [group(&both), group(&|v| !both(v))].concat();
+    (order != *out && order.len() == out.len()).then_some(order)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +273,27 @@ mod tests {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(got.contains(&names(&["b", "h", "i", "e"])), "{got:?}");
         assert!(got.contains(&names(&["b", "h", "j", "e"])), "{got:?}");
+    }
+
+    #[test]
+    fn a_gradient_in_the_heads_interleaved_layout_is_computed_head_major() {
+        let f = IndexFn::parse(
+            "dv[b; j; h; e] = sum{i}_0^15 (p[b; h; i; j] * g[b; h; i; e])",
+            &[("p", &[2, 3, 16, 16]), ("g", &[2, 3, 16, 8])],
+        )
+        .unwrap();
+        let order: Vec<String> = output_order(&f)
+            .unwrap()
+            .iter()
+            .map(|v| f.var_name(*v).to_string())
+            .collect();
+        assert_eq!(order, ["b", "h", "j", "e"]);
+        let plain = IndexFn::parse(
+            "f[b; h; i; e] = sum{j}_0^15 (p[b; h; i; j] * v[b; h; j; e])",
+            &[("p", &[2, 3, 16, 16]), ("v", &[2, 3, 16, 8])],
+        )
+        .unwrap();
+        assert_eq!(output_order(&plain), None);
     }
 
     #[test]

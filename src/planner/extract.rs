@@ -341,6 +341,7 @@ impl Builder {
         let (graph, root) = f.graph.extract(f.root);
         let f = super::normalize::cancel_equal_terms(&IndexFn { graph, root, ..f });
         if self.target == Target::Gpu {
+            let (f, sources) = self.relayout_output(f, sources, use_wanted)?;
             return self.relayout_operands(f, sources, use_wanted);
         }
         Ok((f, sources))

@@ -1,19 +1,21 @@
 //! The GPU's rewrites of a function as the planner stages it: a long sum
 //! split into partial sums and their combine (`super::split_sums` decides),
-//! and a contraction's operands copied into a layout cuBLAS takes in fewer
-//! calls (`super::blas_layout` decides).
+//! a contraction's operands copied into a layout cuBLAS takes in fewer
+//! calls, and a contraction computed in such an output order and copied
+//! into its own (`super::blas_layout` decides).
 //!
 //! Owns the two `Builder` steps that apply those decisions: pushing the
 //! two stages of a split sum, and cutting the operand copies (kept only
 //! when the calls do drop and the product still routes to a GEMM). The CPU
 //! target never comes here. Must not decide what to split or copy.
 
-use super::blas_layout::{cublas_calls, relayouts, Relayout};
+use super::blas_layout::{cublas_calls, output_order, relayouts, Relayout};
 use super::cut::cut;
 use super::extract::{canonical, read_back, Builder, CutKey};
 use super::program::Source;
 use super::route::{route_for, routes_to_gemm, Route};
 use crate::symbolic::intervals::Intervals;
+use crate::symbolic::Affine;
 use crate::symbolic::IndexFn;
 use crate::Error;
 
@@ -88,6 +90,71 @@ impl Builder {
             return Ok((f, sources));
         }
         self.read_stages(g, keys, sources, use_wanted)
+    }
+}
+
+impl Builder {
+    /// On the GPU, a contraction whose output layout costs cuBLAS calls
+    /// (a gradient in the heads-interleaved `[B, T, H, E]` layout of its
+    /// argument) computed in the order `blas_layout::output_order` gives,
+    /// as a stage, and `f` a copy of it in its own order; `f` as it is
+    /// otherwise.
+    pub(super) fn relayout_output(
+        &mut self,
+        f: IndexFn,
+        mut sources: Vec<Source>,
+        use_wanted: bool,
+    ) -> Result<(IndexFn, Vec<Source>), Error> {
+        let Some(order) = output_order(&f) else {
+            return Ok((f, sources));
+        };
+        // A product small enough to run as a loop kernel keeps its layout.
+        if !matches!(
+            route_for(&f, self.dtype, self.target)?,
+            Route::Gemm(_) | Route::GemmThenLoop { .. }
+        ) {
+            return Ok((f, sources));
+        }
+        let shape: Vec<usize> = order
+            .iter()
+            .filter_map(|v| f.out_vars.iter().position(|o| o == v))
+            .map(|k| f.out_shape[k])
+            .collect();
+        let inner = IndexFn {
+            name: "s".into(),
+            out_vars: order.clone(),
+            out_shape: shape,
+            ..f.clone()
+        };
+        // Worth a copy of the output only if the calls drop (with the
+        // operands copied too, as the stage will be).
+        let calls = |g: &IndexFn| {
+            let copied = relayouts(g)
+                .and_then(|c| with_copies(g, &sources, &c))
+                .and_then(|(h, _)| cublas_calls(&h));
+            [cublas_calls(g), copied].into_iter().flatten().min()
+        };
+        if !calls(&inner).is_some_and(|after| Some(after) < cublas_calls(&f)) {
+            return Ok((f, sources));
+        }
+        let read: Vec<_> = order.iter().map(|&v| Affine::var(v)).collect();
+        let (cf, csrc) = canonical(&inner, &sources);
+        let key = CutKey::new(cf, csrc);
+        let copy = read_back(&f, &[(f.root, read)], &key.f);
+        if copy.check_bounds().is_err() {
+            return Ok((f, sources));
+        }
+        let sid = self.stage_for(key, use_wanted)?;
+        sources.push(Source::Stage(sid));
+        let (graph, root) = copy.graph.extract(copy.root);
+        Ok((
+            IndexFn {
+                graph,
+                root,
+                ..copy
+            },
+            sources,
+        ))
     }
 }
 
