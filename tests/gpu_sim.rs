@@ -1188,7 +1188,7 @@ fn an_addition_passes_its_gradient_on_without_a_kernel() {
     let want = w.to_vec_f64().unwrap();
     assert_eq!(x.grad().unwrap().to_vec_f64().unwrap(), want);
     assert_eq!(y.grad().unwrap().to_vec_f64().unwrap(), want);
-    tenjin::nn::utils::clip_grad_value(&[x.clone()], 0.5).unwrap();
+    tenjin::nn::utils::clip_grad_value(std::slice::from_ref(&x), 0.5).unwrap();
     let clipped = x.grad().unwrap().to_vec_f64().unwrap();
     assert!(clipped.iter().all(|v| v.abs() <= 0.5));
     assert_eq!(y.grad().unwrap().to_vec_f64().unwrap(), want);

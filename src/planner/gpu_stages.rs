@@ -134,7 +134,8 @@ impl Builder {
                 .and_then(|(h, _)| cublas_calls(&h));
             [cublas_calls(g), copied].into_iter().flatten().min()
         };
-        if !calls(&inner).is_some_and(|after| Some(after) < cublas_calls(&f)) {
+        let before = cublas_calls(&f);
+        if calls(&inner).is_none_or(|after| Some(after) >= before) {
             return Ok((f, sources));
         }
         let read: Vec<_> = order.iter().map(|&v| Affine::var(v)).collect();
