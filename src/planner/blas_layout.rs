@@ -1,7 +1,7 @@
 //! On the GPU, contraction operands copied into a layout cuBLAS takes in
-//! one call.
+//! one call, and products computed in an output order it takes in one.
 //!
-//! Owns [`relayouts`] and [`cublas_calls`]. cuBLAS needs the batch, `M`,
+//! Owns [`relayouts`], [`output_order`] and [`cublas_calls`]. cuBLAS needs the batch, `M`,
 //! `N` and `K` indices of a product each to be one dimension of uniform
 //! stride in its operands (`Contraction::blas`); where they are not, a
 //! contraction runs as several calls (loops over a second batch
@@ -200,9 +200,8 @@ pub(crate) fn relayouts(f: &IndexFn) -> Option<Vec<Relayout>> {
 /// The output order in which cuBLAS may compute the contraction `f` in
 /// fewer calls than in `f`'s own: the indices both operands read (the
 /// batch), then the others (`M` and `N`), each group in the output's
-/// order (`dv[b; j; h; e] = Σ_i p[b; h;
-/// i; j] · g[b; h; i; e]` in `[b; h; j; e]`: one call of 96 instead of 8
-/// of 12). `None` when `f` runs as one call, is no contraction, or is in
+/// order (`dv[b; j; h; e] = Σ_i p[b; h; i; j] · g[b; h; i; e]` in
+/// `[b; h; j; e]`: one call of 96 instead of 8 of 12). `None` when `f` runs as one call, is no contraction, or is in
 /// that order already. Whether the calls do drop (with the operands
 /// copied as [`relayouts`] says) is the caller's to check.
 pub(crate) fn output_order(f: &IndexFn) -> Option<Vec<VarId>> {

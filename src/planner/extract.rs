@@ -241,7 +241,11 @@ impl Builder {
     pub(super) fn stage_for(&mut self, key: CutKey, use_wanted: bool) -> Result<usize, Error> {
         match self.plan_cut(key, use_wanted, false)? {
             Planned::Stage(j) => Ok(j),
-            Planned::Constant(_) => unreachable!("constants are folded only when asked"),
+            // (`plan_cut` folds constants only when asked.)
+            Planned::Constant(_) => Err(Error::Invalid {
+                function: "planner".into(),
+                message: "internal: a cut that must be a stage became a constant".into(),
+            }),
         }
     }
 

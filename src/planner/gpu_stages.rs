@@ -4,10 +4,11 @@
 //! calls, and a contraction computed in such an output order and copied
 //! into its own (`super::blas_layout` decides).
 //!
-//! Owns the two `Builder` steps that apply those decisions: pushing the
-//! two stages of a split sum, and cutting the operand copies (kept only
-//! when the calls do drop and the product still routes to a GEMM). The CPU
-//! target never comes here. Must not decide what to split or copy.
+//! Owns the three `Builder` steps that apply those decisions: pushing the
+//! two stages of a split sum, cutting the operand copies, and computing a
+//! product in another output order (each kept only when the calls do drop
+//! and the product still routes to a GEMM). The CPU target never comes
+//! here. Must not decide what to split or copy.
 
 use super::blas_layout::{cublas_calls, output_order, relayouts, Relayout};
 use super::cut::cut;
@@ -91,9 +92,7 @@ impl Builder {
         }
         self.read_stages(g, keys, sources, use_wanted)
     }
-}
 
-impl Builder {
     /// On the GPU, a contraction whose output layout costs cuBLAS calls
     /// (a gradient in the heads-interleaved `[B, T, H, E]` layout of its
     /// argument) computed in the order `blas_layout::output_order` gives,
