@@ -1238,3 +1238,41 @@ fn a_convolutions_products_read_the_columns_where_they_are() {
         .unwrap();
     assert_eq!(dw.route, "gemm", "{e}");
 }
+
+/// A reshape's output is its input's storage reinterpreted, so its
+/// gradient is the incoming one, reinterpreted: the backward of a
+/// reshape launches nothing (it used to run a kernel decomposing every
+/// flat index), and the gradient is the same as without it.
+#[test]
+fn a_reshape_passes_its_gradient_on_without_a_kernel() {
+    let _s = serial();
+    let device = gpu();
+    let on = |v: Vec<f64>, shape: &[usize]| {
+        Tensor::from_vec_on(v.iter().map(|&v| v as f32).collect(), shape, device).unwrap()
+    };
+    let x = on(data(96, 4), &[8, 12]).requires_grad();
+    let w = on(data(96, 5), &[8, 12]);
+    let run = |reshape: bool| {
+        x.zero_grad();
+        let y = x.mul_scalar(2.0).unwrap();
+        let loss = if reshape {
+            let w = w.reshape(&[4, 24]).unwrap();
+            y.reshape(&[4, 24]).unwrap().mul(&w).unwrap().sum().unwrap()
+        } else {
+            y.mul(&w).unwrap().sum().unwrap()
+        };
+        let before = tenjin::stats();
+        loss.backward().unwrap();
+        let launched = tenjin::stats().ptx_launches - before.ptx_launches;
+        (launched, x.grad().unwrap().to_vec_f64().unwrap())
+    };
+    let (plain, want) = run(false);
+    let (reshaped, got) = run(true);
+    assert_eq!(
+        reshaped, plain,
+        "{reshaped} launches with the reshape, {plain} without"
+    );
+    assert_eq!(got, want);
+    let twice: Vec<f64> = w.to_vec_f64().unwrap().iter().map(|v| 2.0 * v).collect();
+    assert_eq!(got, twice);
+}

@@ -240,6 +240,11 @@ pub(crate) struct NodeGrad {
     pub(crate) forward: Compiled,
     /// The backward program (stages the forward provides have no kernel).
     pub(crate) backward: Compiled,
+    /// The op's output is its one argument's storage reinterpreted
+    /// (reshape): element `k` of the output is element `k` of the
+    /// argument, so the argument's gradient is the incoming one, the same
+    /// buffer (the backward runs no kernel for it).
+    pub(crate) alias: bool,
     /// What a node saves, in runtime-efficient mode (forward values kept)
     /// and in memory-efficient mode (recomputed from saved arguments).
     needs_runtime: Needs,
@@ -382,6 +387,7 @@ impl NodeGrad {
             graph: OnceLock::new(),
             forward,
             backward,
+            alias,
             plan,
         })
     }

@@ -303,7 +303,13 @@ fn finish(steps: &mut [Step], nodes: &[Arc<Node>]) {
             Prog::Forward => &grad.forward.elementwise[st.stage],
             Prog::Backward => &grad.backward.elementwise[st.stage],
         };
-        st.passes = passes_through(st.kernel.source(), elementwise);
+        st.passes = passes_through(st.kernel.source(), elementwise).or_else(|| {
+            // An alias's gradient is the incoming one, reinterpreted.
+            let delivered = st.prog == Prog::Backward && !st.deliver.is_empty();
+            (grad.alias && delivered)
+                .then(|| st.inputs.iter().position(|v| *v == Val::Df))
+                .flatten()
+        });
         st.in_place = (0..st.inputs.len()).find(|&p| {
             matches!(st.inputs[p], Val::Df | Val::Temp(..))
                 && elementwise.get(p).copied().unwrap_or(false)
