@@ -91,7 +91,9 @@ pub(super) struct Step {
     /// documentation), when its buffer is held by nobody else at run time.
     pub in_place: Option<usize>,
     /// An input the value *is*, element for element (the gradient `da = df`
-    /// of an addition): the step shares that buffer and runs no kernel.
+    /// of an addition; an alias's gradient, such as a reshape's, is the
+    /// incoming one reinterpreted): the step shares that buffer and runs
+    /// no kernel.
     pub passes: Option<usize>,
     /// Edges of the node whose gradient this value is.
     pub deliver: Vec<usize>,
