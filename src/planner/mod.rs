@@ -30,6 +30,7 @@ mod cut;
 pub(crate) mod epilogue;
 mod extract;
 mod gpu_stages;
+mod heavy;
 pub mod host;
 mod node;
 mod normalize;
