@@ -213,7 +213,14 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
     let y = Tensor::from_vec_i64(y, &[b * t])?.to_device(device)?;
     let dh = d / h;
     let heads = |z: &Tensor| z.reshape(&[b, t, h, dh])?.transpose(1, 2);
+    // `TENJIN_GPT_PHASES=1`: each phase (forward, backward, optimizer) ends
+    // by waiting for the device, and stderr gets, per phase, the host's time
+    // to issue its calls and the time until the device has finished them.
+    let phases = std::env::var_os("TENJIN_GPT_PHASES").is_some();
+    let mut times: Vec<[f64; 9]> = Vec::new();
+    let mut clock = Phases::new(device, phases);
     let ms = median_ms(reps, device, || {
+        clock.start();
         opt.zero_grad();
         let mut z = tokens.embedding(&x)?.add(&positions)?;
         for bl in &blocks {
@@ -248,16 +255,96 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
             .matmul(&tokens.transpose(0, 1)?)?
             .reshape(&[b * t, g.vocab])?;
         let loss = logits.cross_entropy_with(&y, Default::default())?;
+        clock.mark()?;
         loss.backward()?;
+        clock.mark()?;
         opt.step()?;
+        clock.mark()?;
+        times.extend(clock.take());
         loss.item().map(drop)
     })?;
+    if phases {
+        Phases::report(&times[1..]);
+    }
     let size = format!(
         "layers={},d={d},heads={h},T={t},B={b},vocab={}",
         g.layers, g.vocab
     );
     report("gpt_step", &size, ms, None);
     Ok(())
+}
+
+/// Host issue time and device completion time per phase of a step (see
+/// `TENJIN_GPT_PHASES` in `gpt_step`); inert when off.
+struct Phases {
+    device: Device,
+    on: bool,
+    t0: std::time::Instant,
+    row: [f64; 9],
+    at: usize,
+    launches: u64,
+}
+
+impl Phases {
+    fn new(device: Device, on: bool) -> Self {
+        let t0 = std::time::Instant::now();
+        Phases {
+            device,
+            on,
+            t0,
+            row: [0.0; 9],
+            at: 0,
+            launches: 0,
+        }
+    }
+
+    fn start(&mut self) {
+        self.t0 = std::time::Instant::now();
+        self.at = 0;
+        self.launches = Self::launches();
+    }
+
+    /// PTX launches and cuBLAS calls so far.
+    fn launches() -> u64 {
+        let s = tenjin::stats();
+        s.ptx_launches + s.cublas_calls
+    }
+
+    /// Ends a phase: the host's issue time, then the wait for the device.
+    fn mark(&mut self) -> Result<(), Error> {
+        if !self.on {
+            return Ok(());
+        }
+        self.row[self.at] = self.t0.elapsed().as_secs_f64() * 1e3;
+        tenjin::cuda::synchronize(self.device)?;
+        self.row[self.at + 1] = self.t0.elapsed().as_secs_f64() * 1e3;
+        let launches = Self::launches();
+        self.row[self.at + 2] = (launches - self.launches) as f64;
+        self.launches = launches;
+        self.t0 = std::time::Instant::now();
+        self.at += 3;
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<[f64; 9]> {
+        (self.on && self.at == 9).then_some(self.row)
+    }
+
+    fn report(rows: &[[f64; 9]]) {
+        let median = |k: usize| {
+            let mut v: Vec<f64> = rows.iter().map(|r| r[k]).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        for (i, name) in ["forward", "backward", "optimizer"].iter().enumerate() {
+            eprintln!(
+                "gpt_step phase {name}: {} launches, the host issues them in {:.2} ms, the device is done at {:.2} ms",
+                median(3 * i + 2),
+                median(3 * i),
+                median(3 * i + 1)
+            );
+        }
+    }
 }
 
 fn mlp_step(device: Device, widths: [usize; 4], batch: usize, reps: usize) -> Result<(), Error> {

@@ -1154,6 +1154,54 @@ fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
     }
 }
 
+/// Many rows of a few hundred elements (attention's, a transformer's layer
+/// norms): a stage computes its rows' statistics and values together, a
+/// team of threads per row, in one pass over memory (the statistics are
+/// never stages of their own), and agrees with the CPU, bitwise from run
+/// to run.
+#[test]
+fn many_rows_run_a_team_per_row_in_one_stage() {
+    let _s = serial();
+    let shape: &[usize] = &[2, 256, 300];
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F64 { 1e-12 } else { 2e-6 };
+        agree_within("softmax rows", [shape, shape], dtype, tol, |a, b| {
+            a.softmax(2)?.mul(b)
+        });
+        agree_within("log_softmax rows", [shape, shape], dtype, tol, |a, b| {
+            a.log_softmax(2)?.mul(b)
+        });
+        agree_within("layer norm rows", [shape, &[300]], dtype, tol, |a, w| {
+            a.layer_norm(1, Some(w), Some(w), 1e-5)
+        });
+    }
+    let x = leaf(&data(2 * 256 * 300, 5), shape, DType::F32, gpu());
+    for (name, y) in [
+        ("softmax", x.softmax(2).unwrap()),
+        ("layer norm", x.layer_norm(1, None, None, 1e-5).unwrap()),
+    ] {
+        let e = tenjin::explain(&y).unwrap();
+        assert_eq!(e.forward.len(), 1, "{name}: {e}");
+        assert_eq!(e.forward[0].route, "block loop", "{name}: {e}");
+        assert!(
+            e.backward.iter().all(|s| s.domain == shape),
+            "{name}: no statistic is a stage of its own: {e}"
+        );
+    }
+    let seed = leaf(&data(2 * 256 * 300, 6), shape, DType::F32, gpu());
+    let run = || {
+        x.zero_grad();
+        let y = x.softmax(2).unwrap().mul(&seed).unwrap().sum().unwrap();
+        y.backward().unwrap();
+        (
+            y.to_vec_f64().unwrap(),
+            x.grad().unwrap().to_vec_f64().unwrap(),
+        )
+    };
+    let first = run();
+    assert!(run() == first, "the same bits from run to run");
+}
+
 /// The gradient an addition passes on is the incoming one, shared, as in
 /// PyTorch: its backward runs no kernel (`da = df` is no copy), and the
 /// gradients are still each leaf's own (changing one in place, as

@@ -550,7 +550,7 @@ impl<D: Driver> GpuBackend<D> {
     /// `kernel` emitted as PTX and loaded.
     fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
         let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
-        let total = kernel.out_shape.iter().product();
+        let total = kernel.teams();
         let team = kernel.threads_per_output;
         let per_thread = ptx::elements_per_thread(kernel, dtype);
         Ok(LoopKernel {

@@ -15,10 +15,17 @@
 //! box and the reductions' bounds). A node only leaves a guard when it also
 //! leaves a loop (no speculation without a saving). Loads that a guard or a
 //! possibly empty range protects therefore stay where they are.
+//!
+//! **Sharing.** A node is computed once per scope; a reduction is also
+//! shared with an alpha-equal one already computed in a scope around it
+//! (softmax's row maximum, written once beside the sum of exponentials and
+//! once inside it, binds its index under two names).
 
 use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
+use crate::symbolic::equality::same_node;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::intervals::Intervals;
+use crate::symbolic::shape_hash::ShapeHashes;
 use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, UnaryOp, VarId};
 use crate::Error;
 use std::collections::HashMap;
@@ -81,6 +88,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
         num_regs: l.next_reg,
         body: std::mem::take(&mut l.scopes[ROOT].stmts),
         threads_per_output: 1,
+        shared_loops: 0,
     })
 }
 
@@ -111,6 +119,9 @@ struct Lowerer<'a> {
     strides: Vec<Vec<i64>>,
     scopes: Vec<Scope>,
     memo: HashMap<(NodeId, ScopeId), Reg>,
+    /// Reductions computed so far, by shape hash: (node, scope, result).
+    reductions: HashMap<u64, Vec<(NodeId, ScopeId, Reg)>>,
+    hashes: ShapeHashes,
     /// Per node: may it be computed speculatively (see the module docs)?
     speculable: Vec<bool>,
     /// Upper bound of each reduction's trip count, by node.
@@ -162,6 +173,8 @@ impl<'a> Lowerer<'a> {
                 stmts: Vec::new(),
             }],
             memo: HashMap::new(),
+            reductions: HashMap::new(),
+            hashes: ShapeHashes::default(),
             speculable: Vec::new(),
             trips: HashMap::new(),
             nonempty: HashMap::new(),
@@ -281,6 +294,14 @@ impl<'a> Lowerer<'a> {
         }
         let p = self.placement(n, s);
         let node = self.f.graph.node(n).clone();
+        let reduction =
+            matches!(node, Node::Reduce { .. }).then(|| self.hashes.of(&self.f.graph, n));
+        if let Some(h) = reduction {
+            if let Some(r) = self.equal_reduction(h, n, s) {
+                self.memo.insert((n, p), r);
+                return Ok(r);
+            }
+        }
         let r = match node {
             Node::Const(bits) => self.let_(p, Expr::Const(f64::from_bits(bits))),
             Node::Index(a) => {
@@ -382,7 +403,20 @@ impl<'a> Lowerer<'a> {
             }
         };
         self.memo.insert((n, p), r);
+        if let Some(h) = reduction {
+            self.reductions.entry(h).or_default().push((n, p, r));
+        }
         Ok(r)
+    }
+
+    /// The result of a reduction alpha-equal to `n` computed in a scope
+    /// around `s`, if any.
+    fn equal_reduction(&self, hash: u64, n: NodeId, s: ScopeId) -> Option<Reg> {
+        let seen = self.reductions.get(&hash)?;
+        let around: Vec<ScopeId> = self.ancestors(s).collect();
+        seen.iter()
+            .find(|&&(m, q, _)| around.contains(&q) && same_node(self.f, m, n))
+            .map(|&(_, _, r)| r)
     }
 }
 

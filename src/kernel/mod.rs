@@ -288,12 +288,33 @@ pub struct Kernel {
     /// depends only on the sizes; one thread stores. A backend without
     /// blocks runs the body as if it were 1 (reductions in order).
     pub threads_per_output: u32,
+    /// Innermost output loops a team walks together (with
+    /// `threads_per_output` above 1). 0: a team per output element, as
+    /// above. 1: a team per *row* (a point of the other output loops): the
+    /// statements above the innermost output loop run once per row, their
+    /// top-level reductions (the row's statistics) shared out as above,
+    /// and the innermost loop's iterations are dealt among the threads
+    /// (thread `t` takes `t`, `t + T`, …), each storing its own elements.
+    /// A backend without blocks runs the body as it is.
+    pub shared_loops: usize,
 }
 
 impl Kernel {
     /// Number of output elements.
     pub fn out_len(&self) -> usize {
         self.out_shape.iter().product()
+    }
+
+    /// Number of teams (or threads, with one thread per output): the
+    /// points of the output loops no team shares.
+    pub fn teams(&self) -> usize {
+        self.teams_of(self.shared_loops)
+    }
+
+    /// The points of the output loops but the innermost `shared` ones.
+    pub fn teams_of(&self, shared: usize) -> usize {
+        let own = self.out_shape.len().saturating_sub(shared);
+        self.out_shape[..own].iter().product()
     }
 
     /// An estimate of the work (in simple arithmetic operations) of one

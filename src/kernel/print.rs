@@ -211,7 +211,13 @@ impl Display for Kernel {
             self.out_shape,
             self.extent
         );
-        if self.threads_per_output > 1 {
+        if self.threads_per_output > 1 && self.shared_loops > 0 {
+            let _ = writeln!(
+                p.out,
+                "  {} threads per row: the row's reductions spread over them, its elements dealt among them",
+                self.threads_per_output
+            );
+        } else if self.threads_per_output > 1 {
             let _ = writeln!(
                 p.out,
                 "  {} threads per output: top-level reductions spread over them",

@@ -416,11 +416,13 @@ impl Builder {
             .collect();
         let many_contractions = keys.contractions() >= 2;
         // A GPU thread computes one output element: a node that does not
-        // depend on every output index is computed again by each thread.
+        // depend on every output index is computed again by each thread;
+        // in a row-fused stage, a team computes it once per row.
         let pinned = match self.target {
-            Target::Gpu => out_loops.len(),
+            Target::Gpu => gpu_pinned(f, keys),
             Target::Cpu => 0,
         };
+        let rows_fused = pinned < out_loops.len();
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {
@@ -454,7 +456,18 @@ impl Builder {
                 Node::Unary(UnaryOp::Neg | UnaryOp::Detach, _) => true,
                 _ => false,
             } || matches!(g.node(n), Node::Binary(BinaryOp::Div, _, c) if g.const_value(*c).is_some());
-            if n != f.root && !transparent {
+            // A statistic of the row in a row-fused stage (hoisted to the
+            // row, and depending on every index of it): the row's team
+            // computes it there, once; it is read from a stage only when
+            // this program has one already.
+            let row_statistic =
+                rows_fused && eff.len() == pinned && redundancy(g.free_vars(n), eff) == 1;
+            if n != f.root && !transparent && row_statistic {
+                if keys.get(n).is_some_and(|(k, _)| self.find(k).is_some()) {
+                    first.push(n);
+                    continue;
+                }
+            } else if n != f.root && !transparent {
                 let costly = keys.point_cost(n) >= SHARED_MIN_COST;
                 let known = keys.get(n).is_some_and(|(k, _)| {
                     self.find(k).is_some() || (use_wanted && costly && self.is_wanted(k))
@@ -557,6 +570,52 @@ pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
         }
     }
     out
+}
+
+/// Rows shorter than this are left to a thread per output (a team of a
+/// warp would idle).
+const ROW_FUSED_MIN: usize = 256;
+/// Rows longer than this are not fused: a team reads its row once per
+/// statistic and once more for the values, and those passes should find
+/// the row in cache.
+const ROW_FUSED_MAX: usize = 16_384;
+/// Fewer rows than this leave a row-fused launch's teams too few to fill
+/// a GPU; their statistics are stages of their own, each spread alone.
+const ROW_FUSED_ROWS: usize = 512;
+
+/// The output loops a GPU stage's threads are pinned to (nothing is
+/// hoisted out of them): all of them, or all but the innermost where the
+/// function reads statistics of its rows (a heavy reduction depending on
+/// outer output indices only, such as a softmax's maximum and sum or a
+/// layer norm's mean and variance) and the rows suit a team
+/// ([`ROW_FUSED_MIN`], [`ROW_FUSED_MAX`], [`ROW_FUSED_ROWS`]). The stage
+/// then runs a team per row (`super::spread`), which computes the
+/// statistics once and then the row's values: one pass over memory where
+/// separate stages take one per statistic besides.
+fn gpu_pinned(f: &IndexFn, keys: &Keys) -> usize {
+    let n = f.out_vars.len();
+    if n < 2 {
+        return n;
+    }
+    let (row, rows) = (
+        f.out_shape[n - 1],
+        f.out_shape[..n - 1].iter().product::<usize>(),
+    );
+    if !(ROW_FUSED_MIN..=ROW_FUSED_MAX).contains(&row) || rows < ROW_FUSED_ROWS {
+        return n;
+    }
+    let g = &f.graph;
+    let statistic = keys.heavy_nodes().into_iter().any(|m| {
+        let free = g.free_vars(m);
+        matches!(g.node(m), Node::Reduce { .. })
+            && !free.is_empty()
+            && free.iter().all(|v| f.out_vars[..n - 1].contains(v))
+    });
+    if statistic {
+        n - 1
+    } else {
+        n
+    }
 }
 
 /// The loops around the place a node with free indices `free` is computed:

@@ -117,6 +117,14 @@ impl<'a> Keys<'a> {
                     }
                     Node::Unary(op, _) => children + unary_cost(*op),
                     Node::Binary(BinaryOp::Div, ..) => children + 4,
+                    // A small integer power is multiplications (lowering's
+                    // `PowI`); another is a `pow` call.
+                    Node::Binary(BinaryOp::Pow, _, e)
+                        if g.const_value(*e)
+                            .is_some_and(|e| e == e.trunc() && e.abs() <= 64.0) =>
+                    {
+                        children + 2
+                    }
                     Node::Binary(BinaryOp::Pow, ..) => children + 40,
                     Node::Const(_) => 0,
                     _ => children + 1,

@@ -77,13 +77,24 @@ pub(crate) const MIN_SHARE: u64 = 8;
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
+    if let Some(team) = row_team(&mut k) {
+        k.threads_per_output = team;
+        k.shared_loops = 1;
+        let rows = k.out_shape.len() - 1;
+        for s in top_level(&mut k.body, rows) {
+            if let Stmt::Reduce { op, wide, .. } = s {
+                *wide |= *op == ReduceOp::Sum;
+            }
+        }
+        return k;
+    }
     let outputs = k.out_len();
     if outputs == 0 || outputs > MANY_OUTPUTS {
         return k;
     }
     // A perfect nest (a sum over rows and columns) is folded by the team
     // as one flattened range: its length is the product of its levels'.
-    let longest = top_level(&mut k.body)
+    let longest = top_level(&mut k.body, usize::MAX)
         .iter()
         .filter_map(|s| match s {
             Stmt::Reduce {
@@ -112,12 +123,45 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
     k.threads_per_output = team;
     // Every top-level sum of a spread kernel is shared out; f32 ones keep
     // their shares in f64.
-    for s in top_level(&mut k.body) {
+    for s in top_level(&mut k.body, usize::MAX) {
         if let Stmt::Reduce { op, wide, .. } = s {
             *wide |= *op == ReduceOp::Sum;
         }
     }
     k
+}
+
+/// The team of a kernel that computes reductions once per row (placed
+/// above its innermost output loop: the planner left a softmax's or a
+/// layer norm's statistics inline, `crate::planner::extract`): a team per
+/// row folds them and then deals out the row's elements. Sized as a team
+/// per output for the longer of the reductions and the row, and never
+/// smaller than a warp (one thread would fold the row alone). `None`
+/// when no reduction sits above the innermost output loop.
+fn row_team(k: &mut Kernel) -> Option<u32> {
+    let n = k.out_shape.len();
+    if n < 2 {
+        return None;
+    }
+    let row = k.out_shape[n - 1] as u64;
+    let rows = k.teams_of(1);
+    let trips = top_level(&mut k.body, n - 1)
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Reduce {
+                op, value, body, ..
+            } => {
+                let (levels, _) = reduction_nest(*op, *value, body);
+                Some(
+                    levels
+                        .iter()
+                        .fold(1u64, |t, l| t.saturating_mul(l.max_trips)),
+                )
+            }
+            _ => None,
+        })
+        .max()?;
+    Some(team_size(rows, trips.max(row)).max(MIN_THREADS))
 }
 
 /// Threads per output for `outputs` reductions of `trips` iterations:
@@ -150,21 +194,26 @@ fn contiguous(var: IVar, body: &[Stmt]) -> bool {
     })
 }
 
-/// The statements that run once per output element: those of the
-/// innermost output loop's body and of the branches in it, not those
-/// inside a reduction's loop.
-fn top_level(body: &mut [Stmt]) -> Vec<&mut Stmt> {
+/// The statements in the bodies of the outermost `loops` output loops
+/// (and around them) and of the branches in them, not those inside a
+/// reduction's loop (`usize::MAX`: those that run once per output
+/// element, in every output loop).
+fn top_level(body: &mut [Stmt], loops: usize) -> Vec<&mut Stmt> {
     let mut found = Vec::new();
-    let mut stack: Vec<&mut [Stmt]> = vec![body];
-    while let Some(stmts) = stack.pop() {
+    let mut stack: Vec<(&mut [Stmt], usize)> = vec![(body, 0)];
+    while let Some((stmts, depth)) = stack.pop() {
         for s in stmts {
             match s {
-                Stmt::For(l) => stack.push(&mut l.body),
+                Stmt::For(l) => {
+                    if depth < loops {
+                        stack.push((&mut l.body, depth + 1));
+                    }
+                }
                 Stmt::If {
                     then, otherwise, ..
                 } => {
-                    stack.push(then);
-                    stack.push(otherwise);
+                    stack.push((then, depth));
+                    stack.push((otherwise, depth));
                 }
                 other => found.push(other),
             }

@@ -28,7 +28,7 @@ mod batch;
 mod check;
 mod context;
 mod derive;
-mod equality;
+pub(crate) mod equality;
 mod eval;
 mod inline;
 pub(crate) mod intervals;

@@ -116,6 +116,47 @@ pub(crate) fn sigmoid(f: &mut Fp, x: R) -> R {
     f.div(num, d)
 }
 
+/// `erf x`, Norbert Juffa's faithfully rounded `erff` (also MLX's and
+/// PyTorch's Metal `erf`): `x + x·P(x²)` up to |x| = 0.927734375, above it
+/// `1 − e^{Q(|x|)}` with the sign of `x`. Both sides are computed and one
+/// picked: 7 + 8 `fma`s and one `exp`, where musl's four-range `erff`
+/// (`super::special::erf`, kept for f64) costs four divisions and two
+/// `exp`s. NaN passes through, ±∞ gives ±1.
+pub(crate) fn erf(f: &mut Fp, x: R) -> R {
+    let a = f.abs(x);
+    let s = f.mul(x, x);
+    let p = f.horner_fma(
+        s,
+        &[
+            1.283_791_66e-1,
+            -3.761_253_36e-1,
+            1.128_199_25e-1,
+            -2.676_813_49e-2,
+            4.991_194_23e-3,
+            -5.967_617_03e-4,
+        ],
+    );
+    let small = f.fma(p, x, x);
+    let (c0, c1) = (f.lit(-1.728_534_70e-5), f.lit(3.831_971_26e-4));
+    let r = f.fma(c0, a, c1);
+    let (c2, c3) = (f.lit(-3.883_964_38e-3), f.lit(2.425_462_19e-2));
+    let u = f.fma(c2, a, c3);
+    let mut r = f.fma(r, s, u);
+    for c in [-1.067_778_77e-1, -6.348_466_87e-1, -1.287_175_12e-1] {
+        let c = f.lit(c);
+        r = f.fma(r, a, c);
+    }
+    let na = f.neg(a);
+    let r = f.fma(r, a, na);
+    let e = exp(f, r);
+    let one = f.lit(1.0);
+    let large = f.sub(one, e);
+    let large = f.copysign(x, large);
+    let limit = f.lit(0.927_734_375);
+    let is_small = f.setp("le", a, limit);
+    f.pick(is_small, small, large)
+}
+
 /// `ln x` (Cephes' `logf`: subnormals scaled by 2²³, `x = m·2ᵉ` with
 /// `m ∈ [√½, √2)`, `f = m − 1`, `ln(1 + f) = f − f²/2 + f³·P(f)`, plus
 /// `e·ln 2` in two parts).

@@ -41,6 +41,9 @@ pub(super) struct Emitter<'k> {
     team: Option<team::Team>,
     /// Loops (output loops aside) around the statement being emitted.
     loop_depth: u32,
+    /// Inside the output loop a row team deals out (`Kernel::shared_loops`):
+    /// every thread stores its own elements.
+    dealt: bool,
     /// The integer values' register type and suffix: `(B32, "s32")` when
     /// every one fits (`narrow`), else `(B64, "s64")`.
     int: (Ty, &'static str),
@@ -107,6 +110,7 @@ impl<'k> Emitter<'k> {
             coords: Vec::new(),
             team: None,
             loop_depth: 0,
+            dealt: false,
             int,
             group,
             lane: 0,
@@ -153,10 +157,16 @@ impl<'k> Emitter<'k> {
     /// the output coordinates decomposed from `idx` and the kernel's
     /// statements inside.
     fn grid_stride(&mut self) -> Res<()> {
+        // A row team's threads share the innermost output loops: the
+        // blocks stride over the others' points.
+        let own = match self.k.threads_per_output {
+            1 => self.k.out_shape.len(),
+            _ => self.k.out_shape.len() - self.k.shared_loops.min(1),
+        };
         let dims: Vec<u64> = if self.k.out_shape.is_empty() {
             vec![1]
         } else {
-            self.k.out_shape.iter().map(|&d| d as u64).collect()
+            self.k.out_shape[..own].iter().map(|&d| d as u64).collect()
         };
         let total: u64 = dims.iter().product();
         let (start, end) = (self.ivar(START), self.ivar(END));
@@ -261,6 +271,9 @@ impl<'k> Emitter<'k> {
                     self.lane = 0;
                     self.output_level(&l.body, depth + 1, group)?;
                 }
+                Stmt::For(l) if depth == levels && self.k.shared_loops > 0 => {
+                    self.dealt_loop(l, depth)?;
+                }
                 Stmt::For(_) => return Err("a loop below the output loops".into()),
                 s => match group {
                     Some(g) => self.group_stmt(g, s)?,
@@ -269,6 +282,23 @@ impl<'k> Emitter<'k> {
             }
         }
         Ok(())
+    }
+
+    /// The innermost output loop of a row team: thread `t` runs
+    /// iterations `t`, `t + T`, … (adjacent threads, adjacent elements),
+    /// each storing its own.
+    fn dealt_loop(&mut self, l: &Loop, depth: usize) -> Res<()> {
+        self.check_output_loop(l, depth)?;
+        let Some(team) = self.team else {
+            return Err("internal: a shared output loop without a team".into());
+        };
+        if depth + 1 != self.k.out_shape.len() || self.group.is_some() {
+            return Err("a team shares only the innermost output loop, in scalar accesses".into());
+        }
+        self.dealt = true;
+        let done = self.strided(l, Some(team.first), team.threads, |_, _, _| Ok(()));
+        self.dealt = false;
+        done
     }
 
     fn check_output_loop(&self, l: &Loop, depth: usize) -> Res<()> {
@@ -352,14 +382,14 @@ impl<'k> Emitter<'k> {
                 let store = format!("st.global.{} [{addr}], {v}", self.sfx);
                 match &self.team {
                     // Every thread of the team holds the value; one stores.
-                    Some(team) => {
+                    Some(team) if !self.dealt => {
                         let p = self.a.setp("ne", "u64", team.tid, 0);
                         let skip = self.a.label();
                         self.a.op(format!("@{p} bra {skip}"));
                         self.a.op(store);
                         self.a.place(&skip);
                     }
-                    None => self.a.op(store),
+                    _ => self.a.op(store),
                 }
                 Ok(())
             }

@@ -65,6 +65,7 @@ impl Emitter<'_> {
             UnaryOp::Log1p => self.either(x, special::log1p),
             UnaryOp::Expm1 => self.either(x, special::expm1),
             UnaryOp::Atan => self.either(x, special::atan),
+            UnaryOp::Erf if w == Ty::F32 => self.either(x, math32::erf),
             UnaryOp::Erf => self.either(x, special::erf),
             UnaryOp::Floor => self.a.un(&format!("cvt.rmi.{sfx}.{sfx}"), w, x),
             // (Lowering drops `detach`: a kernel never holds one.)

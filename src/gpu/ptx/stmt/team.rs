@@ -43,12 +43,12 @@ const IN_FLIGHT: u32 = 4;
 #[derive(Clone, Copy)]
 pub(super) struct Team {
     /// Threads per output (a power of two, the launch's block size).
-    threads: u32,
+    pub(super) threads: u32,
     /// The thread's index in the block (u64).
     pub(super) tid: R,
     /// The same as an integer value of the kernel (its first iteration of
     /// a shared reduction).
-    first: R,
+    pub(super) first: R,
     /// The address of share 0 and of this thread's share (u64, shared
     /// window).
     base: R,
