@@ -448,6 +448,26 @@ mod tests {
     }
 
     #[test]
+    fn alpha_equal_reductions_are_computed_once() {
+        // The row maximum, written once beside the sum and once inside it.
+        let f = parse(
+            "f[i; j] = exp (x[i; j] - max{m}_0^7 (x[i; m])) / sum{k}_0^7 (exp (x[i; k] - max{p}_0^7 (x[i; p])))",
+            &[("x", &[4, 8])],
+            &[],
+        );
+        let text = lower(&f).unwrap().to_string();
+        assert_eq!(text.matches("max v").count(), 1, "{text}");
+        // Not shared: the same reduction over another row.
+        let g = parse(
+            "f[i; j] = max{m}_0^7 (x[i; m]) + max{p}_0^7 (x[3 - i; p])",
+            &[("x", &[4, 8])],
+            &[("j", 8)],
+        );
+        let text = lower(&g).unwrap().to_string();
+        assert_eq!(text.matches("max v").count(), 2, "{text}");
+    }
+
+    #[test]
     fn guarded_loads_stay_in_their_branch() {
         let f = parse(
             "f[i] = sum{k}_0^2 ((if {i + k - 1 >= 0} then (if {i + k - 1 <= 4} then (x[i + k - 1]) else (0)) else (0)) * w[k])",

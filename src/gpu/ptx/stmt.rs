@@ -9,6 +9,7 @@ use crate::symbolic::{CmpOp, ReduceOp};
 use crate::DType;
 
 mod narrow;
+mod row_cache;
 mod scalar;
 mod team;
 mod vector;
@@ -44,6 +45,8 @@ pub(super) struct Emitter<'k> {
     /// Inside the output loop a row team deals out (`Kernel::shared_loops`):
     /// every thread stores its own elements.
     dealt: bool,
+    /// A row team's rows held in shared memory (`row_cache`).
+    row_cache: Option<row_cache::RowCache>,
     /// The integer values' register type and suffix: `(B32, "s32")` when
     /// every one fits (`narrow`), else `(B64, "s64")`.
     int: (Ty, &'static str),
@@ -111,6 +114,10 @@ impl<'k> Emitter<'k> {
             team: None,
             loop_depth: 0,
             dealt: false,
+            row_cache: match group {
+                None => row_cache::RowCache::of(k, size),
+                Some(_) => None,
+            },
             int,
             group,
             lane: 0,
@@ -119,7 +126,10 @@ impl<'k> Emitter<'k> {
         let shared = e
             .team
             .as_ref()
-            .map_or(String::new(), team::Team::declaration);
+            .map_or(String::new(), team::Team::declaration)
+            + &e.row_cache
+                .as_ref()
+                .map_or(String::new(), |c| c.declarations(size));
         Ok(Body {
             declarations: shared + &e.a.declarations(),
             code: std::mem::take(&mut e.a.body),
@@ -251,6 +261,10 @@ impl<'k> Emitter<'k> {
     /// run for all lanes (`vector::group_stmt`).
     fn output_level(&mut self, stmts: &[Stmt], depth: usize, group: Option<Group>) -> Res<()> {
         let levels = self.coords.len();
+        let row = depth == levels && self.k.shared_loops > 0;
+        if row {
+            self.load_rows()?;
+        }
         for s in stmts {
             match s {
                 Stmt::For(l) if depth < levels => {
@@ -280,6 +294,9 @@ impl<'k> Emitter<'k> {
                     None => self.stmt(s)?,
                 },
             }
+        }
+        if row {
+            self.end_row();
         }
         Ok(())
     }
@@ -655,6 +672,9 @@ impl<'k> Emitter<'k> {
                 return Ok(());
             }
             Expr::Load { arg, offset } => {
+                if self.cached_read(d, *arg, offset) {
+                    return Ok(());
+                }
                 let base = *self
                     .args
                     .get(*arg)
