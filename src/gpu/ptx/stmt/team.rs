@@ -198,6 +198,43 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// The output loop `l` a row team deals out: iterations from its lower
+    /// bound plus `first` in steps of `step`, `IN_FLIGHT` at a time while
+    /// a whole group is left (their statements one after another: the
+    /// loads of one wait for no store of another), then one at a time.
+    pub(super) fn dealt_in_groups(&mut self, l: &Loop, first: R, step: u32) -> Res<()> {
+        let lo = self.bounds(&l.lower, true)?;
+        let hi = self.bounds(&l.upper, false)?;
+        let k = self.ivar(l.var);
+        let (ity, isfx) = self.int;
+        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        let start = self.int_op("add", lo, first);
+        self.a.op(format!("mov.{bits} {k}, {start}"));
+        let last = self.int_op("sub", hi, (IN_FLIGHT - 1) * step);
+        let (group, single, done) = (self.a.label(), self.a.label(), self.a.label());
+        self.a.place(&group);
+        let p = self.a.setp("gt", isfx, k, last);
+        self.a.op(format!("@{p} bra {single}"));
+        self.loop_depth += 1;
+        for u in 0..IN_FLIGHT {
+            if u > 0 {
+                self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
+            }
+            self.stmts(&l.body)?;
+        }
+        self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
+        self.a.op(format!("bra.uni {group}"));
+        self.a.place(&single);
+        let p = self.a.setp("gt", isfx, k, hi);
+        self.a.op(format!("@{p} bra {done}"));
+        self.stmts(&l.body)?;
+        self.loop_depth -= 1;
+        self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
+        self.a.op(format!("bra.uni {single}"));
+        self.a.place(&done);
+        Ok(())
+    }
+
     /// A copy of `value`'s register (the next iteration's statements
     /// write the register again).
     fn held(&mut self, value: Reg) -> R {
