@@ -51,7 +51,11 @@ pub(crate) const MIN_TRIPS: u64 = 256;
 pub(crate) const MIN_SHARE: u64 = 8;
 /// Elements of a row per thread of a row team, at most (while the team
 /// has at most [`THREADS`]).
-pub(crate) const ROW_SHARE: u64 = 8;
+pub(crate) const ROW_SHARE: u64 = 16;
+/// The fewest threads of a row team. Measured on an H100 (`BENCHMARKS.md`,
+/// "GPU speed"): rows of 1024 ran fastest with 64 threads (16 elements
+/// each), rows of 768 with 64 (not 32), rows of 4096 with 256.
+pub(crate) const ROW_TEAM: u32 = 64;
 
 /// `k` with its top-level reductions spread over a team of threads per
 /// output where that pays (see the module documentation).
@@ -73,14 +77,14 @@ pub(crate) const ROW_SHARE: u64 = 8;
 /// let all = IndexFn::parse("f[] = sum{i}_0^63 (sum{j}_0^63 (x[i; j]))", &[("x", &[64, 64][..])])?;
 /// let gpu = loop_kernel(&all, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
 /// assert_eq!(gpu.threads_per_output, 256);
-/// // A softmax over many rows of 1024: a team of 128 per row computes the
+/// // A softmax over many rows of 1024: a team of 64 per row computes the
 /// // row's statistics once, then deals out its elements.
 /// let softmax = IndexFn::parse(
 ///     "f[i; j] = exp (x[i; j] - log sum{k}_0^1023 (exp (x[i; k])))",
 ///     &[("x", &[4096, 1024][..])],
 /// )?;
 /// let gpu = loop_kernel(&softmax, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
-/// assert_eq!((gpu.threads_per_output, gpu.shared_loops, gpu.teams()), (128, 1, 4096));
+/// assert_eq!((gpu.threads_per_output, gpu.shared_loops, gpu.teams()), (64, 1, 4096));
 /// // Its columns: adjacent threads read adjacent elements already.
 /// let cols = IndexFn::parse("f[j] = sum{i}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
 /// let gpu = loop_kernel(&cols, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
@@ -149,7 +153,7 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
 /// per output for the longer of the reductions and the row, but with at
 /// least one thread per [`ROW_SHARE`] elements of the row (the PTX
 /// backend holds the row in shared memory, which bounds the blocks an SM
-/// runs: their threads must be many), and never smaller than a warp.
+/// runs: their threads must be many), and at least [`ROW_TEAM`].
 /// `None` when no reduction sits above the innermost output loop.
 fn row_team(k: &mut Kernel) -> Option<u32> {
     let n = k.out_shape.len();
@@ -177,7 +181,7 @@ fn row_team(k: &mut Kernel) -> Option<u32> {
     let per_row = (row / ROW_SHARE).max(1);
     let per_row = 1u64 << (63 - per_row.leading_zeros());
     let team = team_size(rows, trips.max(row)) as u64;
-    Some(team.max(per_row).clamp(MIN_THREADS as u64, THREADS as u64) as u32)
+    Some(team.max(per_row).clamp(ROW_TEAM as u64, THREADS as u64) as u32)
 }
 
 /// Threads per output for `outputs` reductions of `trips` iterations:

@@ -5,7 +5,8 @@
 //! instructions whose operands, immediates, types and branch targets are
 //! resolved at decode time), the instruction set it decodes to ([`Op`] and
 //! its operand kinds) and the [`Memory`] interface every access goes
-//! through. Registers hold raw bits, as on the hardware (an untyped
+//! through (`shfl.sync` exchanges registers within a whole, converged
+//! warp: `super::warp` refuses it otherwise). Registers hold raw bits, as on the hardware (an untyped
 //! `mov.b64` may carry a float). An instruction the decoder does not know
 //! is an error when the module loads, never a silent skip. What an
 //! instruction computes is `super::semantics`; running a grid of warps is
@@ -215,6 +216,15 @@ pub(super) enum Op {
     },
     /// `bar.sync` / `barrier.sync`: waits for every thread of the block.
     Barrier,
+    /// `shfl.sync.bfly.b32` / `shfl.sync.idx.b32` over a whole warp
+    /// (membermask all ones, clamp 31): `dst` gets `src` of lane
+    /// `lane ^ b` (butterfly) or of lane `b` (index).
+    Shfl {
+        dst: u32,
+        src: Src,
+        b: Src,
+        butterfly: bool,
+    },
     Setp {
         dst: u32,
         cmp: Cmp,
@@ -528,6 +538,23 @@ impl Decoder<'_> {
                 op: unary(m[0], ty)?,
                 src: self.src(arg(1)?, ty)?,
             },
+            "shfl"
+                if m.get(1) == Some(&"sync")
+                    && matches!(m.get(2), Some(&"bfly") | Some(&"idx"))
+                    && ty == "b32"
+                    && a.len() == 5 =>
+            {
+                let whole = imm(a[3], "b32") == Some(31) && imm(a[4], "b32") == Some(0xffff_ffff);
+                if !whole || a[0].contains('|') {
+                    return Err("only whole-warp `shfl.sync` (clamp 31, membermask 0xffffffff, no predicate) is simulated".into());
+                }
+                Op::Shfl {
+                    dst: self.dst(a.first())?,
+                    src: self.src(arg(1)?, ty)?,
+                    b: self.src(arg(2)?, ty)?,
+                    butterfly: m[2] == "bfly",
+                }
+            }
             "bar" | "barrier" if m.get(1) == Some(&"sync") && a.len() == 1 => Op::Barrier,
             "bar" | "barrier" => {
                 return Err("only `bar.sync N` (every thread of the block) is simulated".into())

@@ -289,3 +289,54 @@ fn vectorised_kernels_fall_back_to_scalar_accesses_on_misaligned_buffers() {
         assert_eq!(read_f32(&d, out, 24), want, "x shifted by {shift} bytes");
     }
 }
+
+/// `shfl.sync` exchanges registers within a converged warp (butterfly
+/// and index), and a warp with lanes missing is an error.
+#[test]
+fn shuffles_exchange_lanes_of_a_whole_warp() {
+    let (d, memory) = device();
+    let (out, inp) = (buffer(memory, 4 * 64), buffer(memory, 4 * 64));
+    let values: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    d.copy_to_device(inp, &values).unwrap();
+    let with = |shfl: &str| {
+        kernel(0, 1, 0).replace(
+            "st.global.f32 [%rd7], %f0;",
+            &format!("{shfl}\n\tst.global.f32 [%rd7], %f0;"),
+        )
+    };
+    let cases = [
+        (
+            "shfl.sync.bfly.b32 %f0, %f0, 5, 31, 0xffffffff;",
+            5usize,
+            true,
+        ),
+        ("shfl.sync.idx.b32 %f0, %f0, 3, 31, 0xffffffff;", 3, false),
+    ];
+    for (shfl, b, butterfly) in cases {
+        let f = d.load(&with(shfl)).unwrap();
+        d.launch(&f, 1, 64, &[buf(out, 256, true), buf(inp, 256, false)])
+            .unwrap();
+        let got = read_f32(&d, out, 64);
+        for (t, g) in got.iter().enumerate() {
+            let lane = t % 32;
+            let from = if butterfly { lane ^ b } else { b };
+            assert_eq!(*g, (t - lane + from) as f32, "{shfl} thread {t}");
+        }
+    }
+    // Half a warp: the other lanes are not there to exchange with.
+    let f = d.load(&with(cases[0].0)).unwrap();
+    let e = d
+        .launch(&f, 1, 16, &[buf(out, 256, true), buf(inp, 256, false)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lanes of the warp elsewhere"), "{e}");
+    let e = d
+        .load(&kernel(0, 1, 0).replace(
+            "ret;",
+            "shfl.sync.down.b32 %f0, %f0, 1, 31, 0xffffffff;\n\tret;",
+        ))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown instruction"), "{e}");
+}

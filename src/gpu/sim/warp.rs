@@ -226,6 +226,30 @@ impl Warp {
                     self.settle();
                     continue;
                 }
+                Op::Shfl {
+                    dst,
+                    src,
+                    b,
+                    butterfly,
+                } => {
+                    // The hardware exchanges within a converged warp: every
+                    // lane must be here.
+                    if mask != FULL {
+                        return Err(fail(
+                            mask.trailing_zeros() as usize,
+                            "`shfl.sync` with lanes of the warp elsewhere".into(),
+                        ));
+                    }
+                    let mut got = [0u64; WARP];
+                    for (l, g) in got.iter_mut().enumerate() {
+                        let b = r[at(b.0, l)] as usize & (WARP - 1);
+                        let from = if butterfly { l ^ b } else { b };
+                        *g = r[at(src.0, from)] & 0xffff_ffff;
+                    }
+                    for (l, g) in got.into_iter().enumerate() {
+                        r[at(dst, l)] = g;
+                    }
+                }
                 Op::LdParam { dst, param } => {
                     let v = launch.params[param as usize];
                     each_lane!(mask, |l| r[at(dst, l)] = v)

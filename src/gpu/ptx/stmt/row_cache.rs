@@ -314,8 +314,7 @@ mod tests {
     use crate::symbolic::IndexFn;
     use crate::DType;
 
-    /// `src` lowered to run a team of 128 per row (the planner's choice
-    /// for these rows, `crate::planner::spread`), and its PTX.
+    /// `src` lowered to run a team of 128 per row, and its PTX.
     fn ptx(src: &str, shape: &[usize]) -> String {
         let f = IndexFn::parse(src, &[("x", shape), ("w", &shape[1..])]).unwrap();
         let mut k = lower(&f).unwrap();

@@ -8,12 +8,14 @@
 //! loads are issued before their folds), stores its share in shared
 //! memory (a perfect nest of one reduction, `crate::kernel::nest`, is one
 //! flattened range: thread `t` folds positions `t`, `t + T`, … of the box
-//! in row-major order, each split into the levels' variables), and after
-//! a barrier the shares combine in a tree — at step
-//! `s = T/2, T/4, …, 1` thread `t < s` folds the share of `t + s` into its
-//! own, a barrier after each step. Every thread then reads the result
-//! from share 0 (and a last barrier lets the next reduction reuse the
-//! shares). The order depends only on `T` and the bounds, so results are
+//! in row-major order, each split into the levels' variables), and the
+//! shares combine in a tree — at step `s = T/2, T/4, …, 1` thread `t < s`
+//! folds the share of `t + s` into its own: steps across warps through
+//! shared memory with a barrier after each, steps within a warp by
+//! register shuffles (`shfl.sync.bfly`), which need none. Every thread
+//! then reads the result (from share 0 after a barrier, a last barrier
+//! letting the next reduction reuse the shares; a one-warp team by a
+//! shuffle from lane 0). The order depends only on `T` and the bounds, so results are
 //! bitwise the same from run to run. A `wide` sum keeps its shares and the
 //! tree in f64. An argmax or argmin shares (value, index) pairs and keeps
 //! the first index among equal values, as the one-thread fold does; a max
@@ -29,6 +31,9 @@ use crate::symbolic::ReduceOp;
 
 /// The shared-memory array of the shares.
 const SHARES: &str = "tenjin_shares";
+
+/// Threads of a warp: the tree's steps below this exchange registers.
+const WARP: u32 = 32;
 
 /// Iterations a thread of a team reduction has in flight: its share is
 /// folded in groups of this many, a group's statements (its loads) all
@@ -418,10 +423,17 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// Stores this thread's `values` as its shares, combines the shares in
-    /// the tree (`combine` folds the other thread's loaded values into
-    /// `values`' registers), and leaves share 0 in `values` for every
-    /// thread.
+    /// Combines the threads' `values` in the tree (`combine` folds another
+    /// thread's values into `values`' registers) and leaves thread 0's
+    /// result in `values` for every thread. At step `s = T/2, T/4, …, 1`
+    /// thread `t < s` folds the values of thread `t + s` into its own.
+    /// Steps across warps (`s ≥ 32`) go through the shares in shared
+    /// memory, a barrier after each; steps within a warp exchange registers
+    /// (`shfl.sync.bfly`: lane `t` receives lane `t ^ s`, which for `t < s`
+    /// is `t + s`; the other lanes' results are never read), so thread 0
+    /// folds in the same order as a tree of barriers would. A team of one
+    /// warp needs no shared memory and no barrier: lane 0's result is
+    /// shuffled to every lane.
     fn tree(&mut self, values: &[(Ty, R)], mut combine: impl FnMut(&mut Self, &[R])) {
         let Some(Team {
             tid,
@@ -442,41 +454,101 @@ impl Emitter<'_> {
             }
         };
         let sfx = |ty: Ty| if ty == Ty::F64 { "f64" } else { "f32" };
-        for (j, &(ty, r)) in values.iter().enumerate() {
-            let addr = at(self, slot, j);
-            self.a.op(format!("st.shared.{} [{addr}], {r}", sfx(ty)));
-        }
-        self.a.op("bar.sync 0");
-        let mut step = threads / 2;
-        while step > 0 {
-            let skip = self.a.label();
-            let idle = self.a.setp("ge", "u64", tid, step);
-            self.a.op(format!("@{idle} bra {skip}"));
-            let other_slot = self.a.bin("add.s64", Ty::B64, slot, 8 * step);
-            let other: Vec<R> = values
+        let store = |e: &mut Self, addr: R| {
+            for (j, &(ty, r)) in values.iter().enumerate() {
+                let a = at(e, addr, j);
+                e.a.op(format!("st.shared.{} [{a}], {r}", sfx(ty)));
+            }
+        };
+        let load = |e: &mut Self, addr: R, into: Option<&[(Ty, R)]>| -> Vec<R> {
+            values
                 .iter()
                 .enumerate()
-                .map(|(j, &(ty, _))| {
-                    let addr = at(self, other_slot, j);
-                    let o = self.a.reg(ty);
-                    self.a.op(format!("ld.shared.{} {o}, [{addr}]", sfx(ty)));
+                .map(|(j, &(ty, r))| {
+                    let a = at(e, addr, j);
+                    let o = into.map_or_else(|| e.a.reg(ty), |_| r);
+                    e.a.op(format!("ld.shared.{} {o}, [{a}]", sfx(ty)));
                     o
                 })
+                .collect()
+        };
+        let mut step = threads / 2;
+        if threads > WARP {
+            store(self, slot);
+            self.a.op("bar.sync 0");
+            while step >= WARP {
+                let skip = self.a.label();
+                let idle = self.a.setp("ge", "u64", tid, step);
+                self.a.op(format!("@{idle} bra {skip}"));
+                let other_slot = self.a.bin("add.s64", Ty::B64, slot, 8 * step);
+                let other = load(self, other_slot, None);
+                combine(self, &other);
+                // The last step across warps leaves its result in warp 0's
+                // registers (no one reads share 0 before it is written).
+                if step > WARP {
+                    store(self, slot);
+                }
+                self.a.place(&skip);
+                if step > WARP {
+                    self.a.op("bar.sync 0");
+                }
+                step /= 2;
+            }
+        }
+        while step > 0 {
+            let other: Vec<R> = values
+                .iter()
+                .map(|&(ty, r)| self.shuffle("bfly", ty, r, step))
                 .collect();
             combine(self, &other);
-            for (j, &(ty, r)) in values.iter().enumerate() {
-                let addr = at(self, slot, j);
-                self.a.op(format!("st.shared.{} [{addr}], {r}", sfx(ty)));
-            }
-            self.a.place(&skip);
-            self.a.op("bar.sync 0");
             step /= 2;
         }
-        for (j, &(ty, r)) in values.iter().enumerate() {
-            let addr = at(self, base, j);
-            self.a.op(format!("ld.shared.{} {r}, [{addr}]", sfx(ty)));
+        if threads > WARP {
+            let skip = self.a.label();
+            let p = self.a.setp("ne", "u64", tid, 0);
+            self.a.op(format!("@{p} bra {skip}"));
+            store(self, base);
+            self.a.place(&skip);
+            self.a.op("bar.sync 0");
+            load(self, base, Some(values));
+            self.a.op("bar.sync 0");
+        } else {
+            for &(ty, r) in values {
+                let v = self.shuffle("idx", ty, r, 0);
+                self.a.op(format!("mov.{} {r}, {v}", sfx(ty)));
+            }
         }
-        self.a.op("bar.sync 0");
+    }
+
+    /// `r` as held by another lane of this warp: lane `t ^ b` (`bfly`) or
+    /// lane `b` (`idx`). A 64-bit value crosses in two 32-bit halves.
+    fn shuffle(&mut self, mode: &str, ty: Ty, r: R, b: u32) -> R {
+        let one = |e: &mut Self, ty: Ty, x: R| {
+            let d = e.a.reg(ty);
+            e.a.op(format!(
+                "shfl.sync.{mode}.b32 {d}, {x}, {b}, 31, 0xffffffff"
+            ));
+            d
+        };
+        if matches!(ty, Ty::F32 | Ty::B32) {
+            return one(self, ty, r);
+        }
+        let bits = match ty {
+            Ty::F64 => self.a.un("mov.b64", Ty::B64, r),
+            _ => r,
+        };
+        let lo = self.a.un("cvt.u32.u64", Ty::B32, bits);
+        let high = self.a.bin("shr.u64", Ty::B64, bits, 32);
+        let hi = self.a.un("cvt.u32.u64", Ty::B32, high);
+        let (lo, hi) = (one(self, Ty::B32, lo), one(self, Ty::B32, hi));
+        let hi = self.a.un("cvt.u64.u32", Ty::B64, hi);
+        let hi = self.a.bin("shl.b64", Ty::B64, hi, 32);
+        let lo = self.a.un("cvt.u64.u32", Ty::B64, lo);
+        let v = self.a.bin("or.b64", Ty::B64, hi, lo);
+        match ty {
+            Ty::F64 => self.a.un("mov.b64", Ty::F64, v),
+            _ => v,
+        }
     }
 
     /// `acc = acc op x` in `ty` (max and min keep `acc` on ties and when
