@@ -111,19 +111,9 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
     // as one flattened range: its length is the product of its levels'.
     let longest = top_level(&mut k.body, usize::MAX)
         .iter()
-        .filter_map(|s| match s {
-            Stmt::Reduce {
-                op, value, body, ..
-            } => {
-                let (levels, _) = reduction_nest(*op, *value, body);
-                let trips = levels
-                    .iter()
-                    .fold(1u64, |t, l| t.saturating_mul(l.max_trips));
-                let inner = levels[levels.len() - 1];
-                (trips >= MIN_TRIPS).then(|| (trips, contiguous(inner.var, &inner.body)))
-            }
-            _ => None,
-        })
+        .filter_map(|s| nest_length(s))
+        .filter(|&(trips, _)| trips >= MIN_TRIPS)
+        .map(|(trips, inner)| (trips, contiguous(inner.var, &inner.body)))
         .max();
     let Some((trips, contiguous)) = longest else {
         return k;
@@ -164,19 +154,7 @@ fn row_team(k: &mut Kernel) -> Option<u32> {
     let rows = k.teams_of(1);
     let trips = top_level(&mut k.body, n - 1)
         .iter()
-        .filter_map(|s| match s {
-            Stmt::Reduce {
-                op, value, body, ..
-            } => {
-                let (levels, _) = reduction_nest(*op, *value, body);
-                Some(
-                    levels
-                        .iter()
-                        .fold(1u64, |t, l| t.saturating_mul(l.max_trips)),
-                )
-            }
-            _ => None,
-        })
+        .filter_map(|s| nest_length(s).map(|(trips, _)| trips))
         .max()?;
     let per_row = (row / ROW_SHARE).max(1);
     let per_row = 1u64 << (63 - per_row.leading_zeros());
@@ -200,6 +178,22 @@ pub(crate) fn team_size(outputs: usize, trips: u64) -> u32 {
     // The largest power of two within both.
     let most = 1u64 << (63 - most.leading_zeros());
     wanted.min(most) as u32
+}
+
+/// The iterations of a reduction statement (a perfect nest counted as one
+/// range, the product of its levels' lengths) and its innermost level.
+fn nest_length(s: &Stmt) -> Option<(u64, &crate::kernel::Loop)> {
+    let Stmt::Reduce {
+        op, value, body, ..
+    } = s
+    else {
+        return None;
+    };
+    let (levels, _) = reduction_nest(*op, *value, body);
+    let trips = levels
+        .iter()
+        .fold(1u64, |t, l| t.saturating_mul(l.max_trips));
+    Some((trips, levels[levels.len() - 1]))
 }
 
 /// Whether a load in `body` steps by one element per iteration of `var`.

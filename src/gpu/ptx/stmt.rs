@@ -303,7 +303,7 @@ impl<'k> Emitter<'k> {
 
     /// The innermost output loop of a row team: thread `t` runs
     /// iterations `t`, `t + T`, … (adjacent threads, adjacent elements),
-    /// each storing its own, several in flight (`team`).
+    /// each storing its own, several in flight (`team::strided_in_groups`).
     fn dealt_loop(&mut self, l: &Loop, depth: usize) -> Res<()> {
         self.check_output_loop(l, depth)?;
         let Some(team) = self.team else {
@@ -313,7 +313,7 @@ impl<'k> Emitter<'k> {
             return Err("a team shares only the innermost output loop, in scalar accesses".into());
         }
         self.dealt = true;
-        let done = self.dealt_in_groups(l, team.first, team.threads);
+        let done = self.strided_in_groups(l, team.first, team.threads, None, |_, _| Ok(()));
         self.dealt = false;
         done
     }

@@ -135,7 +135,7 @@ impl Emitter<'_> {
         if levels.len() > 1 {
             self.strided_nest(&levels, first, threads, value, fold)?;
         } else {
-            self.strided_in_groups(body, first, threads, value, fold)?;
+            self.strided_in_groups(body, first, threads, Some(value), fold)?;
         }
         self.tree(&[(acc_ty, acc)], |e, other| {
             e.combine(op, acc_ty, acc, other[0])
@@ -150,16 +150,17 @@ impl Emitter<'_> {
 
     /// `l`'s loop from its lower bound plus `first` in steps of `step`,
     /// `IN_FLIGHT` iterations at a time while a whole group fits (each
-    /// iteration's statements, its value copied aside; then the copies
+    /// iteration's statements, its `value` copied aside; then the copies
     /// folded in order), the rest one at a time: the same folds in the
     /// same order as one at a time, with a group's loads in flight
-    /// together.
-    fn strided_in_groups(
+    /// together. Without a `value` (a row team's dealt output loop, whose
+    /// iterations store), only the statements.
+    pub(super) fn strided_in_groups(
         &mut self,
         l: &Loop,
         first: R,
         step: u32,
-        value: Reg,
+        value: Option<Reg>,
         mut fold: impl FnMut(&mut Self, R) -> Res<()>,
     ) -> Res<()> {
         let lo = self.bounds(&l.lower, true)?;
@@ -183,7 +184,9 @@ impl Emitter<'_> {
                 self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
             }
             self.stmts(&l.body)?;
-            held.push(self.held(value));
+            if let Some(v) = value {
+                held.push(self.held(v));
+            }
         }
         for x in held {
             fold(self, x)?;
@@ -194,45 +197,10 @@ impl Emitter<'_> {
         let p = self.a.setp("gt", isfx, k, hi);
         self.a.op(format!("@{p} bra {done}"));
         self.stmts(&l.body)?;
-        let x = self.reg(value);
-        fold(self, x)?;
-        self.loop_depth -= 1;
-        self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
-        self.a.op(format!("bra.uni {single}"));
-        self.a.place(&done);
-        Ok(())
-    }
-
-    /// The output loop `l` a row team deals out: iterations from its lower
-    /// bound plus `first` in steps of `step`, `IN_FLIGHT` at a time while
-    /// a whole group is left (their statements one after another: the
-    /// loads of one wait for no store of another), then one at a time.
-    pub(super) fn dealt_in_groups(&mut self, l: &Loop, first: R, step: u32) -> Res<()> {
-        let lo = self.bounds(&l.lower, true)?;
-        let hi = self.bounds(&l.upper, false)?;
-        let k = self.ivar(l.var);
-        let (ity, isfx) = self.int;
-        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
-        let start = self.int_op("add", lo, first);
-        self.a.op(format!("mov.{bits} {k}, {start}"));
-        let last = self.int_op("sub", hi, (IN_FLIGHT - 1) * step);
-        let (group, single, done) = (self.a.label(), self.a.label(), self.a.label());
-        self.a.place(&group);
-        let p = self.a.setp("gt", isfx, k, last);
-        self.a.op(format!("@{p} bra {single}"));
-        self.loop_depth += 1;
-        for u in 0..IN_FLIGHT {
-            if u > 0 {
-                self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
-            }
-            self.stmts(&l.body)?;
+        if let Some(v) = value {
+            let x = self.reg(v);
+            fold(self, x)?;
         }
-        self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
-        self.a.op(format!("bra.uni {group}"));
-        self.a.place(&single);
-        let p = self.a.setp("gt", isfx, k, hi);
-        self.a.op(format!("@{p} bra {done}"));
-        self.stmts(&l.body)?;
         self.loop_depth -= 1;
         self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
         self.a.op(format!("bra.uni {single}"));
