@@ -16,6 +16,7 @@
 //! | rule | a node is cut when |
 //! | --- | --- |
 //! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on; on the GPU, whose threads are the output loops, never out of those) is over an index it does not depend on: it would be recomputed for every value of that index |
+//! | (row-fused, GPU) | never, when it is a statistic of the row in a stage that reads such statistics ([`gpu_pinned`]: the innermost output loop is not pinned, a team per row computes them once), unless the program has it as a stage already |
 //! | nested | it is a reduction hoisted out of a reduction over an index it does not depend on (the row maximum inside a row's sum of exponentials): one stage serves every reader |
 //! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`), or it is redundant and read by several parents (`Σ_k df[i;k]` in two row terms): cut before its parents |
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
