@@ -217,7 +217,6 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
     // by waiting for the device, and stderr gets, per phase, the host's time
     // to issue its calls and the time until the device has finished them.
     let phases = std::env::var_os("TENJIN_GPT_PHASES").is_some();
-    let mut times: Vec<[f64; 9]> = Vec::new();
     let mut clock = Phases::new(device, phases);
     let ms = median_ms(reps, device, || {
         clock.start();
@@ -260,12 +259,9 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
         clock.mark()?;
         opt.step()?;
         clock.mark()?;
-        times.extend(clock.take());
         loss.item().map(drop)
     })?;
-    if phases {
-        Phases::report(&times[1..]);
-    }
+    clock.report();
     let size = format!(
         "layers={},d={d},heads={h},T={t},B={b},vocab={}",
         g.layers, g.vocab
@@ -280,28 +276,20 @@ struct Phases {
     device: Device,
     on: bool,
     t0: std::time::Instant,
-    row: [f64; 9],
-    at: usize,
     launches: u64,
+    /// Per step, per phase: (host ms, device ms, launches).
+    steps: Vec<Vec<[f64; 3]>>,
 }
 
 impl Phases {
     fn new(device: Device, on: bool) -> Self {
-        let t0 = std::time::Instant::now();
         Phases {
             device,
             on,
-            t0,
-            row: [0.0; 9],
-            at: 0,
+            t0: std::time::Instant::now(),
             launches: 0,
+            steps: Vec::new(),
         }
-    }
-
-    fn start(&mut self) {
-        self.t0 = std::time::Instant::now();
-        self.at = 0;
-        self.launches = Self::launches();
     }
 
     /// PTX launches and cuBLAS calls so far.
@@ -310,38 +298,53 @@ impl Phases {
         s.ptx_launches + s.cublas_calls
     }
 
+    fn start(&mut self) {
+        self.t0 = std::time::Instant::now();
+        self.launches = Self::launches();
+        if self.on {
+            self.steps.push(Vec::new());
+        }
+    }
+
     /// Ends a phase: the host's issue time, then the wait for the device.
     fn mark(&mut self) -> Result<(), Error> {
         if !self.on {
             return Ok(());
         }
-        self.row[self.at] = self.t0.elapsed().as_secs_f64() * 1e3;
+        let host = self.t0.elapsed().as_secs_f64() * 1e3;
         tenjin::cuda::synchronize(self.device)?;
-        self.row[self.at + 1] = self.t0.elapsed().as_secs_f64() * 1e3;
+        let device = self.t0.elapsed().as_secs_f64() * 1e3;
         let launches = Self::launches();
-        self.row[self.at + 2] = (launches - self.launches) as f64;
+        let phase = [host, device, (launches - self.launches) as f64];
+        if let Some(step) = self.steps.last_mut() {
+            step.push(phase);
+        }
         self.launches = launches;
         self.t0 = std::time::Instant::now();
-        self.at += 3;
         Ok(())
     }
 
-    fn take(&mut self) -> Option<[f64; 9]> {
-        (self.on && self.at == 9).then_some(self.row)
-    }
-
-    fn report(rows: &[[f64; 9]]) {
-        let median = |k: usize| {
-            let mut v: Vec<f64> = rows.iter().map(|r| r[k]).collect();
+    /// Medians over the steps after the first (which compiles).
+    fn report(&self) {
+        if !self.on {
+            return;
+        }
+        let timed = self.steps.get(1..).unwrap_or_default();
+        let median = |phase: usize, k: usize| {
+            let mut v: Vec<f64> = timed
+                .iter()
+                .filter_map(|s| s.get(phase))
+                .map(|p| p[k])
+                .collect();
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
         };
         for (i, name) in ["forward", "backward", "optimizer"].iter().enumerate() {
             eprintln!(
                 "gpt_step phase {name}: {} launches, the host issues them in {:.2} ms, the device is done at {:.2} ms",
-                median(3 * i + 2),
-                median(3 * i),
-                median(3 * i + 1)
+                median(i, 2),
+                median(i, 0),
+                median(i, 1)
             );
         }
     }

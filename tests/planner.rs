@@ -258,3 +258,26 @@ fn layer_norm_plans_its_statistics_once() {
         assert!(body.trim().parse::<f64>().is_err(), "a constant stage: {e}");
     }
 }
+
+/// On the GPU a softmax over many rows is one stage forward and one
+/// backward, a team per row, whose kernels fold the row maximum once
+/// (written twice, as the shift beside and inside the log-sum-exp, it is
+/// one node after the planner merges alpha-equal copies).
+#[test]
+fn a_row_fused_softmax_folds_its_maximum_once() {
+    use tenjin::planner::{plan_node_for, Route, Target};
+    let f = IndexFn::parse(
+        "f[i; j] = exp (x[i; j] - (detach max{m}_0^1023 (x[i; m]) + log sum{k}_0^1023 (exp (x[i; k] - detach max{p}_0^1023 (x[i; p])))))",
+        &[("x", &[1024, 1024][..])],
+    )
+    .unwrap();
+    let plan = plan_node_for(&f, &[0], DType::F32, Target::Gpu).unwrap();
+    for program in [&plan.forward, &plan.backward] {
+        assert_eq!(program.stages.len(), 1, "{program}");
+        let Route::Loop(k) = &program.stages[0].route else {
+            panic!("{program}")
+        };
+        assert_eq!(k.shared_loops, 1, "{k}");
+        assert_eq!(k.to_string().matches("max v").count(), 1, "{k}");
+    }
+}

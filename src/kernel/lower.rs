@@ -15,17 +15,10 @@
 //! box and the reductions' bounds). A node only leaves a guard when it also
 //! leaves a loop (no speculation without a saving). Loads that a guard or a
 //! possibly empty range protects therefore stay where they are.
-//!
-//! **Sharing.** A node is computed once per scope; a reduction is also
-//! shared with an alpha-equal one already computed in a scope around it
-//! (softmax's row maximum, written once beside the sum of exponentials and
-//! once inside it, binds its index under two names).
 
 use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
-use crate::symbolic::equality::same_node;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::intervals::Intervals;
-use crate::symbolic::shape_hash::ShapeHashes;
 use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, UnaryOp, VarId};
 use crate::Error;
 use std::collections::HashMap;
@@ -119,9 +112,6 @@ struct Lowerer<'a> {
     strides: Vec<Vec<i64>>,
     scopes: Vec<Scope>,
     memo: HashMap<(NodeId, ScopeId), Reg>,
-    /// Reductions computed so far, by shape hash: (node, scope, result).
-    reductions: HashMap<u64, Vec<(NodeId, ScopeId, Reg)>>,
-    hashes: ShapeHashes,
     /// Per node: may it be computed speculatively (see the module docs)?
     speculable: Vec<bool>,
     /// Upper bound of each reduction's trip count, by node.
@@ -173,8 +163,6 @@ impl<'a> Lowerer<'a> {
                 stmts: Vec::new(),
             }],
             memo: HashMap::new(),
-            reductions: HashMap::new(),
-            hashes: ShapeHashes::default(),
             speculable: Vec::new(),
             trips: HashMap::new(),
             nonempty: HashMap::new(),
@@ -294,14 +282,6 @@ impl<'a> Lowerer<'a> {
         }
         let p = self.placement(n, s);
         let node = self.f.graph.node(n).clone();
-        let reduction =
-            matches!(node, Node::Reduce { .. }).then(|| self.hashes.of(&self.f.graph, n));
-        if let Some(h) = reduction {
-            if let Some(r) = self.equal_reduction(h, n, s) {
-                self.memo.insert((n, p), r);
-                return Ok(r);
-            }
-        }
         let r = match node {
             Node::Const(bits) => self.let_(p, Expr::Const(f64::from_bits(bits))),
             Node::Index(a) => {
@@ -403,20 +383,7 @@ impl<'a> Lowerer<'a> {
             }
         };
         self.memo.insert((n, p), r);
-        if let Some(h) = reduction {
-            self.reductions.entry(h).or_default().push((n, p, r));
-        }
         Ok(r)
-    }
-
-    /// The result of a reduction alpha-equal to `n` computed in a scope
-    /// around `s`, if any.
-    fn equal_reduction(&self, hash: u64, n: NodeId, s: ScopeId) -> Option<Reg> {
-        let seen = self.reductions.get(&hash)?;
-        let around: Vec<ScopeId> = self.ancestors(s).collect();
-        seen.iter()
-            .find(|&&(m, q, _)| around.contains(&q) && same_node(self.f, m, n))
-            .map(|&(_, _, r)| r)
     }
 }
 
@@ -445,26 +412,6 @@ mod tests {
             .iter()
             .any(|s| matches!(s, Stmt::Let(_, Expr::Load { arg: 2, .. })));
         assert!(c_load, "{k}");
-    }
-
-    #[test]
-    fn alpha_equal_reductions_are_computed_once() {
-        // The row maximum, written once beside the sum and once inside it.
-        let f = parse(
-            "f[i; j] = exp (x[i; j] - max{m}_0^7 (x[i; m])) / sum{k}_0^7 (exp (x[i; k] - max{p}_0^7 (x[i; p])))",
-            &[("x", &[4, 8])],
-            &[],
-        );
-        let text = lower(&f).unwrap().to_string();
-        assert_eq!(text.matches("max v").count(), 1, "{text}");
-        // Not shared: the same reduction over another row.
-        let g = parse(
-            "f[i; j] = max{m}_0^7 (x[i; m]) + max{p}_0^7 (x[3 - i; p])",
-            &[("x", &[4, 8])],
-            &[("j", 8)],
-        );
-        let text = lower(&g).unwrap().to_string();
-        assert_eq!(text.matches("max v").count(), 2, "{text}");
     }
 
     #[test]

@@ -96,11 +96,7 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
         k.threads_per_output = team;
         k.shared_loops = 1;
         let rows = k.out_shape.len() - 1;
-        for s in top_level(&mut k.body, rows) {
-            if let Stmt::Reduce { op, wide, .. } = s {
-                *wide |= *op == ReduceOp::Sum;
-            }
-        }
+        widen_sums(&mut k.body, rows);
         return k;
     }
     let outputs = k.out_len();
@@ -126,14 +122,18 @@ pub(crate) fn spread_reductions(mut k: Kernel) -> Kernel {
         return k;
     }
     k.threads_per_output = team;
-    // Every top-level sum of a spread kernel is shared out; f32 ones keep
-    // their shares in f64.
-    for s in top_level(&mut k.body, usize::MAX) {
+    widen_sums(&mut k.body, usize::MAX);
+    k
+}
+
+/// Every top-level sum of a spread kernel (see [`top_level`]) is shared
+/// out; f32 ones keep their shares in f64.
+fn widen_sums(body: &mut [Stmt], loops: usize) {
+    for s in top_level(body, loops) {
         if let Stmt::Reduce { op, wide, .. } = s {
             *wide |= *op == ReduceOp::Sum;
         }
     }
-    k
 }
 
 /// The team of a kernel that computes reductions once per row (placed

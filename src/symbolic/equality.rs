@@ -44,22 +44,6 @@ impl PartialEq for IndexFn {
     }
 }
 
-/// Whether nodes `x` and `y` of `f` compute the same values: equal up to
-/// the names of the indices they bind (their free indices must be the
-/// same ones). Lowering shares alpha-equal reductions by it.
-pub(crate) fn same_node(f: &IndexFn, x: NodeId, y: NodeId) -> bool {
-    x == y
-        || (f.graph.free_vars(x) == f.graph.free_vars(y)
-            && Matcher {
-                a: f,
-                b: f,
-                ab: HashMap::new(),
-                ba: HashMap::new(),
-                memo: HashMap::new(),
-            }
-            .node(x, y))
-}
-
 /// Memo key: a node pair and the current binding of each side's free
 /// variables.
 type Key = (NodeId, NodeId, Vec<Option<VarId>>, Vec<Option<VarId>>);

@@ -28,7 +28,7 @@ mod batch;
 mod check;
 mod context;
 mod derive;
-pub(crate) mod equality;
+mod equality;
 mod eval;
 mod inline;
 pub(crate) mod intervals;

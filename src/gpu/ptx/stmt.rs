@@ -168,11 +168,8 @@ impl<'k> Emitter<'k> {
     /// statements inside.
     fn grid_stride(&mut self) -> Res<()> {
         // A row team's threads share the innermost output loops: the
-        // blocks stride over the others' points.
-        let own = match self.k.threads_per_output {
-            1 => self.k.out_shape.len(),
-            _ => self.k.out_shape.len() - self.k.shared_loops.min(1),
-        };
+        // blocks stride over the others' points (`Kernel::teams`).
+        let own = self.k.out_shape.len().saturating_sub(self.k.shared_loops);
         let dims: Vec<u64> = if self.k.out_shape.is_empty() {
             vec![1]
         } else {

@@ -12,6 +12,7 @@
 
 mod blas;
 pub(crate) mod interp;
+mod isa;
 pub(crate) mod memory;
 mod semantics;
 mod shared;

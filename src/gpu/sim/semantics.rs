@@ -5,7 +5,7 @@
 //! [`Conv`], [`Un`], [`Bin`]); `super::warp` applies them lane by lane.
 //! Must not decode or touch memory.
 
-use super::interp::{Bin, Cmp, Conv, FCmp, ICmp, IntTy, Round, Un};
+use super::isa::{Bin, Cmp, Conv, FCmp, ICmp, IntTy, Round, Un};
 
 impl Round {
     fn apply(self, x: f64) -> f64 {

@@ -14,7 +14,8 @@
 //! a barrier some threads exit without reaching is an error. Every
 //! memory access is still checked per thread. Must not decode.
 
-use super::interp::{Bin, Memory, Op, Program, MAX_BRANCHES_PER_THREAD};
+use super::interp::{Memory, Program, MAX_BRANCHES_PER_THREAD};
+use super::isa::{Bin, Op};
 use super::semantics::{apply_binary, apply_unary, compare, convert};
 use super::shared::SharedMemory;
 

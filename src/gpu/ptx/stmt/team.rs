@@ -15,13 +15,14 @@
 //! register shuffles (`shfl.sync.bfly`), which need none. Every thread
 //! then reads the result (from share 0 after a barrier, a last barrier
 //! letting the next reduction reuse the shares; a one-warp team by a
-//! shuffle from lane 0). The order depends only on `T` and the bounds, so results are
-//! bitwise the same from run to run. A `wide` sum keeps its shares and the
-//! tree in f64. An argmax or argmin shares (value, index) pairs and keeps
-//! the first index among equal values, as the one-thread fold does; a max
-//! or min may differ from it only in the sign of a zero tied with its
-//! negation, or in which NaN it returns. Must not decide which kernels
-//! are spread (the planner does, `crate::planner::spread`).
+//! shuffle from lane 0). The order depends only on `T` and the bounds,
+//! so results are bitwise the same from run to run. A `wide` sum keeps
+//! its shares and the tree in f64. An argmax or argmin shares (value,
+//! index) pairs and keeps the first index among equal values, as the
+//! one-thread fold does; a max or min may differ from it only in the sign
+//! of a zero tied with its negation, or in which NaN it returns. Must not
+//! decide which kernels are spread (the planner does,
+//! `crate::planner::spread`).
 
 use super::super::asm::{Asm, Ty, R};
 use super::{Emitter, Res};
@@ -428,13 +429,14 @@ impl Emitter<'_> {
                 e.a.op(format!("st.shared.{} [{a}], {r}", sfx(ty)));
             }
         };
-        let load = |e: &mut Self, addr: R, into: Option<&[(Ty, R)]>| -> Vec<R> {
+        // Into fresh registers, or (`into_values`) into `values`' own.
+        let load = |e: &mut Self, addr: R, into_values: bool| -> Vec<R> {
             values
                 .iter()
                 .enumerate()
                 .map(|(j, &(ty, r))| {
                     let a = at(e, addr, j);
-                    let o = into.map_or_else(|| e.a.reg(ty), |_| r);
+                    let o = if into_values { r } else { e.a.reg(ty) };
                     e.a.op(format!("ld.shared.{} {o}, [{a}]", sfx(ty)));
                     o
                 })
@@ -449,7 +451,7 @@ impl Emitter<'_> {
                 let idle = self.a.setp("ge", "u64", tid, step);
                 self.a.op(format!("@{idle} bra {skip}"));
                 let other_slot = self.a.bin("add.s64", Ty::B64, slot, 8 * step);
-                let other = load(self, other_slot, None);
+                let other = load(self, other_slot, false);
                 combine(self, &other);
                 // The last step across warps leaves its result in warp 0's
                 // registers (no one reads share 0 before it is written).
@@ -478,7 +480,7 @@ impl Emitter<'_> {
             store(self, base);
             self.a.place(&skip);
             self.a.op("bar.sync 0");
-            load(self, base, Some(values));
+            load(self, base, true);
             self.a.op("bar.sync 0");
         } else {
             for &(ty, r) in values {
