@@ -107,7 +107,10 @@ pub use error::Error;
 pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
-pub use ops::{index_fn, index_fn_with_sizes, CrossEntropyOptions, LossReduction, Norm};
+pub use ops::{
+    default_generator, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
+    CrossEntropyOptions, Generator, LossReduction, Norm,
+};
 pub use runtime::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };

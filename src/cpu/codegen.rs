@@ -485,6 +485,11 @@ impl Emitter<'_> {
                 let v = self.lin(l, 1)?;
                 self.b.ins().fcvt_from_sint(self.ty, v)
             }
+            Expr::Random { key, counter } => {
+                let key = [self.reg(key[0])?, self.reg(key[1])?, self.reg(key[2])?];
+                let n = self.lin(counter, 1)?;
+                self.random(key, n, self.ty)
+            }
             Expr::Unary(op, a) => {
                 let a = self.reg(*a)?;
                 self.unary(*op, a)?

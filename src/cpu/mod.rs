@@ -31,6 +31,7 @@ mod compiled;
 pub mod gemm;
 mod math;
 mod pool;
+mod random;
 mod simd;
 mod vmath;
 

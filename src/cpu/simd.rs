@@ -555,6 +555,29 @@ impl<'f> Emitter<'f> {
                 }
                 out
             }
+            Expr::Random { key, counter } => {
+                // Lane i: the scalar value at the loop variable's i-th value
+                // (the key taken from the same lane).
+                let key = [self.vreg(key[0])?, self.vreg(key[1])?, self.vreg(key[2])?];
+                let n = self.lin(counter, 1)?;
+                let c = counter.coeff(var);
+                let count = if lanes == Lanes::Four { LANES } else { 1 };
+                let mut out = None;
+                for i in 0..count {
+                    let k = key.map(|v| self.b.ins().extractlane(v, i as u8));
+                    let ni = if i == 0 {
+                        n
+                    } else {
+                        self.b.ins().iadd_imm_s(n, i * c)
+                    };
+                    let x = self.random(k, ni, types::F32);
+                    out = Some(match out {
+                        None => self.splat(x),
+                        Some(v) => self.b.ins().insertlane(v, x, i as u8),
+                    });
+                }
+                out.ok_or("a vector of no lanes")?
+            }
             Expr::Unary(op, a) => {
                 let a = self.vreg(*a)?;
                 self.vunary(*op, a, lanes)?

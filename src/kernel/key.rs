@@ -179,6 +179,11 @@ impl Encoder {
                 self.u8(3);
                 self.affine(a);
             }
+            Node::Random { key, counter } => {
+                self.u8(8);
+                key.iter().for_each(|k| self.child(*k));
+                self.affine(counter);
+            }
             Node::Unary(op, a) => {
                 self.u8(4);
                 self.u8(*op as u8);

@@ -288,6 +288,14 @@ impl<'a> Lowerer<'a> {
                 let lin = self.lin(&a, p)?;
                 self.let_(p, Expr::Index(lin))
             }
+            Node::Random { key, counter } => {
+                let mut regs = [Reg(0); 3];
+                for (r, k) in regs.iter_mut().zip(key) {
+                    *r = self.materialize(k, p)?;
+                }
+                let counter = self.lin(&counter, p)?;
+                self.let_(p, Expr::Random { key: regs, counter })
+            }
             Node::Access { arg, index } => {
                 let mut offset = Lin::constant(0);
                 for (form, &stride) in index.iter().zip(&self.strides[arg]) {

@@ -203,6 +203,13 @@ pub enum Expr {
     },
     /// An integer value as a number.
     Index(Lin),
+    /// The uniform value at the integer `counter` of the stream keyed by
+    /// the three registers (`crate::symbolic::random`: key words from the
+    /// numbers, SplitMix64's output function in 64-bit integers).
+    Random {
+        key: [Reg; 3],
+        counter: Lin,
+    },
     Unary(UnaryOp, Reg),
     /// `Pow` with a run-time exponent follows `crate::symbolic::expr::pow`.
     Binary(BinaryOp, Reg, Reg),
@@ -352,6 +359,7 @@ fn stmt_cost(s: &Stmt) -> u64 {
             },
             Expr::Binary(BinaryOp::Pow, _, _) => 40,
             Expr::Binary(BinaryOp::Div, _, _) => 4,
+            Expr::Random { .. } => 12,
             _ => 1,
         },
         Stmt::If {

@@ -119,6 +119,10 @@ impl Printer<'_> {
                 format!("load {name}[{offset}]")
             }
             Expr::Index(l) => format!("number({l})"),
+            Expr::Random {
+                key: [a, b, c],
+                counter,
+            } => format!("random({a}, {b}, {c}; {counter})"),
             Expr::Unary(op, a) => format!("{} {a}", unary(*op)),
             Expr::Binary(op @ (BinaryOp::Max | BinaryOp::Min), a, b) => {
                 format!("{}({a}, {b})", binary(*op))

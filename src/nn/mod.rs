@@ -1,6 +1,6 @@
 //! Neural-network building blocks: the [`Module`] trait, layers with
 //! parameters ([`Linear`], [`Conv2d`]), activations as modules ([`ReLU`],
-//! [`Tanh`], [`Sigmoid`], [`Flatten`], any closure as [`Lambda`]) and
+//! [`Tanh`], [`Sigmoid`], [`Flatten`], any closure as [`Lambda`]), [`Dropout`] and
 //! [`Sequential`] to chain them; [`init`] holds the initialisers.
 //!
 //! A layer's forward is one or a few tensor ops, each one index function:
@@ -33,6 +33,7 @@
 
 mod activation;
 mod conv;
+mod dropout;
 mod embedding;
 pub mod init;
 mod linear;
@@ -42,6 +43,7 @@ pub mod utils;
 
 pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
 pub use conv::{Conv2d, Conv2dConfig};
+pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm, BatchNormConfig, LayerNorm};

@@ -19,6 +19,7 @@ mod linalg;
 mod loss;
 mod normalization;
 mod pointwise_loss;
+mod random;
 mod reduce;
 mod shape;
 mod statistics;
@@ -27,6 +28,7 @@ mod triangle;
 pub use label_loss::CrossEntropyOptions;
 pub(crate) use normalization::normalize;
 pub use pointwise_loss::LossReduction;
+pub use random::{default_generator, manual_seed, set_default_generator, Generator};
 pub use statistics::Norm;
 
 pub use custom::{index_fn, index_fn_with_sizes};

@@ -250,6 +250,13 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
                 form: a.clone(),
                 always_read: None,
             }),
+            Node::Random { key, counter } => {
+                out.push(Form {
+                    form: counter.clone(),
+                    always_read: None,
+                });
+                children.extend(key.iter().map(|k| (*k, always)));
+            }
             Node::Select {
                 cond,
                 then,

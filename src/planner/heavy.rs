@@ -127,6 +127,8 @@ impl<'a> Keys<'a> {
                     }
                     Node::Binary(BinaryOp::Pow, ..) => children + 40,
                     Node::Const(_) => 0,
+                    // Two 64-bit multiplications and shifts (`Expr::Random`).
+                    Node::Random { .. } => children + 12,
                     _ => children + 1,
                 }
             };

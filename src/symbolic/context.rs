@@ -104,7 +104,9 @@ fn index_branch(form: &RatAffine, op: CmpOp) -> Vec<Vec<Fact>> {
 /// the subgradient of a max/min reduction refers to.
 pub(crate) fn edges(g: &mut Graph, n: NodeId) -> Vec<Edge> {
     match g.node(n).clone() {
-        Node::Const(_) | Node::Index(_) | Node::Access { .. } => vec![],
+        // A random value is constant for differentiation: no edge carries a
+        // gradient into its key.
+        Node::Const(_) | Node::Index(_) | Node::Access { .. } | Node::Random { .. } => vec![],
         Node::Unary(_, a) => vec![plain(a)],
         Node::Binary(op @ (BinaryOp::Max | BinaryOp::Min), a, b) => {
             // max(a, b) = if {a >= b} then a else b (the first operand wins ties).

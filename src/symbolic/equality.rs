@@ -133,6 +133,16 @@ impl Matcher<'_> {
                     && index.iter().zip(i2).all(|(p, q)| self.affine(p, q))
             }
             (Node::Index(p), Node::Index(q)) => self.affine(p, q),
+            (
+                Node::Random { key, counter },
+                Node::Random {
+                    key: k2,
+                    counter: c2,
+                },
+            ) => {
+                let (key, k2) = (*key, *k2);
+                self.affine(counter, c2) && key.iter().zip(k2).all(|(a, b)| self.node(*a, b))
+            }
             (Node::Unary(o, a), Node::Unary(o2, a2)) => o == o2 && self.node(*a, *a2),
             (Node::Binary(o, a, b), Node::Binary(o2, a2, b2)) => {
                 o == o2 && self.node(*a, *a2) && self.node(*b, *b2)

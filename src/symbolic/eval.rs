@@ -149,6 +149,11 @@ impl<'a> Evaluator<'a> {
         Ok(match f.graph.node(n) {
             Node::Const(bits) => f64::from_bits(*bits),
             Node::Index(a) => a.eval(&env).map_err(|_| self.overflow())? as f64,
+            Node::Random { key, counter } => {
+                let counter = counter.eval(&env).map_err(|_| self.overflow())?;
+                let words = [self.eval(key[0])?, self.eval(key[1])?, self.eval(key[2])?];
+                super::random::uniform(super::random::key(words), counter)
+            }
             Node::Access { arg, index } => {
                 let shape = &f.args[*arg].shape;
                 let mut flat = 0usize;

@@ -308,6 +308,13 @@ pub enum Node {
     },
     /// An index value used as a number (`i`, `idx(i - j)`).
     Index(Affine),
+    /// `random(k₀, k₁, k₂; counter)`: the uniform value in `[0, 1)` at the
+    /// integer `counter` of the stream keyed by the three values
+    /// (`crate::symbolic::random`). Constant for differentiation.
+    Random {
+        key: [NodeId; 3],
+        counter: Affine,
+    },
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
     /// `if {cond} then (a) else (b)`; only the taken branch is evaluated.
@@ -340,6 +347,10 @@ impl Node {
             Node::Const(_) | Node::Access { .. } | Node::Index(_) => self.clone(),
             Node::Unary(op, a) => Node::Unary(*op, f(*a)),
             Node::Binary(op, a, b) => Node::Binary(*op, f(*a), f(*b)),
+            Node::Random { key, counter } => Node::Random {
+                key: key.map(f),
+                counter: counter.clone(),
+            },
             Node::Select {
                 cond,
                 then,
@@ -372,6 +383,7 @@ impl Node {
             Node::Const(_) | Node::Access { .. } | Node::Index(_) => vec![],
             Node::Unary(_, a) => vec![*a],
             Node::Binary(_, a, b) => vec![*a, *b],
+            Node::Random { key, .. } => key.to_vec(),
             Node::Select {
                 cond,
                 then,
@@ -441,7 +453,7 @@ impl Graph {
     fn compute_free(&self, node: &Node) -> Vec<VarId> {
         let mut own: Vec<VarId> = match node {
             Node::Access { index, .. } => index.iter().flat_map(|a| a.vars()).collect(),
-            Node::Index(a) => a.vars().collect(),
+            Node::Index(a) | Node::Random { counter: a, .. } => a.vars().collect(),
             Node::Select {
                 cond: Cond::Index(r, _) | Cond::IsInt(r),
                 ..
@@ -484,6 +496,11 @@ impl Graph {
             return self.constant(a.constant as f64);
         }
         self.intern(Node::Index(a))
+    }
+
+    /// `random(key; counter)` (see [`Node::Random`]).
+    pub fn random(&mut self, key: [NodeId; 3], counter: Affine) -> NodeId {
+        self.intern(Node::Random { key, counter })
     }
 
     /// Unary operation with folding of constants and `-(-x) = x`.

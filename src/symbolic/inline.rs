@@ -199,6 +199,7 @@ fn import(
                 g.access(base + arg, index)
             }
             Node::Index(a) => g.index_value(sub(&a)?),
+            Node::Random { key, counter } => g.random(key, sub(&counter)?),
             Node::Unary(op, a) => g.unary(op, a),
             Node::Binary(op, a, b) => g.binary(op, a, b),
             Node::Select {

@@ -19,9 +19,9 @@ use crate::Error;
 use std::collections::BTreeMap;
 
 /// Words that cannot name an index or an argument.
-pub(crate) const RESERVED: [&str; 23] = [
+pub(crate) const RESERVED: [&str; 24] = [
     "exp", "log", "log10", "sqrt", "tanh", "sin", "cos", "abs", "sgn", "sigmoid", "sum", "max",
-    "min", "argmax", "argmin", "if", "then", "else", "idx", "is", "int", "inf", "nan",
+    "min", "argmax", "argmin", "if", "then", "else", "idx", "is", "int", "inf", "nan", "random",
 ];
 
 /// Whether `name` is a reserved word of the notation.

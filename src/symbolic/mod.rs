@@ -35,6 +35,7 @@ pub(crate) mod intervals;
 mod lexer;
 mod parse;
 pub(crate) mod print;
+pub mod random;
 mod rules;
 pub(crate) mod shape_hash;
 pub(crate) mod subst;

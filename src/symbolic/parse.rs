@@ -157,6 +157,7 @@ fn compact(g: &Graph, root: NodeId) -> (Graph, NodeId) {
                 m(a);
                 m(b);
             }
+            Node::Random { key, .. } => key.iter_mut().for_each(m),
             Node::Select {
                 cond,
                 then,
@@ -437,6 +438,7 @@ impl Parser<'_> {
             (TokKind::Punct("("), _) => self.paren(),
             (TokKind::Ident, "inf" | "nan") => Ok(self.special_const(word == "inf")),
             (TokKind::Ident, "idx") => self.idx(),
+            (TokKind::Ident, "random") => self.random(),
             (TokKind::Ident, "max" | "min") if next == TokKind::Punct("(") => self.max_min(),
             (TokKind::Ident, "max" | "min") if next != TokKind::Punct("{") => {
                 self.bump();
@@ -493,6 +495,23 @@ impl Parser<'_> {
         let a = self.to_int(&v, "index expression")?;
         let node = self.graph.index_value(a.clone());
         Ok(val(node, Ok(Form::from_affine(&a)), start, end))
+    }
+
+    /// `'random' '(' expr ',' expr ',' expr ';' affine-expr ')'`
+    fn random(&mut self) -> Result<Val, Error> {
+        let start = self.bump().start;
+        self.expect("(", "`(`")?;
+        let mut key = [NodeId(0); 3];
+        for (w, k) in key.iter_mut().enumerate() {
+            *k = self.expr()?.node;
+            let sep = if w < 2 { "," } else { ";" };
+            self.expect(sep, if w < 2 { "`,`" } else { "`;`" })?;
+        }
+        let v = self.expr()?;
+        let end = self.expect(")", "`)` or an operator")?.end;
+        let counter = self.to_int(&v, "random counter")?;
+        let node = self.graph.random(key, counter);
+        Ok(self.opaque(node, start, end))
     }
 
     /// `('max'|'min') '(' expr ',' expr ')'`

@@ -179,6 +179,17 @@ impl<'a> Printer<'a> {
                 };
                 self.out.push_str(&text);
             }
+            Node::Random { key, counter } => {
+                self.out.push_str("random(");
+                for (i, k) in key.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push_str(", ");
+                    }
+                    self.node(*k, 0);
+                }
+                let counter = self.affine(counter);
+                self.out.push_str(&format!("; {counter})"));
+            }
             Node::Unary(UnaryOp::Neg, a) => {
                 self.out.push('-');
                 self.node(*a, NEG);

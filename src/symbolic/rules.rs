@@ -119,6 +119,6 @@ pub(crate) fn partials(g: &mut Graph, n: NodeId) -> Vec<NodeId> {
         }
         // Guards and reductions pass the adjoint through unchanged.
         Node::Select { .. } | Node::Reduce { .. } => vec![g.constant(1.0); 2],
-        Node::Const(_) | Node::Access { .. } | Node::Index(_) => vec![],
+        Node::Const(_) | Node::Access { .. } | Node::Index(_) | Node::Random { .. } => vec![],
     }
 }

@@ -69,6 +69,10 @@ fn own_hash(node: &Node, st: &mut DefaultHasher) {
             2u8.hash(st);
             form(a, st);
         }
+        Node::Random { counter, .. } => {
+            7u8.hash(st);
+            form(counter, st);
+        }
         Node::Unary(op, _) => (3u8, name(op)).hash(st),
         Node::Binary(op, _, _) => (4u8, name(op)).hash(st),
         Node::Select { cond, .. } => {

@@ -58,6 +58,14 @@ impl Substitution<'_> {
                 let a = self.form(&a)?;
                 g.index_value(a)
             }
+            Node::Random { key, counter } => {
+                let mut k = key;
+                for w in &mut k {
+                    *w = self.run(g, *w)?;
+                }
+                let counter = self.form(&counter)?;
+                g.random(k, counter)
+            }
             Node::Unary(op, a) => {
                 let a = self.run(g, a)?;
                 g.unary(op, a)

@@ -89,7 +89,7 @@ fn tangent_node(
 ) -> NodeId {
     let zero = g.constant(0.0);
     match g.node(id).clone() {
-        Node::Const(_) | Node::Index(_) => zero,
+        Node::Const(_) | Node::Index(_) | Node::Random { .. } => zero,
         Node::Access { arg, index } => match tangent_arg.get(&arg) {
             Some(&ta) => g.access(ta, index),
             None => zero,

@@ -9,6 +9,7 @@ use crate::symbolic::{CmpOp, ReduceOp};
 use crate::DType;
 
 mod narrow;
+mod random;
 mod row_cache;
 mod scalar;
 mod team;
@@ -684,6 +685,10 @@ impl<'k> Emitter<'k> {
                 let v = self.lin(l)?;
                 self.a.op(format!("cvt.rn.{sfx}.{} {d}, {v}", self.int.1));
                 return Ok(());
+            }
+            Expr::Random { key, counter } => {
+                let n = self.lin(counter)?;
+                self.random(key.map(|k| self.reg(k)), n)
             }
             Expr::Unary(op, x) => self.unary(*op, self.reg(*x)),
             Expr::Binary(op, x, y) => self.binary(*op, self.reg(*x), self.reg(*y)),

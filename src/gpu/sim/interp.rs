@@ -439,6 +439,7 @@ fn binary(m: &[&str]) -> Result<Bin, String> {
         ("shr", "u32") => Bin::ShrU32,
         ("and", "b64") => Bin::And64,
         ("or", "b64") => Bin::Or64,
+        ("xor", "b64") => Bin::Xor64,
         ("and", "b32") => Bin::And32,
         ("or", "b32") => Bin::Or32,
         ("shl", "b32") => Bin::Shl32,

@@ -129,6 +129,7 @@ pub(super) enum Bin {
     ShrU32,
     And64,
     Or64,
+    Xor64,
     And32,
     Or32,
     Shl32,

@@ -135,6 +135,7 @@ pub(super) fn apply_binary(op: Bin, a: u64, b: u64) -> Option<u64> {
         Bin::ShrU32 => ((a as u32).checked_shr(b as u32)?) as u64,
         Bin::And64 => a & b,
         Bin::Or64 => a | b,
+        Bin::Xor64 => a ^ b,
         Bin::And32 => (a as u32 & b as u32) as u64,
         Bin::Or32 => (a as u32 | b as u32) as u64,
         // PTX clamps shift amounts above 32 (to 0 bits, or the sign).

@@ -385,6 +385,7 @@ impl Warp {
                         MinS32,
                         And64,
                         Or64,
+                        Xor64,
                         And32,
                         Or32,
                         Shl32,

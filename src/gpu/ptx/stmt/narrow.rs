@@ -122,7 +122,7 @@ impl Walk {
             Expr::Load { offset, .. } => {
                 self.lin(offset);
             }
-            Expr::Index(l) => {
+            Expr::Index(l) | Expr::Random { counter: l, .. } => {
                 self.lin(l);
             }
             _ => {}
