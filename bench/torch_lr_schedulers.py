@@ -1,7 +1,8 @@
 """Reference learning rates for tests/lr_scheduler.rs: each of
-torch.optim.lr_scheduler's schedules on an SGD optimizer (lr 0.1,
-momentum 0.9), the rate (and, for OneCycleLR, the momentum) after the
-constructor and after each of 40 steps, float64 as Python computes it.
+torch.optim.lr_scheduler's schedules on an SGD optimizer with two
+parameter groups (lr 0.1 and 0.03, momentum 0.9), the first group's rate
+and momentum and the second group's rate after the constructor and after
+each of 40 steps, float64 as Python computes it.
 Run once with the venv of ../shared/bench/setup.sh:
 
     $(../shared/bench/setup.sh) bench/torch_lr_schedulers.py > tests/data/torch_lr_schedulers.txt
@@ -32,16 +33,18 @@ cases = {
     "plateau_max_abs": lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.1, patience=1, threshold=0.01, threshold_mode="abs"),
 }
 
-print(f"# torch {torch.__version__}: lr (and momentum) after the constructor, then after each of {STEPS} steps")
+print(f"# torch {torch.__version__}: lr, momentum and the second group's lr after the constructor, then after each of {STEPS} steps")
 print("metric " + " ".join(repr(m) for m in METRIC))
 for name, make in cases.items():
     p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    q = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([{"params": [p]}, {"params": [q], "lr": 0.03}], lr=0.1, momentum=0.9)
     sched = make(opt)
     print("case", name)
     def row():
-        g = opt.param_groups[0]
-        print(repr(g["lr"]), repr(g["momentum"]))
+        g, h = opt.param_groups
+        assert g["momentum"] == h["momentum"]
+        print(repr(g["lr"]), repr(g["momentum"]), repr(h["lr"]))
     row()
     for k in range(STEPS):
         opt.step()

@@ -1,6 +1,6 @@
-//! `optim::lr_scheduler` against PyTorch: every schedule's rate (and
-//! OneCycleLR's momentum) after the constructor and after each of 40 steps,
-//! as `torch.optim.lr_scheduler` computed them
+//! `optim::lr_scheduler` against PyTorch: every schedule's rates in two
+//! parameter groups (and OneCycleLR's momentum) after the constructor and
+//! after each of 40 steps, as `torch.optim.lr_scheduler` computed them
 //! (`bench/torch_lr_schedulers.py` → `tests/data/torch_lr_schedulers.txt`);
 //! state dicts that resume a schedule exactly; errors that change nothing.
 
@@ -11,13 +11,14 @@ use tenjin::optim::lr_scheduler::{
     OneCycleConfig, OneCycleLR, PlateauConfig, PlateauMode, ReduceLROnPlateau, StepLR,
     ThresholdMode,
 };
-use tenjin::optim::{Adam, AdamConfig, Optimizer, SgdConfig, SGD};
+use tenjin::optim::{Adam, AdamConfig, Optimizer, ParamGroup, SgdConfig, SGD};
 use tenjin::{Error, Tensor};
 
 const STEPS: usize = 40;
 
-/// Per case, PyTorch's `(lr, momentum)` after the constructor and each step.
-type Rows = HashMap<String, Vec<(f64, f64)>>;
+/// Per case, PyTorch's `(lr, momentum, second group's lr)` after the
+/// constructor and each step.
+type Rows = HashMap<String, Vec<(f64, f64, f64)>>;
 
 /// PyTorch's rows per case, and the metric sequence of the plateau cases.
 fn reference() -> (Rows, Vec<f64>) {
@@ -32,23 +33,29 @@ fn reference() -> (Rows, Vec<f64>) {
             current = name.to_string();
         } else {
             let v: Vec<f64> = line.split(' ').map(|v| v.parse().unwrap()).collect();
-            cases.entry(current.clone()).or_default().push((v[0], v[1]));
+            cases
+                .entry(current.clone())
+                .or_default()
+                .push((v[0], v[1], v[2]));
         }
     }
     (cases, metric)
 }
 
-/// The optimizer every case drives: SGD, lr 0.1, momentum 0.9.
+/// The optimizer every case drives: SGD, momentum 0.9, two parameter
+/// groups with rates 0.1 and 0.03.
 fn sgd() -> Result<SGD, Error> {
     let p = Tensor::from_vec_f64(vec![0.0], &[1])?.requires_grad();
-    SGD::new(
-        vec![p],
-        SgdConfig {
-            lr: 0.1,
-            momentum: 0.9,
-            ..Default::default()
-        },
-    )
+    let q = Tensor::from_vec_f64(vec![0.0], &[1])?.requires_grad();
+    let c = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    SGD::with_groups(vec![
+        ParamGroup::new(vec![p], c),
+        ParamGroup::new(vec![q], SgdConfig { lr: 0.03, ..c }),
+    ])
 }
 
 type Make = fn(&mut SGD) -> Result<Box<dyn LrScheduler>, Error>;
@@ -117,7 +124,7 @@ fn every_schedule_follows_pytorchs_rates_step_for_step() -> Result<(), Error> {
         assert_eq!(want.len(), STEPS + 1, "{name}");
         let mut opt = sgd()?;
         let mut s = make(&mut opt)?;
-        for (k, &(lr, momentum)) in want.iter().enumerate() {
+        for (k, &(lr, momentum, lr1)) in want.iter().enumerate() {
             if k > 0 && lr < 0.0 {
                 // PyTorch extrapolates one step past the last phase of a
                 // linear OneCycleLR to a negative rate; tenjin refuses it.
@@ -130,15 +137,17 @@ fn every_schedule_follows_pytorchs_rates_step_for_step() -> Result<(), Error> {
                 s.step(&mut opt)?;
             }
             let (got_lr, got_m) = (opt.learning_rate(), opt.momentum().unwrap());
-            for (g, w) in [(got_lr, lr), (got_m, momentum)] {
+            let got_lr1 = opt.learning_rates()[1];
+            for (g, w) in [(got_lr, lr), (got_m, momentum), (got_lr1, lr1)] {
                 worst = worst.max((g - w).abs() / w.abs().max(1e-300));
                 exact += (g == w) as usize;
             }
             assert!(
-                close(got_lr, lr) && close(got_m, momentum),
-                "{name}, after step {k}: lr {got_lr:e} momentum {got_m}, PyTorch {lr:e} {momentum}"
+                close(got_lr, lr) && close(got_m, momentum) && close(got_lr1, lr1),
+                "{name}, after step {k}: lr {got_lr:e} momentum {got_m} second group {got_lr1:e}, \
+                 PyTorch {lr:e} {momentum} {lr1:e}"
             );
-            assert_eq!(s.last_lr(), got_lr, "{name}: last_lr");
+            assert_eq!(s.last_lrs(), vec![got_lr, got_lr1], "{name}: last_lrs");
             assert_eq!(s.last_epoch(), k as i64, "{name}: last_epoch");
             checked += 1;
         }
@@ -146,7 +155,7 @@ fn every_schedule_follows_pytorchs_rates_step_for_step() -> Result<(), Error> {
     assert_eq!(checked, 11 * (STEPS + 1));
     eprintln!(
         "{exact} of {} values bit for bit PyTorch's; worst relative difference {worst:e}",
-        2 * (checked - 1)
+        3 * (checked - 1)
     );
     Ok(())
 }
@@ -186,17 +195,18 @@ fn reduce_on_plateau_follows_pytorch() -> Result<(), Error> {
         let mut opt = sgd()?;
         let mut s = ReduceLROnPlateau::new(&opt, config)?;
         let mut reductions = 0;
-        for (k, &(lr, _)) in want.iter().enumerate() {
+        for (k, &(lr, _, lr1)) in want.iter().enumerate() {
             if k > 0 {
                 let before = opt.learning_rate();
                 s.step(&mut opt, sign * metric[k - 1])?;
                 reductions += (opt.learning_rate() < before) as usize;
             }
+            let got = opt.learning_rates();
             assert!(
-                close(opt.learning_rate(), lr),
-                "{name}, after step {k}: {} against PyTorch's {lr}",
-                opt.learning_rate()
+                close(got[0], lr) && close(got[1], lr1),
+                "{name}, after step {k}: {got:?} against PyTorch's {lr}, {lr1}"
             );
+            assert_eq!(s.last_lrs(), got);
         }
         assert!(reductions >= 2, "{name}: the case reduces the rate");
     }
@@ -214,12 +224,12 @@ fn a_restored_schedule_continues_exactly() -> Result<(), Error> {
             s.step(&mut opt)?;
         }
         let state = s.state_dict();
-        let (lr, momentum) = (opt.learning_rate(), opt.momentum());
+        let (lrs, momentum) = (opt.learning_rates(), opt.momentum());
         let mut opt2 = sgd()?;
         let mut s2 = make(&mut opt2)?;
         s2.load_state_dict(&state)?;
         assert_eq!(s2.state_dict(), state, "{name}");
-        opt2.set_learning_rate(lr)?;
+        opt2.set_learning_rates(&lrs)?;
         if let Some(m) = momentum {
             opt2.set_momentum(m)?;
         }
@@ -227,8 +237,8 @@ fn a_restored_schedule_continues_exactly() -> Result<(), Error> {
             s.step(&mut opt)?;
             s2.step(&mut opt2)?;
             assert_eq!(
-                (opt.learning_rate(), opt.momentum()),
-                (opt2.learning_rate(), opt2.momentum()),
+                (opt.learning_rates(), opt.momentum()),
+                (opt2.learning_rates(), opt2.momentum()),
                 "{name}: step {k} after restoring"
             );
         }
@@ -280,15 +290,37 @@ fn bad_options_and_states_are_errors_that_change_nothing() -> Result<(), Error> 
     missing.retain(|(k, _)| k != "gamma");
     let mut bad = good.clone();
     bad.iter_mut().find(|(k, _)| k == "last_epoch").unwrap().1 = 2.5;
+    // A state of a schedule over three parameter groups: this one drives two.
+    let mut third = good.clone();
+    third.push(("base_lrs.2".into(), 0.1));
     for (state, needle) in [
         (unknown, "unknown state key `gama`"),
         (missing, "`gamma` missing"),
         (bad, "last_epoch"),
+        (
+            third,
+            "`base_lrs.2` (this schedule drives 2 parameter groups)",
+        ),
     ] {
         let e = message(s.load_state_dict(&state).unwrap_err());
         assert!(e.contains(needle), "{e}");
         assert_eq!(s.state_dict(), good);
     }
+
+    // Per-group functions: one per group, or one for all.
+    let lambdas: Vec<tenjin::optim::lr_scheduler::Lambda> =
+        vec![Box::new(|_| 1.0), Box::new(|_| 0.5), Box::new(|_| 0.25)];
+    let e = message(LambdaLR::per_group(&mut opt, lambdas).err().unwrap());
+    assert!(e.contains("3 lr_lambdas for 2 parameter groups"), "{e}");
+    let before = opt.learning_rates();
+    let lambdas: Vec<tenjin::optim::lr_scheduler::Lambda> =
+        vec![Box::new(|_| 1.0), Box::new(|e| 0.5f64.powi(e as i32))];
+    let mut s = LambdaLR::per_group(&mut opt, lambdas)?;
+    s.step(&mut opt)?;
+    assert_eq!(opt.learning_rates(), vec![before[0], before[1] * 0.5]);
+    // Rates for another number of groups than the optimizer's.
+    let e = message(opt.set_learning_rates(&[0.1]).unwrap_err());
+    assert!(e.contains("1 learning rates for 2 parameter groups"), "{e}");
     Ok(())
 }
 

@@ -2,9 +2,10 @@
 //! Hutter 2019) with decoupled weight decay, as `torch.optim.Adam` and
 //! `torch.optim.AdamW`, with or without `amsgrad`.
 
+use super::groups::{Groups, ParamGroup};
 use super::{
-    check_non_negative, invalid, load_stepped_state, per_param, stepped_state_dict, Optimizer,
-    Param, Scalars, StackedUpdate, StepState,
+    check_non_negative, invalid, load_stepped_state, stepped_state_dict, Optimizer, Param,
+    StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -113,11 +114,9 @@ pub struct AdamW {
 struct AdamCore {
     name: &'static str,
     decoupled: bool,
-    params: Vec<Param>,
-    config: AdamConfig,
+    groups: Groups<AdamConfig>,
     /// Per parameter (`None` for parameters without elements).
     state: Vec<Option<StepState>>,
-    scalars: Scalars,
 }
 
 /// Hyperparameter tensors (shape `[]`): `b1`, `b2` and `omb1 = 1 − β₁`,
@@ -138,86 +137,88 @@ impl AdamCore {
     fn new(
         name: &'static str,
         decoupled: bool,
-        params: Vec<Tensor>,
-        config: AdamConfig,
+        groups: Vec<ParamGroup<AdamConfig>>,
     ) -> Result<AdamCore, Error> {
-        check_config(name, &config)?;
-        let params = Param::collect(name, params)?;
-        let mut core = AdamCore {
+        let groups = Groups::new(name, groups, SCALARS, |c| check_config(name, c))?;
+        let state = groups.build(|p, c| build_state(name, decoupled, p, c))?;
+        Ok(AdamCore {
             name,
             decoupled,
-            state: Vec::new(),
-            params,
-            config,
-            scalars: Scalars::new(SCALARS),
-        };
-        core.state = per_param(&core.params, |p| core.build_state(p))?;
-        core.scalars.prepare_for(&core.params)?;
-        Ok(core)
+            groups,
+            state,
+        })
     }
+}
 
-    fn build_state(&self, param: &Param) -> Result<StepState, Error> {
-        let n = param.numel();
-        let s0: &[usize] = &[];
-        let v1: &[usize] = &[n];
-        let rows = if self.config.amsgrad { 4 } else { 3 };
-        let stacked: &[usize] = &[rows, n];
-        let l2 = !self.decoupled && self.config.weight_decay != 0.0;
-        let decoupled = self.decoupled && self.config.weight_decay != 0.0;
-        // Rows [p; m; v] of the parameter's block, each reading column i:
-        // m ← β₁·m + (1 − β₁)·d, v ← β₂·v + (1 − β₂)·d², and
-        // p ← p − step·m / (√v / bc2 + eps) with the new m and v (AdamW
-        // first scales p by 1 − lr·weight_decay).
-        let d = if l2 {
-            "(g[i] + wd[] * s[0; i])"
-        } else {
-            "g[i]"
-        };
-        let m = format!("(b1[] * s[1; i] + omb1[] * {d})");
-        let v = format!("(b2[] * s[2; i] + omb2[] * {d} * {d})");
-        let p0 = if decoupled {
-            "s[0; i] * wd[]"
-        } else {
-            "s[0; i]"
-        };
-        // AMSGrad: v̂ ← max(v̂, v), and v̂ in the denominator.
-        let vmax = format!("max(s[3; i], {v})");
-        let denominator = if self.config.amsgrad { &vmax } else { &v };
-        let p = format!("{p0} - step[] * {m} / (sqrt ({denominator}) / bc2[] + eps[])");
-        let name = self.name.to_lowercase();
-        let last = if self.config.amsgrad {
-            format!("(if {{r = 2}} then ({v}) else ({vmax}))")
-        } else {
-            format!("({v})")
-        };
-        let src = format!(
-            "{name}[r; i] = if {{r = 0}} then ({p}) else (if {{r = 1}} then ({m}) else {last})"
-        );
-        let mut args = vec![
-            ("s", stacked),
-            ("g", v1),
-            ("b1", s0),
-            ("omb1", s0),
-            ("b2", s0),
-            ("omb2", s0),
-            ("step", s0),
-            ("bc2", s0),
-            ("eps", s0),
-        ];
-        if l2 || decoupled {
-            args.push(("wd", s0));
-        }
-        // The one compiled update of the rows `[p; m; v]`.
-        Ok(StepState::new(StackedUpdate::new(
-            &src, &args, rows, param,
-        )?))
+fn build_state(
+    name: &str,
+    decoupled: bool,
+    param: &Param,
+    c: &AdamConfig,
+) -> Result<StepState, Error> {
+    let n = param.numel();
+    let s0: &[usize] = &[];
+    let v1: &[usize] = &[n];
+    let rows = if c.amsgrad { 4 } else { 3 };
+    let stacked: &[usize] = &[rows, n];
+    let l2 = !decoupled && c.weight_decay != 0.0;
+    let decoupled = decoupled && c.weight_decay != 0.0;
+    // Rows [p; m; v] of the parameter's block, each reading column i:
+    // m ← β₁·m + (1 − β₁)·d, v ← β₂·v + (1 − β₂)·d², and
+    // p ← p − step·m / (√v / bc2 + eps) with the new m and v (AdamW
+    // first scales p by 1 − lr·weight_decay).
+    let d = if l2 {
+        "(g[i] + wd[] * s[0; i])"
+    } else {
+        "g[i]"
+    };
+    let m = format!("(b1[] * s[1; i] + omb1[] * {d})");
+    let v = format!("(b2[] * s[2; i] + omb2[] * {d} * {d})");
+    let p0 = if decoupled {
+        "s[0; i] * wd[]"
+    } else {
+        "s[0; i]"
+    };
+    // AMSGrad: v̂ ← max(v̂, v), and v̂ in the denominator.
+    let vmax = format!("max(s[3; i], {v})");
+    let denominator = if c.amsgrad { &vmax } else { &v };
+    let p = format!("{p0} - step[] * {m} / (sqrt ({denominator}) / bc2[] + eps[])");
+    let name = name.to_lowercase();
+    let last = if c.amsgrad {
+        format!("(if {{r = 2}} then ({v}) else ({vmax}))")
+    } else {
+        format!("({v})")
+    };
+    let src = format!(
+        "{name}[r; i] = if {{r = 0}} then ({p}) else (if {{r = 1}} then ({m}) else {last})"
+    );
+    let mut args = vec![
+        ("s", stacked),
+        ("g", v1),
+        ("b1", s0),
+        ("omb1", s0),
+        ("b2", s0),
+        ("omb2", s0),
+        ("step", s0),
+        ("bc2", s0),
+        ("eps", s0),
+    ];
+    if l2 || decoupled {
+        args.push(("wd", s0));
     }
+    // The one compiled update of the rows `[p; m; v]`.
+    Ok(StepState::new(StackedUpdate::new(
+        &src, &args, rows, param,
+    )?))
+}
 
+impl AdamCore {
     fn step(&mut self) -> Result<(), Error> {
-        let c = self.config;
-        let (b1, b2) = c.betas;
-        for k in 0..self.params.len() {
-            let param = &self.params[k];
+        let groups = &mut self.groups;
+        for k in 0..groups.params.len() {
+            let (param, gi) = (&groups.params[k], groups.group[k]);
+            let c = groups.configs[gi];
+            let (b1, b2) = c.betas;
             let Some(g) = param.grad(self.name)? else {
                 continue;
             };
@@ -234,8 +235,8 @@ impl AdamCore {
                 c.weight_decay
             };
             let values = [b1, 1.0 - b1, b2, 1.0 - b2, wd, c.lr / bc1, bc2, c.eps];
-            self.scalars.set(param, &values)?;
-            let scalars = &self.scalars;
+            groups.scalars[gi].set(param, &values)?;
+            let scalars = &groups.scalars[gi];
             let arg = |name: &str| match name {
                 "g" => Some(&g),
                 _ => scalars.get(param, name),
@@ -250,12 +251,8 @@ impl AdamCore {
 const ROWS: &[(&str, usize)] = &[("exp_avg", 1), ("exp_avg_sq", 2)];
 const AMSGRAD_ROWS: &[(&str, usize)] = &[("exp_avg", 1), ("exp_avg_sq", 2), ("max_exp_avg_sq", 3)];
 
-fn rows(c: &AdamConfig) -> &'static [(&'static str, usize)] {
-    if c.amsgrad {
-        AMSGRAD_ROWS
-    } else {
-        ROWS
-    }
+fn rows(c: &AdamConfig) -> Vec<(&'static str, usize)> {
+    if c.amsgrad { AMSGRAD_ROWS } else { ROWS }.to_vec()
 }
 
 fn check_config(name: &str, c: &AdamConfig) -> Result<(), Error> {
@@ -278,14 +275,26 @@ macro_rules! adam_impls {
         impl $ty {
             /// An optimizer for `params` (leaves that require a gradient).
             pub fn new(params: Vec<Tensor>, config: AdamConfig) -> Result<$ty, Error> {
+                $ty::with_groups(vec![ParamGroup::new(params, config)])
+            }
+
+            /// An optimizer for parameter groups, each with its own
+            /// hyperparameters; parameters are numbered across the groups
+            /// in order (as in PyTorch's state dict).
+            pub fn with_groups(groups: Vec<ParamGroup<AdamConfig>>) -> Result<$ty, Error> {
                 Ok($ty {
-                    inner: AdamCore::new($name, $decoupled, params, config)?,
+                    inner: AdamCore::new($name, $decoupled, groups)?,
                 })
             }
 
-            /// The hyperparameters.
+            /// The hyperparameters (of the first group).
             pub fn config(&self) -> &AdamConfig {
-                &self.inner.config
+                &self.inner.groups.configs[0]
+            }
+
+            /// The hyperparameters of each group.
+            pub fn group_configs(&self) -> &[AdamConfig] {
+                &self.inner.groups.configs
             }
         }
 
@@ -294,44 +303,39 @@ macro_rules! adam_impls {
                 self.inner.step()
             }
 
-            fn zero_grad(&self) {
-                self.inner.params.iter().for_each(Param::zero_grad);
-            }
-
-            fn learning_rate(&self) -> f64 {
-                self.inner.config.lr
-            }
-
-            fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
-                check_non_negative($name, "lr", lr)?;
-                self.inner.config.lr = lr;
-                Ok(())
-            }
+            super::groups::group_rates!($name, inner.groups);
 
             /// `betas.0`, the rate of the first moment's average.
             fn momentum(&self) -> Option<f64> {
-                Some(self.inner.config.betas.0)
+                Some(self.config().betas.0)
             }
 
             fn set_momentum(&mut self, beta1: f64) -> Result<(), Error> {
-                let mut c = self.inner.config;
-                c.betas.0 = beta1;
-                check_config($name, &c)?;
-                self.inner.config = c;
-                Ok(())
+                self.inner.groups.set_all(|c| {
+                    let c = AdamConfig {
+                        betas: (beta1, c.betas.1),
+                        ..*c
+                    };
+                    check_config($name, &c)?;
+                    Ok(c)
+                })
             }
 
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-                stepped_state_dict(
-                    &self.inner.params,
-                    &self.inner.state,
-                    rows(&self.inner.config),
-                )
+                let g = &self.inner.groups;
+                stepped_state_dict(&g.params, &self.inner.state, &|k| rows(g.config_of(k)))
             }
 
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
                 let c = &mut self.inner;
-                load_stepped_state(c.name, &c.params, &mut c.state, rows(&c.config), state)
+                let g = &c.groups;
+                load_stepped_state(
+                    c.name,
+                    &g.params,
+                    &mut c.state,
+                    &|k| rows(g.config_of(k)),
+                    state,
+                )
             }
         }
     };

@@ -1,6 +1,8 @@
 //! Optimizers: [`SGD`] (momentum, dampening, Nesterov, weight decay),
 //! [`Adam`], [`AdamW`] and [`RMSprop`], with PyTorch's update formulas,
-//! and their state by PyTorch's names ([`Optimizer::state_dict`]).
+//! and their state by PyTorch's names ([`Optimizer::state_dict`]). Each
+//! takes one list of parameters (`new`) or [`ParamGroup`]s with their own
+//! options (`with_groups`, PyTorch's `param_groups`).
 //!
 //! Every update is an index function like any op's, compiled once per
 //! parameter size: **one fused kernel per parameter and step**. The
@@ -43,11 +45,13 @@
 //! ```
 
 mod adam;
+mod groups;
 pub mod lr_scheduler;
 mod rmsprop;
 mod sgd;
 
 pub use adam::{Adam, AdamConfig, AdamW};
+pub use groups::ParamGroup;
 pub use rmsprop::{RMSprop, RmspropConfig};
 pub use sgd::{SgdConfig, SGD};
 
@@ -74,12 +78,31 @@ pub trait Optimizer {
     /// PyTorch's `set_to_none=True`).
     fn zero_grad(&self);
 
-    /// The current learning rate.
+    /// The current learning rate (of the first parameter group).
     fn learning_rate(&self) -> f64;
 
-    /// Changes the learning rate used by the following steps (a schedule).
-    /// No kernel is recompiled: the rate is a scalar tensor argument.
+    /// Changes the learning rate used by the following steps, in every
+    /// parameter group. No kernel is recompiled: the rate is a scalar
+    /// tensor argument.
     fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error>;
+
+    /// The learning rate of each parameter group (PyTorch's
+    /// `[g["lr"] for g in opt.param_groups]`).
+    fn learning_rates(&self) -> Vec<f64> {
+        vec![self.learning_rate()]
+    }
+
+    /// Sets each parameter group's rate: exactly one per group, all
+    /// checked before any is set.
+    fn set_learning_rates(&mut self, lrs: &[f64]) -> Result<(), Error> {
+        match lrs {
+            [lr] => self.set_learning_rate(*lr),
+            _ => Err(invalid(
+                "set_learning_rates",
+                format!("{} learning rates for 1 parameter group", lrs.len()),
+            )),
+        }
+    }
 
     /// The momentum a schedule may cycle (`lr_scheduler::OneCycleLR`):
     /// SGD's and RMSprop's `momentum` when they were built with one,
@@ -251,20 +274,6 @@ impl Param {
     pub(crate) fn zero_grad(&self) {
         self.leaf.clear();
     }
-}
-
-/// `build(p)` per parameter (`None` for a parameter without elements),
-/// called by the constructors: state and kernels exist before any forward
-/// pass, so the first step takes no cached block the next forward pass
-/// needs.
-pub(crate) fn per_param<S>(
-    params: &[Param],
-    build: impl Fn(&Param) -> Result<S, Error>,
-) -> Result<Vec<Option<S>>, Error> {
-    params
-        .iter()
-        .map(|p| (p.numel() > 0).then(|| build(p)).transpose())
-        .collect()
 }
 
 /// Where a set of hyperparameter storages lives.
@@ -553,12 +562,15 @@ impl StepState {
     }
 }
 
-/// `state.{k}.step` and each of `rows` (`(name, row)`) of every parameter
-/// that has taken a step.
+/// A parameter's named state rows, `(name, row)`, by its number.
+pub(crate) type RowsOf<'a> = &'a dyn Fn(usize) -> Vec<(&'static str, usize)>;
+
+/// `state.{k}.step` and each of `rows(k)` (`(name, row)`) of every
+/// parameter `k` that has taken a step.
 pub(crate) fn stepped_state_dict(
     params: &[Param],
     states: &[Option<StepState>],
-    rows: &[(&str, usize)],
+    rows: RowsOf<'_>,
 ) -> Result<Vec<(String, Tensor)>, Error> {
     let mut out = Vec::new();
     for (k, (p, s)) in params.iter().zip(states).enumerate() {
@@ -569,7 +581,7 @@ pub(crate) fn stepped_state_dict(
             format!("state.{k}.step"),
             Tensor::scalar(s.steps as f64, DType::F64)?,
         ));
-        for &(name, r) in rows {
+        for (name, r) in rows(k) {
             out.push((format!("state.{k}.{name}"), s.update.row(p, r)?));
         }
     }
@@ -582,15 +594,16 @@ pub(crate) fn load_stepped_state(
     op: &str,
     params: &[Param],
     states: &mut [Option<StepState>],
-    rows: &[(&str, usize)],
+    rows: RowsOf<'_>,
     state: &[(String, Tensor)],
 ) -> Result<(), Error> {
     let mut given = StateDict::new(op, state);
     let mut loads = Vec::new();
     for (k, p) in params.iter().enumerate() {
         let step = given.take(k, "step", &[])?;
+        let rows = rows(k);
         let mut found = Vec::new();
-        for &(name, r) in rows {
+        for &(name, r) in &rows {
             if let Some(t) = given.take(k, name, p.shape())? {
                 found.push((r, t));
             }

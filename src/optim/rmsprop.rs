@@ -1,9 +1,10 @@
 //! RMSprop as `torch.optim.RMSprop` (smoothing `alpha`, `eps`, L2 weight
 //! decay, momentum, the centred variant).
 
+use super::groups::{Groups, ParamGroup};
 use super::{
-    check_non_negative, checked_momentum, invalid, load_stepped_state, per_param,
-    stepped_state_dict, Optimizer, Param, Scalars, StackedUpdate, StepState,
+    check_non_negative, checked_momentum, invalid, load_stepped_state, stepped_state_dict,
+    Optimizer, Param, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -56,10 +57,8 @@ impl Default for RmspropConfig {
 /// ```
 #[allow(clippy::upper_case_acronyms)]
 pub struct RMSprop {
-    params: Vec<Param>,
-    config: RmspropConfig,
+    groups: Groups<RmspropConfig>,
     state: Vec<Option<StepState>>,
-    scalars: Scalars,
 }
 
 const SCALARS: &[(&str, usize)] = &[
@@ -73,87 +72,90 @@ const SCALARS: &[(&str, usize)] = &[
 
 impl RMSprop {
     pub fn new(params: Vec<Tensor>, config: RmspropConfig) -> Result<RMSprop, Error> {
-        check_config(&config)?;
-        let params = Param::collect("RMSprop", params)?;
-        let mut opt = RMSprop {
-            state: Vec::new(),
-            params,
-            config,
-            scalars: Scalars::new(SCALARS),
-        };
-        opt.state = per_param(&opt.params, |p| opt.build_state(p))?;
-        opt.scalars.prepare_for(&opt.params)?;
-        Ok(opt)
+        RMSprop::with_groups(vec![ParamGroup::new(params, config)])
     }
 
+    /// An optimizer for parameter groups, each with its own
+    /// hyperparameters; parameters are numbered across the groups in order
+    /// (as in PyTorch's state dict).
+    pub fn with_groups(groups: Vec<ParamGroup<RmspropConfig>>) -> Result<RMSprop, Error> {
+        let groups = Groups::new("RMSprop", groups, SCALARS, check_config)?;
+        let state = groups.build(build_state)?;
+        Ok(RMSprop { groups, state })
+    }
+
+    /// The hyperparameters (of the first group).
     pub fn config(&self) -> &RmspropConfig {
-        &self.config
+        &self.groups.configs[0]
     }
 
-    /// The rows of the state: `(name, row)` in PyTorch's names.
-    fn rows(&self) -> Vec<(&'static str, usize)> {
-        let c = &self.config;
-        let mut rows = vec![("square_avg", 1)];
-        if c.centered {
-            rows.push(("grad_avg", rows.len() + 1));
-        }
-        if c.momentum > 0.0 {
-            rows.push(("momentum_buffer", rows.len() + 1));
-        }
-        rows
+    /// The hyperparameters of each group.
+    pub fn group_configs(&self) -> &[RmspropConfig] {
+        &self.groups.configs
     }
+}
 
-    fn build_state(&self, param: &Param) -> Result<StepState, Error> {
-        let c = &self.config;
-        let n = param.numel();
-        let rows = self.rows();
-        let row = |name: &str| rows.iter().find(|(r, _)| *r == name).map(|(_, k)| *k);
-        let d = if c.weight_decay != 0.0 {
-            "(g[i] + wd[] * s[0; i])"
-        } else {
-            "g[i]"
-        };
-        let v = format!("(al[] * s[1; i] + oma[] * {d} * {d})");
-        let mut values = vec![v.clone()];
-        let scale = match row("grad_avg") {
-            Some(r) => {
-                let a = format!("(al[] * s[{r}; i] + oma[] * {d})");
-                values.push(a.clone());
-                format!("(sqrt ({v} - {a} * {a}) + eps[])")
-            }
-            None => format!("(sqrt ({v}) + eps[])"),
-        };
-        let p = match row("momentum_buffer") {
-            Some(r) => {
-                let b = format!("(mu[] * s[{r}; i] + {d} / {scale})");
-                values.push(b.clone());
-                format!("s[0; i] - lr[] * {b}")
-            }
-            None => format!("s[0; i] - lr[] * {d} / {scale}"),
-        };
-        // rmsprop[r; i] = if {r = 0} then (p) else (if {r = 1} then (v) else …)
-        let mut body = values.pop().expect("square_avg");
-        for (k, value) in values.iter().enumerate().rev() {
-            body = format!("if {{r = {}}} then ({value}) else ({body})", k + 1);
-        }
-        let src = format!("rmsprop[r; i] = if {{r = 0}} then ({p}) else ({body})");
-        let (s0, v1): (&[usize], &[usize]) = (&[], &[n]);
-        let stacked = [rows.len() + 1, n];
-        let mut args = vec![("s", &stacked[..]), ("g", v1), ("al", s0), ("oma", s0)];
-        args.extend([("lr", s0), ("eps", s0)]);
-        if c.weight_decay != 0.0 {
-            args.push(("wd", s0));
-        }
-        if c.momentum > 0.0 {
-            args.push(("mu", s0));
-        }
-        Ok(StepState::new(StackedUpdate::new(
-            &src,
-            &args,
-            rows.len() + 1,
-            param,
-        )?))
+/// The rows of the state: `(name, row)` in PyTorch's names.
+fn rows(c: &RmspropConfig) -> Vec<(&'static str, usize)> {
+    let mut rows = vec![("square_avg", 1)];
+    if c.centered {
+        rows.push(("grad_avg", rows.len() + 1));
     }
+    if c.momentum > 0.0 {
+        rows.push(("momentum_buffer", rows.len() + 1));
+    }
+    rows
+}
+
+fn build_state(param: &Param, c: &RmspropConfig) -> Result<StepState, Error> {
+    let n = param.numel();
+    let rows = rows(c);
+    let row = |name: &str| rows.iter().find(|(r, _)| *r == name).map(|(_, k)| *k);
+    let d = if c.weight_decay != 0.0 {
+        "(g[i] + wd[] * s[0; i])"
+    } else {
+        "g[i]"
+    };
+    let v = format!("(al[] * s[1; i] + oma[] * {d} * {d})");
+    let mut values = vec![v.clone()];
+    let scale = match row("grad_avg") {
+        Some(r) => {
+            let a = format!("(al[] * s[{r}; i] + oma[] * {d})");
+            values.push(a.clone());
+            format!("(sqrt ({v} - {a} * {a}) + eps[])")
+        }
+        None => format!("(sqrt ({v}) + eps[])"),
+    };
+    let p = match row("momentum_buffer") {
+        Some(r) => {
+            let b = format!("(mu[] * s[{r}; i] + {d} / {scale})");
+            values.push(b.clone());
+            format!("s[0; i] - lr[] * {b}")
+        }
+        None => format!("s[0; i] - lr[] * {d} / {scale}"),
+    };
+    // rmsprop[r; i] = if {r = 0} then (p) else (if {r = 1} then (v) else …)
+    let mut body = values.pop().expect("square_avg");
+    for (k, value) in values.iter().enumerate().rev() {
+        body = format!("if {{r = {}}} then ({value}) else ({body})", k + 1);
+    }
+    let src = format!("rmsprop[r; i] = if {{r = 0}} then ({p}) else ({body})");
+    let (s0, v1): (&[usize], &[usize]) = (&[], &[n]);
+    let stacked = [rows.len() + 1, n];
+    let mut args = vec![("s", &stacked[..]), ("g", v1), ("al", s0), ("oma", s0)];
+    args.extend([("lr", s0), ("eps", s0)]);
+    if c.weight_decay != 0.0 {
+        args.push(("wd", s0));
+    }
+    if c.momentum > 0.0 {
+        args.push(("mu", s0));
+    }
+    Ok(StepState::new(StackedUpdate::new(
+        &src,
+        &args,
+        rows.len() + 1,
+        param,
+    )?))
 }
 
 fn check_config(c: &RmspropConfig) -> Result<(), Error> {
@@ -177,9 +179,10 @@ fn check_config(c: &RmspropConfig) -> Result<(), Error> {
 
 impl Optimizer for RMSprop {
     fn step(&mut self) -> Result<(), Error> {
-        let c = self.config;
-        for k in 0..self.params.len() {
-            let param = &self.params[k];
+        let groups = &mut self.groups;
+        for k in 0..groups.params.len() {
+            let (param, gi) = (&groups.params[k], groups.group[k]);
+            let c = groups.configs[gi];
             let Some(g) = param.grad("RMSprop")? else {
                 continue;
             };
@@ -194,8 +197,8 @@ impl Optimizer for RMSprop {
                 c.weight_decay,
                 c.momentum,
             ];
-            self.scalars.set(param, &values)?;
-            let scalars = &self.scalars;
+            groups.scalars[gi].set(param, &values)?;
+            let scalars = &groups.scalars[gi];
             let arg = |name: &str| match name {
                 "g" => Some(&g),
                 _ => scalars.get(param, name),
@@ -206,36 +209,34 @@ impl Optimizer for RMSprop {
         Ok(())
     }
 
-    fn zero_grad(&self) {
-        self.params.iter().for_each(Param::zero_grad);
-    }
-
-    fn learning_rate(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
-        check_non_negative("RMSprop", "lr", lr)?;
-        self.config.lr = lr;
-        Ok(())
-    }
+    super::groups::group_rates!("RMSprop", groups);
 
     fn momentum(&self) -> Option<f64> {
-        (self.config.momentum > 0.0).then_some(self.config.momentum)
+        let m = self.config().momentum;
+        (m > 0.0).then_some(m)
     }
 
-    /// Keeps the optimizer's form (`checked_momentum`).
+    /// Keeps each group's form (`checked_momentum`).
     fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
-        self.config.momentum = checked_momentum("RMSprop", self.config.momentum, momentum)?;
-        Ok(())
+        self.groups.set_all(|c| {
+            let momentum = checked_momentum("RMSprop", c.momentum, momentum)?;
+            Ok(RmspropConfig { momentum, ..*c })
+        })
     }
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
-        stepped_state_dict(&self.params, &self.state, &self.rows())
+        let g = &self.groups;
+        stepped_state_dict(&g.params, &self.state, &|k| rows(g.config_of(k)))
     }
 
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
-        let rows = self.rows();
-        load_stepped_state("RMSprop", &self.params, &mut self.state, &rows, state)
+        let g = &self.groups;
+        load_stepped_state(
+            "RMSprop",
+            &g.params,
+            &mut self.state,
+            &|k| rows(g.config_of(k)),
+            state,
+        )
     }
 }

@@ -1,9 +1,10 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov momentum
 //! and L2 weight decay, as `torch.optim.SGD`.
 
+use super::groups::{Groups, ParamGroup};
 use super::{
-    check_non_negative, checked_momentum, invalid, per_param, Optimizer, Param, Scalars,
-    StackedUpdate, StateDict, Update,
+    check_non_negative, checked_momentum, invalid, Optimizer, Param, StackedUpdate, StateDict,
+    Update,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -67,11 +68,9 @@ impl Default for SgdConfig {
 /// ```
 #[allow(clippy::upper_case_acronyms)]
 pub struct SGD {
-    params: Vec<Param>,
-    config: SgdConfig,
+    groups: Groups<SgdConfig>,
     /// Per parameter (`None` for parameters without elements).
     state: Vec<Option<State>>,
-    scalars: Scalars,
 }
 
 /// Per parameter: its one compiled update and whether the velocity (kept
@@ -94,76 +93,79 @@ const SCALARS: &[(&str, usize)] = &[("lr", 1), ("wd", 1), ("mu", 1), ("a", 1), (
 impl SGD {
     /// An optimizer for `params` (leaves that require a gradient).
     pub fn new(params: Vec<Tensor>, config: SgdConfig) -> Result<SGD, Error> {
-        check_config(&config)?;
-        let params = Param::collect("SGD", params)?;
-        let mut sgd = SGD {
-            state: Vec::new(),
-            params,
-            config,
-            scalars: Scalars::new(SCALARS),
-        };
-        sgd.state = per_param(&sgd.params, |p| sgd.build_state(p))?;
-        sgd.scalars.prepare_for(&sgd.params)?;
-        Ok(sgd)
+        SGD::with_groups(vec![ParamGroup::new(params, config)])
     }
 
-    /// The hyperparameters.
+    /// An optimizer for parameter groups, each with its own
+    /// hyperparameters; parameters are numbered across the groups in order
+    /// (as in PyTorch's state dict).
+    pub fn with_groups(groups: Vec<ParamGroup<SgdConfig>>) -> Result<SGD, Error> {
+        let groups = Groups::new("SGD", groups, SCALARS, check_config)?;
+        let state = groups.build(build_state)?;
+        Ok(SGD { groups, state })
+    }
+
+    /// The hyperparameters (of the first group).
     pub fn config(&self) -> &SgdConfig {
-        &self.config
+        &self.groups.configs[0]
     }
 
-    fn build_state(&self, param: &Param) -> Result<State, Error> {
-        let c = &self.config;
-        let n = param.numel();
-        let v1: &[usize] = &[n];
-        let s0: &[usize] = &[];
-        // The gradient with weight decay, `d` in the documentation.
-        let (d, mut d_args) = if c.weight_decay != 0.0 {
-            (
-                "(g[i] + wd[] * p[i])",
-                vec![("g", v1), ("p", v1), ("wd", s0)],
-            )
-        } else {
-            ("g[i]", vec![("g", v1)])
-        };
-        if c.momentum == 0.0 {
-            let src = format!("sgd[i] = p[i] - lr[] * {d}");
-            let mut args = vec![("p", v1), ("lr", s0)];
-            args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
-            return Ok(State {
-                update: UpdateKernel::InPlace(Update::new(
-                    &src,
-                    &args,
-                    "p",
-                    (param.dtype(), param.device()),
-                )?),
-                started: false,
-            });
-        }
-        // Rows [p; v] of the parameter's block: v ← a·v + c·d, with
-        // (a, c) = (0, 1) on the first step and (momentum, 1 − dampening)
-        // afterwards; p ← p − lr·v (Nesterov: p − lr·(d + momentum·v)),
-        // with the new v.
-        let d = d.replace("p[i]", "s[0; i]");
-        let v = format!("(a[] * s[1; i] + c[] * {d})");
-        let p = if c.nesterov {
-            format!("s[0; i] - lr[] * ({d} + mu[] * {v})")
-        } else {
-            format!("s[0; i] - lr[] * {v}")
-        };
-        let src = format!("sgd[r; i] = if {{r = 0}} then ({p}) else ({v})");
-        let stacked: &[usize] = &[2, n];
-        d_args.retain(|(n, _)| *n != "p");
-        let mut args = vec![("s", stacked), ("a", s0), ("c", s0), ("lr", s0)];
-        if c.nesterov {
-            args.push(("mu", s0));
-        }
-        args.extend(d_args);
-        Ok(State {
-            update: UpdateKernel::Stacked(StackedUpdate::new(&src, &args, 2, param)?),
-            started: false,
-        })
+    /// The hyperparameters of each group.
+    pub fn group_configs(&self) -> &[SgdConfig] {
+        &self.groups.configs
     }
+}
+
+fn build_state(param: &Param, c: &SgdConfig) -> Result<State, Error> {
+    let n = param.numel();
+    let v1: &[usize] = &[n];
+    let s0: &[usize] = &[];
+    // The gradient with weight decay, `d` in the documentation.
+    let (d, mut d_args) = if c.weight_decay != 0.0 {
+        (
+            "(g[i] + wd[] * p[i])",
+            vec![("g", v1), ("p", v1), ("wd", s0)],
+        )
+    } else {
+        ("g[i]", vec![("g", v1)])
+    };
+    if c.momentum == 0.0 {
+        let src = format!("sgd[i] = p[i] - lr[] * {d}");
+        let mut args = vec![("p", v1), ("lr", s0)];
+        args.extend(d_args.iter().filter(|(n, _)| *n != "p"));
+        return Ok(State {
+            update: UpdateKernel::InPlace(Update::new(
+                &src,
+                &args,
+                "p",
+                (param.dtype(), param.device()),
+            )?),
+            started: false,
+        });
+    }
+    // Rows [p; v] of the parameter's block: v ← a·v + c·d, with
+    // (a, c) = (0, 1) on the first step and (momentum, 1 − dampening)
+    // afterwards; p ← p − lr·v (Nesterov: p − lr·(d + momentum·v)),
+    // with the new v.
+    let d = d.replace("p[i]", "s[0; i]");
+    let v = format!("(a[] * s[1; i] + c[] * {d})");
+    let p = if c.nesterov {
+        format!("s[0; i] - lr[] * ({d} + mu[] * {v})")
+    } else {
+        format!("s[0; i] - lr[] * {v}")
+    };
+    let src = format!("sgd[r; i] = if {{r = 0}} then ({p}) else ({v})");
+    let stacked: &[usize] = &[2, n];
+    d_args.retain(|(n, _)| *n != "p");
+    let mut args = vec![("s", stacked), ("a", s0), ("c", s0), ("lr", s0)];
+    if c.nesterov {
+        args.push(("mu", s0));
+    }
+    args.extend(d_args);
+    Ok(State {
+        update: UpdateKernel::Stacked(StackedUpdate::new(&src, &args, 2, param)?),
+        started: false,
+    })
 }
 
 fn check_config(c: &SgdConfig) -> Result<(), Error> {
@@ -190,9 +192,10 @@ fn check_config(c: &SgdConfig) -> Result<(), Error> {
 
 impl Optimizer for SGD {
     fn step(&mut self) -> Result<(), Error> {
-        let c = self.config;
-        for k in 0..self.params.len() {
-            let param = &self.params[k];
+        let groups = &mut self.groups;
+        for k in 0..groups.params.len() {
+            let (param, gi) = (&groups.params[k], groups.group[k]);
+            let c = groups.configs[gi];
             let Some(g) = param.grad("SGD")? else {
                 continue;
             };
@@ -205,8 +208,8 @@ impl Optimizer for SGD {
                 (0.0, 1.0)
             };
             let values = [c.lr, c.weight_decay, c.momentum, a, damp];
-            self.scalars.set(param, &values)?;
-            let (p, scalars) = (param.storage(), &self.scalars);
+            groups.scalars[gi].set(param, &values)?;
+            let (p, scalars) = (param.storage(), &groups.scalars[gi]);
             let arg = |name: &str| match name {
                 "p" => Some(p),
                 "g" => Some(&g),
@@ -221,33 +224,24 @@ impl Optimizer for SGD {
         Ok(())
     }
 
-    fn zero_grad(&self) {
-        self.params.iter().for_each(Param::zero_grad);
-    }
-
-    fn learning_rate(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_learning_rate(&mut self, lr: f64) -> Result<(), Error> {
-        check_non_negative("SGD", "lr", lr)?;
-        self.config.lr = lr;
-        Ok(())
-    }
+    super::groups::group_rates!("SGD", groups);
 
     fn momentum(&self) -> Option<f64> {
-        (self.config.momentum > 0.0).then_some(self.config.momentum)
+        let m = self.config().momentum;
+        (m > 0.0).then_some(m)
     }
 
-    /// Keeps the optimizer's form (`checked_momentum`).
+    /// Keeps each group's form (`checked_momentum`).
     fn set_momentum(&mut self, momentum: f64) -> Result<(), Error> {
-        self.config.momentum = checked_momentum("SGD", self.config.momentum, momentum)?;
-        Ok(())
+        self.groups.set_all(|c| {
+            let momentum = checked_momentum("SGD", c.momentum, momentum)?;
+            Ok(SgdConfig { momentum, ..*c })
+        })
     }
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
         let mut out = Vec::new();
-        for (k, (p, s)) in self.params.iter().zip(&self.state).enumerate() {
+        for (k, (p, s)) in self.groups.params.iter().zip(&self.state).enumerate() {
             if let Some(State {
                 update: UpdateKernel::Stacked(u),
                 started: true,
@@ -262,7 +256,7 @@ impl Optimizer for SGD {
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
         let mut given = StateDict::new("SGD", state);
         let mut loads = Vec::new();
-        for (k, p) in self.params.iter().enumerate() {
+        for (k, p) in self.groups.params.iter().enumerate() {
             if let Some(t) = given.take(k, "momentum_buffer", p.shape())? {
                 match &self.state[k] {
                     Some(State {
@@ -288,7 +282,7 @@ impl Optimizer for SGD {
                 started,
             }) = &mut self.state[k]
             {
-                u.set_row(&self.params[k], 1, t)?;
+                u.set_row(&self.groups.params[k], 1, t)?;
                 *started = true;
             }
         }

@@ -15,9 +15,9 @@ pub(super) trait Rule {
     const NAME: &'static str;
     fn counters(&self) -> &Counters;
     fn counters_mut(&mut self) -> &mut Counters;
-    /// The rate for step `c.last_epoch` given the optimizer's current rate
-    /// `lr` (`initial`: the constructor's step).
-    fn rate(&self, c: &Counters, lr: f64, initial: bool) -> Result<f64, Error>;
+    /// The rate of parameter group `g` for step `c.last_epoch` given its
+    /// current rate `lr` (`initial`: the constructor's step).
+    fn rate(&self, c: &Counters, g: usize, lr: f64, initial: bool) -> Result<f64, Error>;
     /// The hyperparameters by PyTorch's names.
     fn hyper(&self) -> Vec<(String, f64)>;
     /// Sets them from `values` (in [`Rule::hyper`]'s order), all or none.
@@ -32,40 +32,40 @@ pub(super) fn step_rule<R: Rule>(
     initial: bool,
 ) -> Result<(), Error> {
     let c = r.counters().advanced();
-    let lr = r.rate(&c, opt.learning_rate(), initial)?;
-    opt.set_learning_rate(lr)?;
-    *r.counters_mut() = Counters { last_lr: lr, ..c };
+    let current = opt.learning_rates();
+    if current.len() != c.base_lrs.len() {
+        return Err(invalid(
+            R::NAME,
+            format!(
+                "built for {} parameter groups, the optimizer has {}",
+                c.base_lrs.len(),
+                current.len()
+            ),
+        ));
+    }
+    let lrs = current
+        .iter()
+        .enumerate()
+        .map(|(g, &lr)| r.rate(&c, g, lr, initial))
+        .collect::<Result<Vec<f64>, Error>>()?;
+    opt.set_learning_rates(&lrs)?;
+    *r.counters_mut() = Counters { last_lrs: lrs, ..c };
     Ok(())
 }
 
 pub(super) fn state_of<R: Rule>(r: &R) -> Vec<(String, f64)> {
-    let mut out: Vec<(String, f64)> = r
-        .counters()
-        .entries()
-        .iter()
-        .map(|&(k, v)| (k.to_string(), v))
-        .collect();
+    let mut out = r.counters().entries();
     out.extend(r.hyper());
     out
 }
 
 pub(super) fn load_into<R: Rule>(r: &mut R, state: &[(String, f64)]) -> Result<(), Error> {
-    let hyper = r.hyper();
-    let mut names: Vec<&str> = Counters::NAMES.to_vec();
-    names.extend(hyper.iter().map(|(k, _)| k.as_str()));
+    let groups = r.counters().base_lrs.len();
+    let mut names = Counters::names(groups);
+    names.extend(r.hyper().into_iter().map(|(k, _)| k));
     let v = read_state(R::NAME, &names, state)?;
-    let rate = |name: &str, x: f64| -> Result<f64, Error> {
-        finite(R::NAME, name, x)?;
-        super::super::check_non_negative(R::NAME, name, x)?;
-        Ok(x)
-    };
-    let c = Counters {
-        base_lr: rate("base_lrs.0", v[0])?,
-        last_epoch: count(R::NAME, "last_epoch", v[1], 0)?,
-        step_count: count(R::NAME, "_step_count", v[2], 1)?,
-        last_lr: rate("_last_lr.0", v[3])?,
-    };
-    r.set_hyper(&v[4..])?;
+    let c = Counters::read(R::NAME, groups, &v)?;
+    r.set_hyper(&v[2 * groups + 2..])?;
     *r.counters_mut() = c;
     Ok(())
 }
@@ -85,8 +85,8 @@ macro_rules! scheduler {
                 ($step)(self, opt)
             }
 
-            fn last_lr(&self) -> f64 {
-                self.c.last_lr
+            fn last_lrs(&self) -> Vec<f64> {
+                self.c.last_lrs.clone()
             }
 
             fn last_epoch(&self) -> i64 {
@@ -157,7 +157,7 @@ impl Rule for StepLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, lr: f64, _: bool) -> Result<f64, Error> {
+    fn rate(&self, c: &Counters, _: usize, lr: f64, _: bool) -> Result<f64, Error> {
         let e = c.last_epoch;
         Ok(if e == 0 || e % self.step_size != 0 {
             lr
@@ -216,7 +216,7 @@ impl Rule for MultiStepLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, lr: f64, _: bool) -> Result<f64, Error> {
+    fn rate(&self, c: &Counters, _: usize, lr: f64, _: bool) -> Result<f64, Error> {
         let n = self
             .milestones
             .iter()
@@ -274,7 +274,7 @@ impl Rule for ExponentialLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, _: &Counters, lr: f64, initial: bool) -> Result<f64, Error> {
+    fn rate(&self, _: &Counters, _: usize, lr: f64, initial: bool) -> Result<f64, Error> {
         Ok(if initial { lr } else { lr * self.gamma })
     }
     fn hyper(&self) -> Vec<(String, f64)> {
@@ -322,7 +322,7 @@ impl Rule for LinearLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, lr: f64, initial: bool) -> Result<f64, Error> {
+    fn rate(&self, c: &Counters, _: usize, lr: f64, initial: bool) -> Result<f64, Error> {
         let e = c.last_epoch;
         let (s, f) = (self.start_factor, self.end_factor);
         Ok(if e == 0 {
@@ -392,8 +392,8 @@ impl Rule for CosineAnnealingLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, lr: f64, initial: bool) -> Result<f64, Error> {
-        let (e, t, min, base) = (c.last_epoch, self.t_max, self.eta_min, c.base_lr);
+    fn rate(&self, c: &Counters, g: usize, lr: f64, initial: bool) -> Result<f64, Error> {
+        let (e, t, min, base) = (c.last_epoch, self.t_max, self.eta_min, c.base_lrs[g]);
         Ok(if initial {
             lr
         } else if (e - 1 - t).rem_euclid(2 * t) == 0 {
@@ -419,22 +419,44 @@ impl Rule for CosineAnnealingLR {
     }
 }
 
+/// A factor of the step count (`LambdaLR`'s function).
+pub type Lambda = Box<dyn Fn(i64) -> f64 + Send + Sync>;
+
 /// The base rate times `lambda(step)` (a warm-up, or any shape the
 /// caller writes). Its state dict holds the counters only: the function
 /// is code.
 pub struct LambdaLR {
     c: Counters,
-    lambda: Box<dyn Fn(i64) -> f64 + Send + Sync>,
+    /// One for every group, or one per group.
+    lambdas: Vec<Lambda>,
 }
 
 impl LambdaLR {
+    /// The same function for every parameter group.
     pub fn new(
         opt: &mut dyn Optimizer,
         lambda: impl Fn(i64) -> f64 + Send + Sync + 'static,
     ) -> Result<LambdaLR, Error> {
+        LambdaLR::per_group(opt, vec![Box::new(lambda)])
+    }
+
+    /// One function per parameter group (PyTorch's list of `lr_lambda`s);
+    /// another count than the optimizer's groups is an error (one function
+    /// applies to all).
+    pub fn per_group(opt: &mut dyn Optimizer, lambdas: Vec<Lambda>) -> Result<LambdaLR, Error> {
+        let groups = opt.learning_rates().len();
+        if lambdas.is_empty() || (lambdas.len() != 1 && lambdas.len() != groups) {
+            return Err(invalid(
+                Self::NAME,
+                format!(
+                    "{} lr_lambdas for {groups} parameter groups (give one, or one per group)",
+                    lambdas.len()
+                ),
+            ));
+        }
         let r = LambdaLR {
             c: Counters::new(opt),
-            lambda: Box::new(lambda),
+            lambdas,
         };
         started(r, opt)
     }
@@ -448,10 +470,11 @@ impl Rule for LambdaLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, _: f64, _: bool) -> Result<f64, Error> {
-        let factor = (self.lambda)(c.last_epoch);
+    fn rate(&self, c: &Counters, g: usize, _: f64, _: bool) -> Result<f64, Error> {
+        let lambda = &self.lambdas[g.min(self.lambdas.len() - 1)];
+        let factor = lambda(c.last_epoch);
         finite(Self::NAME, "lambda's factor", factor)?;
-        Ok(c.base_lr * factor)
+        Ok(c.base_lrs[g] * factor)
     }
     fn hyper(&self) -> Vec<(String, f64)> {
         Vec::new()

@@ -22,10 +22,11 @@
 //! rate for step 0 (the rate the optimizer had becomes `base`), and `step`
 //! is called after the optimizer's step. Setting a rate recompiles
 //! nothing (it is a scalar tensor argument of the update kernels).
-//! State dicts hold the counters and hyperparameters by PyTorch's
+//! A schedule moves every parameter group's rate
+//! ([`Optimizer::learning_rates`]), each from its own base rate, as PyTorch
+//! does. State dicts hold the counters and hyperparameters by PyTorch's
 //! attribute names (`last_epoch`, `_step_count`, `base_lrs.0`,
-//! `_last_lr.0`, `gamma`, …; lists indexed by parameter group, of which
-//! tenjin's optimizers have one).
+//! `_last_lr.0`, `gamma`, …; lists indexed by parameter group).
 //!
 //! ```
 //! use tenjin::optim::lr_scheduler::{CosineAnnealingLR, LrScheduler};
@@ -45,14 +46,16 @@
 //! ```
 //!
 //! Owns the schedules' arithmetic and state; must not touch parameters,
-//! gradients or kernels (only `Optimizer::set_learning_rate` and
+//! gradients or kernels (only `Optimizer::set_learning_rates` and
 //! `set_momentum`).
 
 mod epoch;
 mod one_cycle;
 mod plateau;
 
-pub use epoch::{CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR, MultiStepLR, StepLR};
+pub use epoch::{
+    CosineAnnealingLR, ExponentialLR, Lambda, LambdaLR, LinearLR, MultiStepLR, StepLR,
+};
 pub use one_cycle::{Anneal, OneCycleConfig, OneCycleLR};
 pub use plateau::{PlateauConfig, PlateauMode, ReduceLROnPlateau, ThresholdMode};
 
@@ -66,9 +69,15 @@ pub trait LrScheduler {
     /// [`OneCycleLR`], its momentum). On an error nothing has changed.
     fn step(&mut self, opt: &mut dyn Optimizer) -> Result<(), Error>;
 
-    /// The rate the last step (or the constructor) set: PyTorch's
-    /// `get_last_lr()[0]`.
-    fn last_lr(&self) -> f64;
+    /// The rate the last step (or the constructor) set in the first
+    /// parameter group: PyTorch's `get_last_lr()[0]`.
+    fn last_lr(&self) -> f64 {
+        self.last_lrs()[0]
+    }
+
+    /// The rates the last step (or the constructor) set, per parameter
+    /// group: PyTorch's `get_last_lr()`.
+    fn last_lrs(&self) -> Vec<f64>;
 
     /// Steps taken: 0 after the constructor (PyTorch's `last_epoch`).
     fn last_epoch(&self) -> i64;
@@ -84,27 +93,27 @@ pub trait LrScheduler {
 }
 
 /// What every schedule counts, by PyTorch's names.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Counters {
-    /// The rate at construction (`base_lrs[0]`).
-    base_lr: f64,
+    /// Each group's rate at construction (`base_lrs`).
+    base_lrs: Vec<f64>,
     /// Steps taken (`last_epoch`; 0 after the constructor's step).
     last_epoch: i64,
     /// Calls of `step`, the constructor's included (`_step_count`).
     step_count: i64,
-    /// The rate last set (`_last_lr[0]`).
-    last_lr: f64,
+    /// The rates last set (`_last_lr`).
+    last_lrs: Vec<f64>,
 }
 
 impl Counters {
     /// Before the constructor's step: `last_epoch = −1`.
     fn new(opt: &dyn Optimizer) -> Counters {
-        let lr = opt.learning_rate();
+        let lrs = opt.learning_rates();
         Counters {
-            base_lr: lr,
+            base_lrs: lrs.clone(),
             last_epoch: -1,
             step_count: 0,
-            last_lr: lr,
+            last_lrs: lrs,
         }
     }
 
@@ -113,33 +122,74 @@ impl Counters {
         Counters {
             last_epoch: self.last_epoch + 1,
             step_count: self.step_count + 1,
-            ..*self
+            ..self.clone()
         }
     }
 
-    /// The state dict's names of the fields, in `entries`' order.
-    const NAMES: [&'static str; 4] = ["base_lrs.0", "last_epoch", "_step_count", "_last_lr.0"];
+    /// The state dict's names of the fields for `groups` parameter groups,
+    /// in `entries`' order.
+    fn names(groups: usize) -> Vec<String> {
+        let mut out: Vec<String> = (0..groups).map(|g| format!("base_lrs.{g}")).collect();
+        out.extend(["last_epoch".to_string(), "_step_count".to_string()]);
+        out.extend((0..groups).map(|g| format!("_last_lr.{g}")));
+        out
+    }
 
-    fn entries(&self) -> [(&'static str, f64); 4] {
-        let v = [
-            self.base_lr,
-            self.last_epoch as f64,
-            self.step_count as f64,
-            self.last_lr,
-        ];
-        [0, 1, 2, 3].map(|i| (Self::NAMES[i], v[i]))
+    fn entries(&self) -> Vec<(String, f64)> {
+        let mut v = self.base_lrs.clone();
+        v.extend([self.last_epoch as f64, self.step_count as f64]);
+        v.extend(&self.last_lrs);
+        Counters::names(self.base_lrs.len())
+            .into_iter()
+            .zip(v)
+            .collect()
+    }
+
+    /// Counters from `v` (in `names`' order for `groups` groups).
+    fn read(schedule: &str, groups: usize, v: &[f64]) -> Result<Counters, Error> {
+        let rate = |name: &str, x: f64| -> Result<f64, Error> {
+            finite(schedule, name, x)?;
+            super::check_non_negative(schedule, name, x)?;
+            Ok(x)
+        };
+        let rates = |prefix: &str, at: usize| -> Result<Vec<f64>, Error> {
+            (0..groups)
+                .map(|g| rate(&format!("{prefix}.{g}"), v[at + g]))
+                .collect()
+        };
+        Ok(Counters {
+            base_lrs: rates("base_lrs", 0)?,
+            last_epoch: count(schedule, "last_epoch", v[groups], 0)?,
+            step_count: count(schedule, "_step_count", v[groups + 1], 1)?,
+            last_lrs: rates("_last_lr", groups + 2)?,
+        })
     }
 }
 
 /// A state dict read back: every key of `names` exactly once, nothing
 /// else; the values in `names`' order.
-fn read_state(schedule: &str, names: &[&str], state: &[(String, f64)]) -> Result<Vec<f64>, Error> {
+fn read_state<S: AsRef<str>>(
+    schedule: &str,
+    names: &[S],
+    state: &[(String, f64)],
+) -> Result<Vec<f64>, Error> {
     let mut values = vec![None; names.len()];
+    let groups = names
+        .iter()
+        .filter(|n| n.as_ref().starts_with("_last_lr."))
+        .count();
     for (key, value) in state {
         let k = names
             .iter()
-            .position(|n| n == key)
-            .ok_or_else(|| invalid(schedule, format!("unknown state key `{key}`")))?;
+            .position(|n| n.as_ref() == key)
+            .ok_or_else(|| {
+                let hint = if key.starts_with("base_lrs.") || key.starts_with("_last_lr.") {
+                    format!(" (this schedule drives {groups} parameter groups)")
+                } else {
+                    String::new()
+                };
+                invalid(schedule, format!("unknown state key `{key}`{hint}"))
+            })?;
         if values[k].replace(*value).is_some() {
             return Err(invalid(schedule, format!("state key `{key}` given twice")));
         }
@@ -147,7 +197,9 @@ fn read_state(schedule: &str, names: &[&str], state: &[(String, f64)]) -> Result
     values
         .into_iter()
         .zip(names)
-        .map(|(v, n)| v.ok_or_else(|| invalid(schedule, format!("state key `{n}` missing"))))
+        .map(|(v, n)| {
+            v.ok_or_else(|| invalid(schedule, format!("state key `{}` missing", n.as_ref())))
+        })
         .collect()
 }
 

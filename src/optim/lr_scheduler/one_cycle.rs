@@ -91,7 +91,7 @@ impl OneCycleLR {
     /// ([`Optimizer::momentum`] is `None`) is an error.
     pub fn new(opt: &mut dyn Optimizer, config: OneCycleConfig) -> Result<OneCycleLR, Error> {
         let mut r = OneCycleLR::planned(Counters::new(opt), config)?;
-        r.c.base_lr = r.initial_lr;
+        r.c.base_lrs.fill(r.initial_lr);
         if config.cycle_momentum {
             if opt.momentum().is_none() {
                 return Err(invalid(
@@ -221,7 +221,7 @@ impl Rule for OneCycleLR {
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.c
     }
-    fn rate(&self, c: &Counters, _: f64, _: bool) -> Result<f64, Error> {
+    fn rate(&self, c: &Counters, _: usize, _: f64, _: bool) -> Result<f64, Error> {
         let e = c.last_epoch;
         if e > self.config.total_steps as i64 {
             return Err(invalid(
@@ -291,7 +291,7 @@ impl Rule for OneCycleLR {
             final_div_factor: v[8],
             three_phase: flag("three_phase", v[9])?,
         };
-        *self = OneCycleLR::planned(self.c, config)?;
+        *self = OneCycleLR::planned(self.c.clone(), config)?;
         Ok(())
     }
 }
@@ -302,7 +302,7 @@ impl OneCycleLR {
     fn step_with_momentum(&mut self, opt: &mut dyn Optimizer) -> Result<(), Error> {
         let e = self.c.last_epoch + 1;
         // The rate's checks first, so that an error changes nothing.
-        self.rate(&self.c.advanced(), 0.0, false)?;
+        self.rate(&self.c.advanced(), 0, 0.0, false)?;
         let before = opt.momentum();
         if self.config.cycle_momentum {
             opt.set_momentum(self.momentum_at(e))?;

@@ -60,7 +60,8 @@ pub struct ReduceLROnPlateau {
     num_bad_epochs: i64,
     cooldown_counter: i64,
     last_epoch: i64,
-    last_lr: f64,
+    /// Per parameter group.
+    last_lrs: Vec<f64>,
 }
 
 const NAME: &str = "ReduceLROnPlateau";
@@ -75,17 +76,20 @@ impl ReduceLROnPlateau {
             num_bad_epochs: 0,
             cooldown_counter: 0,
             last_epoch: 0,
-            last_lr: opt.learning_rate(),
+            last_lrs: opt.learning_rates(),
         })
     }
 
     /// One step with this step's `metric`: counts a step without
     /// improvement, and after more than `patience` of them (outside a
-    /// cool-down) sets `opt`'s rate to `max(rate·factor, min_lr)` unless
-    /// that changes it by `eps` or less. A NaN metric is never an
+    /// cool-down) sets each group's rate to `max(rate·factor, min_lr)`
+    /// unless that changes it by `eps` or less. A NaN metric is never an
     /// improvement. On an error nothing has changed.
     pub fn step(&mut self, opt: &mut dyn Optimizer, metric: f64) -> Result<(), Error> {
-        let mut next = ReduceLROnPlateau { ..*self };
+        let mut next = ReduceLROnPlateau {
+            last_lrs: Vec::new(),
+            ..*self
+        };
         next.last_epoch += 1;
         if next.is_better(metric) {
             next.best = metric;
@@ -98,15 +102,24 @@ impl ReduceLROnPlateau {
             next.num_bad_epochs = 0;
         }
         if next.num_bad_epochs > next.config.patience as i64 {
-            let old = opt.learning_rate();
-            let new = (old * next.config.factor).max(next.config.min_lr);
-            if old - new > next.config.eps {
-                opt.set_learning_rate(new)?;
-            }
+            let c = next.config;
+            let lrs: Vec<f64> = opt
+                .learning_rates()
+                .into_iter()
+                .map(|old| {
+                    let new = (old * c.factor).max(c.min_lr);
+                    if old - new > c.eps {
+                        new
+                    } else {
+                        old
+                    }
+                })
+                .collect();
+            opt.set_learning_rates(&lrs)?;
             next.cooldown_counter = next.config.cooldown as i64;
             next.num_bad_epochs = 0;
         }
-        next.last_lr = opt.learning_rate();
+        next.last_lrs = opt.learning_rates();
         *self = next;
         Ok(())
     }
@@ -123,7 +136,13 @@ impl ReduceLROnPlateau {
 
     /// The rate after the last step (PyTorch's `get_last_lr()[0]`).
     pub fn last_lr(&self) -> f64 {
-        self.last_lr
+        self.last_lrs[0]
+    }
+
+    /// The rates after the last step, per parameter group (PyTorch's
+    /// `get_last_lr()`).
+    pub fn last_lrs(&self) -> Vec<f64> {
+        self.last_lrs.clone()
     }
 
     /// The best metric so far (∓∞ before the first step).
@@ -139,28 +158,32 @@ impl ReduceLROnPlateau {
     /// The counters by PyTorch's attribute names (the options are the
     /// configuration's).
     pub fn state_dict(&self) -> Vec<(String, f64)> {
-        [
+        let mut out: Vec<(String, f64)> = [
             ("best", self.best),
             ("num_bad_epochs", self.num_bad_epochs as f64),
             ("cooldown_counter", self.cooldown_counter as f64),
             ("last_epoch", self.last_epoch as f64),
-            ("_last_lr.0", self.last_lr),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        .collect();
+        out.extend(
+            self.last_lrs
+                .iter()
+                .enumerate()
+                .map(|(g, &v)| (format!("_last_lr.{g}"), v)),
+        );
+        out
     }
 
     /// Restores [`ReduceLROnPlateau::state_dict`]'s counters; a missing or
     /// unknown key is an error, and then nothing has changed.
     pub fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<(), Error> {
-        let names = [
-            "best",
-            "num_bad_epochs",
-            "cooldown_counter",
-            "last_epoch",
-            "_last_lr.0",
-        ];
+        let mut names: Vec<String> = ["best", "num_bad_epochs", "cooldown_counter", "last_epoch"]
+            .map(String::from)
+            .to_vec();
+        let groups = self.last_lrs.len();
+        names.extend((0..groups).map(|g| format!("_last_lr.{g}")));
         let v = read_state(NAME, &names, state)?;
         if v[0].is_nan() {
             return Err(invalid(NAME, "best must not be NaN".into()));
@@ -171,7 +194,9 @@ impl ReduceLROnPlateau {
             num_bad_epochs: count(NAME, "num_bad_epochs", v[1], 0)?,
             cooldown_counter: count(NAME, "cooldown_counter", v[2], 0)?,
             last_epoch: count(NAME, "last_epoch", v[3], 0)?,
-            last_lr: finite(NAME, "_last_lr.0", v[4])?,
+            last_lrs: (0..groups)
+                .map(|g| finite(NAME, &format!("_last_lr.{g}"), v[4 + g]))
+                .collect::<Result<_, _>>()?,
         };
         *self = loaded;
         Ok(())
