@@ -28,6 +28,30 @@ IDS = torch.tensor([2, 0, 2, 1, 2])                     # repeated ids
 GIDX = torch.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])  # gather along dim 1
 LAB = torch.tensor([3, 0, 1])                           # class labels of X's rows
 
+# Attention: queries [2, 2, 5, 4], keys [2, 2, 6, 4], values [2, 2, 6, 3].
+QA = torch.sin(torch.arange(80, dtype=torch.float64) * 0.71).reshape(2, 2, 5, 4)
+KA = torch.cos(torch.arange(96, dtype=torch.float64) * 0.53).reshape(2, 2, 6, 4)
+VA = torch.sin(torch.arange(72, dtype=torch.float64) * 0.37 + 1.0).reshape(2, 2, 6, 3)
+FM = torch.sin(torch.arange(5, dtype=torch.float64)[:, None] * 0.7 + torch.arange(6)[None, :] * 1.3) * 0.5
+# Boolean mask [2, 1, 5, 6], True taking part; every row keeps a key.
+BM = (torch.arange(2)[:, None, None, None] + torch.arange(5)[None, None, :, None]
+      + 2 * torch.arange(6)[None, None, None, :]) % 3 != 0
+# Multi-head attention: x [L=5, N=2, E=8] (sequence first), 2 heads.
+XM = torch.sin(torch.arange(80, dtype=torch.float64) * 0.29).reshape(5, 2, 8)
+IW = torch.cos(torch.arange(192, dtype=torch.float64) * 0.41).reshape(24, 8) * 0.3
+IB = torch.sin(torch.arange(24, dtype=torch.float64) * 0.9) * 0.1
+OW = torch.sin(torch.arange(64, dtype=torch.float64) * 0.61).reshape(8, 8) * 0.3
+OB = torch.cos(torch.arange(8, dtype=torch.float64)) * 0.1
+KPM = torch.tensor([[False] * 5, [False, False, False, False, True]])  # ignore batch 1's last key
+CAUSAL = torch.ones(5, 5, dtype=torch.bool).triu(1)                  # True: not allowed
+
+
+def mha(x, iw, ib, ow, ob, **kw):
+    out, _ = F.multi_head_attention_forward(
+        x, x, x, 8, 2, iw, ib, None, None, False, 0.0, ow, ob, training=False, need_weights=False, **kw)
+    return out
+
+
 BW = torch.tensor([0.7, -1.3])
 BB = torch.tensor([0.2, 0.5])
 
@@ -97,6 +121,12 @@ cases = {
     "smooth_l1_loss_beta0.5": ([X, Y], lambda a, b: F.smooth_l1_loss(a, b, beta=0.5)),
     "bce_with_logits": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b)),
     "bce_with_logits_sum": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="sum")),
+    "sdpa": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)),
+    "sdpa_causal_l5_s6": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+    "sdpa_float_mask_scale": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=FM, scale=0.3)),
+    "sdpa_bool_mask": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=BM)),
+    "mha": ([XM, IW, IB, OW, OB], lambda *t: mha(*t)),
+    "mha_causal_key_padding": ([XM, IW, IB, OW, OB], lambda *t: mha(*t, key_padding_mask=KPM, attn_mask=CAUSAL)),
 }
 
 

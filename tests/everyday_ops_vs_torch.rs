@@ -3,8 +3,8 @@
 //! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
-use tenjin::nn::{BatchNorm, Module};
-use tenjin::{CrossEntropyOptions, DType, Error, LossReduction, Norm, Tensor};
+use tenjin::nn::{AttendOptions, BatchNorm, Module, MultiheadAttention, MultiheadAttentionConfig};
+use tenjin::{AttentionOptions, CrossEntropyOptions, DType, Error, LossReduction, Norm, Tensor};
 
 struct Case {
     name: String,
@@ -181,11 +181,71 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "conv_transpose2d" => {
             t[0].conv_transpose2d(&t[1], Some(&t[2]), [2, 1], [1, 0], [1, 0], [1, 2])
         }
+        "sdpa" => t[0].scaled_dot_product_attention(&t[1], &t[2], &AttentionOptions::default()),
+        "sdpa_causal_l5_s6" => {
+            let o = AttentionOptions {
+                causal: true,
+                ..Default::default()
+            };
+            t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
+        }
+        "sdpa_float_mask_scale" => {
+            // sin(0.7 l + 1.3 s) / 2, as the script's FM.
+            let m: Vec<f64> = (0..30)
+                .map(|e| ((e / 6) as f64 * 0.7 + (e % 6) as f64 * 1.3).sin() * 0.5)
+                .collect();
+            let mask = Tensor::from_vec_f64(m, &[5, 6])?;
+            let o = AttentionOptions {
+                mask: Some(&mask),
+                scale: Some(0.3),
+                ..Default::default()
+            };
+            t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
+        }
+        "sdpa_bool_mask" => {
+            // (b + l + 2s) mod 3 ≠ 0 takes part, as the script's BM.
+            let m: Vec<i64> = (0..60)
+                .map(|e| ((e / 30 + (e / 6) % 5 + 2 * (e % 6)) % 3 != 0) as i64)
+                .collect();
+            let mask = ids(m, &[2, 1, 5, 6])?;
+            let o = AttentionOptions {
+                mask: Some(&mask),
+                ..Default::default()
+            };
+            t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
+        }
+        "mha" => mha(t, &AttendOptions::default()),
+        "mha_causal_key_padding" => {
+            let padding = ids(vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1], &[2, 5])?;
+            let o = AttendOptions {
+                key_padding_mask: Some(&padding),
+                causal: true,
+                ..Default::default()
+            };
+            mha(t, &o)
+        }
         "avg_pool2d_padded" => t[0].avg_pool2d_padded([3, 3], [2, 2], [1, 1]),
         "max_pool2d_padded" => t[0].max_pool2d_padded([3, 3], [2, 2], [1, 1]),
         "adaptive_avg_pool2d" => t[0].adaptive_avg_pool2d([2, 3]),
         other => panic!("no tenjin op for the reference case {other}"),
     }
+}
+
+/// `nn::MultiheadAttention` (2 heads, sequence first) over `t[0]` with the
+/// weights `t[1..5]`.
+fn mha(t: &[Tensor], o: &AttendOptions) -> Result<Tensor, Error> {
+    let m = MultiheadAttention::from_parameters(
+        2,
+        t[1].clone(),
+        Some(t[2].clone()),
+        t[3].clone(),
+        Some(t[4].clone()),
+        MultiheadAttentionConfig {
+            dtype: DType::F64,
+            ..Default::default()
+        },
+    )?;
+    Ok(m.attend(&t[0], &t[0], &t[0], o)?.0)
 }
 
 /// `cat([part_k · (k + 1)], dim)`: each piece of a split scaled by its

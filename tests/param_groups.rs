@@ -158,7 +158,11 @@ fn two_groups_follow_pytorch_and_number_the_state_across_groups() -> Result<(), 
         for k in 1..=6 {
             step(opt.as_mut(), &p)?;
             for (t, n) in p.iter().zip(NAMES) {
-                assert_close(&t.to_vec_f64()?, &want.steps[k][n], &format!("{name} step {k} {n}"));
+                assert_close(
+                    &t.to_vec_f64()?,
+                    &want.steps[k][n],
+                    &format!("{name} step {k} {n}"),
+                );
             }
             if k == 5 {
                 let mut got: Vec<(String, Vec<f64>)> = opt
@@ -197,13 +201,20 @@ fn pytorchs_state_loads_and_the_next_step_is_pytorchs() -> Result<(), Error> {
                 } else {
                     vec![INIT[k].len()]
                 };
-                (key.clone(), Tensor::from_vec_f64(v.clone(), &shape).unwrap())
+                (
+                    key.clone(),
+                    Tensor::from_vec_f64(v.clone(), &shape).unwrap(),
+                )
             })
             .collect();
         opt.load_state_dict(&state)?;
         step(opt.as_mut(), &p)?;
         for (t, n) in p.iter().zip(NAMES) {
-            assert_close(&t.to_vec_f64()?, &want.steps[6][n], &format!("{name} resumed, {n}"));
+            assert_close(
+                &t.to_vec_f64()?,
+                &want.steps[6][n],
+                &format!("{name} resumed, {n}"),
+            );
         }
     }
     Ok(())
@@ -250,6 +261,10 @@ fn groups_are_checked() -> Result<(), Error> {
     opt.set_learning_rate(0.25)?;
     assert_eq!(opt.learning_rates(), vec![0.25, 0.25]);
     assert!(opt.set_learning_rates(&[0.1, -1.0]).is_err());
-    assert_eq!(opt.learning_rates(), vec![0.25, 0.25], "a refused rate sets none");
+    assert_eq!(
+        opt.learning_rates(),
+        vec![0.25, 0.25],
+        "a refused rate sets none"
+    );
     Ok(())
 }

@@ -32,6 +32,7 @@
 //! ```
 
 mod activation;
+mod attention;
 mod conv;
 mod dropout;
 mod embedding;
@@ -42,6 +43,7 @@ mod pool;
 pub mod utils;
 
 pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
+pub use attention::{AttendOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use dropout::Dropout;
 pub use embedding::Embedding;

@@ -7,6 +7,7 @@
 //! when an input requires a gradient. No op has backward code: derivatives
 //! are derived from the op's index function by `trace`.
 
+mod attention;
 mod conv;
 mod convert;
 mod custom;
@@ -25,6 +26,7 @@ mod shape;
 mod statistics;
 mod triangle;
 
+pub use attention::AttentionOptions;
 pub use label_loss::CrossEntropyOptions;
 pub(crate) use normalization::normalize;
 pub use pointwise_loss::LossReduction;
