@@ -94,7 +94,7 @@ impl MultiheadAttention {
         config: MultiheadAttentionConfig,
         seed: u64,
     ) -> Result<MultiheadAttention, Error> {
-        if heads == 0 || embed_dim == 0 || embed_dim % heads != 0 {
+        if heads == 0 || embed_dim == 0 || !embed_dim.is_multiple_of(heads) {
             return Err(config_error(
                 "MultiheadAttention",
                 format!("embed_dim {embed_dim} must be a positive multiple of num_heads {heads}"),
@@ -135,7 +135,7 @@ impl MultiheadAttention {
             && out_weight.shape() == [e, e]
             && in_proj_bias.is_some() == config.bias
             && out_bias.is_some() == config.bias;
-        if !shapes_ok || heads == 0 || e % heads != 0 {
+        if !shapes_ok || heads == 0 || !e.is_multiple_of(heads) {
             return Err(config_error(
                 "MultiheadAttention",
                 format!(
