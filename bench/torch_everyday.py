@@ -52,6 +52,7 @@ def mha(x, iw, ib, ow, ob, **kw):
     return out
 
 
+CW2 = torch.cos(torch.arange(36, dtype=torch.float64) * 0.43).reshape(3, 2, 2, 3)  # [O=3, C=2, 2, 3]
 BW = torch.tensor([0.7, -1.3])
 BB = torch.tensor([0.2, 0.5])
 
@@ -121,6 +122,15 @@ cases = {
     "smooth_l1_loss_beta0.5": ([X, Y], lambda a, b: F.smooth_l1_loss(a, b, beta=0.5)),
     "bce_with_logits": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b)),
     "bce_with_logits_sum": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="sum")),
+    "max_pool2d_dilated_ceil": ([PX], lambda x: F.max_pool2d(x, 2, 2, 1, dilation=2, ceil_mode=True)),
+    "max_pool2d_ceil": ([PX], lambda x: F.max_pool2d(x, (3, 2), (2, 2), ceil_mode=True)),
+    "avg_pool2d_ceil_padded": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)),
+    "avg_pool2d_ceil_exclude_pad": ([PX], lambda x: F.avg_pool2d(x, (2, 3), (2, 2), (1, 1), ceil_mode=True, count_include_pad=False)),
+    "avg_pool2d_exclude_pad": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+    "pad_reflect": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="reflect")),
+    "pad_replicate": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="replicate")),
+    "pad_circular": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="circular")),
+    "conv2d_reflect": ([PX, CW2], lambda x, w: F.conv2d(F.pad(x, (1, 1, 2, 2), mode="reflect"), w)),
     "sdpa": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)),
     "sdpa_causal_l5_s6": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     "sdpa_float_mask_scale": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=FM, scale=0.3)),

@@ -109,7 +109,7 @@ pub use gradcheck::{
 };
 pub use ops::{
     default_generator, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
-    AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm,
+    AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm, PaddingMode, Pool2d,
 };
 pub use runtime::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,

@@ -3,8 +3,14 @@
 //! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
-use tenjin::nn::{AttendOptions, BatchNorm, Module, MultiheadAttention, MultiheadAttentionConfig};
-use tenjin::{AttentionOptions, CrossEntropyOptions, DType, Error, LossReduction, Norm, Tensor};
+use tenjin::nn::{
+    AttendOptions, BatchNorm, Conv2d, Conv2dConfig, Module, MultiheadAttention,
+    MultiheadAttentionConfig,
+};
+use tenjin::{
+    AttentionOptions, CrossEntropyOptions, DType, Error, LossReduction, Norm, PaddingMode, Pool2d,
+    Tensor,
+};
 
 struct Case {
     name: String,
@@ -180,6 +186,53 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         }
         "conv_transpose2d" => {
             t[0].conv_transpose2d(&t[1], Some(&t[2]), [2, 1], [1, 0], [1, 0], [1, 2])
+        }
+        "max_pool2d_dilated_ceil" => t[0].max_pool2d_with(&Pool2d {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [2, 2],
+            ceil_mode: true,
+            ..Pool2d::new([2, 2])
+        }),
+        "max_pool2d_ceil" => t[0].max_pool2d_with(&Pool2d {
+            stride: [2, 2],
+            ceil_mode: true,
+            ..Pool2d::new([3, 2])
+        }),
+        "avg_pool2d_ceil_padded" => t[0].avg_pool2d_with(&Pool2d {
+            stride: [2, 2],
+            padding: [1, 1],
+            ceil_mode: true,
+            ..Pool2d::new([3, 3])
+        }),
+        "avg_pool2d_ceil_exclude_pad" => t[0].avg_pool2d_with(&Pool2d {
+            stride: [2, 2],
+            padding: [1, 1],
+            ceil_mode: true,
+            count_include_pad: false,
+            ..Pool2d::new([2, 3])
+        }),
+        "avg_pool2d_exclude_pad" => t[0].avg_pool2d_with(&Pool2d {
+            stride: [2, 2],
+            padding: [1, 1],
+            count_include_pad: false,
+            ..Pool2d::new([3, 3])
+        }),
+        // PyTorch's (left, right, top, bottom) = (2, 1, 1, 3).
+        "pad_reflect" => t[0].pad_mode(&[(0, 0), (0, 0), (1, 3), (2, 1)], PaddingMode::Reflect),
+        "pad_replicate" => t[0].pad_mode(&[(0, 0), (0, 0), (1, 3), (2, 1)], PaddingMode::Replicate),
+        "pad_circular" => t[0].pad_mode(&[(0, 0), (0, 0), (1, 3), (2, 1)], PaddingMode::Circular),
+        "conv2d_reflect" => {
+            let conv = Conv2d::from_parameters(
+                t[1].clone(),
+                None,
+                Conv2dConfig {
+                    padding: [2, 1],
+                    padding_mode: PaddingMode::Reflect,
+                    ..Default::default()
+                },
+            )?;
+            conv.forward(&t[0])
         }
         "sdpa" => t[0].scaled_dot_product_attention(&t[1], &t[2], &AttentionOptions::default()),
         "sdpa_causal_l5_s6" => {

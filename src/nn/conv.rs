@@ -1,10 +1,10 @@
 //! [`Conv2d`]: a 2-D convolution layer.
 
 use super::{check_bias, config_error, init, Module};
-use crate::{DType, Error, Tensor};
+use crate::{DType, Error, PaddingMode, Tensor};
 
-/// Stride, zero padding, dilation, groups and bias of a [`Conv2d`]
-/// (PyTorch's defaults: 1, 0, 1, 1, with a bias).
+/// Stride, padding, dilation, groups, bias and padding mode of a
+/// [`Conv2d`] (PyTorch's defaults: 1, 0, 1, 1, with a bias, zeros).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dConfig {
     pub stride: [usize; 2],
@@ -14,6 +14,10 @@ pub struct Conv2dConfig {
     /// groups (both counts must be divisible by it).
     pub groups: usize,
     pub bias: bool,
+    /// What the padding holds (PyTorch's `padding_mode`): zeros are a
+    /// guard inside the convolution; the other modes pad the input first
+    /// ([`Tensor::pad_mode`]).
+    pub padding_mode: PaddingMode,
 }
 
 impl Default for Conv2dConfig {
@@ -24,6 +28,7 @@ impl Default for Conv2dConfig {
             dilation: [1, 1],
             groups: 1,
             bias: true,
+            padding_mode: PaddingMode::Zeros,
         }
     }
 }
@@ -178,11 +183,23 @@ fn check_config(c: &Conv2dConfig) -> Result<(), Error> {
 impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         let c = &self.config;
+        let [ph, pw] = c.padding;
+        let (x, padding) = if c.padding_mode == PaddingMode::Zeros || c.padding == [0, 0] {
+            (x.clone(), c.padding)
+        } else if x.rank() == 4 {
+            let pads = [(0, 0), (0, 0), (ph, ph), (pw, pw)];
+            (x.pad_mode(&pads, c.padding_mode)?, [0, 0])
+        } else {
+            return Err(config_error(
+                "Conv2d",
+                format!("the input must be [N, C, H, W], got {:?}", x.shape()),
+            ));
+        };
         x.conv2d(
             &self.weight,
             self.bias.as_ref(),
             c.stride,
-            c.padding,
+            padding,
             c.dilation,
             c.groups,
         )

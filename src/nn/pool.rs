@@ -1,12 +1,11 @@
 //! Pooling layers over `[N, C, H, W]` inputs, as PyTorch's `nn.MaxPool2d`,
 //! `nn.AvgPool2d` and `nn.AdaptiveAvgPool2d`: each one tensor op (an
-//! index function with its derived gradient), no parameters.
-//!
-//! `ceil_mode` and dilation are not supported yet: PyTorch's defaults
-//! (`ceil_mode=False`, `dilation=1`) are what these compute.
+//! index function with its derived gradient), no parameters, with
+//! PyTorch's options (padding, dilation, `ceil_mode`,
+//! `count_include_pad`).
 
 use super::Module;
-use crate::{Error, Tensor};
+use crate::{Error, Pool2d, Tensor};
 
 /// Maximum over `kernel_size` windows moved by `stride` (PyTorch's default
 /// stride is the kernel size: [`MaxPool2d::new`]) over an input padded by
@@ -25,6 +24,9 @@ pub struct MaxPool2d {
     pub kernel_size: [usize; 2],
     pub stride: [usize; 2],
     pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Output sizes rounded up (see [`Pool2d::ceil_mode`]).
+    pub ceil_mode: bool,
 }
 
 /// Mean over `kernel_size` windows moved by `stride`, over an input padded
@@ -44,39 +46,63 @@ pub struct AvgPool2d {
     pub kernel_size: [usize; 2],
     pub stride: [usize; 2],
     pub padding: [usize; 2],
+    /// Output sizes rounded up (see [`Pool2d::ceil_mode`]).
+    pub ceil_mode: bool,
+    /// Padded positions count in a window's divisor (default `true`).
+    pub count_include_pad: bool,
 }
 
 impl MaxPool2d {
-    /// Windows of `kernel_size`, stride = kernel size, no padding.
+    /// Windows of `kernel_size`, stride = kernel size, no padding, no
+    /// dilation, floor mode.
     pub fn new(kernel_size: [usize; 2]) -> MaxPool2d {
         MaxPool2d {
             kernel_size,
             stride: kernel_size,
             padding: [0, 0],
+            dilation: [1, 1],
+            ceil_mode: false,
         }
     }
 }
 
 impl AvgPool2d {
-    /// Windows of `kernel_size`, stride = kernel size, no padding.
+    /// Windows of `kernel_size`, stride = kernel size, no padding, floor
+    /// mode, padding counted.
     pub fn new(kernel_size: [usize; 2]) -> AvgPool2d {
         AvgPool2d {
             kernel_size,
             stride: kernel_size,
             padding: [0, 0],
+            ceil_mode: false,
+            count_include_pad: true,
         }
     }
 }
 
 impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        x.max_pool2d_padded(self.kernel_size, self.stride, self.padding)
+        x.max_pool2d_with(&Pool2d {
+            kernel_size: self.kernel_size,
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            ceil_mode: self.ceil_mode,
+            count_include_pad: true,
+        })
     }
 }
 
 impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        x.avg_pool2d_padded(self.kernel_size, self.stride, self.padding)
+        x.avg_pool2d_with(&Pool2d {
+            kernel_size: self.kernel_size,
+            stride: self.stride,
+            padding: self.padding,
+            dilation: [1, 1],
+            ceil_mode: self.ceil_mode,
+            count_include_pad: self.count_include_pad,
+        })
     }
 }
 

@@ -1,6 +1,5 @@
-//! Convolutions and pooling: `conv1d conv2d` (stride, zero padding,
-//! dilation, groups, optional bias) and `avg_pool1d max_pool1d avg_pool2d
-//! max_pool2d`.
+//! Convolutions: `conv1d conv2d` (stride, zero padding, dilation, groups,
+//! optional bias) and `conv_transpose2d`; pooling is `super::pool`.
 //!
 //! A convolution is one index function:
 //! `y[n; o; t] = sum{c}_0^2 (sum{k}_0^2 (if {2*t + k - 1 >= 0} then (x[n; c; 2*t + k - 1] * w[o; c; k]) else (0))) + b[o]`.
@@ -10,9 +9,9 @@
 //! channel as two indices `(g, q)`, giving `[N, groups, Q, ...]`, and the
 //! result is a free reshape of that to `[N, O, ...]`.
 
-use super::formula::{access, cmp, define, guard, indices, reduce, size_refs, sum_to};
-use super::shape::{empty_like, empty_of};
-use super::{apply, lit};
+use super::apply;
+use super::formula::{access, cmp, define, guard, indices, size_refs, sum_to};
+use super::shape::empty_of;
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -26,7 +25,7 @@ fn term(c: usize, v: &str) -> Option<String> {
 }
 
 /// `a·t + b·k - p` as index text.
-fn position(stride: usize, t: &str, dilation: usize, k: &str, pad: usize) -> String {
+pub(super) fn position(stride: usize, t: &str, dilation: usize, k: &str, pad: usize) -> String {
     let mut s: Vec<String> = [term(stride, t), term(dilation, k)]
         .into_iter()
         .flatten()
@@ -309,128 +308,6 @@ fn conv_source(g: &ConvGeometry, bias: bool) -> (String, Vec<(String, usize)>) {
     (define("y", &out_idx, body), sizes)
 }
 
-/// `[n, size]`: row `i` averages `⌊i·size/n⌋ … ⌈(i+1)·size/n⌉ − 1`.
-fn averaging_matrix(
-    n: usize,
-    size: usize,
-    dtype: crate::DType,
-    device: crate::alloc::Device,
-) -> Result<Tensor, Error> {
-    let mut v = vec![0.0; n * size];
-    for i in 0..n {
-        let (lo, hi) = (i * size / n, ((i + 1) * size).div_ceil(n));
-        for j in lo..hi {
-            v[i * size + j] = 1.0 / (hi - lo) as f64;
-        }
-    }
-    Tensor::from_vec_f64_on(v, &[n, size], device)?.to_dtype(dtype)
-}
-
-#[derive(Clone, Copy)]
-enum Pool {
-    Avg,
-    Max,
-}
-
-/// Pooling over the last `kernel.len()` dimensions with `padding` on
-/// each side: padded positions count as 0 for `Avg` (PyTorch's
-/// `count_include_pad=True`) and are ignored by `Max` (−∞).
-fn pool_nd(
-    op: &str,
-    x: &Tensor,
-    kernel: &[usize],
-    stride: &[usize],
-    padding: &[usize],
-    kind: Pool,
-) -> Result<Tensor, Error> {
-    let s = kernel.len();
-    let xs = x.shape();
-    if xs.len() < s {
-        return Err(Error::shape(
-            op,
-            format!(
-                "input of shape {xs:?}: pooling over {s} dimension(s) needs rank ≥ {s} (e.g. [N, C{}])",
-                if s == 1 { ", L" } else { ", H, W" }
-            ),
-        ));
-    }
-    let lead = xs.len() - s;
-    let mut out_shape = xs[..lead].to_vec();
-    for d in 0..s {
-        if kernel[d] == 0 || stride[d] == 0 {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "input of shape {xs:?}: kernel {kernel:?} and stride {stride:?} must be ≥ 1 (spatial dimension {d})"
-                ),
-            ));
-        }
-        if 2 * padding[d] > kernel[d] {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "input of shape {xs:?}: padding {padding:?} exceeds half the kernel {kernel:?} in spatial dimension {d} (as PyTorch requires)"
-                ),
-            ));
-        }
-        let size = xs[lead + d] + 2 * padding[d];
-        if kernel[d] > size {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "input of shape {xs:?}: kernel size {} exceeds dimension {} ({size} with padding)",
-                    kernel[d],
-                    lead + d
-                ),
-            ));
-        }
-        out_shape.push((size - kernel[d]) / stride[d] + 1);
-    }
-    if out_shape.contains(&0) {
-        return empty_like(&out_shape, x);
-    }
-    // y[a…; t…] = op_k… x[a…; stride·t + k − pad] (padding as guards)
-    let (t, k) = (indices("t", s), indices("k", s));
-    let mut out_idx = indices("a", lead);
-    let mut x_index = out_idx.clone();
-    let mut guards = Vec::new();
-    for (d, &st) in stride.iter().enumerate() {
-        out_idx.push(t[d].clone());
-        let p = position(st, &t[d], 1, &k[d], padding[d]);
-        if padding[d] > 0 {
-            guards.push(cmp(&p, ">=", 0));
-            guards.push(cmp(&p, "<=", xs[lead + d] - 1));
-        }
-        x_index.push(p);
-    }
-    let (red, outside) = match kind {
-        Pool::Avg => ("sum", "0"),
-        Pool::Max => ("max", "-inf"),
-    };
-    let guarded = guards
-        .iter()
-        .rev()
-        .fold(access("x", &x_index), |body, c| guard(c, body, outside));
-    let mut body = (0..s).rev().fold(guarded, |body, d| {
-        reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
-    });
-    if let Pool::Avg = kind {
-        let count: usize = kernel.iter().product();
-        body = format!("{body} * {}", lit(op, 1.0 / count as f64)?);
-    }
-    let sizes: Vec<(String, usize)> = out_idx
-        .iter()
-        .cloned()
-        .zip(out_shape.iter().copied())
-        .collect();
-    apply(
-        op,
-        &define("y", &out_idx, body),
-        &[("x", x)],
-        &size_refs(&sizes),
-    )
-}
-
 impl Tensor {
     /// 1-D convolution (cross-correlation, as `torch.nn.functional.conv1d`)
     /// of `self` `[N, C, L]` with `w` `[O, C/groups, K]` and an optional
@@ -495,122 +372,6 @@ impl Tensor {
             groups,
         };
         conv_nd("conv2d", self, w, b, &spec)
-    }
-
-    /// Average pooling over the last dimension (`[.., L]`, e.g. `[N, C, L]`)
-    /// with windows of `kernel` elements every `stride`, no padding.
-    ///
-    /// ```
-    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 7., 9.], &[1, 1, 5])?;
-    /// assert_eq!(x.avg_pool1d(2, 2)?.to_vec()?, vec![2., 6.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn avg_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
-        pool_nd("avg_pool1d", self, &[kernel], &[stride], &[0], Pool::Avg)
-    }
-
-    /// Max pooling over the last dimension (the gradient goes to the first
-    /// maximiser of each window).
-    ///
-    /// ```
-    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 2., 9.], &[1, 5])?;
-    /// assert_eq!(x.max_pool1d(3, 1)?.to_vec()?, vec![5., 5., 9.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn max_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
-        pool_nd("max_pool1d", self, &[kernel], &[stride], &[0], Pool::Max)
-    }
-
-    /// Average pooling over the last two dimensions (`[.., H, W]`).
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 1, 4, 4])?;
-    /// assert_eq!(x.avg_pool2d([2, 2], [2, 2])?.to_vec()?, vec![2.5, 4.5, 10.5, 12.5]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn avg_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd("avg_pool2d", self, &kernel, &stride, &[0, 0], Pool::Avg)
-    }
-
-    /// Max pooling over the last two dimensions (`[.., H, W]`).
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 4, 4])?;
-    /// assert_eq!(x.max_pool2d([2, 2], [2, 2])?.to_vec()?, vec![5., 7., 13., 15.]);
-    /// assert!(x.max_pool2d([5, 1], [1, 1]).is_err());
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd("max_pool2d", self, &kernel, &stride, &[0, 0], Pool::Max)
-    }
-
-    /// [`Tensor::avg_pool2d`] with `padding` zeros on each side, counted
-    /// in every window's mean (PyTorch's default `count_include_pad=True`);
-    /// `padding` at most half the kernel.
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
-    /// assert_eq!(x.avg_pool2d_padded([2, 2], [2, 2], [1, 1])?.to_vec()?, vec![0.25; 4]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn avg_pool2d_padded(
-        &self,
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-    ) -> Result<Tensor, Error> {
-        pool_nd("avg_pool2d", self, &kernel, &stride, &padding, Pool::Avg)
-    }
-
-    /// [`Tensor::max_pool2d`] with `padding` on each side that no window's
-    /// maximum takes (PyTorch pads with −∞); `padding` at most half the
-    /// kernel.
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::arange(4, DType::F32)?.reshape(&[1, 1, 2, 2])?.neg()?;
-    /// assert_eq!(x.max_pool2d_padded([2, 2], [1, 1], [1, 1])?.to_vec()?,
-    ///            vec![0., 0., -1., 0., 0., -1., -2., -2., -3.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn max_pool2d_padded(
-        &self,
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-    ) -> Result<Tensor, Error> {
-        pool_nd("max_pool2d", self, &kernel, &stride, &padding, Pool::Max)
-    }
-
-    /// Average pooling to an `[oh, ow]` output (PyTorch's
-    /// `adaptive_avg_pool2d`): output cell `i` averages rows
-    /// `⌊i·H/oh⌋ … ⌈(i+1)·H/oh⌉ − 1` (and the same for columns). The
-    /// windows as two constant averaging matrices: `P · x · Qᵀ` (weights
-    /// `1/count`, so a mean of three elements may differ from PyTorch's
-    /// `sum / 3` in the last bit).
-    ///
-    /// ```
-    /// use tenjin::{DType, Tensor};
-    /// let x = Tensor::arange(9, DType::F64)?.reshape(&[1, 1, 3, 3])?;
-    /// assert!((x.adaptive_avg_pool2d([1, 1])?.item()? - 4.0).abs() < 1e-15);
-    /// assert_eq!(x.adaptive_avg_pool2d([2, 2])?.to_vec_f64()?, vec![2., 3., 5., 6.]);
-    /// # Ok::<(), tenjin::Error>(())
-    /// ```
-    pub fn adaptive_avg_pool2d(&self, out: [usize; 2]) -> Result<Tensor, Error> {
-        let xs = self.shape();
-        if xs.len() < 2 || out.contains(&0) {
-            return Err(Error::shape(
-                "adaptive_avg_pool2d",
-                format!("input of shape {xs:?} to output {out:?}: needs rank ≥ 2 and a non-empty output"),
-            ));
-        }
-        let (h, w) = (xs[xs.len() - 2], xs[xs.len() - 1]);
-        let p = averaging_matrix(out[0], h, self.dtype(), self.device())?;
-        let q = averaging_matrix(out[1], w, self.dtype(), self.device())?;
-        p.matmul(&self.matmul(&q.t()?)?)
     }
 }
 

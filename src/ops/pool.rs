@@ -1,0 +1,454 @@
+//! Pooling: `avg_pool1d max_pool1d avg_pool2d max_pool2d` (stride,
+//! padding, dilation, `ceil_mode`, `count_include_pad`: [`Pool2d`]) and
+//! `adaptive_avg_pool2d`.
+//!
+//! A pool is one index function: the window's `max{k}` or `sum{k}` of the
+//! input at `stride·t + dilation·k − padding`, guarded where a window can
+//! leave the input (−∞ for a maximum, 0 for a sum), so no padded copy is
+//! made. An average divides by the constant window size, or, with
+//! `ceil_mode` or without `count_include_pad`, by the count of the
+//! window's positions inside the (padded) input, itself a guarded sum of
+//! ones in the same function.
+
+use super::conv::position;
+use super::formula::{access, cmp, define, guard, indices, reduce, size_refs};
+use super::shape::empty_like;
+use super::{apply, lit};
+use crate::tensor::Tensor;
+use crate::Error;
+
+/// The options of [`Tensor::max_pool2d_with`] and
+/// [`Tensor::avg_pool2d_with`], with PyTorch's names and defaults
+/// ([`Pool2d::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2d {
+    pub kernel_size: [usize; 2],
+    pub stride: [usize; 2],
+    /// On each side, at most half the (dilated) kernel.
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Output sizes rounded up: a last window may start in the right or
+    /// bottom padding's reach and run past the input.
+    pub ceil_mode: bool,
+    /// Averages count padded positions (default `true`).
+    pub count_include_pad: bool,
+}
+
+impl Pool2d {
+    /// Windows of `kernel_size`, stride = kernel size, no padding, no
+    /// dilation, floor mode, padding counted.
+    pub fn new(kernel_size: [usize; 2]) -> Pool2d {
+        Pool2d {
+            kernel_size,
+            stride: kernel_size,
+            padding: [0, 0],
+            dilation: [1, 1],
+            ceil_mode: false,
+            count_include_pad: true,
+        }
+    }
+}
+
+/// The validated-on-use options of one pool, per spatial dimension.
+struct PoolSpec<'a> {
+    kernel: &'a [usize],
+    stride: &'a [usize],
+    padding: &'a [usize],
+    dilation: &'a [usize],
+    ceil_mode: bool,
+    count_include_pad: bool,
+}
+
+const ONES: [usize; 3] = [1, 1, 1];
+
+impl<'a> PoolSpec<'a> {
+    /// No dilation, floor mode, padding counted.
+    fn plain(kernel: &'a [usize], stride: &'a [usize], padding: &'a [usize]) -> PoolSpec<'a> {
+        PoolSpec {
+            kernel,
+            stride,
+            padding,
+            dilation: &ONES[..kernel.len()],
+            ceil_mode: false,
+            count_include_pad: true,
+        }
+    }
+
+    /// PyTorch's `pooling_output_shape` for spatial dimension `d` of size
+    /// `n`, or `None` when the dilated kernel does not fit.
+    fn out_size(&self, d: usize, n: usize) -> Option<usize> {
+        let (k, s, p, dil) = (
+            self.kernel[d],
+            self.stride[d],
+            self.padding[d],
+            self.dilation[d],
+        );
+        let span = (n + 2 * p).checked_sub(dil * (k - 1) + 1)?;
+        let mut out = if self.ceil_mode {
+            span.div_ceil(s) + 1
+        } else {
+            span / s + 1
+        };
+        // The last window must start inside the input or its left padding.
+        if self.ceil_mode && (out - 1) * s >= n + p {
+            out -= 1;
+        }
+        Some(out)
+    }
+}
+
+/// `[n, size]`: row `i` averages `⌊i·size/n⌋ … ⌈(i+1)·size/n⌉ − 1`.
+fn averaging_matrix(
+    n: usize,
+    size: usize,
+    dtype: crate::DType,
+    device: crate::alloc::Device,
+) -> Result<Tensor, Error> {
+    let mut v = vec![0.0; n * size];
+    for i in 0..n {
+        let (lo, hi) = (i * size / n, ((i + 1) * size).div_ceil(n));
+        for j in lo..hi {
+            v[i * size + j] = 1.0 / (hi - lo) as f64;
+        }
+    }
+    Tensor::from_vec_f64_on(v, &[n, size], device)?.to_dtype(dtype)
+}
+
+#[derive(Clone, Copy)]
+enum Pool {
+    Avg,
+    Max,
+}
+
+/// Pooling over the last `spec.kernel.len()` dimensions; see the module
+/// documentation.
+fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, Error> {
+    let s = spec.kernel.len();
+    let xs = x.shape();
+    if xs.len() < s {
+        return Err(Error::shape(
+            op,
+            format!(
+                "input of shape {xs:?}: pooling over {s} dimension(s) needs rank ≥ {s} (e.g. [N, C{}])",
+                if s == 1 { ", L" } else { ", H, W" }
+            ),
+        ));
+    }
+    let (kernel, stride, padding, dilation) =
+        (spec.kernel, spec.stride, spec.padding, spec.dilation);
+    let lead = xs.len() - s;
+    let mut out_shape = xs[..lead].to_vec();
+    for d in 0..s {
+        if kernel[d] == 0 || stride[d] == 0 || dilation[d] == 0 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input of shape {xs:?}: kernel {kernel:?}, stride {stride:?} and dilation {dilation:?} must be ≥ 1 (spatial dimension {d})"
+                ),
+            ));
+        }
+        let reach = dilation[d] * (kernel[d] - 1) + 1;
+        if 2 * padding[d] > reach {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input of shape {xs:?}: padding {padding:?} exceeds half the kernel {kernel:?} in spatial dimension {d} (as PyTorch requires)"
+                ),
+            ));
+        }
+        let n = xs[lead + d];
+        let size = spec.out_size(d, n).filter(|_| n > 0).ok_or_else(|| {
+            Error::shape(
+                op,
+                format!(
+                    "input of shape {xs:?}: kernel size {} (dilated {reach}) exceeds dimension {} ({} with padding)",
+                    kernel[d],
+                    lead + d,
+                    n + 2 * padding[d]
+                ),
+            )
+        })?;
+        out_shape.push(size);
+    }
+    if out_shape.contains(&0) {
+        return empty_like(&out_shape, x);
+    }
+    // y[a…; t…] = op_k… x[a…; stride·t + dilation·k − pad] (guards where a
+    // window can leave the input).
+    let (t, k) = (indices("t", s), indices("k", s));
+    let mut out_idx = indices("a", lead);
+    let mut x_index = out_idx.clone();
+    let mut guards = Vec::new();
+    let mut counts = Vec::new();
+    for d in 0..s {
+        out_idx.push(t[d].clone());
+        let p = position(stride[d], &t[d], dilation[d], &k[d], padding[d]);
+        let (n, pad) = (xs[lead + d], padding[d]);
+        // The largest `stride·t + dilation·k` of any window.
+        let last = (out_shape[lead + d] - 1) * stride[d] + dilation[d] * (kernel[d] - 1);
+        let mut inside_input = Vec::new();
+        if pad > 0 {
+            inside_input.push(cmp(&p, ">=", 0));
+        }
+        if last - pad > n - 1 {
+            inside_input.push(cmp(&p, "<=", n - 1));
+        }
+        guards.extend(inside_input.iter().cloned());
+        // The divisor's factor for this dimension: the window's positions
+        // inside the padded input (or the input), where that can vary.
+        let counted: Vec<String> = if !spec.count_include_pad {
+            inside_input
+        } else if last > n - 1 + 2 * pad {
+            vec![cmp(&p, "<=", n - 1 + pad)]
+        } else {
+            Vec::new()
+        };
+        counts.push(if counted.is_empty() {
+            kernel[d].to_string()
+        } else {
+            let one = counted
+                .iter()
+                .rev()
+                .fold("1".to_string(), |b, c| guard(c, b, 0));
+            reduce("sum", &k[d], 0, kernel[d] as i64 - 1, one)
+        });
+        x_index.push(p);
+    }
+    let (red, outside) = match kind {
+        Pool::Avg => ("sum", "0"),
+        Pool::Max => ("max", "-inf"),
+    };
+    let guarded = guards
+        .iter()
+        .rev()
+        .fold(access("x", &x_index), |body, c| guard(c, body, outside));
+    let mut body = (0..s).rev().fold(guarded, |body, d| {
+        reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
+    });
+    if let Pool::Avg = kind {
+        if counts.iter().all(|c| c.parse::<usize>().is_ok()) {
+            let count: usize = kernel.iter().product();
+            body = format!("{body} * {}", lit(op, 1.0 / count as f64)?);
+        } else {
+            body = format!("{body} / ({})", counts.join(" * "));
+        }
+    }
+    let sizes: Vec<(String, usize)> = out_idx
+        .iter()
+        .cloned()
+        .zip(out_shape.iter().copied())
+        .collect();
+    apply(
+        op,
+        &define("y", &out_idx, body),
+        &[("x", x)],
+        &size_refs(&sizes),
+    )
+}
+
+impl Tensor {
+    /// Average pooling over the last dimension (`[.., L]`, e.g. `[N, C, L]`)
+    /// with windows of `kernel` elements every `stride`, no padding.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 7., 9.], &[1, 1, 5])?;
+    /// assert_eq!(x.avg_pool1d(2, 2)?.to_vec()?, vec![2., 6.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
+        pool_nd(
+            "avg_pool1d",
+            self,
+            &PoolSpec::plain(&[kernel], &[stride], &[0]),
+            Pool::Avg,
+        )
+    }
+
+    /// Max pooling over the last dimension (the gradient goes to the first
+    /// maximiser of each window).
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::from_vec(vec![1., 3., 5., 2., 9.], &[1, 5])?;
+    /// assert_eq!(x.max_pool1d(3, 1)?.to_vec()?, vec![5., 5., 9.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool1d(&self, kernel: usize, stride: usize) -> Result<Tensor, Error> {
+        pool_nd(
+            "max_pool1d",
+            self,
+            &PoolSpec::plain(&[kernel], &[stride], &[0]),
+            Pool::Max,
+        )
+    }
+
+    /// Average pooling over the last two dimensions (`[.., H, W]`).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 1, 4, 4])?;
+    /// assert_eq!(x.avg_pool2d([2, 2], [2, 2])?.to_vec()?, vec![2.5, 4.5, 10.5, 12.5]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
+        pool_nd(
+            "avg_pool2d",
+            self,
+            &PoolSpec::plain(&kernel, &stride, &[0, 0]),
+            Pool::Avg,
+        )
+    }
+
+    /// Max pooling over the last two dimensions (`[.., H, W]`).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(16, DType::F32)?.reshape(&[1, 4, 4])?;
+    /// assert_eq!(x.max_pool2d([2, 2], [2, 2])?.to_vec()?, vec![5., 7., 13., 15.]);
+    /// assert!(x.max_pool2d([5, 1], [1, 1]).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
+        pool_nd(
+            "max_pool2d",
+            self,
+            &PoolSpec::plain(&kernel, &stride, &[0, 0]),
+            Pool::Max,
+        )
+    }
+
+    /// [`Tensor::avg_pool2d`] with `padding` zeros on each side, counted
+    /// in every window's mean (PyTorch's default `count_include_pad=True`);
+    /// `padding` at most half the kernel.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
+    /// assert_eq!(x.avg_pool2d_padded([2, 2], [2, 2], [1, 1])?.to_vec()?, vec![0.25; 4]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool2d_padded(
+        &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Result<Tensor, Error> {
+        pool_nd(
+            "avg_pool2d",
+            self,
+            &PoolSpec::plain(&kernel, &stride, &padding),
+            Pool::Avg,
+        )
+    }
+
+    /// [`Tensor::max_pool2d`] with `padding` on each side that no window's
+    /// maximum takes (PyTorch pads with −∞); `padding` at most half the
+    /// kernel.
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(4, DType::F32)?.reshape(&[1, 1, 2, 2])?.neg()?;
+    /// assert_eq!(x.max_pool2d_padded([2, 2], [1, 1], [1, 1])?.to_vec()?,
+    ///            vec![0., 0., -1., 0., 0., -1., -2., -2., -3.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d_padded(
+        &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Result<Tensor, Error> {
+        pool_nd(
+            "max_pool2d",
+            self,
+            &PoolSpec::plain(&kernel, &stride, &padding),
+            Pool::Max,
+        )
+    }
+
+    /// Average pooling to an `[oh, ow]` output (PyTorch's
+    /// `adaptive_avg_pool2d`): output cell `i` averages rows
+    /// `⌊i·H/oh⌋ … ⌈(i+1)·H/oh⌉ − 1` (and the same for columns). The
+    /// windows as two constant averaging matrices: `P · x · Qᵀ` (weights
+    /// `1/count`, so a mean of three elements may differ from PyTorch's
+    /// `sum / 3` in the last bit).
+    ///
+    /// ```
+    /// use tenjin::{DType, Tensor};
+    /// let x = Tensor::arange(9, DType::F64)?.reshape(&[1, 1, 3, 3])?;
+    /// assert!((x.adaptive_avg_pool2d([1, 1])?.item()? - 4.0).abs() < 1e-15);
+    /// assert_eq!(x.adaptive_avg_pool2d([2, 2])?.to_vec_f64()?, vec![2., 3., 5., 6.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn adaptive_avg_pool2d(&self, out: [usize; 2]) -> Result<Tensor, Error> {
+        let xs = self.shape();
+        if xs.len() < 2 || out.contains(&0) {
+            return Err(Error::shape(
+                "adaptive_avg_pool2d",
+                format!("input of shape {xs:?} to output {out:?}: needs rank ≥ 2 and a non-empty output"),
+            ));
+        }
+        let (h, w) = (xs[xs.len() - 2], xs[xs.len() - 1]);
+        let p = averaging_matrix(out[0], h, self.dtype(), self.device())?;
+        let q = averaging_matrix(out[1], w, self.dtype(), self.device())?;
+        p.matmul(&self.matmul(&q.t()?)?)
+    }
+
+    /// Max pooling over `[.., H, W]` with every option of PyTorch's
+    /// `F.max_pool2d`: padding (never taken), dilation and `ceil_mode`
+    /// (windows that start inside the padded input may run past it).
+    ///
+    /// ```
+    /// use tenjin::{DType, Pool2d, Tensor};
+    /// let x = Tensor::arange(25, DType::F32)?.reshape(&[1, 1, 5, 5])?;
+    /// let o = Pool2d { dilation: [2, 2], ceil_mode: true, ..Pool2d::new([2, 2]) };
+    /// // Windows at rows/columns {0, 2} and {2, 4}: ⌈(5 − 3) / 2⌉ + 1 = 2.
+    /// assert_eq!(x.max_pool2d_with(&o)?.to_vec()?, vec![12., 14., 22., 24.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d_with(&self, o: &Pool2d) -> Result<Tensor, Error> {
+        let spec = PoolSpec {
+            kernel: &o.kernel_size,
+            stride: &o.stride,
+            padding: &o.padding,
+            dilation: &o.dilation,
+            ceil_mode: o.ceil_mode,
+            count_include_pad: true,
+        };
+        pool_nd("max_pool2d", self, &spec, Pool::Max)
+    }
+
+    /// Average pooling over `[.., H, W]` with PyTorch's `F.avg_pool2d`
+    /// options: padding, `ceil_mode` and `count_include_pad` (a window's
+    /// divisor counts its positions inside the padded input, or inside the
+    /// input only). Dilation must be 1, as PyTorch has none for averages.
+    ///
+    /// ```
+    /// use tenjin::{DType, Pool2d, Tensor};
+    /// let x = Tensor::ones(&[1, 1, 3, 3], DType::F64)?;
+    /// let o = Pool2d { ceil_mode: true, count_include_pad: false, ..Pool2d::new([2, 2]) };
+    /// // The last window of each row and column holds one element.
+    /// assert_eq!(x.avg_pool2d_with(&o)?.to_vec_f64()?, vec![1.0; 4]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn avg_pool2d_with(&self, o: &Pool2d) -> Result<Tensor, Error> {
+        if o.dilation != [1, 1] {
+            return Err(Error::shape(
+                "avg_pool2d",
+                format!(
+                    "input of shape {:?}: dilation {:?}: average pooling has no dilation (as PyTorch)",
+                    self.shape(),
+                    o.dilation
+                ),
+            ));
+        }
+        let spec = PoolSpec {
+            kernel: &o.kernel_size,
+            stride: &o.stride,
+            padding: &o.padding,
+            dilation: &o.dilation,
+            ceil_mode: o.ceil_mode,
+            count_include_pad: o.count_include_pad,
+        };
+        pool_nd("avg_pool2d", self, &spec, Pool::Avg)
+    }
+}
