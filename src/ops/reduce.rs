@@ -5,7 +5,7 @@
 //! ranges.
 
 use super::{apply, formula, lit};
-use crate::tensor::Tensor;
+use crate::tensor::{resolve_dims, Dim, Tensor};
 use crate::Error;
 
 /// The index text of a reduction of `shape` over `dims`.
@@ -141,9 +141,14 @@ impl Tensor {
     /// let x = tenjin::Tensor::from_vec(vec![1., 2., 3., 4., 5., 6.], &[2, 3])?;
     /// assert_eq!(x.sum_dims(&[1], false)?.to_vec()?, vec![6., 15.]);
     /// assert_eq!(x.sum_dims(&[0], true)?.shape(), &[1, 3]);
+    /// // Negative dimensions count from the back, as in PyTorch.
+    /// assert_eq!(x.sum_dims(&[-1], false)?.to_vec()?, vec![6., 15.]);
+    /// assert_eq!(x.sum_dims(&[-2, -1], false)?.item()?, 21.0);
+    /// assert!(x.sum_dims(&[1, -1], false).is_err()); // the same dimension twice
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("sum", self.shape(), dims)?;
         let r = Reduction::new("sum", self.shape(), dims, keepdim)?;
         r.run("sum", self, &r.wrap("sum", ""))
     }
@@ -160,7 +165,8 @@ impl Tensor {
     /// assert_eq!(x.mean_dims(&[0], false)?.to_vec()?, vec![2., 3.5]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn mean_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn mean_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("mean", self.shape(), dims)?;
         let r = Reduction::new("mean", self.shape(), dims, keepdim)?;
         let scale = lit("mean", 1.0 / r.count().max(1) as f64)?;
         r.run("mean", self, &format!("{} * {scale}", r.wrap("sum", "")))
@@ -178,7 +184,8 @@ impl Tensor {
     /// assert_eq!(x.max_dims(&[1], false)?.to_vec()?, vec![7., 4.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn max_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn max_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("max", self.shape(), dims)?;
         self.extremum("max", dims, keepdim)
     }
 
@@ -188,7 +195,8 @@ impl Tensor {
     }
 
     /// Minima over `dims`.
-    pub fn min_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn min_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("min", self.shape(), dims)?;
         self.extremum("min", dims, keepdim)
     }
 
@@ -215,7 +223,8 @@ impl Tensor {
     /// assert!((l - (1000. + 2f64.ln())).abs() < 1e-9);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn logsumexp(&self, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn logsumexp<D: Dim>(&self, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("logsumexp", self.shape(), dims)?;
         let r = Reduction::new("logsumexp", self.shape(), dims, keepdim)?;
         if r.count() == 0 {
             return Err(Error::shape(

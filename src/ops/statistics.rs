@@ -11,8 +11,7 @@
 use super::reduce::Reduction;
 use super::{apply, formula, lit};
 use crate::dtype::DType;
-use crate::tensor::Dim;
-use crate::tensor::Tensor;
+use crate::tensor::{resolve_dims, Dim, Tensor};
 use crate::Error;
 
 /// How a `norm` is taken.
@@ -34,13 +33,25 @@ impl Tensor {
     /// assert_eq!(x.var(&[0, 1], 0, false)?.item()?, 1.25);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn var(&self, dims: &[usize], correction: usize, keepdim: bool) -> Result<Tensor, Error> {
+    pub fn var<D: Dim>(
+        &self,
+        dims: &[D],
+        correction: usize,
+        keepdim: bool,
+    ) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("var", self.shape(), dims)?;
         let r = Reduction::new("var", self.shape(), dims, keepdim)?;
         r.run("var", self, &variance_body("var", &r, correction)?)
     }
 
     /// The standard deviation: `√var` (see [`Tensor::var`]).
-    pub fn std(&self, dims: &[usize], correction: usize, keepdim: bool) -> Result<Tensor, Error> {
+    pub fn std<D: Dim>(
+        &self,
+        dims: &[D],
+        correction: usize,
+        keepdim: bool,
+    ) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("std", self.shape(), dims)?;
         let r = Reduction::new("std", self.shape(), dims, keepdim)?;
         let body = format!("sqrt ({})", variance_body("std", &r, correction)?);
         r.run("std", self, &body)
@@ -58,7 +69,8 @@ impl Tensor {
     /// assert_eq!(x.norm(Norm::Inf, &[0], false)?.item()?, 4.0);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn norm(&self, p: Norm, dims: &[usize], keepdim: bool) -> Result<Tensor, Error> {
+    pub fn norm<D: Dim>(&self, p: Norm, dims: &[D], keepdim: bool) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("norm", self.shape(), dims)?;
         let r = Reduction::new("norm", self.shape(), dims, keepdim)?;
         let x = r.access("");
         let body = match p {

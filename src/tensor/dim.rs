@@ -73,5 +73,15 @@ macro_rules! unsigned_dims {
     )*};
 }
 
+/// Each of `dims` resolved against `shape` (for the ops that take a list
+/// of dimensions, such as `sum_dims(&[-2, -1], …)`).
+pub(crate) fn resolve_dims<D: Dim>(
+    op: &str,
+    shape: &[usize],
+    dims: &[D],
+) -> Result<Vec<usize>, Error> {
+    dims.iter().map(|d| d.resolve(op, shape)).collect()
+}
+
 signed_dims!(i32, i64, isize);
 unsigned_dims!(u32, u64, usize);

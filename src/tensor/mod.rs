@@ -24,6 +24,7 @@ use crate::Error;
 pub(crate) use create::SplitMix64;
 pub(crate) use device::move_all;
 pub use device::{default_device, set_default_device};
+pub(crate) use dim::resolve_dims;
 pub use dim::Dim;
 use std::sync::Arc;
 pub use tape::explain;
