@@ -16,10 +16,12 @@
 //! The corpus is this crate's README and a few of its sources, embedded
 //! with `include_str!` (the crate's license applies).
 
+mod curves;
 mod device_arg;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
+use tenjin::data::{DataLoader, Dataset};
 use tenjin::nn::{Embedding, LayerNorm, Module};
 use tenjin::optim::{Adam, AdamConfig, Optimizer};
 use tenjin::{CrossEntropyOptions, DType, Error, Tensor};
@@ -107,17 +109,44 @@ impl Text {
 
     /// `batch` windows of `context + 1` ids: inputs and next-id targets.
     fn batch(&self, rng: &mut Rng, c: Config) -> Result<(Tensor, Tensor), Error> {
-        let mut x = Vec::with_capacity(c.batch * c.context);
-        let mut y = Vec::with_capacity(c.batch * c.context);
-        for _ in 0..c.batch {
-            let s = rng.below(self.ids.len() - c.context - 1);
-            x.extend_from_slice(&self.ids[s..s + c.context]);
-            y.extend_from_slice(&self.ids[s + 1..s + c.context + 1]);
-        }
-        Ok((
-            Tensor::from_vec_i64(x, &[c.batch, c.context])?,
-            Tensor::from_vec_i64(y, &[c.batch * c.context])?,
-        ))
+        let starts: Vec<usize> = (0..c.batch)
+            .map(|_| rng.below(self.ids.len() - c.context - 1))
+            .collect();
+        windows(&self.ids, &starts, c.context)
+    }
+}
+
+/// The windows of `context + 1` ids starting at `starts`: inputs
+/// `[batch, context]` and next-id targets `[batch·context]`.
+fn windows(ids: &[i64], starts: &[usize], context: usize) -> Result<(Tensor, Tensor), Error> {
+    let mut x = Vec::with_capacity(starts.len() * context);
+    let mut y = Vec::with_capacity(starts.len() * context);
+    for &s in starts {
+        x.extend_from_slice(&ids[s..s + context]);
+        y.extend_from_slice(&ids[s + 1..s + context + 1]);
+    }
+    Ok((
+        Tensor::from_vec_i64(x, &[starts.len(), context])?,
+        Tensor::from_vec_i64(y, &[starts.len() * context])?,
+    ))
+}
+
+/// Every window of the corpus, numbered by its start: what the
+/// `DataLoader` shuffles, batches and collates ahead on its worker.
+struct Windows {
+    ids: std::sync::Arc<[i64]>,
+    context: usize,
+}
+
+impl Dataset for Windows {
+    type Batch = (Tensor, Tensor);
+
+    fn len(&self) -> usize {
+        self.ids.len() - self.context - 1
+    }
+
+    fn batch(&self, starts: &[usize]) -> Result<(Tensor, Tensor), Error> {
+        windows(&self.ids, starts, self.context)
     }
 }
 
@@ -339,10 +368,18 @@ fn train(
             ..Default::default()
         },
     )?;
-    let mut rng = Rng(seed);
+    // Shuffled windows in full batches, collated ahead on a worker thread.
+    let windows = Windows {
+        ids: text.ids.clone().into(),
+        context: CONFIG.context,
+    };
+    let loader = DataLoader::new(windows, CONFIG.batch)?
+        .shuffle(seed)
+        .drop_last(true);
+    let batches = (0..).flat_map(|epoch| loader.epoch(epoch));
     let mut losses = Vec::with_capacity(steps);
-    for step in 0..steps {
-        let (x, y) = text.batch(&mut rng, CONFIG)?;
+    for (step, batch) in batches.take(steps).enumerate() {
+        let (x, y) = batch?;
         opt.zero_grad();
         let loss = model.loss(&x, &y)?;
         loss.backward()?;
@@ -413,6 +450,37 @@ fn main() -> Result<(), Error> {
         start.elapsed().as_secs_f64(),
         mean_tail(&losses[..losses.len().min(10)], 10),
     );
+    let per_step: Vec<(f64, f64)> = losses
+        .iter()
+        .enumerate()
+        .map(|(k, &l)| ((k + 1) as f64, l))
+        .collect();
+    // The mean of the last 50 steps at each step: the trend under the noise.
+    let smoothed: Vec<(f64, f64)> = (0..losses.len())
+        .map(|k| ((k + 1) as f64, mean_tail(&losses[..=k], 50)))
+        .collect();
+    let entropy_line = vec![(1.0, entropy), (losses.len() as f64, entropy)];
+    let panel = curves::Panel {
+        title: "char_lm: cross-entropy (nats per character)".into(),
+        x_label: "step",
+        series: vec![
+            curves::Series {
+                name: "per step",
+                points: per_step,
+            },
+            curves::Series {
+                name: "mean of the last 50",
+                points: smoothed,
+            },
+            curves::Series {
+                name: "unigram entropy",
+                points: entropy_line,
+            },
+        ],
+    };
+    if let Err(e) = curves::save("char_lm", &[panel]) {
+        eprintln!("the curves were not saved: {e}");
+    }
 
     // Save, load into a fresh model, generate from the loaded one.
     let path =

@@ -15,6 +15,7 @@
 //! cross-entropy and SGD with Nesterov momentum. It must reach 98 % test
 //! accuracy (the process fails otherwise).
 
+mod curves;
 mod device_arg;
 mod digits;
 
@@ -46,7 +47,7 @@ fn main() -> Result<(), Error> {
     }
     let model = model()?;
     let mut opt = digits::nesterov_sgd(&model)?;
-    if digits::train(&model, &mut opt, 30)? < 0.98 {
+    if digits::train("train_cnn", &model, &mut opt, 30)? < 0.98 {
         eprintln!("test accuracy below 98%");
         std::process::exit(1);
     }

@@ -14,6 +14,7 @@
 //! gradient; later steps run from the caches (see the statistics printed
 //! at the end).
 
+mod curves;
 mod device_arg;
 mod digits;
 
@@ -35,7 +36,7 @@ fn main() -> Result<(), Error> {
     }
     let model = model()?;
     let mut opt = digits::nesterov_sgd(&model)?;
-    if digits::train(&model, &mut opt, 40)? < 0.95 {
+    if digits::train("train_mlp", &model, &mut opt, 40)? < 0.95 {
         eprintln!("test accuracy below 95%");
         std::process::exit(1);
     }

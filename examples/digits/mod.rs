@@ -7,6 +7,7 @@
 //! only, collated on a worker thread). Not an example itself (a folder
 //! without `main.rs`).
 
+use crate::curves;
 use flate2::read::GzDecoder;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Read;
@@ -151,8 +152,14 @@ pub fn nesterov_sgd(model: &Sequential) -> Result<SGD, Error> {
 
 /// Trains `model` with `opt` for `epochs` epochs of full batches of 64 on
 /// the training split, showing progress; prints accuracies, step times
-/// and the caches' statistics, and returns the test accuracy.
-pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Result<f64, Error> {
+/// and the caches' statistics, saves the curves as `name` (see
+/// `examples/curves`), and returns the test accuracy.
+pub fn train(
+    name: &str,
+    model: &Sequential,
+    opt: &mut impl Optimizer,
+    epochs: usize,
+) -> Result<f64, Error> {
     let (loader, data, test) = training_batches()?;
     let train = &loader.dataset().rows;
     println!(
@@ -171,6 +178,8 @@ pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Res
     let mut first_stats = tenjin::stats();
     // The loop's own time, batches included (evaluation left out).
     let mut looping = Duration::ZERO;
+    let (mut step_losses, mut epoch_losses) = (Vec::new(), Vec::new());
+    let (mut train_accs, mut test_accs) = (Vec::new(), Vec::new());
     for epoch in 0..epochs {
         let mut epoch_loss = 0.0;
         let start = Instant::now();
@@ -188,13 +197,19 @@ pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Res
             } else {
                 step_times.push(elapsed);
             }
-            epoch_loss += loss.item()?;
+            let l = loss.item()?;
+            epoch_loss += l;
+            step_losses.push(((epoch * steps_per_epoch + b + 1) as f64, l));
             bar.inc(1);
         }
         if epoch > 0 {
             looping += start.elapsed();
         }
         let test_acc = accuracy(model, &data, &test)?;
+        let end = ((epoch + 1) * steps_per_epoch) as f64;
+        epoch_losses.push((end, epoch_loss / steps_per_epoch as f64));
+        test_accs.push(((epoch + 1) as f64, test_acc));
+        train_accs.push(((epoch + 1) as f64, accuracy(model, &data, train)?));
         bar.set_message(format!(
             "epoch {:>2}  loss {:.4}  test accuracy {:.1}%",
             epoch + 1,
@@ -224,6 +239,39 @@ pub fn train(model: &Sequential, opt: &mut impl Optimizer, epochs: usize) -> Res
             "per step with its batch from the loader (epochs 2 on): {:.2?}",
             looping / ((epochs - 1) * steps_per_epoch) as u32
         );
+    }
+    let panels = [
+        curves::Panel {
+            title: format!("{name}: cross-entropy"),
+            x_label: "step",
+            series: vec![
+                curves::Series {
+                    name: "per step",
+                    points: step_losses,
+                },
+                curves::Series {
+                    name: "epoch mean",
+                    points: epoch_losses,
+                },
+            ],
+        },
+        curves::Panel {
+            title: format!("{name}: accuracy"),
+            x_label: "epoch",
+            series: vec![
+                curves::Series {
+                    name: "train",
+                    points: train_accs,
+                },
+                curves::Series {
+                    name: "test",
+                    points: test_accs,
+                },
+            ],
+        },
+    ];
+    if let Err(e) = curves::save(name, &panels) {
+        eprintln!("the curves were not saved: {e}");
     }
     println!("after the first step: {first_stats}");
     println!("at the end:           {stats}");
