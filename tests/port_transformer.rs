@@ -1,0 +1,284 @@
+//! A PyTorch training script ported to tenjin line for line
+//! (`tests/ports/transformer.py`): a small causal transformer
+//! (embeddings, a learned position table, two blocks of layer norm,
+//! `MultiheadAttention` and a GELU MLP), AdamW with two parameter groups
+//! (weight decay on matrices only), `clip_grad_norm` at 0.75 and a cosine
+//! schedule with linear warm-up, dropout off, in f64.
+//!
+//! From PyTorch's initial weights the twelve losses and the final
+//! parameters match PyTorch's to 1e-9; from PyTorch's weights, AdamW state
+//! and schedule state after six steps, the last six do too.
+
+use std::f64::consts::PI;
+use tenjin::nn::utils::clip_grad_norm;
+use tenjin::nn::{
+    AttendOptions, Embedding, LayerNorm, Linear, Module, MultiheadAttention,
+    MultiheadAttentionConfig, Sequential, GELU,
+};
+use tenjin::optim::lr_scheduler::{LambdaLR, LrScheduler};
+use tenjin::optim::{AdamConfig, AdamW, Optimizer, ParamGroup};
+use tenjin::{CrossEntropyOptions, DType, Error, Tensor};
+
+const V: usize = 20;
+const E: usize = 16;
+const H: usize = 2;
+const L: usize = 8;
+const B: usize = 4;
+const WARMUP: f64 = 3.0;
+const TOTAL: i64 = 12;
+const STEPS: usize = 12;
+const MID: usize = 6;
+
+struct Block {
+    ln1: LayerNorm,
+    attn: MultiheadAttention,
+    ln2: LayerNorm,
+    mlp: Sequential,
+}
+
+impl Block {
+    fn new() -> Result<Block, Error> {
+        let attn = MultiheadAttentionConfig {
+            batch_first: true,
+            dtype: DType::F64,
+            ..Default::default()
+        };
+        Ok(Block {
+            ln1: LayerNorm::new(&[E], 1e-5, DType::F64)?,
+            attn: MultiheadAttention::with_config(E, H, attn, 0)?,
+            ln2: LayerNorm::new(&[E], 1e-5, DType::F64)?,
+            mlp: Sequential::new()
+                .add(Linear::with_options(E, 4 * E, true, DType::F64, 1)?)
+                .add(GELU::default())
+                .add(Linear::with_options(4 * E, E, true, DType::F64, 2)?),
+        })
+    }
+}
+
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        let h = self.ln1.forward(x)?;
+        let causal = AttendOptions {
+            causal: true,
+            ..Default::default()
+        };
+        let (a, _) = self.attn.attend(&h, &h, &h, &causal)?;
+        let x = x.add(&a)?;
+        x.add(&self.mlp.forward(&self.ln2.forward(&x)?)?)
+    }
+
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        vec![
+            ("ln1".into(), &self.ln1 as &dyn Module),
+            ("attn".into(), &self.attn),
+            ("ln2".into(), &self.ln2),
+            ("mlp".into(), &self.mlp),
+        ]
+    }
+}
+
+struct Model {
+    pos: Tensor,
+    tok: Embedding,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    head: Linear,
+}
+
+impl Model {
+    fn new() -> Result<Model, Error> {
+        Ok(Model {
+            pos: Tensor::zeros(&[L, E], DType::F64)?.requires_grad(),
+            tok: Embedding {
+                weight: Tensor::zeros(&[V, E], DType::F64)?.requires_grad(),
+            },
+            blocks: vec![Block::new()?, Block::new()?],
+            ln_f: LayerNorm::new(&[E], 1e-5, DType::F64)?,
+            head: Linear::with_options(E, V, false, DType::F64, 3)?,
+        })
+    }
+
+    fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor, Error> {
+        let mut x = self.tok.forward(ids)?.add(&self.pos)?;
+        for b in &self.blocks {
+            x = b.forward(&x)?;
+        }
+        let logits = self.head.forward(&self.ln_f.forward(&x)?)?;
+        logits
+            .reshape(&[B * L, V])?
+            .cross_entropy_with(targets, CrossEntropyOptions::default())
+    }
+}
+
+impl Module for Model {
+    fn forward(&self, _: &Tensor) -> Result<Tensor, Error> {
+        Err(Error::Invalid {
+            function: "Model".into(),
+            message: "use loss".into(),
+        })
+    }
+
+    /// PyTorch's order: the module's own parameter first, then its
+    /// children's.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![("pos".to_string(), self.pos.clone())];
+        for (name, child) in self.named_children() {
+            for (n, t) in child.named_parameters() {
+                out.push((format!("{name}.{n}"), t));
+            }
+        }
+        out
+    }
+
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        let mut out: Vec<(String, &dyn Module)> = vec![("tok".into(), &self.tok)];
+        for (k, b) in self.blocks.iter().enumerate() {
+            out.push((format!("blocks.{k}"), b));
+        }
+        out.push(("ln_f".into(), &self.ln_f));
+        out.push(("head".into(), &self.head));
+        out
+    }
+}
+
+/// The script's deterministic batch of `step`: ids and next-id targets.
+fn batch(step: usize) -> Result<(Tensor, Tensor), Error> {
+    let (mut ids, mut targets) = (Vec::new(), Vec::new());
+    for b in 0..B {
+        for t in 0..=L {
+            let k = (b * (L + 1) + t) as i64;
+            let id = (k * 7 + step as i64 * 3 + k / 5) % V as i64;
+            if t < L {
+                ids.push(id);
+            }
+            if t > 0 {
+                targets.push(id);
+            }
+        }
+    }
+    Ok((
+        Tensor::from_vec_i64(ids, &[B, L])?,
+        Tensor::from_vec_i64(targets, &[B * L])?,
+    ))
+}
+
+fn load(name: &str) -> Vec<(String, Tensor)> {
+    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
+    tenjin::safetensors::load(path).expect("the PyTorch side's file")
+}
+
+/// The optimizer and the schedule of the script: AdamW with weight decay
+/// on parameters of two or more dimensions only; warm-up, then cosine.
+fn optimizer(model: &Model) -> Result<(AdamW, LambdaLR), Error> {
+    let (decay, no_decay): (Vec<Tensor>, Vec<Tensor>) = model
+        .parameters()
+        .into_iter()
+        .partition(|p| p.rank() >= 2);
+    let base = AdamConfig {
+        lr: 3e-3,
+        betas: (0.9, 0.95),
+        weight_decay: 0.1,
+        ..AdamConfig::adamw()
+    };
+    let mut opt = AdamW::with_groups(vec![
+        ParamGroup::new(decay, base),
+        ParamGroup::new(
+            no_decay,
+            AdamConfig {
+                weight_decay: 0.0,
+                ..base
+            },
+        ),
+    ])?;
+    let schedule = LambdaLR::new(&mut opt, |s| {
+        ((s + 1) as f64 / WARMUP).min(1.0) * 0.5 * (1.0 + (PI * s.min(TOTAL) as f64 / TOTAL as f64).cos())
+    })?;
+    Ok((opt, schedule))
+}
+
+/// Steps `range` of the script's loop; the losses.
+fn train(
+    model: &Model,
+    opt: &mut AdamW,
+    schedule: &mut LambdaLR,
+    range: std::ops::Range<usize>,
+) -> Result<Vec<f64>, Error> {
+    let params = model.parameters();
+    let mut losses = Vec::new();
+    for step in range {
+        let (ids, targets) = batch(step)?;
+        opt.zero_grad();
+        let loss = model.loss(&ids, &targets)?;
+        loss.backward()?;
+        clip_grad_norm(&params, 0.75, 2.0)?;
+        opt.step()?;
+        schedule.step(opt)?;
+        losses.push(loss.item()?);
+    }
+    Ok(losses)
+}
+
+fn close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
+            "{what}[{k}]: {g}, PyTorch {w}"
+        );
+    }
+}
+
+fn check_final(model: &Model, out: &[(String, Tensor)]) -> Result<(), Error> {
+    let state = model.state_dict();
+    assert_eq!(state.len(), out.len() - 1, "every parameter compared");
+    for (name, t) in &state {
+        let (_, want) = out.iter().find(|(n, _)| n == name).expect("in PyTorch's state");
+        close(name, &t.to_vec_f64()?, &want.to_vec_f64()?);
+    }
+    Ok(())
+}
+
+fn pytorch_losses(out: &[(String, Tensor)]) -> Vec<f64> {
+    let (_, l) = out.iter().find(|(n, _)| n == "losses").expect("losses");
+    l.to_vec_f64().unwrap()
+}
+
+#[test]
+fn from_pytorchs_initial_weights_the_run_is_pytorchs() -> Result<(), Error> {
+    let model = Model::new()?;
+    model.load_state_dict(&load("transformer_init.safetensors"))?;
+    let (mut opt, mut schedule) = optimizer(&model)?;
+    let losses = train(&model, &mut opt, &mut schedule, 0..STEPS)?;
+    let out = load("transformer_out.safetensors");
+    close("losses", &losses, &pytorch_losses(&out));
+    check_final(&model, &out)
+}
+
+#[test]
+fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> {
+    let mid = load("transformer_mid.safetensors");
+    let model = Model::new()?;
+    let weights: Vec<(String, Tensor)> = mid
+        .iter()
+        .filter(|(n, _)| !n.starts_with("opt.") && !n.starts_with("sched."))
+        .cloned()
+        .collect();
+    model.load_state_dict(&weights)?;
+    let (mut opt, mut schedule) = optimizer(&model)?;
+    let strip = |prefix: &str| -> Vec<(String, Tensor)> {
+        mid.iter()
+            .filter_map(|(n, t)| n.strip_prefix(prefix).map(|s| (s.to_string(), t.clone())))
+            .collect()
+    };
+    opt.load_state_dict(&strip("opt."))?;
+    let sched: Vec<(String, f64)> = strip("sched.")
+        .into_iter()
+        .map(|(n, t)| (n, t.item().unwrap()))
+        .collect();
+    schedule.load_state_dict(&sched)?;
+    opt.set_learning_rates(&schedule.last_lrs())?;
+    let losses = train(&model, &mut opt, &mut schedule, MID..STEPS)?;
+    let out = load("transformer_out.safetensors");
+    close("losses", &losses, &pytorch_losses(&out)[MID..]);
+    check_final(&model, &out)
+}
