@@ -9,7 +9,9 @@
 //! eval-mode loss and the final state match PyTorch's to 1e-9; from its
 //! state and momentum buffers after three steps, the rest do too.
 
-use tenjin::nn::{BatchNorm, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential};
+use tenjin::nn::{
+    BatchNorm, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential,
+};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Error, Tensor};
 
@@ -57,7 +59,11 @@ fn sgd(model: &Sequential) -> Result<SGD, Error> {
 }
 
 /// Training steps `range` in train mode, then the eval-mode loss.
-fn run(model: &Sequential, opt: &mut SGD, range: std::ops::Range<usize>) -> Result<(Vec<f64>, f64), Error> {
+fn run(
+    model: &Sequential,
+    opt: &mut SGD,
+    range: std::ops::Range<usize>,
+) -> Result<(Vec<f64>, f64), Error> {
     model.train();
     let mut losses = Vec::new();
     for step in range {

@@ -170,10 +170,8 @@ fn load(name: &str) -> Vec<(String, Tensor)> {
 /// The optimizer and the schedule of the script: AdamW with weight decay
 /// on parameters of two or more dimensions only; warm-up, then cosine.
 fn optimizer(model: &Model) -> Result<(AdamW, LambdaLR), Error> {
-    let (decay, no_decay): (Vec<Tensor>, Vec<Tensor>) = model
-        .parameters()
-        .into_iter()
-        .partition(|p| p.rank() >= 2);
+    let (decay, no_decay): (Vec<Tensor>, Vec<Tensor>) =
+        model.parameters().into_iter().partition(|p| p.rank() >= 2);
     let base = AdamConfig {
         lr: 3e-3,
         betas: (0.9, 0.95),
@@ -191,7 +189,9 @@ fn optimizer(model: &Model) -> Result<(AdamW, LambdaLR), Error> {
         ),
     ])?;
     let schedule = LambdaLR::new(&mut opt, |s| {
-        ((s + 1) as f64 / WARMUP).min(1.0) * 0.5 * (1.0 + (PI * s.min(TOTAL) as f64 / TOTAL as f64).cos())
+        ((s + 1) as f64 / WARMUP).min(1.0)
+            * 0.5
+            * (1.0 + (PI * s.min(TOTAL) as f64 / TOTAL as f64).cos())
     })?;
     Ok((opt, schedule))
 }
@@ -232,7 +232,10 @@ fn check_final(model: &Model, out: &[(String, Tensor)]) -> Result<(), Error> {
     let state = model.state_dict();
     assert_eq!(state.len(), out.len() - 1, "every parameter compared");
     for (name, t) in &state {
-        let (_, want) = out.iter().find(|(n, _)| n == name).expect("in PyTorch's state");
+        let (_, want) = out
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("in PyTorch's state");
         close(name, &t.to_vec_f64()?, &want.to_vec_f64()?);
     }
     Ok(())

@@ -1,0 +1,137 @@
+//! A PyTorch training script with `Dropout` ported to tenjin line for line
+//! (`tests/ports/dropout_mlp.py`): an MLP with `Dropout` between its
+//! layers, Adam and a cosine schedule, in f64.
+//!
+//! PyTorch's random stream is not tenjin's, so with dropout on the run is
+//! held to what a stream must give: the same losses from the same seed
+//! (and other ones from another), the kept fraction and scale of the
+//! masks, no effect in eval mode. With `p = 0` the whole trajectory
+//! matches PyTorch's to 1e-9, which checks the rest of the port.
+
+use tenjin::nn::{Dropout, Linear, Module, ReLU, Sequential};
+use tenjin::optim::lr_scheduler::{CosineAnnealingLR, LrScheduler};
+use tenjin::optim::{Adam, AdamConfig, Optimizer};
+use tenjin::{DType, Error, Tensor};
+
+const STEPS: usize = 10;
+
+fn make(p: f64) -> Result<Sequential, Error> {
+    Ok(Sequential::new()
+        .add(Linear::with_options(8, 32, true, DType::F64, 0)?)
+        .add(ReLU)
+        .add(Dropout::new(p)?)
+        .add(Linear::with_options(32, 3, true, DType::F64, 1)?))
+}
+
+fn data() -> Result<(Tensor, Vec<usize>), Error> {
+    let x: Vec<f64> = (0..32 * 8).map(|k| (k as f64 * 0.61).sin()).collect();
+    Ok((
+        Tensor::from_vec_f64(x, &[32, 8])?,
+        (0..32).map(|k| k * 7 % 3).collect(),
+    ))
+}
+
+fn load(name: &str) -> Vec<(String, Tensor)> {
+    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
+    tenjin::safetensors::load(path).expect("the PyTorch side's file")
+}
+
+/// The script's `train`: the losses of `STEPS` Adam steps with a cosine
+/// schedule, in train mode.
+fn train(model: &Sequential) -> Result<Vec<f64>, Error> {
+    let (x, y) = data()?;
+    let config = AdamConfig {
+        lr: 1e-2,
+        ..Default::default()
+    };
+    let mut opt = Adam::new(model.parameters(), config)?;
+    let mut schedule = CosineAnnealingLR::new(&mut opt, STEPS, 0.0)?;
+    model.train();
+    let mut losses = Vec::new();
+    for _ in 0..STEPS {
+        opt.zero_grad();
+        let loss = model.forward(&x)?.cross_entropy(&y)?;
+        loss.backward()?;
+        opt.step()?;
+        schedule.step(&mut opt)?;
+        losses.push(loss.item()?);
+    }
+    Ok(losses)
+}
+
+fn from_init(p: f64) -> Result<Sequential, Error> {
+    let model = make(p)?;
+    model.load_state_dict(&load("dropout_mlp_init.safetensors"))?;
+    Ok(model)
+}
+
+#[test]
+fn without_dropout_the_run_is_pytorchs() -> Result<(), Error> {
+    let model = from_init(0.0)?;
+    let losses = train(&model)?;
+    let out = load("dropout_mlp_out.safetensors");
+    let value = |name: &str| {
+        out.iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+            .to_vec_f64()
+            .unwrap()
+    };
+    let close = |what: &str, got: &[f64], want: &[f64]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
+                "{what}: {got:?}, PyTorch {want:?}"
+            );
+        }
+    };
+    close("losses", &losses, &value("losses"));
+    for (name, t) in model.state_dict() {
+        close(&name, &t.to_vec_f64()?, &value(&name));
+    }
+    Ok(())
+}
+
+#[test]
+fn with_dropout_the_run_is_reproducible_from_its_seed() -> Result<(), Error> {
+    let run = |seed| -> Result<Vec<f64>, Error> {
+        tenjin::manual_seed(seed);
+        train(&from_init(0.3)?)
+    };
+    let a = run(1)?;
+    assert_eq!(a, run(1)?, "the same seed, the same losses bit for bit");
+    assert_ne!(a, run(2)?, "another seed, other masks");
+    let plain = train(&from_init(0.0)?)?;
+    assert_ne!(a, plain, "dropout acts in training mode");
+    assert!(a.iter().all(|l| l.is_finite()));
+    Ok(())
+}
+
+#[test]
+fn the_masks_keep_one_minus_p_and_eval_mode_is_the_identity() -> Result<(), Error> {
+    let model = from_init(0.3)?;
+    let dropout = &model.layers()[2];
+    tenjin::manual_seed(5);
+    let ones = Tensor::ones(&[32, 32], DType::F64)?;
+    let mut kept = 0usize;
+    for _ in 0..STEPS {
+        let y = dropout.forward(&ones)?.to_vec_f64()?;
+        assert!(y.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.7).abs() < 1e-15));
+        kept += y.iter().filter(|&&v| v != 0.0).count();
+    }
+    let n = (STEPS * 32 * 32) as f64;
+    let sd = (0.3 * 0.7 / n).sqrt();
+    let fraction = kept as f64 / n;
+    assert!((fraction - 0.7).abs() < 5.0 * sd, "kept {fraction}");
+    // Eval mode: the model with dropout computes what the one without does.
+    let (x, _) = data()?;
+    model.eval();
+    let plain = from_init(0.0)?;
+    plain.eval();
+    assert_eq!(
+        model.forward(&x)?.to_vec_f64()?,
+        plain.forward(&x)?.to_vec_f64()?
+    );
+    Ok(())
+}
