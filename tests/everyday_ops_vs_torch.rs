@@ -1,5 +1,6 @@
 //! The everyday ops against PyTorch's own values: each op's forward value
-//! and the gradient of `sum(f(x) · w)` for every input, in f64, from
+//! and the gradient of `sum(f(x) · w)` for every input, in f64 (to 1e-12)
+//! and in f32 (to the precision of f32 over the op's few steps), from
 //! `tests/data/torch_everyday.txt` (made once by `bench/torch_everyday.py`
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
@@ -84,19 +85,25 @@ fn labels() -> Result<Tensor, Error> {
 /// in training (running statistics from 0 and 1) or evaluation (running
 /// statistics [0.1, −0.2] and [0.5, 2.0], as the reference).
 fn batch_norm(t: &[Tensor], training: bool) -> Result<(Tensor, BatchNorm), Error> {
-    let mut bn = BatchNorm::new(2, 1e-5, 0.1, DType::F64)?;
+    let mut bn = BatchNorm::new(2, 1e-5, 0.1, t[0].dtype())?;
     bn.weight = t[1].clone();
     bn.bias = t[2].clone();
     if !training {
-        bn.running_mean = Tensor::from_vec_f64(vec![0.1, -0.2], &[2])?;
-        bn.running_var = Tensor::from_vec_f64(vec![0.5, 2.0], &[2])?;
+        bn.running_mean = like(vec![0.1, -0.2], &[2], &t[0])?;
+        bn.running_var = like(vec![0.5, 2.0], &[2], &t[0])?;
         bn.eval();
     }
     Ok((bn.forward(&t[0])?, bn))
 }
 
+/// `values` of `shape` in `t`'s dtype.
+fn like(values: Vec<f64>, shape: &[usize], t: &Tensor) -> Result<Tensor, Error> {
+    Tensor::from_vec_f64(values, shape)?.to_dtype(t.dtype())
+}
+
 /// The tenjin op of a case.
 fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
+    let dtype = t[0].dtype();
     let r = LossReduction::Mean;
     match name {
         "log1p" => t[0].log1p(),
@@ -128,13 +135,11 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "triu_1" => t[0].triu(1),
         "layer_norm" => t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
         "layer_norm_no_affine" => {
-            tenjin::nn::LayerNorm::with_options(&[4], 1e-5, false, DType::F64)?.forward(&t[0])
+            tenjin::nn::LayerNorm::with_options(&[4], 1e-5, false, dtype)?.forward(&t[0])
         }
-        "masked_fill" => {
-            t[0].masked_fill(&t[0].detach().gt(&Tensor::scalar(0.5, DType::F64)?)?, -1.25)
-        }
+        "masked_fill" => t[0].masked_fill(&t[0].detach().gt(&Tensor::scalar(0.5, dtype)?)?, -1.25),
         "masked_fill_row_mask" => {
-            t[0].masked_fill(&Tensor::from_vec_f64(vec![1.0, 0.0, 1.0, 0.0], &[4])?, 2.0)
+            t[0].masked_fill(&like(vec![1.0, 0.0, 1.0, 0.0], &[4], &t[0])?, 2.0)
         }
         "chunk3_dim1_weighted" => weighted_cat(t[0].chunk(3, 1)?, 1),
         "split3_dim1_weighted" => weighted_cat(t[0].split(3, -1)?, 1),
@@ -176,8 +181,8 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
             let (_, bn) = batch_norm(
                 &[
                     t[0].clone(),
-                    Tensor::ones(&[2], DType::F64)?,
-                    Tensor::zeros(&[2], DType::F64)?,
+                    Tensor::ones(&[2], dtype)?,
+                    Tensor::zeros(&[2], dtype)?,
                 ],
                 true,
             )?;
@@ -247,7 +252,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
             let m: Vec<f64> = (0..30)
                 .map(|e| ((e / 6) as f64 * 0.7 + (e % 6) as f64 * 1.3).sin() * 0.5)
                 .collect();
-            let mask = Tensor::from_vec_f64(m, &[5, 6])?;
+            let mask = like(m, &[5, 6], &t[0])?;
             let o = AttentionOptions {
                 mask: Some(&mask),
                 scale: Some(0.3),
@@ -294,7 +299,7 @@ fn mha(t: &[Tensor], o: &AttendOptions) -> Result<Tensor, Error> {
         t[3].clone(),
         Some(t[4].clone()),
         MultiheadAttentionConfig {
-            dtype: DType::F64,
+            dtype: t[0].dtype(),
             ..Default::default()
         },
     )?;
@@ -312,7 +317,10 @@ fn weighted_cat(parts: Vec<Tensor>, dim: usize) -> Result<Tensor, Error> {
     Tensor::cat(&scaled.iter().collect::<Vec<_>>(), dim)
 }
 
-fn close(what: &str, got: &[f64], want: &[f64]) -> Result<(), String> {
+/// `got` against PyTorch's f64 `want`: to 1e-12 relative in f64; in f32
+/// to 1e-5 of the largest magnitude of the values compared (an f32 op of
+/// a few steps, against the exact value).
+fn close(what: &str, got: &[f64], want: &[f64], dtype: DType) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!(
             "{what}: {} values, PyTorch {}",
@@ -320,8 +328,16 @@ fn close(what: &str, got: &[f64], want: &[f64]) -> Result<(), String> {
             want.len()
         ));
     }
+    let scale = want
+        .iter()
+        .filter(|w| w.is_finite())
+        .fold(1.0f64, |m, w| m.max(w.abs()));
     for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-14 + 1e-12 * w.abs();
+        let tol = match dtype {
+            DType::F64 => 1e-14 + 1e-12 * w.abs(),
+            _ => 1e-5 * scale,
+        };
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol;
         if !ok {
             return Err(format!("{what}[{k}]: {g:e}, PyTorch {w:e}"));
         }
@@ -331,6 +347,15 @@ fn close(what: &str, got: &[f64], want: &[f64]) -> Result<(), String> {
 
 #[test]
 fn every_new_op_matches_pytorch_values_and_gradients_in_f64() -> Result<(), Error> {
+    every_op_in(DType::F64)
+}
+
+#[test]
+fn every_new_op_matches_pytorch_values_and_gradients_in_f32() -> Result<(), Error> {
+    every_op_in(DType::F32)
+}
+
+fn every_op_in(dtype: DType) -> Result<(), Error> {
     let cases = cases();
     assert!(cases.len() >= 30, "{} reference cases", cases.len());
     let mut failures = Vec::new();
@@ -338,10 +363,15 @@ fn every_new_op_matches_pytorch_values_and_gradients_in_f64() -> Result<(), Erro
         let inputs: Vec<Tensor> = c
             .inputs
             .iter()
-            .map(|(s, v)| Ok(Tensor::from_vec_f64(v.clone(), s)?.requires_grad()))
+            .map(|(s, v)| {
+                Ok(Tensor::from_vec_f64(v.clone(), s)?
+                    .to_dtype(dtype)?
+                    .requires_grad())
+            })
             .collect::<Result<_, Error>>()?;
         let y = op(&c.name, &inputs)?;
-        if let Err(e) = close(&c.name, &y.to_vec_f64()?, &c.out.1) {
+        assert!(!y.dtype().is_float() || y.dtype() == dtype, "{}", c.name);
+        if let Err(e) = close(&c.name, &y.to_vec_f64()?, &c.out.1, dtype) {
             failures.push(e);
             continue;
         }
@@ -353,16 +383,16 @@ fn every_new_op_matches_pytorch_values_and_gradients_in_f64() -> Result<(), Erro
         let n: Vec<f64> = (0..12).map(|k| (k as f64).cos() * 0.5 + 1.0).collect();
         let w = if y.rank() == 4 {
             let v = (0..y.numel()).map(|k| (k as f64 * 0.29).cos()).collect();
-            Tensor::from_vec_f64(v, y.shape())?
+            like(v, y.shape(), &y)?
         } else if y.shape() == [3, 4] {
-            Tensor::from_vec_f64(n, &[3, 4])?
+            like(n, &[3, 4], &y)?
         } else {
-            Tensor::full(y.shape(), 0.75, DType::F64)?
+            Tensor::full(y.shape(), 0.75, dtype)?
         };
         y.mul(&w)?.sum()?.backward()?;
         for (k, (x, want)) in inputs.iter().zip(&c.grads).enumerate() {
             let g = x.grad().expect("a gradient").to_vec_f64()?;
-            if let Err(e) = close(&format!("{} grad{k}", c.name), &g, want) {
+            if let Err(e) = close(&format!("{} grad{k}", c.name), &g, want, dtype) {
                 failures.push(e);
             }
         }

@@ -9,6 +9,9 @@
 //! eval-mode loss and the final state match PyTorch's to 1e-9; from its
 //! state and momentum buffers after three steps, the rest do too.
 
+mod common;
+
+use common::ports::{close, load, value};
 use tenjin::nn::{
     BatchNorm, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential,
 };
@@ -42,11 +45,6 @@ fn batch(step: usize) -> Result<(Tensor, Vec<usize>), Error> {
     Ok((Tensor::from_vec_f64(x, &[N, 1, 8, 8])?, y))
 }
 
-fn load(name: &str) -> Vec<(String, Tensor)> {
-    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
-    tenjin::safetensors::load(path).expect("the PyTorch side's file")
-}
-
 fn sgd(model: &Sequential) -> Result<SGD, Error> {
     let config = SgdConfig {
         lr: 0.05,
@@ -78,21 +76,6 @@ fn run(
     let (x, y) = batch(100)?;
     let eval = tenjin::no_grad(|| model.forward(&x)?.cross_entropy(&y))?.item()?;
     Ok((losses, eval))
-}
-
-fn close(what: &str, got: &[f64], want: &[f64]) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
-            "{what}[{k}]: {g}, PyTorch {w}"
-        );
-    }
-}
-
-fn value(out: &[(String, Tensor)], name: &str) -> Vec<f64> {
-    let (_, t) = out.iter().find(|(n, _)| n == name).expect(name);
-    t.to_vec_f64().unwrap()
 }
 
 fn check(model: &Sequential, losses: &[f64], eval: f64, from: usize) -> Result<(), Error> {

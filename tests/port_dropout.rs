@@ -8,6 +8,9 @@
 //! masks, no effect in eval mode. With `p = 0` the whole trajectory
 //! matches PyTorch's to 1e-9, which checks the rest of the port.
 
+mod common;
+
+use common::ports::{close, load, value};
 use tenjin::nn::{Dropout, Linear, Module, ReLU, Sequential};
 use tenjin::optim::lr_scheduler::{CosineAnnealingLR, LrScheduler};
 use tenjin::optim::{Adam, AdamConfig, Optimizer};
@@ -29,11 +32,6 @@ fn data() -> Result<(Tensor, Vec<usize>), Error> {
         Tensor::from_vec_f64(x, &[32, 8])?,
         (0..32).map(|k| k * 7 % 3).collect(),
     ))
-}
-
-fn load(name: &str) -> Vec<(String, Tensor)> {
-    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
-    tenjin::safetensors::load(path).expect("the PyTorch side's file")
 }
 
 /// The script's `train`: the losses of `STEPS` Adam steps with a cosine

@@ -9,6 +9,9 @@
 //! parameters match PyTorch's to 1e-9; from PyTorch's weights, AdamW state
 //! and schedule state after six steps, the last six do too.
 
+mod common;
+
+use common::ports::{close, load, value};
 use std::f64::consts::PI;
 use tenjin::nn::utils::clip_grad_norm;
 use tenjin::nn::{
@@ -162,11 +165,6 @@ fn batch(step: usize) -> Result<(Tensor, Tensor), Error> {
     ))
 }
 
-fn load(name: &str) -> Vec<(String, Tensor)> {
-    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
-    tenjin::safetensors::load(path).expect("the PyTorch side's file")
-}
-
 /// The optimizer and the schedule of the script: AdamW with weight decay
 /// on parameters of two or more dimensions only; warm-up, then cosine.
 fn optimizer(model: &Model) -> Result<(AdamW, LambdaLR), Error> {
@@ -218,16 +216,6 @@ fn train(
     Ok(losses)
 }
 
-fn close(what: &str, got: &[f64], want: &[f64]) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
-            "{what}[{k}]: {g}, PyTorch {w}"
-        );
-    }
-}
-
 fn check_final(model: &Model, out: &[(String, Tensor)]) -> Result<(), Error> {
     let state = model.state_dict();
     assert_eq!(state.len(), out.len() - 1, "every parameter compared");
@@ -253,7 +241,7 @@ fn from_pytorchs_initial_weights_the_run_is_pytorchs() -> Result<(), Error> {
     let (mut opt, mut schedule) = optimizer(&model)?;
     let losses = train(&model, &mut opt, &mut schedule, 0..STEPS)?;
     let out = load("transformer_out.safetensors");
-    close("losses", &losses, &pytorch_losses(&out));
+    close("losses", &losses, &value(&out, "losses"));
     check_final(&model, &out)
 }
 
@@ -282,6 +270,6 @@ fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> 
     opt.set_learning_rates(&schedule.last_lrs())?;
     let losses = train(&model, &mut opt, &mut schedule, MID..STEPS)?;
     let out = load("transformer_out.safetensors");
-    close("losses", &losses, &pytorch_losses(&out)[MID..]);
+    close("losses", &losses, &value(&out, "losses")[MID..]);
     check_final(&model, &out)
 }

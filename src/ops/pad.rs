@@ -83,23 +83,12 @@ impl Tensor {
             return self.pad(pads, 0.0);
         }
         let op = format!("pad ({})", mode.name());
-        if pads.len() != self.rank() {
-            return Err(Error::shape(
-                &op,
-                format!(
-                    "input of shape {:?}: {} (before, after) pairs given for {} dimensions (one pair per dimension)",
-                    self.shape(),
-                    pads.len(),
-                    self.rank()
-                ),
-            ));
-        }
+        let out_shape = super::shape::padded_shape(&op, self.shape(), pads)?;
         let ix = indices("i", self.rank());
-        let mut out_shape = Vec::with_capacity(self.rank());
-        // Per padded dimension: (the three positions, the guards' bounds).
+        // Per padded dimension: the positions read before, inside and
+        // after the input.
         let mut choices: Vec<Option<(String, String, String)>> = Vec::new();
         for (d, (&n, &(b, a))) in self.shape().iter().zip(pads).enumerate() {
-            out_shape.push(n + b + a);
             if b == 0 && a == 0 {
                 choices.push(None);
                 continue;
@@ -115,6 +104,9 @@ impl Tensor {
                 )
             })?;
             choices.push(Some((before, formula::shifted(&ix[d], -(b as i64)), after)));
+        }
+        if out_shape.contains(&0) {
+            return super::shape::empty_like(&out_shape, self);
         }
         let body = nest(&ix, &choices, pads, self.shape(), 0, &mut ix.clone());
         let sizes = formula::sizes("i", &out_shape);

@@ -47,6 +47,27 @@ impl Pool2d {
             count_include_pad: true,
         }
     }
+
+    /// Windows of `kernel_size` moved by `stride` over `padding`, the
+    /// other options PyTorch's defaults.
+    fn padded(kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Pool2d {
+        Pool2d {
+            stride,
+            padding,
+            ..Pool2d::new(kernel_size)
+        }
+    }
+
+    fn spec(&self) -> PoolSpec<'_> {
+        PoolSpec {
+            kernel: &self.kernel_size,
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+            ceil_mode: self.ceil_mode,
+            count_include_pad: self.count_include_pad,
+        }
+    }
 }
 
 /// The validated-on-use options of one pool, per spatial dimension.
@@ -290,12 +311,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn avg_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd(
-            "avg_pool2d",
-            self,
-            &PoolSpec::plain(&kernel, &stride, &[0, 0]),
-            Pool::Avg,
-        )
+        self.avg_pool2d_padded(kernel, stride, [0, 0])
     }
 
     /// Max pooling over the last two dimensions (`[.., H, W]`).
@@ -308,12 +324,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2]) -> Result<Tensor, Error> {
-        pool_nd(
-            "max_pool2d",
-            self,
-            &PoolSpec::plain(&kernel, &stride, &[0, 0]),
-            Pool::Max,
-        )
+        self.max_pool2d_padded(kernel, stride, [0, 0])
     }
 
     /// [`Tensor::avg_pool2d`] with `padding` zeros on each side, counted
@@ -332,12 +343,7 @@ impl Tensor {
         stride: [usize; 2],
         padding: [usize; 2],
     ) -> Result<Tensor, Error> {
-        pool_nd(
-            "avg_pool2d",
-            self,
-            &PoolSpec::plain(&kernel, &stride, &padding),
-            Pool::Avg,
-        )
+        self.avg_pool2d_with(&Pool2d::padded(kernel, stride, padding))
     }
 
     /// [`Tensor::max_pool2d`] with `padding` on each side that no window's
@@ -357,12 +363,7 @@ impl Tensor {
         stride: [usize; 2],
         padding: [usize; 2],
     ) -> Result<Tensor, Error> {
-        pool_nd(
-            "max_pool2d",
-            self,
-            &PoolSpec::plain(&kernel, &stride, &padding),
-            Pool::Max,
-        )
+        self.max_pool2d_with(&Pool2d::padded(kernel, stride, padding))
     }
 
     /// Average pooling to an `[oh, ow]` output (PyTorch's
@@ -406,15 +407,7 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn max_pool2d_with(&self, o: &Pool2d) -> Result<Tensor, Error> {
-        let spec = PoolSpec {
-            kernel: &o.kernel_size,
-            stride: &o.stride,
-            padding: &o.padding,
-            dilation: &o.dilation,
-            ceil_mode: o.ceil_mode,
-            count_include_pad: true,
-        };
-        pool_nd("max_pool2d", self, &spec, Pool::Max)
+        pool_nd("max_pool2d", self, &o.spec(), Pool::Max)
     }
 
     /// Average pooling over `[.., H, W]` with PyTorch's `F.avg_pool2d`
@@ -441,14 +434,6 @@ impl Tensor {
                 ),
             ));
         }
-        let spec = PoolSpec {
-            kernel: &o.kernel_size,
-            stride: &o.stride,
-            padding: &o.padding,
-            dilation: &o.dilation,
-            ceil_mode: o.ceil_mode,
-            count_include_pad: o.count_include_pad,
-        };
-        pool_nd("avg_pool2d", self, &spec, Pool::Avg)
+        pool_nd("avg_pool2d", self, &o.spec(), Pool::Avg)
     }
 }

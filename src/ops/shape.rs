@@ -237,34 +237,8 @@ impl Tensor {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Result<Tensor, Error> {
-        if pads.len() != self.rank() {
-            return Err(Error::shape(
-                "pad",
-                format!(
-                    "input of shape {:?}: {} (before, after) pairs given for {} dimensions (one pair per dimension)",
-                    self.shape(),
-                    pads.len(),
-                    self.rank()
-                ),
-            ));
-        }
+        let out_shape = padded_shape("pad", self.shape(), pads)?;
         let v = lit("pad", value)?;
-        let mut out_shape = Vec::with_capacity(self.rank());
-        for (d, (&n, &(b, a))) in self.shape().iter().zip(pads).enumerate() {
-            let size = n
-                .checked_add(b)
-                .and_then(|s| s.checked_add(a))
-                .ok_or_else(|| {
-                    Error::shape(
-                        "pad",
-                        format!(
-                            "input of shape {:?}: padding ({b}, {a}) of dimension {d} overflows",
-                            self.shape()
-                        ),
-                    )
-                })?;
-            out_shape.push(size);
-        }
         if out_shape.contains(&0) {
             return empty_like(&out_shape, self);
         }
@@ -363,4 +337,34 @@ impl Tensor {
         debug_assert_eq!(t.shape(), &pair_shape[..]);
         t.reshape(&out_shape)
     }
+}
+
+/// The shape of `shape` padded by `pads` (one `(before, after)` pair per
+/// dimension), or an error naming `op`.
+pub(super) fn padded_shape(
+    op: &str,
+    shape: &[usize],
+    pads: &[(usize, usize)],
+) -> Result<Vec<usize>, Error> {
+    if pads.len() != shape.len() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "input of shape {shape:?}: {} (before, after) pairs given for {} dimensions (one pair per dimension)",
+                pads.len(),
+                shape.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(shape.len());
+    for (d, (&n, &(b, a))) in shape.iter().zip(pads).enumerate() {
+        let size = n.checked_add(b).and_then(|s| s.checked_add(a));
+        out.push(size.ok_or_else(|| {
+            Error::shape(
+                op,
+                format!("input of shape {shape:?}: padding ({b}, {a}) of dimension {d} overflows"),
+            )
+        })?);
+    }
+    Ok(out)
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod ports;
 pub mod user_functions;
 
 use rand::rngs::StdRng;

@@ -1,0 +1,30 @@
+//! What the ports of PyTorch scripts (`tests/port_*.rs`) share: reading
+//! the PyTorch side's files and comparing to 1e-9.
+
+use tenjin::Tensor;
+
+/// The entries of `tests/data/ports/{name}` (written by `tests/ports/*.py`).
+pub fn load(name: &str) -> Vec<(String, Tensor)> {
+    let path = format!("{}/tests/data/ports/{name}", env!("CARGO_MANIFEST_DIR"));
+    tenjin::safetensors::load(path).expect("the PyTorch side's file")
+}
+
+/// The values of the entry `name`.
+pub fn value(entries: &[(String, Tensor)], name: &str) -> Vec<f64> {
+    let (_, t) = entries
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no `{name}` in PyTorch's file"));
+    t.to_vec_f64().expect("readable values")
+}
+
+/// `got` equals PyTorch's `want` to 1e-9 (relative; absolute below 1e-3).
+pub fn close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
+            "{what}[{k}]: {g}, PyTorch {w}"
+        );
+    }
+}
