@@ -119,7 +119,25 @@ def conv1d():
     report("torch", "conv1d_value_grad", f"B={B},C=O={C},T={T},K={K}", median_ms(11, vg))
 
 
+def dropout(n):
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).requires_grad_(True)
+    G = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+
+    def fwd():
+        with torch.no_grad():
+            return torch.nn.functional.dropout(x, 0.5, training=True)
+
+    def vg():
+        y = (torch.nn.functional.dropout(x, 0.5, training=True) * G).sum()
+        (gx,) = torch.autograd.grad(y, x)
+        return y, gx
+
+    report("torch", "dropout_forward", f"n={n},p=0.5", median_ms(7, fwd))
+    report("torch", "dropout_value_grad", f"n={n},p=0.5", median_ms(7, vg))
+
+
 if __name__ == "__main__":
+    dropout(1 << 24)
     conv1d()
     mlp(64)
     mlp(256)

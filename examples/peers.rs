@@ -179,7 +179,29 @@ fn conv1d() -> Result<(), tenjin::Error> {
     Ok(())
 }
 
+/// Dropout (p = 0.5, training) of `n` f32 values: the forward alone, and
+/// value and gradient of `Σ dropout(x) · G` (the mask drawn in the kernel
+/// and again by the derivative).
+fn dropout(n: usize) -> Result<(), tenjin::Error> {
+    use tenjin::{Generator, Tensor};
+    let x = Tensor::from_vec(data(n, 8, 1.0), &[n])?.requires_grad();
+    let g = Tensor::from_vec(data(n, 9, 1.0), &[n])?;
+    let mut gen = Generator::new(1);
+    let size = format!("n={n},p=0.5");
+    let fwd = median_ms(7, || {
+        tenjin::no_grad(|| x.dropout_with(0.5, &mut gen).map(drop))
+    })?;
+    report("dropout_forward", &size, "median_ms", fwd);
+    let vg = median_ms(7, || {
+        x.zero_grad();
+        x.dropout_with(0.5, &mut gen)?.mul(&g)?.sum()?.backward()
+    })?;
+    report("dropout_value_grad", &size, "median_ms", vg);
+    Ok(())
+}
+
 fn main() -> Result<(), tenjin::Error> {
+    dropout(1 << 24)?;
     conv1d()?;
     mlp(64)?;
     mlp(256)?;

@@ -162,6 +162,23 @@ fn the_same_mask_on_every_backend_and_thread_count() {
     let xg = x.to_device(Device::Cuda(0)).unwrap();
     let got = xg.dropout_with(0.3, &mut Generator::new(9)).unwrap();
     assert_eq!(got.to_vec().unwrap(), want, "the simulated GPU");
+    // Another shape: rows of 256.
+    let wide = Tensor::randn(&[8, 256], DType::F32, 2).unwrap();
+    let cpu = wide
+        .dropout_with(0.3, &mut Generator::new(4))
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    let gpu = wide
+        .to_device(Device::Cuda(0))
+        .unwrap()
+        .dropout_with(0.3, &mut Generator::new(4))
+        .unwrap();
+    assert_eq!(
+        gpu.to_vec().unwrap(),
+        cpu,
+        "rows of 256 on the simulated GPU"
+    );
     // f64 draws the same mask.
     let x64 = x.to_dtype(DType::F64).unwrap();
     let m64: Vec<bool> = x64
