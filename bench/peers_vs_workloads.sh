@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tenjin (examples/peers.rs) against PyTorch eager, torch.compile and JAX
+# jit (the shared reference script ../shared/bench/workloads.py) in one
+# command on the same cores, then one table: the workloads both sides
+# run at the same sizes (the MLP training step, the element-wise chain's
+# value and gradient, the paper's function, conv1d).
+#   bench/peers_vs_workloads.sh 1    # one thread
+#   bench/peers_vs_workloads.sh 2    # two threads
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=${1:-1}
+cores=$(seq -s, 0 $((threads - 1)))
+PY=$(../shared/bench/setup.sh)
+cargo build --release --example peers >&2
+tj=$(mktemp)
+out=$(mktemp)
+TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/peers >"$tj"
+"$PY" ../shared/bench/workloads.py --threads "$threads" --systems torch,torch_compile,jax \
+  --workloads mlp,urban,elementwise,conv --out "$out" --budget 3 --quiet-wait 5 >&2
+"$PY" - "$tj" "$out" "$threads" <<'PYEOF'
+import json, sys
+tenjin = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+threads = sys.argv[3]
+# tenjin's workload names where the reference script's differ.
+alias = {"mlp_step": "mlp_train_step"}
+ours = {(alias.get(r["workload"], r["workload"]), r["size"]): r["median_ms"] for r in tenjin}
+theirs = {}
+for r in peers:
+    if r.get("median_s") is not None:
+        theirs.setdefault((r["workload"], r["size"]), {})[r["sys"]] = r["median_s"] * 1e3
+systems = ["torch", "torch_compile", "jax"]
+print(f"| workload | size | threads | tenjin ms | " + " | ".join(f"{s} ms" for s in systems)
+      + " | " + " | ".join(f"tenjin / {s}" for s in systems) + " |")
+print("|" + " --- |" * (4 + 2 * len(systems)))
+for key in sorted(ours.keys() & theirs.keys()):
+    t, p = ours[key], theirs[key]
+    times = " | ".join(f"{p[s]:.3f}" if s in p else "—" for s in systems)
+    ratios = " | ".join(f"{t / p[s]:.2f}" if s in p else "—" for s in systems)
+    print(f"| {key[0]} | {key[1]} | {threads} | {t:.3f} | {times} | {ratios} |")
+PYEOF
