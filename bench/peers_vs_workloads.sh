@@ -25,10 +25,17 @@ threads = sys.argv[3]
 # tenjin's workload names where the reference script's differ.
 alias = {"mlp_step": "mlp_train_step"}
 ours = {(alias.get(r["workload"], r["workload"]), r["size"]): r["median_ms"] for r in tenjin}
-theirs = {}
+theirs, firsts = {}, {}
 for r in peers:
     if r.get("median_s") is not None:
         theirs.setdefault((r["workload"], r["size"]), {})[r["sys"]] = r["median_s"] * 1e3
+    if r.get("first_s") is not None:
+        firsts.setdefault((r["workload"], r["size"]), {})[r["sys"]] = r["first_s"] * 1e3
+# tenjin's first step (a fresh process: plans, derivations, compilation)
+# against each system's first call (tracing and compiling included).
+first_alias = {"mlp_first_step": "mlp_train_step"}
+our_firsts = {(first_alias[r["workload"]], r["size"]): r["median_ms"]
+              for r in tenjin if r["workload"] in first_alias}
 systems = ["torch", "torch_compile", "jax"]
 print(f"| workload | size | threads | tenjin ms | " + " | ".join(f"{s} ms" for s in systems)
       + " | " + " | ".join(f"tenjin / {s}" for s in systems) + " |")
@@ -38,4 +45,13 @@ for key in sorted(ours.keys() & theirs.keys()):
     times = " | ".join(f"{p[s]:.3f}" if s in p else "—" for s in systems)
     ratios = " | ".join(f"{t / p[s]:.2f}" if s in p else "—" for s in systems)
     print(f"| {key[0]} | {key[1]} | {threads} | {t:.3f} | {times} | {ratios} |")
+print()
+print("First call (ms):")
+print()
+print("| workload | size | threads | tenjin | " + " | ".join(systems) + " |")
+print("|" + " --- |" * (4 + len(systems)))
+for key in sorted(our_firsts.keys() & firsts.keys()):
+    p = firsts[key]
+    cells = " | ".join(f"{p[s]:.1f}" if s in p else "—" for s in systems)
+    print(f"| {key[0]} | {key[1]} | {threads} | {our_firsts[key]:.1f} | {cells} |")
 PYEOF
