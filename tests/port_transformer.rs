@@ -229,11 +229,6 @@ fn check_final(model: &Model, out: &[(String, Tensor)]) -> Result<(), Error> {
     Ok(())
 }
 
-fn pytorch_losses(out: &[(String, Tensor)]) -> Vec<f64> {
-    let (_, l) = out.iter().find(|(n, _)| n == "losses").expect("losses");
-    l.to_vec_f64().unwrap()
-}
-
 #[test]
 fn from_pytorchs_initial_weights_the_run_is_pytorchs() -> Result<(), Error> {
     let model = Model::new()?;

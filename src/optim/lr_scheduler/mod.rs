@@ -72,7 +72,7 @@ pub trait LrScheduler {
     /// The rate the last step (or the constructor) set in the first
     /// parameter group: PyTorch's `get_last_lr()[0]`.
     fn last_lr(&self) -> f64 {
-        self.last_lrs()[0]
+        self.last_lrs().first().copied().unwrap_or(f64::NAN)
     }
 
     /// The rates the last step (or the constructor) set, per parameter

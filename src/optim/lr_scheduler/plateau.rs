@@ -136,7 +136,7 @@ impl ReduceLROnPlateau {
 
     /// The rate after the last step (PyTorch's `get_last_lr()[0]`).
     pub fn last_lr(&self) -> f64 {
-        self.last_lrs[0]
+        self.last_lrs.first().copied().unwrap_or(f64::NAN)
     }
 
     /// The rates after the last step, per parameter group (PyTorch's
