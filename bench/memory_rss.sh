@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Process peak RSS of the MLP training step (784-512-512-10, batch 256,
 # f32, SGD, softmax cross-entropy): tenjin in runtime-efficient mode,
-# tenjin in memory-efficient mode, PyTorch eager, each in its own process
+# tenjin in memory-efficient mode, PyTorch eager, torch.compile and JAX
+# jit, each in its own process
 # under /usr/bin/time -v, in one run.
 #
 # Usage: bench/memory_rss.sh [STEPS] [THREADS]   (from the repository root;
@@ -19,7 +20,7 @@ run() {
   local log
   log=$(mktemp)
   /usr/bin/time -v "$@" >"$log.out" 2>"$log"
-  grep -E "Efficient |torch eager|VmHWM|before training" "$log.out" | sed "s/^/  [$name] /"
+  grep -E "Efficient |torch|JAX|VmHWM|before training" "$log.out" | sed "s/^/  [$name] /"
   printf '%-28s max RSS %8s kB, elapsed %s\n' "$name" \
     "$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')" \
     "$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}')"
@@ -27,4 +28,7 @@ run() {
 }
 run "tenjin runtime-efficient" env TENJIN_NUM_THREADS="$threads" "$bin" runtime "$steps"
 run "tenjin memory-efficient" env TENJIN_NUM_THREADS="$threads" "$bin" memory "$steps"
-run "torch eager" env OMP_NUM_THREADS="$threads" "$PY" bench/mlp_step_torch.py "$steps" "$threads"
+for sys in eager compile jax; do
+  run "peer: $sys" env OMP_NUM_THREADS="$threads" taskset -c "$(seq -s, 0 $((threads - 1)))" \
+    "$PY" bench/mlp_step_torch.py "$steps" "$threads" "$sys"
+done

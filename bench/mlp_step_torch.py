@@ -1,18 +1,18 @@
-"""PyTorch eager side of bench/memory_rss.sh: the MLP training step of
+"""The peers' side of bench/memory_rss.sh: the MLP training step of
 examples/memory_modes.rs (784-512-512-10, ReLU, softmax cross-entropy,
-plain SGD, f32, batch 256), for the process's peak RSS.
+plain SGD, f32, batch 256) in PyTorch eager, torch.compile or JAX jit, for
+the process's peak RSS.
 
-Usage: python bench/mlp_step_torch.py [STEPS] [THREADS]
+Usage: python bench/mlp_step_torch.py [STEPS] [THREADS] [eager|compile|jax]
 """
+import os
 import sys
 import time
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+system = sys.argv[3] if len(sys.argv) > 3 else "eager"
+B = 256
 
 
 def status(key):
@@ -23,23 +23,65 @@ def status(key):
     return ""
 
 
-torch.set_num_threads(threads)
-torch.manual_seed(0)
-B = 256
-x = torch.randn(B, 784)
-y = torch.tensor([(i * 7 + 3) % 10 for i in range(B)])
-m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-print(f"torch {torch.__version__}, {threads} threads; before training: VmRSS {status('VmRSS:')}")
+def torch_step(compiled):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    x = torch.randn(B, 784)
+    y = torch.tensor([(i * 7 + 3) % 10 for i in range(B)])
+    m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+
+    def loss_fn(x, y):
+        return F.cross_entropy(m(x), y)
+    loss_fn = torch.compile(loss_fn) if compiled else loss_fn
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(x, y).backward()
+        opt.step()
+    label = "torch.compile" if compiled else "torch eager"
+    return f"{label} ({torch.__version__})", step
 
 
-def step():
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(m(x), y)
-    loss.backward()
-    opt.step()
+def jax_step():
+    if threads == 1:
+        os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    sizes = [(784, 512), (512, 512), (512, 10)]
+    params = [(jax.random.normal(k, s) / s[0] ** 0.5, jnp.zeros(s[1])) for k, s in zip(keys, sizes)]
+    x = jax.random.normal(keys[3], (B, 784))
+    y = jnp.array([(i * 7 + 3) % 10 for i in range(B)])
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            if i < len(params) - 1:
+                h = jax.nn.relu(h)
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], axis=1))
+
+    @jax.jit
+    def train(params, x, y):
+        g = jax.grad(loss)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, d: p - 1e-3 * d, params, g)
+
+    state = {"params": params}
+
+    def step():
+        state["params"] = jax.block_until_ready(train(state["params"], x, y))
+    return f"JAX jit ({jax.__version__})", step
 
 
+label, step = jax_step() if system == "jax" else torch_step(system == "compile")
+print(f"{label}, {threads} threads; before training: VmRSS {status('VmRSS:')}")
 times = []
 for s in range(steps):
     t = time.perf_counter()
@@ -51,5 +93,5 @@ for s in range(steps):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
 times.sort()
-print(f"torch eager: step (median) {times[len(times) // 2]:.3f} ms over {len(times)} steps")
+print(f"{label}: step (median) {times[len(times) // 2]:.3f} ms over {len(times)} steps")
 print(f"process peak RSS over steps 3..{steps}: VmHWM {status('VmHWM:')}; VmRSS {status('VmRSS:')} at the end")

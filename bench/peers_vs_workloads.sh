@@ -3,27 +3,36 @@
 # jit (the shared reference script ../shared/bench/workloads.py) in one
 # command on the same cores, then one table: the workloads both sides
 # run at the same sizes (the MLP training step, the element-wise chain's
-# value and gradient, the paper's function, conv1d).
+# value and gradient, the paper's function, conv1d, conv2d (stride 1,
+# stride 2, depthwise), single-head attention, the embedding lookup).
 #   bench/peers_vs_workloads.sh 1    # one thread
 #   bench/peers_vs_workloads.sh 2    # two threads
+#   WORKLOADS=conv2d,attention bench/peers_vs_workloads.sh 1   # some of the
+#                                    # reference script's workloads
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}
 cores=$(seq -s, 0 $((threads - 1)))
 PY=$(../shared/bench/setup.sh)
-cargo build --release --example peers >&2
+workloads=${WORKLOADS:-mlp,urban,elementwise,conv,conv2d,attention,embedding}
+cargo build --release --example peers --example conv_peers >&2
 tj=$(mktemp)
 out=$(mktemp)
 TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/peers >"$tj"
+if [[ ",$workloads," == *,conv2d,* ]]; then
+  TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/conv_peers \
+    conv2d_s1 conv2d_s2 conv2d_depthwise >>"$tj"
+fi
 "$PY" ../shared/bench/workloads.py --threads "$threads" --systems torch,torch_compile,jax \
-  --workloads mlp,urban,elementwise,conv --out "$out" --budget 3 --quiet-wait 5 >&2
+  --workloads "$workloads" --out "$out" --budget 3 --quiet-wait 5 >&2
 "$PY" - "$tj" "$out" "$threads" <<'PYEOF'
 import json, sys
 tenjin = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 threads = sys.argv[3]
 # tenjin's workload names where the reference script's differ.
-alias = {"mlp_step": "mlp_train_step"}
+alias = {"mlp_step": "mlp_train_step", "conv2d_s1": "conv2d_value_grad",
+         "conv2d_s2": "conv2d_value_grad", "conv2d_depthwise": "conv2d_value_grad"}
 ours = {(alias.get(r["workload"], r["workload"]), r["size"]): r["median_ms"] for r in tenjin}
 theirs, firsts = {}, {}
 for r in peers:

@@ -8,6 +8,7 @@
 //! TENJIN_NUM_THREADS=1 cargo run --release --example conv_peers
 //! cargo run --release --example conv_peers -- smoke   # one repetition each
 //! cargo run --release --example conv_peers -- conv2d_line   # one workload
+//! cargo run --release --example conv_peers -- conv2d_s1 conv2d_s2   # some
 //! ```
 //!
 //! - `conv1d`: B=32, C=O=64, T=1024, K=5, no padding;
@@ -61,8 +62,8 @@ const CONV2D_LINE: &str = "y[n; o; i; j] = sum{c}_0^63 (sum{p}_0^2 (sum{q}_0^2 (
     then (x[n; c; i + p - 1; j + q - 1] * w[o; c; p; q]) else (0)) else (0)) else (0)) else (0))))";
 
 fn main() -> Result<(), Error> {
-    let only: Option<String> = std::env::args().skip(1).find(|a| a != "smoke");
-    let want = |w: &str| only.as_deref().is_none_or(|o| o == w);
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| a != "smoke").collect();
+    let want = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
     let size2d = |label: &str| format!("B=32,C=O=64,32x32,{label}");
     if want("conv1d") {
         value_grad(

@@ -200,7 +200,63 @@ fn dropout(n: usize) -> Result<(), tenjin::Error> {
     Ok(())
 }
 
+/// Single-head attention `softmax(q kᵀ) v` (no scaling, no mask) as a
+/// user writes it with tensor ops: value and gradients with respect to
+/// q, k and v of `Σ o · G` (as `../shared/bench/workloads.py`'s
+/// `attention`).
+fn attention(n: usize, e: usize) -> Result<(), tenjin::Error> {
+    use tenjin::Tensor;
+    let make = |seed| Tensor::from_vec(data(n * e, seed, 1.0), &[n, e]);
+    let (q, k, v) = (make(11)?, make(12)?, make(13)?);
+    let (q, k, v) = (q.requires_grad(), k.requires_grad(), v.requires_grad());
+    let g = make(14)?;
+    let ms = median_ms(11, || {
+        for t in [&q, &k, &v] {
+            t.zero_grad();
+        }
+        let o = q.matmul(&k.t()?)?.softmax(-1)?.matmul(&v)?;
+        o.mul(&g)?.sum()?.backward()
+    })?;
+    report(
+        "attention_value_grad",
+        &format!("N={n},E={e}"),
+        "median_ms",
+        ms,
+    );
+    Ok(())
+}
+
+/// Embedding lookup of a 32×128 batch of ids (every fifth column the
+/// same id, so the backward sums repeats) into a 5000×256 table: value
+/// and the table's gradient of `Σ e · G`, the ids of
+/// `../shared/bench/workloads.py`'s `embedding`.
+fn embedding() -> Result<(), tenjin::Error> {
+    use tenjin::Tensor;
+    let (vocab, dim, batch, seq) = (5000usize, 256usize, 32usize, 128usize);
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|i| if i % seq % 5 == 0 { 42 } else { (i * 7919 % vocab) as i64 })
+        .collect();
+    let ids = Tensor::from_vec_i64(ids, &[batch, seq])?;
+    let w = Tensor::from_vec(data(vocab * dim, 15, 1.0), &[vocab, dim])?.requires_grad();
+    let g = Tensor::from_vec(data(batch * seq * dim, 16, 1.0), &[batch, seq, dim])?;
+    let ms = median_ms(41, || {
+        w.zero_grad();
+        w.embedding(&ids)?.mul(&g)?.sum()?.backward()
+    })?;
+    report(
+        "embedding_value_grad",
+        &format!("V={vocab},D={dim},ids={batch}x{seq}"),
+        "median_ms",
+        ms,
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), tenjin::Error> {
+    for n in [128, 512, 1024] {
+        attention(n, 64)?;
+    }
+    embedding()?;
     dropout(1 << 24)?;
     conv1d()?;
     mlp(64)?;

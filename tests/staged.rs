@@ -15,7 +15,7 @@ use common::user_functions::{function, kinds, Kind};
 use std::sync::{Mutex, MutexGuard};
 use tenjin::alloc::{self, AllocMode};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
-use tenjin::{DType, Error, Tensor};
+use tenjin::{DType, Error, SavePolicy, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -165,10 +165,11 @@ fn softmax_log_softmax_and_cross_entropy_are_one_node_for_any_row_length() {
 }
 
 /// A dense layer written as one line, and attention in one line: the
-/// forward values the backward reads are saved in runtime-efficient mode
-/// and recomputed by the same forward stage in memory-efficient mode, so
-/// the gradients are the same bits; the memory plan counts the saved
-/// values and predicts the measured peak in both modes.
+/// forward values the backward reads are saved or recomputed by the same
+/// forward stage as the save policy says (the memory mode's default, or a
+/// `save_policy` scope), so the gradients are the same bits; the memory
+/// plan counts the saved values and predicts the measured peak under every
+/// policy in both modes.
 #[test]
 fn forward_values_are_saved_or_recomputed_with_the_same_bits() {
     let _s = serial();
@@ -182,21 +183,47 @@ fn forward_values_are_saved_or_recomputed_with_the_same_bits() {
             .find(|k| k.name.starts_with("attention"))
             .unwrap(),
     ];
+    let cases = [
+        (AllocMode::RuntimeEfficient, None),
+        (AllocMode::MemoryEfficient, None),
+        (AllocMode::MemoryEfficient, Some(SavePolicy::Nothing)),
+        (AllocMode::RuntimeEfficient, Some(SavePolicy::Reductions)),
+        (AllocMode::MemoryEfficient, Some(SavePolicy::Everything)),
+    ];
     for kind in lines {
         let mut grads: Vec<Vec<Vec<u32>>> = Vec::new();
-        for mode in [AllocMode::RuntimeEfficient, AllocMode::MemoryEfficient] {
+        let mut kept_by_policy = Vec::new();
+        for (mode, scoped) in cases {
             alloc::set_mode(mode);
             alloc::empty_cache();
-            let (y, inputs) = run(&kind, 32, DType::F32).unwrap();
-            let role = tenjin::explain(&y).unwrap().forward[0].role.clone();
-            match mode {
-                AllocMode::RuntimeEfficient => {
-                    assert_eq!(role, "saved for backward", "{}", kind.name)
+            let policy = scoped.unwrap_or(SavePolicy::of_mode(mode));
+            let (y, inputs) = match scoped {
+                Some(p) => tenjin::save_policy(p, || run(&kind, 32, DType::F32)),
+                None => run(&kind, 32, DType::F32),
+            }
+            .unwrap();
+            let e = tenjin::explain(&y).unwrap();
+            let mut kept = 0;
+            for line in e.forward.iter().filter(|l| !l.role.starts_with("output")) {
+                let reduces = line.route != "loop"
+                    || line.function.contains("sum{")
+                    || line.function.contains("max{");
+                let keeps = match policy {
+                    SavePolicy::Everything => true,
+                    SavePolicy::Reductions => reduces,
+                    SavePolicy::Nothing => false,
+                };
+                if line.role == "intermediate" {
+                    continue;
                 }
-                AllocMode::MemoryEfficient => {
-                    assert!(role.starts_with("recomputed"), "{}: {role}", kind.name)
+                if keeps {
+                    kept += 1;
+                    assert_eq!(line.role, "saved for backward", "{}: {policy:?}\n{e}", kind.name);
+                } else {
+                    assert!(line.role.starts_with("recomputed"), "{}: {policy:?}\n{e}", kind.name);
                 }
             }
+            kept_by_policy.push((policy, kept));
             let loss = y.sum().unwrap();
             drop(y);
             let plan = loss.memory_plan().unwrap();
@@ -212,13 +239,13 @@ fn forward_values_are_saved_or_recomputed_with_the_same_bits() {
                     .find(|p| p.phase == tenjin::trace::Phase::Forward)
                     .unwrap()
                     .live_bytes,
-                "{}: {mode:?}\n{plan}",
+                "{}: {mode:?} {policy:?}\n{plan}",
                 kind.name
             );
             assert_eq!(
                 s.peak_in_use,
                 plan.backward_peak_bytes(),
-                "{}: {mode:?}\n{plan}",
+                "{}: {mode:?} {policy:?}\n{plan}",
                 kind.name
             );
             grads.push(
@@ -236,7 +263,21 @@ fn forward_values_are_saved_or_recomputed_with_the_same_bits() {
                     .collect(),
             );
         }
-        assert!(grads[0] == grads[1], "{}", kind.name);
+        assert!(grads.iter().all(|g| *g == grads[0]), "{}", kind.name);
+        // Each line has a forward value its backward reads: everything
+        // keeps it, nothing recomputes it; a dense layer keeps its GEMM
+        // under the reductions policy.
+        let kept = |p: SavePolicy| kept_by_policy.iter().find(|(q, _)| *q == p).unwrap().1;
+        assert!(kept(SavePolicy::Everything) > 0, "{}", kind.name);
+        assert_eq!(kept(SavePolicy::Nothing), 0, "{}", kind.name);
+        if kind.name.starts_with("dense") {
+            assert_eq!(
+                kept(SavePolicy::Reductions),
+                kept(SavePolicy::Everything),
+                "{}",
+                kind.name
+            );
+        }
     }
     alloc::set_mode(AllocMode::RuntimeEfficient);
 }

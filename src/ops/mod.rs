@@ -257,13 +257,14 @@ fn run_and_record(
     } else {
         None
     };
-    // The mode of the device the op runs on decides what it keeps.
-    let mode = crate::alloc::mode_for(plan.backend.device());
+    // The save policy (the scope's, else the default of the mode of the
+    // device the op runs on) decides what it keeps.
+    let policy = crate::runtime::policy_for(plan.backend.device());
     let (out, kept) = match output {
         Output::SharesInput if plan.is_alias() && inputs.len() == 1 => {
             (inputs[0].clone(), Vec::new())
         }
-        Output::Fresh => plan.run_forward(&inputs, grad.as_deref(), mode)?,
+        Output::Fresh => plan.run_forward(&inputs, grad.as_deref(), policy)?,
         Output::SharesInput => {
             return Err(Error::Invalid {
                 function: op.to_string(),
@@ -283,7 +284,7 @@ fn run_and_record(
                 &inputs,
                 &out,
                 kept,
-                mode,
+                policy,
             )?)
         }
         None => Origin::Constant,

@@ -40,6 +40,19 @@ impl Stage {
         self.f.output_shape().iter().product()
     }
 
+    /// Whether the stage sums (or takes a maximum) over an index: a GEMM,
+    /// a convolution, a row statistic. Recomputing such a value costs a
+    /// reduction per element; recomputing any other costs one pass.
+    pub fn reduces(&self) -> bool {
+        !matches!(self.route, Route::Loop(_) | Route::Host(_))
+            || self
+                .f
+                .graph
+                .reachable(self.f.root)
+                .into_iter()
+                .any(|n| matches!(self.f.graph.node(n), crate::symbolic::Node::Reduce { .. }))
+    }
+
     /// Whether the stage's value has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

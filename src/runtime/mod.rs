@@ -7,6 +7,7 @@
 //!
 //! | module | owns |
 //! | --- | --- |
+//! | `save_policy` | [`SavePolicy`]: which forward values a recorded op keeps for backward, the scope choosing it ([`save_policy`]) |
 //! | `op_plan` | the op-plan cache (one op's programs per shapes, views, dtype and device), its statistics ([`stats`]) |
 //! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs |
 //! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device), its statistics, compiling a stage or a function through it |
@@ -31,12 +32,15 @@ mod kernel_cache;
 #[cfg(feature = "cuda")]
 pub mod observe;
 pub(crate) mod op_plan;
+mod save_policy;
 pub(crate) mod storage;
 
 pub use compiled::CompiledKernel;
 pub use op_plan::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };
+pub(crate) use save_policy::policy_for;
+pub use save_policy::{save_policy, SavePolicy};
 pub(crate) use storage::Storage;
 
 use crate::alloc::Device;

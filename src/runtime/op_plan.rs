@@ -16,9 +16,10 @@ use super::exec::{run_program, Compiled};
 use super::kernel_cache;
 use super::kernel_cache::compile_stage;
 use super::Storage;
-use crate::alloc::{AllocMode, Device};
+use super::save_policy::SavePolicy;
+use crate::alloc::Device;
 use crate::kernel::backend::Backend;
-use crate::planner::{self, NodePlan, Program, Source};
+use crate::planner::{self, NodePlan, Program, Source, Stage};
 use crate::symbolic::IndexFn;
 use crate::DType;
 use crate::Error;
@@ -245,10 +246,10 @@ pub(crate) struct NodeGrad {
     /// argument, so the argument's gradient is the incoming one, the same
     /// buffer (the backward runs no kernel for it).
     pub(crate) alias: bool,
-    /// What a node saves, in runtime-efficient mode (forward values kept)
-    /// and in memory-efficient mode (recomputed from saved arguments).
-    needs_runtime: Needs,
-    needs_memory: Needs,
+    /// What a node saves under each save policy (indexed by
+    /// [`SavePolicy::index`]): the forward values the policy keeps, and the
+    /// arguments to recompute the others from.
+    needs: [Needs; 3],
     /// Per argument differentiated (as in `plan.wrt`): how many stages of
     /// the backward program its gradient needs (its output stage and every
     /// stage it reads, transitively).
@@ -271,11 +272,8 @@ pub(crate) struct GraphDerivative {
 }
 
 impl NodeGrad {
-    pub(crate) fn needs(&self, mode: AllocMode) -> &Needs {
-        match mode {
-            AllocMode::RuntimeEfficient => &self.needs_runtime,
-            AllocMode::MemoryEfficient => &self.needs_memory,
-        }
+    pub(crate) fn needs(&self, policy: SavePolicy) -> &Needs {
+        &self.needs[policy.index()]
     }
 
     /// How many stages of the backward program the gradient of argument
@@ -329,7 +327,8 @@ impl NodeGrad {
             .map(|s| s.forward.is_some())
             .collect();
         let backward = compile_program(plan.backward.clone(), dtype, backend, |k| !tagged[k])?;
-        let needs = |keep_forward: bool| {
+        let reduces: Vec<bool> = plan.forward.stages.iter().map(Stage::reduces).collect();
+        let needs = |policy: SavePolicy| {
             let mut needs = Needs {
                 args: vec![false; n],
                 out: false,
@@ -357,18 +356,22 @@ impl NodeGrad {
                     }
                 }
             }
-            if keep_forward {
-                for t in wanted {
-                    needs.stages[t] = true;
+            // Kept where the policy keeps them; recomputed otherwise, from
+            // the forward stages' own inputs, transitively (a kept stage
+            // ends the walk).
+            let mut seen = vec![false; plan.forward.stages.len()];
+            while let Some(t) = wanted.pop() {
+                if std::mem::replace(&mut seen[t], true) {
+                    continue;
                 }
-            } else {
-                // Recomputed: the forward stages' own inputs, transitively.
-                while let Some(t) = wanted.pop() {
-                    for src in &plan.forward.stages[t].sources {
-                        match *src {
-                            Source::Input(i) => needs.args[i] = true,
-                            Source::Stage(j) => wanted.push(j),
-                        }
+                if policy.keeps(reduces[t]) {
+                    needs.stages[t] = true;
+                    continue;
+                }
+                for src in &plan.forward.stages[t].sources {
+                    match *src {
+                        Source::Input(i) => needs.args[i] = true,
+                        Source::Stage(j) => wanted.push(j),
                     }
                 }
             }
@@ -381,8 +384,7 @@ impl NodeGrad {
             .map(|&o| stages_needed(&plan.backward, o))
             .collect();
         Ok(NodeGrad {
-            needs_runtime: needs(true),
-            needs_memory: needs(false),
+            needs: SavePolicy::ALL.map(needs),
             closures,
             graph: OnceLock::new(),
             forward,
@@ -465,7 +467,8 @@ impl OpPlan {
     }
 
     /// Runs the forward pass on `inputs` (ordered like the op's arguments):
-    /// the program that keeps the forward values `grad` needs in `mode`
+    /// the program that keeps the forward values `grad` needs under
+    /// `policy`
     /// when it keeps any, the plain one (fewer stages) otherwise. Returns
     /// the output and the kept values (by stage of `grad`'s forward
     /// program).
@@ -473,7 +476,7 @@ impl OpPlan {
         &self,
         inputs: &[&Arc<Storage>],
         grad: Option<&NodeGrad>,
-        mode: AllocMode,
+        policy: SavePolicy,
     ) -> Result<KeptForward, Error> {
         let internal = |message: &str| Error::Invalid {
             function: self.op.clone(),
@@ -483,7 +486,7 @@ impl OpPlan {
             .plain
             .as_ref()
             .ok_or_else(|| internal("an op sharing its input's storage has no forward program"))?;
-        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(mode).stages);
+        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(policy).stages);
         let program = match grad {
             Some(g) if keep.iter().any(|&k| k) => &g.forward,
             _ => plain,

@@ -68,7 +68,7 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
                     .iter()
                     .any(|s| s.forward == Some(k));
                 if read {
-                    "recomputed by backward (memory-efficient mode)".into()
+                    "recomputed by backward (save policy)".into()
                 } else {
                     "intermediate".into()
                 }

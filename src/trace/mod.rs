@@ -28,7 +28,7 @@ pub use explain::{Explanation, StageLine};
 pub(crate) use memory_plan::plan_backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 
-use crate::alloc::AllocMode;
+use crate::runtime::SavePolicy;
 use crate::runtime::op_plan::{NodeGrad, OpPlan};
 use crate::runtime::Storage;
 use crate::Error;
@@ -118,7 +118,7 @@ pub(crate) fn with_grad_enabled<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
 /// inputs, in either memory mode, so that a graph of gradients can be
 /// built over it later ([`crate::autograd::grad`] with `create_graph`) and
 /// forward mode can run through it. A node otherwise saves only what its
-/// staged backward reads: in runtime-efficient mode it may keep a forward
+/// staged backward reads: under its save policy it may keep a forward
 /// value instead of an input it was computed from, and `exp` keeps its
 /// output but not its input, which is enough for one backward but not for
 /// differentiating that backward again or for a tangent.
@@ -350,8 +350,8 @@ struct Storages {
 impl Node {
     /// Records `plan` applied to `inputs` (storages ordered like the
     /// plan's arguments) giving `out`, with the forward values `kept` (by
-    /// forward stage). Exactly what `grad`'s backward program reads in
-    /// `mode` is saved.
+    /// forward stage). Exactly what `grad`'s backward program reads
+    /// under `policy` is saved.
     pub(crate) fn record(
         plan: Arc<OpPlan>,
         grad: Arc<NodeGrad>,
@@ -359,9 +359,9 @@ impl Node {
         inputs: &[&Arc<Storage>],
         out: &Arc<Storage>,
         kept: Vec<Option<Arc<Storage>>>,
-        mode: AllocMode,
+        policy: SavePolicy,
     ) -> Result<Arc<Node>, Error> {
-        let needs = grad.needs(mode);
+        let needs = grad.needs(policy);
         let keep_inputs = KEEP_INPUTS.with(Cell::get);
         let keep = |s: &Arc<Storage>| (s.clone(), s.version());
         let stage_count = grad.forward.program.stages.len();
