@@ -28,7 +28,7 @@ use std::time::Instant;
 use tenjin::alloc::{self, AllocMode};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
-use tenjin::{DType, Error, Tensor};
+use tenjin::{save_policy, DType, Error, SavePolicy, Tensor};
 
 /// The MLP's parameters (as `nn::Linear` initialises them) and a batch.
 struct Mlp {
@@ -173,9 +173,11 @@ fn attention(reps: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// Median step time and measured peak bytes of `step` in each mode, and
-/// the bytes held between forward and backward (`forward` runs a forward
-/// pass and returns what backward would start from).
+/// Median step time and measured peak bytes of `step` in each mode (with
+/// its default save policy, and memory-efficient mode once more with
+/// `SavePolicy::Nothing`, which recomputes GEMMs too), and the bytes held
+/// between forward and backward (`forward` runs a forward pass and returns
+/// what backward would start from).
 fn modes<T>(
     name: &str,
     size: &str,
@@ -183,17 +185,30 @@ fn modes<T>(
     mut step: impl FnMut() -> Result<(), Error>,
     mut forward: impl FnMut() -> Result<T, Error>,
 ) -> Result<(), Error> {
-    for mode in [AllocMode::RuntimeEfficient, AllocMode::MemoryEfficient] {
+    let configs = [
+        (AllocMode::RuntimeEfficient, None, "runtime"),
+        (AllocMode::MemoryEfficient, None, "memory"),
+        (
+            AllocMode::MemoryEfficient,
+            Some(SavePolicy::Nothing),
+            "memory_nothing",
+        ),
+    ];
+    for (mode, policy, tag) in configs {
         alloc::set_mode(mode);
         alloc::empty_cache();
+        let mut step = || match policy {
+            Some(p) => save_policy(p, &mut step),
+            None => step(),
+        };
+        let mut forward = || match policy {
+            Some(p) => save_policy(p, &mut forward),
+            None => forward(),
+        };
         step()?; // the mode's first step (plans are cached already)
         alloc::reset_peak();
         let ms = median_ms(reps, &mut step)?;
         let s = alloc::stats();
-        let tag = match mode {
-            AllocMode::RuntimeEfficient => "runtime",
-            AllocMode::MemoryEfficient => "memory",
-        };
         report(&format!("{name}_{tag}_mode"), size, "median_ms", ms);
         report(
             &format!("{name}_{tag}_mode"),
