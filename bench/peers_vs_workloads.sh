@@ -4,7 +4,9 @@
 # command on the same cores, then one table: the workloads both sides
 # run at the same sizes (the MLP training step, the element-wise chain's
 # value and gradient, the paper's function, conv1d, conv2d (stride 1,
-# stride 2, depthwise), single-head attention, the embedding lookup).
+# stride 2, depthwise), single-head attention, the embedding lookup, and
+# with WORKLOADS=logreg,mf the full Hessians of the logistic regression and
+# the matrix factorisation).
 #   bench/peers_vs_workloads.sh 1    # one thread
 #   bench/peers_vs_workloads.sh 2    # two threads
 #   WORKLOADS=conv2d,attention bench/peers_vs_workloads.sh 1   # some of the
@@ -15,13 +17,16 @@ threads=${1:-1}
 cores=$(seq -s, 0 $((threads - 1)))
 PY=$(../shared/bench/setup.sh)
 workloads=${WORKLOADS:-mlp,urban,elementwise,conv,conv2d,attention,embedding}
-cargo build --release --example peers --example conv_peers >&2
+cargo build --release --example peers --example conv_peers --example hessian_peers >&2
 tj=$(mktemp)
 out=$(mktemp)
 TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/peers >"$tj"
 if [[ ",$workloads," == *,conv2d,* ]]; then
   TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/conv_peers \
     conv2d_s1 conv2d_s2 conv2d_depthwise >>"$tj"
+fi
+if [[ ",$workloads," == *,logreg,* || ",$workloads," == *,mf,* ]]; then
+  TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/hessian_peers >>"$tj"
 fi
 "$PY" ../shared/bench/workloads.py --threads "$threads" --systems torch,torch_compile,jax \
   --workloads "$workloads" --out "$out" --budget 3 --quiet-wait 5 >&2
