@@ -47,7 +47,9 @@ fn main() -> Result<(), Error> {
             let s = x.shape();
             x.reshape(&[s[0] / 2, s[1] * 2])
         }),
-        ("reshape_of_transpose_fwd_bwd", &g_flat, |x| x.t()?.flatten()),
+        ("reshape_of_transpose_fwd_bwd", &g_flat, |x| {
+            x.t()?.flatten()
+        }),
         ("permute_contiguous_fwd_bwd", &g_square, |x| {
             x.permute(&[1, 0])?.contiguous()
         }),

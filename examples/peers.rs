@@ -234,7 +234,13 @@ fn embedding() -> Result<(), tenjin::Error> {
     use tenjin::Tensor;
     let (vocab, dim, batch, seq) = (5000usize, 256usize, 32usize, 128usize);
     let ids: Vec<i64> = (0..batch * seq)
-        .map(|i| if i % seq % 5 == 0 { 42 } else { (i * 7919 % vocab) as i64 })
+        .map(|i| {
+            if i % seq % 5 == 0 {
+                42
+            } else {
+                (i * 7919 % vocab) as i64
+            }
+        })
         .collect();
     let ids = Tensor::from_vec_i64(ids, &[batch, seq])?;
     let w = Tensor::from_vec(data(vocab * dim, 15, 1.0), &[vocab, dim])?.requires_grad();

@@ -29,7 +29,10 @@ const OUT_BYTES: usize = B * O * 4;
 /// A dense layer as one op, `h = relu(x·wᵀ + c)`: a GEMM stage and its
 /// epilogue, whose backward reads the GEMM's value (the ReLU's mask).
 fn layer(x: &Tensor, w: &Tensor, c: &Tensor) -> Result<Tensor, tenjin::Error> {
-    let dense = format!("h[b; o] = max(sum{{k}}_0^{} (x[b; k] * w[o; k]) + c[o], 0)", I - 1);
+    let dense = format!(
+        "h[b; o] = max(sum{{k}}_0^{} (x[b; k] * w[o; k]) + c[o], 0)",
+        I - 1
+    );
     index_fn(&dense, &[("x", x), ("w", w), ("c", c)])
 }
 
@@ -122,9 +125,16 @@ fn each_mode_defaults_to_its_policy() {
 #[test]
 fn element_wise_values_are_recomputed_under_reductions() {
     let _s = serial();
-    let x = Tensor::randn(&[B, I], DType::F32, 4).unwrap().requires_grad();
-    let w = Tensor::randn(&[I, O], DType::F32, 6).unwrap().requires_grad();
-    let f = format!("y[i; j] = sum{{k}}_0^{} (tanh (x[i; k] * 2 + 1) * w[k; j])", I - 1);
+    let x = Tensor::randn(&[B, I], DType::F32, 4)
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::randn(&[I, O], DType::F32, 6)
+        .unwrap()
+        .requires_grad();
+    let f = format!(
+        "y[i; j] = sum{{k}}_0^{} (tanh (x[i; k] * 2 + 1) * w[k; j])",
+        I - 1
+    );
     let mut grads = Vec::new();
     for (policy, saved) in [
         (SavePolicy::Everything, true),

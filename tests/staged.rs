@@ -218,9 +218,17 @@ fn forward_values_are_saved_or_recomputed_with_the_same_bits() {
                 }
                 if keeps {
                     kept += 1;
-                    assert_eq!(line.role, "saved for backward", "{}: {policy:?}\n{e}", kind.name);
+                    assert_eq!(
+                        line.role, "saved for backward",
+                        "{}: {policy:?}\n{e}",
+                        kind.name
+                    );
                 } else {
-                    assert!(line.role.starts_with("recomputed"), "{}: {policy:?}\n{e}", kind.name);
+                    assert!(
+                        line.role.starts_with("recomputed"),
+                        "{}: {policy:?}\n{e}",
+                        kind.name
+                    );
                 }
             }
             kept_by_policy.push((policy, kept));

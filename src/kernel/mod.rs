@@ -327,8 +327,18 @@ impl Kernel {
     /// An estimate of the work (in simple arithmetic operations) of one
     /// iteration of the parallel loop, for choosing how finely to split it.
     pub fn cost_per_iteration(&self) -> u64 {
+        // Per row of the parallel loop: a loop over blocks of `den` rows
+        // (`crate::planner::tile`, bounds `start / den`) costs its body
+        // over `den` rows.
         let parallel = self.body.iter().find_map(|s| match s {
-            Stmt::For(l) => Some(stmts_cost(&l.body)),
+            Stmt::For(l) => {
+                let rows = l
+                    .lower
+                    .iter()
+                    .find(|b| b.num.coeff(START) != 0)
+                    .map_or(1, |b| b.den.max(1) as u64);
+                Some(stmts_cost(&l.body) / rows)
+            }
             _ => None,
         });
         parallel.unwrap_or(1).max(1)

@@ -41,6 +41,7 @@ pub(crate) mod reorder;
 pub mod route;
 pub(crate) mod split_sums;
 pub(crate) mod spread;
+pub mod tile;
 pub mod vectorize;
 mod window;
 

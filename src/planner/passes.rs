@@ -15,11 +15,12 @@
 //! the table below is the whole difference between the CPU's and the GPU's
 //! loop kernels. f64 kernels on every target compute exactly what the
 //! reference interpreter computes (same operations, same order), so they
-//! are lowered and nothing else.
+//! are lowered, and on the CPU tiled (which only changes the order of
+//! independent output elements), and nothing else.
 //!
 //! Must not emit or run code.
 
-use super::{blocked_sums, reorder, spread, vectorize};
+use super::{blocked_sums, reorder, spread, tile, vectorize};
 use crate::kernel::backend::Target;
 use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
@@ -33,6 +34,9 @@ pub enum LoopPass {
     InterchangeSums,
     /// The function lowered to a loop nest (`crate::kernel::lower`).
     Lower,
+    /// The two innermost output loops walked in square blocks when the
+    /// inner one reads across cache lines (`tile`): transposed copies.
+    TileTransposes,
     /// Vector loops marked and boundary iterations peeled (`vectorize`,
     /// `peel`).
     MarkVectors,
@@ -61,7 +65,21 @@ pub const LOOP_PASSES: &[(Target, DType, LoopRole, &[LoopPass])] = &[
         Target::Cpu,
         DType::F32,
         LoopRole::Whole,
-        &[InterchangeSums, Lower, MarkVectors, BlockLongSums],
+        &[
+            InterchangeSums,
+            Lower,
+            TileTransposes,
+            MarkVectors,
+            BlockLongSums,
+        ],
+    ),
+    // f64: the interpreter's operations in its order; tiles only reorder
+    // which output elements are computed first.
+    (
+        Target::Cpu,
+        DType::F64,
+        LoopRole::Whole,
+        &[Lower, TileTransposes],
     ),
     (
         Target::Cpu,
@@ -128,6 +146,7 @@ pub fn loop_kernel(
                 source = Some(reorder::interchange_sums(source.as_ref().unwrap_or(f)))
             }
             Lower => kernel = Some(crate::kernel::lower(source.as_ref().unwrap_or(f))?),
+            TileTransposes => kernel = kernel.map(tile::tile_transposes),
             MarkVectors => kernel = kernel.map(|k| vectorize::plan_vectors(k, dtype)),
             BlockLongSums => kernel = kernel.map(blocked_sums::block_long_sums),
             SpreadReductions => kernel = kernel.map(spread::spread_reductions),

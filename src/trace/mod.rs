@@ -28,8 +28,8 @@ pub use explain::{Explanation, StageLine};
 pub(crate) use memory_plan::plan_backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 
-use crate::runtime::SavePolicy;
 use crate::runtime::op_plan::{NodeGrad, OpPlan};
+use crate::runtime::SavePolicy;
 use crate::runtime::Storage;
 use crate::Error;
 use std::cell::Cell;
