@@ -18,6 +18,9 @@ mod bench_common;
 use bench_common::{data, median_ms, report};
 use tenjin::{no_grad, Error, Tensor};
 
+/// A layout op applied to the leaf.
+type LayoutOp = fn(&Tensor) -> Result<Tensor, Error>;
+
 fn main() -> Result<(), Error> {
     let smoke = std::env::args().any(|a| a == "smoke");
     let (rows, cols) = if smoke { (64, 64) } else { (1024, 1024) };
@@ -41,7 +44,7 @@ fn main() -> Result<(), Error> {
     let copy = median_ms(reps, || no_grad(|| xt.contiguous().map(drop)))?;
     report("copy_contiguous_of_transpose", &size, "median_ms", copy);
 
-    let cases: [(&str, &Tensor, fn(&Tensor) -> Result<Tensor, Error>); 4] = [
+    let cases: [(&str, &Tensor, LayoutOp); 4] = [
         ("flatten_fwd_bwd", &g_flat, |x| x.flatten()),
         ("reshape_fwd_bwd", &g_wide, |x| {
             let s = x.shape();
