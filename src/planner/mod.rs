@@ -30,6 +30,7 @@ mod cut;
 pub(crate) mod epilogue;
 mod extract;
 mod gpu_stages;
+pub mod guard_bounds;
 mod heavy;
 pub mod host;
 mod node;

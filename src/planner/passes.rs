@@ -15,12 +15,13 @@
 //! the table below is the whole difference between the CPU's and the GPU's
 //! loop kernels. f64 kernels on every target compute exactly what the
 //! reference interpreter computes (same operations, same order), so they
-//! are lowered, and on the CPU tiled (which only changes the order of
-//! independent output elements), and nothing else.
+//! are lowered, and on the CPU their guarded zeros left out of sums and
+//! their transposed loops tiled (neither changes a result bit), and nothing
+//! else.
 //!
 //! Must not emit or run code.
 
-use super::{blocked_sums, reorder, spread, tile, vectorize};
+use super::{blocked_sums, guard_bounds, reorder, spread, tile, vectorize};
 use crate::kernel::backend::Target;
 use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
@@ -34,7 +35,10 @@ pub enum LoopPass {
     InterchangeSums,
     /// The function lowered to a loop nest (`crate::kernel::lower`).
     Lower,
-    /// The two innermost output loops walked in square blocks when the
+    /// Linear guards of a sum's terms (zero padding) folded into the sum's
+    /// bounds (`guard_bounds`).
+    GuardsToBounds,
+    /// The two innermost output loops walked in blocks when the
     /// inner one reads across cache lines (`tile`): transposed copies.
     TileTransposes,
     /// Vector loops marked and boundary iterations peeled (`vectorize`,
@@ -68,18 +72,20 @@ pub const LOOP_PASSES: &[(Target, DType, LoopRole, &[LoopPass])] = &[
         &[
             InterchangeSums,
             Lower,
+            GuardsToBounds,
             TileTransposes,
             MarkVectors,
             BlockLongSums,
         ],
     ),
     // f64: the interpreter's operations in its order; tiles only reorder
-    // which output elements are computed first.
+    // which output elements are computed first, and the terms a guard
+    // leaves out are zeros (adding them changes no sum).
     (
         Target::Cpu,
         DType::F64,
         LoopRole::Whole,
-        &[Lower, TileTransposes],
+        &[Lower, GuardsToBounds, TileTransposes],
     ),
     (
         Target::Cpu,
@@ -146,6 +152,7 @@ pub fn loop_kernel(
                 source = Some(reorder::interchange_sums(source.as_ref().unwrap_or(f)))
             }
             Lower => kernel = Some(crate::kernel::lower(source.as_ref().unwrap_or(f))?),
+            GuardsToBounds => kernel = kernel.map(guard_bounds::guards_to_bounds),
             TileTransposes => kernel = kernel.map(tile::tile_transposes),
             MarkVectors => kernel = kernel.map(|k| vectorize::plan_vectors(k, dtype)),
             BlockLongSums => kernel = kernel.map(blocked_sums::block_long_sums),
