@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Convolutions (issue "Convolutions at GEMM speed"), side by side in one
+# Convolutions and pools (issue "Convolutions at GEMM speed"), side by side in one
 # command: tenjin (examples/conv_peers.rs) and PyTorch eager
 # (bench/conv_peers.py) on the same cores, alternating for ROUNDS rounds;
 # then a table of each round's ratios and their median.
@@ -31,7 +31,7 @@ def line(name, a, b, size):
     print(f"| {name} | {size} | {threads} | {statistics.median(a):.2f} | {statistics.median(b):.2f} | {cells} | **{statistics.median(ra):.2f}** |")
 print("| comparison | size | threads | tenjin ms | reference ms | ratio per round | median ratio |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
-for w in ("conv1d", "conv2d_s1", "conv2d_s2", "conv2d_depthwise"):
+for w in ("conv1d", "conv2d_s1", "conv2d_s2", "conv2d_depthwise", "max_pool2d", "avg_pool2d"):
     (a, size), (b, _) = get("tenjin", w), get("torch", w)
     line(f"{w} / PyTorch eager", a, b, size)
 (a, size), (b, _) = get("tenjin", "conv2d_line"), get("tenjin", "conv2d_s1")

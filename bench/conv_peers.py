@@ -1,7 +1,8 @@
 """PyTorch eager side of bench/conv.sh: the workloads of
 examples/conv_peers.rs (value and gradients with respect to x and w of
-sum(conv(x, w) * G), as ../shared/bench/workloads.py's conv and conv2d),
-one JSON line each with the median time in ms.
+sum(conv(x, w) * G), as ../shared/bench/workloads.py's conv and conv2d;
+value and gradient of sum(pool(x) * G) for the pools), one JSON line each
+with the median time in ms.
 
 Usage: python bench/conv_peers.py THREADS [WORKLOAD] [smoke]   (under taskset with as many cores)
 """
@@ -37,3 +38,20 @@ for workload, label, stride, groups in (("conv2d_s1", "3x3,p1", 1, 1), ("conv2d_
     if only in (None, workload, "conv2d_line" if workload == "conv2d_s1" else None):
         value_grad(workload, f"B=32,C=O=64,32x32,{label}", (32, 64, 32, 32), (64, 64 // groups, 3, 3),
                    lambda x, w, s=stride, g=groups: F.conv2d(x, w, stride=s, padding=1, groups=g))
+
+
+def pool_value_grad(workload, size, pool):
+    x = torch.from_numpy(rng.standard_normal((32, 64, 32, 32)).astype(np.float32)).requires_grad_(True)
+    G = torch.from_numpy(rng.standard_normal(pool(x).shape).astype(np.float32))
+
+    def vg():
+        v = (pool(x) * G).sum()
+        return v, torch.autograd.grad(v, (x,))
+    report("torch", workload, size, median_ms(reps, vg))
+
+
+if only in (None, "max_pool2d"):
+    pool_value_grad("max_pool2d", "B=32,C=O=64,32x32,3x3,s2,p1",
+                    lambda x: F.max_pool2d(x, 3, stride=2, padding=1))
+if only in (None, "avg_pool2d"):
+    pool_value_grad("avg_pool2d", "B=32,C=O=64,32x32,2x2,s2", lambda x: F.avg_pool2d(x, 2))

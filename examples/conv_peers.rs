@@ -15,7 +15,10 @@
 //! - `conv2d_s1`, `conv2d_s2`, `conv2d_depthwise`: B=32, 64→64 channels,
 //!   32×32, 3×3, padding 1, stride 1 / stride 2 / groups = 64;
 //! - `conv2d_line`: the stride-1 `conv2d` written by hand as one
-//!   `index_fn` line, zero padding as a guard.
+//!   `index_fn` line, zero padding as a guard;
+//! - `max_pool2d`: 3×3 windows, stride 2, padding 1 (a ResNet stem's
+//!   pool), and `avg_pool2d`: 2×2, stride 2, both over B=32, 64 channels,
+//!   32×32: value and gradient of `Σ pool(x) · G`.
 
 mod bench_common;
 
@@ -51,6 +54,24 @@ fn value_grad(
         x.zero_grad();
         w.zero_grad();
         conv(&x, &w)?.mul(&g)?.sum()?.backward()
+    })?;
+    report(workload, size, "median_ms", ms);
+    Ok(())
+}
+
+/// Times value and gradient of `Σ pool(x) · G` over `[32, 64, 32, 32]`.
+fn pool_value_grad(
+    workload: &str,
+    size: &str,
+    pool: impl Fn(&Tensor) -> Result<Tensor, Error>,
+) -> Result<(), Error> {
+    let shape = [32, 64, 32, 32];
+    let x = Tensor::from_vec(data(shape.iter().product(), 5, 1.0), &shape)?.requires_grad();
+    let y_shape = pool(&x)?.shape().to_vec();
+    let g = Tensor::from_vec(data(y_shape.iter().product(), 7, 1.0), &y_shape)?;
+    let ms = median_ms(reps(), || {
+        x.zero_grad();
+        pool(&x)?.mul(&g)?.sum()?.backward()
     })?;
     report(workload, size, "median_ms", ms);
     Ok(())
@@ -98,6 +119,16 @@ fn main() -> Result<(), Error> {
             &[64, 64, 3, 3],
             |x, w| index_fn_with_sizes(CONV2D_LINE, &[("x", x), ("w", w)], &[("i", 32), ("j", 32)]),
         )?;
+    }
+    if want("max_pool2d") {
+        pool_value_grad("max_pool2d", &size2d("3x3,s2,p1"), |x| {
+            x.max_pool2d_padded([3, 3], [2, 2], [1, 1])
+        })?;
+    }
+    if want("avg_pool2d") {
+        pool_value_grad("avg_pool2d", &size2d("2x2,s2"), |x| {
+            x.avg_pool2d([2, 2], [2, 2])
+        })?;
     }
     Ok(())
 }
