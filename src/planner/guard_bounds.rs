@@ -41,21 +41,27 @@ use crate::symbolic::ReduceOp;
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn guards_to_bounds(mut k: Kernel) -> Kernel {
-    let consts = constant_registers(&k.body);
-    let body = std::mem::take(&mut k.body);
-    k.body = rewrite(body, &consts);
+    let mut consts = Vec::new();
+    constant_registers(&k.body, &mut consts);
+    rewrite(&mut k.body, &consts);
     k
 }
 
 /// Registers defined as constants anywhere in `stmts`, with their values.
-fn constant_registers(stmts: &[Stmt]) -> Vec<(Reg, f64)> {
-    let mut out = Vec::new();
-    visit(stmts, &mut |s| {
-        if let Stmt::Let(r, Expr::Const(c)) = s {
-            out.push((*r, *c));
+fn constant_registers(stmts: &[Stmt], out: &mut Vec<(Reg, f64)>) {
+    for s in stmts {
+        match s {
+            Stmt::Let(r, Expr::Const(c)) => out.push((*r, *c)),
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                constant_registers(then, out);
+                constant_registers(otherwise, out);
+            }
+            Stmt::Reduce { body, .. } | Stmt::For(body) => constant_registers(&body.body, out),
+            Stmt::Let(..) | Stmt::Store { .. } => {}
         }
-    });
-    out
+    }
 }
 
 /// The value a reduction leaves unchanged, whatever it has folded: 0 for
@@ -70,74 +76,35 @@ fn identity(op: ReduceOp) -> Option<f64> {
     }
 }
 
-fn visit(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+/// Folds the guards of every reduction in `stmts`, in place.
+fn rewrite(stmts: &mut [Stmt], consts: &[(Reg, f64)]) {
     for s in stmts {
-        f(s);
         match s {
+            Stmt::For(l) => rewrite(&mut l.body, consts),
             Stmt::If {
                 then, otherwise, ..
             } => {
-                visit(then, f);
-                visit(otherwise, f);
+                rewrite(then, consts);
+                rewrite(otherwise, consts);
             }
-            Stmt::Reduce { body, .. } | Stmt::For(body) => visit(&body.body, f),
-            Stmt::Let(..) | Stmt::Store { .. } => {}
-        }
-    }
-}
-
-fn rewrite(stmts: Vec<Stmt>, consts: &[(Reg, f64)]) -> Vec<Stmt> {
-    stmts
-        .into_iter()
-        .map(|s| match s {
-            Stmt::For(mut l) => {
-                l.body = rewrite(l.body, consts);
-                Stmt::For(l)
-            }
-            Stmt::If {
-                cond,
-                then,
-                then_value,
-                otherwise,
-                otherwise_value,
-                result,
-            } => Stmt::If {
-                cond,
-                then: rewrite(then, consts),
-                then_value,
-                otherwise: rewrite(otherwise, consts),
-                otherwise_value,
-                result,
-            },
             Stmt::Reduce {
-                op,
-                mut value,
-                result,
-                mut body,
-                wide,
+                op, value, body, ..
             } => {
-                if let Some(id) = identity(op) {
+                if let Some(id) = identity(*op) {
                     let skipped: Vec<Reg> = consts
                         .iter()
                         .filter(|(_, c)| *c == id)
                         .map(|(r, _)| *r)
                         .collect();
-                    while let Some(v) = fold_guard(&mut body, value, &skipped) {
-                        value = v;
+                    while let Some(v) = fold_guard(body, *value, &skipped) {
+                        *value = v;
                     }
                 }
-                body.body = rewrite(body.body, consts);
-                Stmt::Reduce {
-                    op,
-                    value,
-                    result,
-                    body,
-                    wide,
-                }
+                rewrite(&mut body.body, consts);
             }
-            s => s,
-        })
-        .collect()
+            Stmt::Let(..) | Stmt::Store { .. } => {}
+        }
+    }
 }
 
 /// When the reduction over `l` folds `value` computed by a last statement
