@@ -468,10 +468,9 @@ impl OpPlan {
 
     /// Runs the forward pass on `inputs` (ordered like the op's arguments):
     /// the program that keeps the forward values `grad` needs under
-    /// `policy`
-    /// when it keeps any, the plain one (fewer stages) otherwise. Returns
-    /// the output and the kept values (by stage of `grad`'s forward
-    /// program).
+    /// `policy` when it keeps any, the plain one (fewer stages) otherwise.
+    /// Returns the output and the kept values (by stage of `grad`'s
+    /// forward program).
     pub(crate) fn run_forward(
         &self,
         inputs: &[&Arc<Storage>],

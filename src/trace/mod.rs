@@ -311,7 +311,7 @@ fn sum_of(a: &Storage, g: &Storage) -> Result<Arc<Storage>, Error> {
 
 /// What a node keeps for its backward program: the inputs and the output
 /// it reads, with the version each had when saved, and the forward values
-/// (stages of the forward program) kept for it in runtime-efficient mode.
+/// (stages of the forward program) kept for it under its save policy.
 struct Saved {
     args: Vec<Option<(Arc<Storage>, u64)>>,
     out: Option<(Arc<Storage>, u64)>,

@@ -10,8 +10,8 @@
 //! node sends along one edge: the stages of the node's backward program
 //! that this gradient needs and no earlier statement of the node ran. Each
 //! forward value a stage reads is taken from the tape when the node kept it
-//! (runtime-efficient mode) or recomputed by the node's forward stage right
-//! before its first reader (memory-efficient mode). A node's intermediate
+//! (as its save policy said) or recomputed by the node's forward stage right
+//! before its first reader (otherwise). A node's intermediate
 //! stages are shared by its statements.
 //!
 //! **Order (height heuristic, DeepDSL §4.3).** A statement's height is 0
