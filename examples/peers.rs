@@ -267,6 +267,7 @@ fn main() -> Result<(), tenjin::Error> {
     conv1d()?;
     mlp(64)?;
     mlp(256)?;
+    chain(1 << 20)?;
     chain(1 << 24)?;
     urban(256)?;
     matmul(512, 512, 512)?;
