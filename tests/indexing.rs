@@ -4,11 +4,22 @@
 //! bitwise identical gradients at 1, 2 and 3 threads, the tape's other
 //! walks (explain, memory plan, memory-efficient mode, the cached second
 //! step), and the errors.
+//!
+//! The thread count, the allocator's mode and the plan and kernel counters
+//! are process-wide: every test holds `SERIAL`, so no other test compiles
+//! between the counters one test compares.
 
+use std::sync::{Mutex, MutexGuard};
 use tenjin::nn::{Embedding, Module};
 use tenjin::{
     alloc, autograd, gradcheck, CrossEntropyOptions, DType, Error, LossReduction, Tensor,
 };
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn ids(v: Vec<i64>) -> Tensor {
     let n = v.len();
@@ -21,6 +32,7 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 
 #[test]
 fn gradients_match_finite_differences() -> Result<(), Error> {
+    let _s = serial();
     let repeated = ids(vec![1, 3, 1, 0, 1]);
     for dim in 0..3 {
         let shape = [4, 4, 4];
@@ -78,6 +90,7 @@ fn gradients_match_finite_differences() -> Result<(), Error> {
 /// every summation order is exact).
 #[test]
 fn embedding_gradient_equals_the_dense_one_hot_formulation() -> Result<(), Error> {
+    let _s = serial();
     let (v, d) = (7, 5);
     let id_list: Vec<i64> = vec![3, 1, 3, 3, 6, 0, 1, 3, 2, 6, 6, 3];
     let emb = Embedding::with_dtype(v, d, DType::F64, 1)?;
@@ -105,6 +118,7 @@ fn embedding_gradient_equals_the_dense_one_hot_formulation() -> Result<(), Error
 /// Large enough to be split across threads; repeated, skewed ids.
 #[test]
 fn gradients_are_bitwise_identical_at_1_2_and_3_threads() -> Result<(), Error> {
+    let _s = serial();
     let (v, d, t) = (500, 64, 4096);
     let id_list: Vec<i64> = (0..t as i64)
         .map(|k| (k * k * 31 + 7) % 97 + (k % 5) * 80)
@@ -145,6 +159,7 @@ fn gradients_are_bitwise_identical_at_1_2_and_3_threads() -> Result<(), Error> {
 
 #[test]
 fn the_tape_walks_host_ops_like_any_other() -> Result<(), Error> {
+    let _s = serial();
     let emb = Embedding::with_dtype(20, 8, DType::F64, 5)?;
     let w2 = randn(&[8, 3], 6).requires_grad();
     let step = |emb: &Embedding| -> Result<(Tensor, Vec<f64>), Error> {
@@ -178,6 +193,7 @@ fn the_tape_walks_host_ops_like_any_other() -> Result<(), Error> {
 
 #[test]
 fn bad_indices_are_errors_naming_the_op_and_the_index() -> Result<(), Error> {
+    let _s = serial();
     let w = randn(&[5, 3], 1).requires_grad();
     let e = w.index_select(0, &ids(vec![0, 5])).unwrap_err().to_string();
     assert!(
@@ -235,6 +251,7 @@ fn bad_indices_are_errors_naming_the_op_and_the_index() -> Result<(), Error> {
 
 #[test]
 fn integer_tensors_compare_convert_and_read_back_through_views() -> Result<(), Error> {
+    let _s = serial();
     let a = Tensor::from_vec_i64(vec![1, 5, 3, 7], &[2, 2])?;
     let b = Tensor::from_vec_i32(vec![3, 3], &[2])?;
     assert_eq!(a.gt(&b)?.to_vec_i64()?, vec![0, 1, 0, 1]);
@@ -258,6 +275,7 @@ fn integer_tensors_compare_convert_and_read_back_through_views() -> Result<(), E
 /// input's type, equal to the gradient computed without the conversion.
 #[test]
 fn conversions_carry_gradients_back_in_the_input_type() -> Result<(), Error> {
+    let _s = serial();
     let x32 = Tensor::randn(&[3, 4], DType::F32, 1)?.requires_grad();
     let w64 = randn(&[4, 2], 2).requires_grad();
     let loss = x32.to_dtype(DType::F64)?.matmul(&w64)?.tanh()?.sum()?;
