@@ -306,6 +306,25 @@ pub struct Kernel {
     pub shared_loops: usize,
 }
 
+/// Calls `f` on every statement of `stmts` in order, the statements nested
+/// in branches and loop bodies included (each right after the statement
+/// holding it): the one walk of a kernel's statements that only reads.
+pub fn visit_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+    for s in stmts {
+        f(s);
+        match s {
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                visit_stmts(then, f);
+                visit_stmts(otherwise, f);
+            }
+            Stmt::Reduce { body, .. } | Stmt::For(body) => visit_stmts(&body.body, f),
+            Stmt::Let(..) | Stmt::Store { .. } => {}
+        }
+    }
+}
+
 impl Kernel {
     /// Number of output elements.
     pub fn out_len(&self) -> usize {

@@ -19,7 +19,7 @@
 //! them). Runs after lowering
 //! and before tiles and vectors (`super::passes`). Must not emit code.
 
-use crate::kernel::{Bound, Cond, Expr, Kernel, Lin, Loop, Reg, Stmt};
+use crate::kernel::{visit_stmts, Bound, Cond, Expr, Kernel, Lin, Loop, Reg, Stmt};
 use crate::symbolic::expr::CmpOp;
 use crate::symbolic::ReduceOp;
 
@@ -41,27 +41,20 @@ use crate::symbolic::ReduceOp;
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn guards_to_bounds(mut k: Kernel) -> Kernel {
-    let mut consts = Vec::new();
-    constant_registers(&k.body, &mut consts);
+    let consts = constant_registers(&k.body);
     rewrite(&mut k.body, &consts);
     k
 }
 
 /// Registers defined as constants anywhere in `stmts`, with their values.
-fn constant_registers(stmts: &[Stmt], out: &mut Vec<(Reg, f64)>) {
-    for s in stmts {
-        match s {
-            Stmt::Let(r, Expr::Const(c)) => out.push((*r, *c)),
-            Stmt::If {
-                then, otherwise, ..
-            } => {
-                constant_registers(then, out);
-                constant_registers(otherwise, out);
-            }
-            Stmt::Reduce { body, .. } | Stmt::For(body) => constant_registers(&body.body, out),
-            Stmt::Let(..) | Stmt::Store { .. } => {}
+fn constant_registers(stmts: &[Stmt]) -> Vec<(Reg, f64)> {
+    let mut out = Vec::new();
+    visit_stmts(stmts, &mut |s| {
+        if let Stmt::Let(r, Expr::Const(c)) = s {
+            out.push((*r, *c));
         }
-    }
+    });
+    out
 }
 
 /// The value a reduction leaves unchanged, whatever it has folded: 0 for

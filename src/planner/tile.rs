@@ -19,7 +19,7 @@
 //! themselves. Must not emit code; runs before vectors are marked
 //! (`super::passes`), which then leave the strided inner loop scalar.
 
-use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Stmt};
+use crate::kernel::{visit_stmts, Bound, IVar, Kernel, Lin, Loop, Stmt};
 
 /// Elements of a block along the inner loop (the strided reads).
 pub const TILE: i64 = 8;
@@ -110,7 +110,7 @@ fn qualifies(outer: &Loop, inner: &Loop) -> bool {
     }
     let mut far = false;
     let mut straight = true;
-    visit(&inner.body, &mut |s| match s {
+    visit_stmts(&inner.body, &mut |s| match s {
         Stmt::For(_) | Stmt::Reduce { .. } => straight = false,
         Stmt::Let(_, crate::kernel::Expr::Load { offset, .. }) => {
             let (c_in, c_out) = (offset.coeff(inner.var).abs(), offset.coeff(outer.var).abs());
@@ -119,19 +119,6 @@ fn qualifies(outer: &Loop, inner: &Loop) -> bool {
         _ => {}
     });
     straight && far
-}
-
-fn visit(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
-    for s in stmts {
-        f(s);
-        if let Stmt::If {
-            then, otherwise, ..
-        } = s
-        {
-            visit(then, f);
-            visit(otherwise, f);
-        }
-    }
 }
 
 /// `for to { for ti { for o in tile to { lets; for i in tile ti { … } } } }`
