@@ -281,3 +281,45 @@ fn a_row_fused_softmax_folds_its_maximum_once() {
         assert_eq!(k.to_string().matches("max v").count(), 1, "{k}");
     }
 }
+
+/// A mean loss over rows that picks each row's label: on the GPU the
+/// row's pick and its log-sum-exp are stages of an output per row (inline,
+/// one team would scan every row), the derivative one pass over the
+/// logits; on the CPU the loss is one stage.
+#[test]
+fn a_few_output_loss_spreads_its_row_reductions_on_the_gpu() {
+    use tenjin::planner::{plan_function_for, plan_node_for, Target};
+    let f = IndexFn::parse(
+        "l[] = sum{i}_0^511 (log sum{k}_0^999 (exp x[i; k]) - sum{c}_0^999 (if {t[i] = c} then (x[i; c]) else (0))) * 0.001953125",
+        &[("x", &[512, 1000][..]), ("t", &[512][..])],
+    )
+    .unwrap();
+    let gpu = plan_function_for(&f, DType::F32, Target::Gpu).unwrap();
+    let shapes: Vec<_> = gpu.stages.iter().map(|s| s.f.output_shape().to_vec()).collect();
+    assert_eq!(shapes, [vec![512], vec![512], vec![]], "{gpu}");
+    assert_eq!(plan_function(&f, DType::F32).unwrap().stages.len(), 1);
+    // Short rows stay inline: a stage would cost more than it saves.
+    let short = IndexFn::parse(
+        "l[] = sum{i}_0^511 (log sum{k}_0^99 (exp x[i; k]))",
+        &[("x", &[512, 100][..])],
+    )
+    .unwrap();
+    let p = plan_function_for(&short, DType::F32, Target::Gpu).unwrap();
+    assert_eq!(p.stages.len(), 1, "{p}");
+    // The derivative reads the forward's row statistics: one stage of
+    // the logits' shape.
+    let plan = plan_node_for(&f, &[0], DType::F32, Target::Gpu).unwrap();
+    let backward: Vec<_> = plan
+        .backward
+        .stages
+        .iter()
+        .filter(|s| s.f.output_shape() == [512, 1000])
+        .collect();
+    assert_eq!(backward.len(), 1, "{}", plan.backward);
+    // Its value equals the reference interpreter's.
+    let x = data(512 * 1000, 3);
+    let t: Vec<f64> = (0..512).map(|i| ((i * 37) % 1000) as f64).collect();
+    let want = f.eval_f64(&[("x", &x[..]), ("t", &t[..])]).unwrap();
+    let got = gpu.eval_f64(&[&x[..], &t[..]]).unwrap();
+    close(&got[0], &want, "spread loss");
+}

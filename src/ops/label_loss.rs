@@ -1,11 +1,16 @@
 //! Losses over integer class labels: `nll_loss` and `cross_entropy_with`
 //! (label smoothing, `ignore_index`, [`LossReduction`]), as PyTorch's.
 //!
-//! The picked log-probabilities come from [`Tensor::gather`] (a host
+//! `nll_loss` picks its log-probabilities with [`Tensor::gather`] (a host
 //! stage, see `super::indexing`): `O(B)` work for the pick and its
-//! gradient, no one-hot matrix. The rest is ordinary recorded ops.
+//! gradient, no one-hot matrix. `cross_entropy_with` is one index
+//! function over the logits and the labels as values (`if {t[i] = c}`):
+//! its forward pass writes the row statistics only and its derivative is
+//! one pass over the logits (`fused`); f32 logits of more than 2²⁴ classes,
+//! whose indices f32 cannot compare exactly, take the gathered form.
 
-use super::LossReduction;
+use super::formula::{access, define, guard, sum_to};
+use super::{apply, lit, LossReduction};
 use crate::tensor::Tensor;
 use crate::Error;
 
@@ -104,13 +109,95 @@ impl Labels {
         match reduction {
             LossReduction::None => Ok(masked),
             LossReduction::Sum => masked.sum(),
-            LossReduction::Mean if self.kept == 0 => Err(Error::shape(
-                op,
-                "every row is ignored: the mean over no rows is undefined".into(),
-            )),
+            LossReduction::Mean if self.kept == 0 => Err(no_rows_kept(op)),
             LossReduction::Mean => masked.sum()?.div_scalar(self.kept as f64),
         }
     }
+}
+
+/// Whether every class index `< classes` is exact as a value of `dtype`
+/// (f32 holds the integers up to 2²⁴), so [`fused`] may compare labels
+/// with class indices as numbers.
+fn exact_class_values(dtype: crate::DType, classes: usize) -> bool {
+    let digits = match dtype {
+        crate::DType::F32 => f32::MANTISSA_DIGITS,
+        _ => f64::MANTISSA_DIGITS,
+    };
+    classes as u64 <= 1u64 << digits
+}
+
+/// The cross-entropy as one index function over the logits `x` `[B, C]`
+/// and the labels as values `t` `[B]`: per row
+/// `w_i · (lse_i − (1 − ε)·Σ_c [t_i = c]·x[i; c] − (ε/C)·Σ_c x[i; c])`
+/// (`w` the kept-row mask where a row is ignored), then reduced.
+///
+/// Nothing of size `[B, C]` is written in the forward pass (the row
+/// statistics only), and the derivative is one pass,
+/// `dx[i; c] = g_i·w_i·(exp(x[i; c] − lse_i) − (1 − ε)·[t_i = c] − ε/C)`:
+/// no dense log-probabilities, no scattered one-hot gradient to add.
+fn fused(
+    op: &str,
+    x: &Tensor,
+    l: &Labels,
+    eps: f64,
+    reduction: LossReduction,
+) -> Result<Tensor, Error> {
+    let (b, c) = (x.shape()[0], x.shape()[1]);
+    let t = l.ids.reshape(&[b])?.to_dtype(x.dtype())?;
+    let (_, lse) = super::loss::row_statistics(|v| access("x", &["i", v]), c);
+    let mut row = lse;
+    if eps < 1.0 {
+        let pick = sum_to("c", c, guard("t[i] = c", "x[i; c]", "0"));
+        row = format!("{row} - {} * {pick}", lit(op, 1.0 - eps)?);
+    }
+    if eps > 0.0 {
+        let all = sum_to("c", c, "x[i; c]");
+        row = format!("{row} - {} * {all}", lit(op, eps / c as f64)?);
+    }
+    let mut args = vec![("x", x), ("t", &t)];
+    if let Some(w) = &l.mask {
+        row = format!("w[i] * ({row})");
+        args.push(("w", w));
+    }
+    let src = match reduction {
+        LossReduction::None => define("l", &["i"], row),
+        LossReduction::Sum => define::<&str>("l", &[], sum_to("i", b, row)),
+        LossReduction::Mean if l.kept == 0 => return Err(no_rows_kept(op)),
+        LossReduction::Mean => define::<&str>(
+            "l",
+            &[],
+            format!("{} * {}", sum_to("i", b, row), lit(op, 1.0 / l.kept as f64)?),
+        ),
+    };
+    apply(op, &src, &args, &[])
+}
+
+/// The cross-entropy from gathered log-probabilities (a dense
+/// `log_softmax`, the labels' entries picked): for f32 logits of more
+/// than 2²⁴ classes, whose indices [`fused`] could not compare exactly.
+fn gathered(
+    op: &str,
+    x: &Tensor,
+    l: &Labels,
+    eps: f64,
+    reduction: LossReduction,
+) -> Result<Tensor, Error> {
+    let lp = x.log_softmax(1)?;
+    let nll = lp.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?.neg()?;
+    let per_row = if eps > 0.0 {
+        let smooth = lp.mean_dims(&[1], false)?.neg()?;
+        nll.mul_scalar(1.0 - eps)?.add(&smooth.mul_scalar(eps)?)?
+    } else {
+        nll
+    };
+    l.reduce(op, per_row, reduction)
+}
+
+fn no_rows_kept(op: &str) -> Error {
+    Error::shape(
+        op,
+        "every row is ignored: the mean over no rows is undefined".into(),
+    )
 }
 
 impl Tensor {
@@ -164,14 +251,46 @@ impl Tensor {
             ));
         }
         let l = Labels::new(op, self, labels, options.ignore_index)?;
-        let lp = self.log_softmax(1)?;
-        let nll = lp.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?.neg()?;
-        let per_row = if eps > 0.0 {
-            let smooth = lp.mean_dims(&[1], false)?.neg()?;
-            nll.mul_scalar(1.0 - eps)?.add(&smooth.mul_scalar(eps)?)?
+        if exact_class_values(self.dtype(), self.shape()[1]) {
+            fused(op, self, &l, eps, options.reduction)
         } else {
-            nll
-        };
-        l.reduce(op, per_row, options.reduction)
+            gathered(op, self, &l, eps, options.reduction)
+        }
+    }
+}
+
+/// The gathered form is the fallback only f32 logits of more than 2²⁴
+/// classes take; here both forms run on the same small inputs.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_and_gathered_forms_agree_in_value_and_gradient() -> Result<(), Error> {
+        assert!(exact_class_values(crate::DType::F32, 1 << 24));
+        assert!(!exact_class_values(crate::DType::F32, (1 << 24) + 1));
+        assert!(exact_class_values(crate::DType::F64, 1 << 40));
+        let logits: Vec<f64> = (0..20).map(|k| ((k * 7) % 11) as f64 / 3.0 - 1.5).collect();
+        let labels = Tensor::from_vec_i64(vec![3, 0, 4, 1], &[4])?;
+        for (eps, ignore, reduction) in [
+            (0.0, None, LossReduction::Mean),
+            (0.2, Some(0), LossReduction::Mean),
+            (0.1, Some(4), LossReduction::None),
+            (1.0, None, LossReduction::Sum),
+        ] {
+            let run = |form: fn(&str, &Tensor, &Labels, f64, LossReduction) -> Result<Tensor, Error>| {
+                let x = Tensor::from_vec_f64(logits.clone(), &[4, 5])?.requires_grad();
+                let l = Labels::new("cross_entropy", &x, &labels, ignore)?;
+                let loss = form("cross_entropy", &x, &l, eps, reduction)?;
+                loss.sum()?.backward()?;
+                Ok::<_, Error>((loss.to_vec_f64()?, x.grad().unwrap().to_vec_f64()?))
+            };
+            let (fused_value, fused_grad) = run(fused)?;
+            let (gathered_value, gathered_grad) = run(gathered)?;
+            for (a, b) in fused_value.iter().chain(&fused_grad).zip(gathered_value.iter().chain(&gathered_grad)) {
+                assert!((a - b).abs() < 1e-12, "eps {eps} ignore {ignore:?}: {a} against {b}");
+            }
+        }
+        Ok(())
     }
 }

@@ -67,7 +67,7 @@ fn cross_entropy_fn(
 /// shift `m` of `m + log Σ exp(x − m)` is `detach`ed: the value does not
 /// depend on it, so neither does the derivative, which then reads no
 /// argmax and no terms that cancel (JAX's `logsumexp` does the same).
-fn row_statistics(at: impl Fn(&str) -> String, n: usize) -> (String, String) {
+pub(super) fn row_statistics(at: impl Fn(&str) -> String, n: usize) -> (String, String) {
     let max = format!("detach ({})", reduce("max", "m", 0, n as i64 - 1, at("m")));
     let lse = format!(
         "({max} + log ({}))",

@@ -18,11 +18,12 @@
 //! | redundant | it is heavy and some loop around the place it is computed (after hoisting out of loops it does not depend on; on the GPU, whose threads are the output loops, never out of those) is over an index it does not depend on: it would be recomputed for every value of that index |
 //! | (row-fused, GPU) | never, when it is a statistic of the row in a stage that reads such statistics ([`gpu_pinned`]: the innermost output loop is not pinned, a team per row computes them once), unless the program has it as a stage already |
 //! | nested | it is a reduction hoisted out of a reduction over an index it does not depend on (the row maximum inside a row's sum of exponentials): one stage serves every reader |
+//! | spread (GPU) | it is a reduction of at least [`SPREAD_MIN_TERMS`] terms inside a reduction over an index it depends on, in a function of at most `SPLIT_MAX_OUTPUTS` outputs that is not one long sum (the label's logit picked from each row of a mean loss): a stage of an output per row, spread over teams, where inline each term of the outer reduction would be one thread's serial pass |
 //! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`), or it is redundant and read by several parents (`Σ_k df[i;k]` in two row terms): cut before its parents |
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
 //! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
 //!
-//! The cost-based rules (redundant, nested, contraction, contraction operand) also
+//! The cost-based rules (redundant, nested, spread, contraction, contraction operand) also
 //! require that the stage has no more points than the loops around the
 //! node evaluate it at: coordinates such as `t + k` next to `t` can span a
 //! box far larger than the points read. Nodes are visited top-down, so the
@@ -35,7 +36,7 @@ use super::heavy::Keys;
 use super::normalize::normalize;
 use super::program::{Source, Stage};
 use super::route::{route_for, routes_to_gemm, Route, Target};
-use super::split_sums::split_long_sum;
+use super::split_sums::{split_long_sum, SPLIT_MAX_OUTPUTS};
 use super::window;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
@@ -424,6 +425,12 @@ impl Builder {
             Target::Cpu => 0,
         };
         let rows_fused = pinned < out_loops.len();
+        // On the GPU, a function of few outputs that is not one long sum
+        // (which `split_long_sum` spreads) runs a team per output: a long
+        // reduction inside its reduction is a serial pass per term.
+        let few_outputs = self.target == Target::Gpu
+            && f.out_shape.iter().product::<usize>() <= SPLIT_MAX_OUTPUTS
+            && split_long_sum(f).is_none();
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {
@@ -489,6 +496,14 @@ impl Builder {
                     && ctx[eff.len()..]
                         .iter()
                         .any(|(v, _)| !f.out_vars.contains(v));
+                // A long reduction inside a reduction over an index it
+                // depends on, in a function of few outputs (the label's
+                // logit picked from each row of a mean loss): as a stage
+                // it has an output per row, spread over teams.
+                let spread = few_outputs
+                    && matches!(g.node(n), Node::Reduce { .. })
+                    && eff.iter().any(|(v, _)| !f.out_vars.contains(v))
+                    && iv.trips.get(&n).is_some_and(|&t| t >= SPREAD_MIN_TERMS);
                 // A contraction runs as a GEMM of its own unless it is the
                 // one the route fuses with the element-wise work around it.
                 // (A sum inside the one contraction of a function that is
@@ -507,7 +522,7 @@ impl Builder {
                     first.push(n);
                     continue;
                 }
-                if (redundant || nested || own_gemm) && small {
+                if (redundant || nested || own_gemm || spread) && small {
                     then.push(n);
                 }
             }
@@ -572,6 +587,10 @@ pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
     }
     out
 }
+
+/// The fewest terms of a reduction that the "spread" rule cuts out of a
+/// function of few outputs (shorter ones cost less inline than a stage).
+const SPREAD_MIN_TERMS: u64 = 256;
 
 /// Rows shorter than this are left to a thread per output (a team of a
 /// warp would idle).
