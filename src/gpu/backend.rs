@@ -240,8 +240,11 @@ impl<D: Driver> GemmKernel<D> {
             .chain(self.contraction.k_outer())
             .map(|d| d.len)
             .product();
+        let op = |t: bool| if t { 't' } else { 'n' };
         format!(
-            "gemm m={} n={} k={} batch={} calls={calls}{}",
+            "gemm {}{} m={} n={} k={} batch={} calls={calls}{}",
+            op(p.trans_a),
+            op(p.trans_b),
             p.m,
             p.n,
             p.k,

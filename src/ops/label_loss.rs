@@ -166,7 +166,11 @@ fn fused(
         LossReduction::Mean => define::<&str>(
             "l",
             &[],
-            format!("{} * {}", sum_to("i", b, row), lit(op, 1.0 / l.kept as f64)?),
+            format!(
+                "{} * {}",
+                sum_to("i", b, row),
+                lit(op, 1.0 / l.kept as f64)?
+            ),
         ),
     };
     apply(op, &src, &args, &[])
@@ -278,17 +282,25 @@ mod tests {
             (0.1, Some(4), LossReduction::None),
             (1.0, None, LossReduction::Sum),
         ] {
-            let run = |form: fn(&str, &Tensor, &Labels, f64, LossReduction) -> Result<Tensor, Error>| {
-                let x = Tensor::from_vec_f64(logits.clone(), &[4, 5])?.requires_grad();
-                let l = Labels::new("cross_entropy", &x, &labels, ignore)?;
-                let loss = form("cross_entropy", &x, &l, eps, reduction)?;
-                loss.sum()?.backward()?;
-                Ok::<_, Error>((loss.to_vec_f64()?, x.grad().unwrap().to_vec_f64()?))
-            };
+            let run =
+                |form: fn(&str, &Tensor, &Labels, f64, LossReduction) -> Result<Tensor, Error>| {
+                    let x = Tensor::from_vec_f64(logits.clone(), &[4, 5])?.requires_grad();
+                    let l = Labels::new("cross_entropy", &x, &labels, ignore)?;
+                    let loss = form("cross_entropy", &x, &l, eps, reduction)?;
+                    loss.sum()?.backward()?;
+                    Ok::<_, Error>((loss.to_vec_f64()?, x.grad().unwrap().to_vec_f64()?))
+                };
             let (fused_value, fused_grad) = run(fused)?;
             let (gathered_value, gathered_grad) = run(gathered)?;
-            for (a, b) in fused_value.iter().chain(&fused_grad).zip(gathered_value.iter().chain(&gathered_grad)) {
-                assert!((a - b).abs() < 1e-12, "eps {eps} ignore {ignore:?}: {a} against {b}");
+            for (a, b) in fused_value
+                .iter()
+                .chain(&fused_grad)
+                .zip(gathered_value.iter().chain(&gathered_grad))
+            {
+                assert!(
+                    (a - b).abs() < 1e-12,
+                    "eps {eps} ignore {ignore:?}: {a} against {b}"
+                );
             }
         }
         Ok(())

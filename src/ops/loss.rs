@@ -8,7 +8,9 @@
 //! the row statistics (maximum, sum of exponentials) once per row, in the
 //! forward pass and in the derivative, so value and gradient stay linear
 //! in the row length. The maximum is only a shift (`detach`ed), so the
-//! derivative has no argmax in it.
+//! derivative has no argmax in it, and a softmax's derivative reads its
+//! saved output and the incoming gradient only (`exp(x − m) / Σ exp(x −
+//! m)` found again in it: `crate::symbolic` reuses the output there).
 
 use super::formula::{access, define, indices, reduce, sum_to};
 use super::shape::empty_like;

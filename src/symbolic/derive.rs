@@ -18,6 +18,7 @@ use super::fourier_motzkin::eliminate;
 use super::index_fn::{ArgDecl, IndexFn};
 use super::intlinalg::IntMatrix;
 use super::lattice::solve_lattice;
+use super::output_reuse::reuse_output_in_products;
 use super::rules::partials;
 use super::subst::{replace, substitute};
 use crate::Error;
@@ -164,7 +165,10 @@ impl<'a> Derivation<'a> {
         for ((node, ctx), adjoint) in occurrences {
             gathers.push(self.gather(node, ctx, adjoint)?);
         }
-        let total = self.g.add_all(&gathers);
+        let mut total = self.g.add_all(&gathers);
+        if self.saved_output.is_some() {
+            total = reuse_output_in_products(&mut self.g, f, total, f.args.len() + 1);
+        }
         let mut args = f.args.clone();
         args.push(ArgDecl {
             name: format!("d{}", f.name),

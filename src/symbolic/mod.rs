@@ -33,6 +33,7 @@ mod eval;
 mod inline;
 pub(crate) mod intervals;
 mod lexer;
+mod output_reuse;
 mod parse;
 pub(crate) mod print;
 pub mod random;
