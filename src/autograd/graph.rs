@@ -143,7 +143,17 @@ pub(crate) fn gradients(
             (Seed::Identity, Some(y)) => y.shape().to_vec(),
             _ => Vec::new(),
         };
-        Walk::new(inputs, batch, dtype, device)?.run(outputs, seed)
+        let walk = || Walk::new(inputs, batch, dtype, device)?.run(outputs, seed);
+        // A graph of gradients is differentiated again by this walk, which
+        // applies each recorded derivative to that op's inputs: they are
+        // kept, whatever the op's own backward program would keep (a
+        // forward stage, such as a row sum of the incoming gradient, may
+        // stand in for an input there).
+        if create_graph {
+            trace::keep_inputs(walk)
+        } else {
+            walk()
+        }
     })
 }
 
