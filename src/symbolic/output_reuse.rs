@@ -126,7 +126,7 @@ fn anchor(g: &Graph, f: &IndexFn) -> Option<(usize, Vec<VarId>)> {
                 let d = f.out_vars.iter().position(|o| o == v);
                 d.is_some_and(|d| f.out_shape[d] == n)
             });
-        covers.then(|| (*arg, vars))
+        covers.then_some((*arg, vars))
     })
 }
 
