@@ -6,7 +6,9 @@
 //! assertions (finite differences, reference values) hold there.
 //!
 //! Run it with `--test-threads=1`: the included suites assert on
-//! process-wide statistics.
+//! process-wide statistics. `TENJIN_GPU_TESTS=cuda` (a build with the
+//! `cuda` feature, on a machine with a GPU) runs the same suites on the
+//! real device 0.
 
 #[path = "ops_gradcheck.rs"]
 mod ops_gradcheck;
@@ -29,9 +31,16 @@ mod indexing;
 #[path = "checkpoint.rs"]
 mod checkpoint;
 
+/// Whether `TENJIN_GPU_TESTS=cuda` asks for the real GPU and there is one.
+fn on_a_real_gpu() -> bool {
+    std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda") && tenjin::cuda::is_available()
+}
+
 #[ctor::ctor]
 fn on_the_simulated_device() {
-    tenjin::cuda::simulate().expect("the simulated device");
+    if !on_a_real_gpu() {
+        tenjin::cuda::simulate().expect("the simulated device");
+    }
     tenjin::set_default_device(tenjin::Device::Cuda(0));
     // Open the device now, so its allocator's mode and limit can be set
     // before the first tensor.
@@ -42,5 +51,5 @@ fn on_the_simulated_device() {
 fn tensors_are_on_the_simulated_device() {
     let x = tenjin::Tensor::from_vec(vec![1.0, 2.0], &[2]).unwrap();
     assert_eq!(x.device(), tenjin::Device::Cuda(0));
-    assert!(tenjin::cuda::is_simulated());
+    assert_eq!(tenjin::cuda::is_simulated(), !on_a_real_gpu());
 }
