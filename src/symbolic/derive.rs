@@ -49,7 +49,9 @@ impl IndexFn {
     /// shape. Wherever the derivative needs the function's value (`exp`,
     /// `tanh`, `sigmoid`, `sqrt`, `**` express their derivatives through it)
     /// it reads the saved value instead of recomputing it, which for a body
-    /// with a reduction saves a whole inner loop per gradient element.
+    /// with a reduction saves a whole inner loop per gradient element. A
+    /// softmax's value met again inside the derivative's products, at any
+    /// index, is read there too (`output_reuse`).
     ///
     /// ```
     /// use tenjin::symbolic::IndexFn;

@@ -209,11 +209,16 @@ fn rewrite(g: &mut Graph, p: &Pattern, n: NodeId, memo: &mut HashMap<NodeId, Nod
         return done;
     }
     let out = if matches!(g.node(n), Node::Binary(BinaryOp::Mul, ..)) {
-        let mut fs = Vec::new();
-        factors(g, n, &mut fs);
-        let mut fs: Vec<NodeId> = fs.into_iter().map(|c| rewrite(g, p, c, memo)).collect();
-        replace_pieces(g, p, &mut fs);
-        g.mul_all(&fs).unwrap_or(n)
+        let mut found = Vec::new();
+        factors(g, n, &mut found);
+        let mut fs: Vec<NodeId> = found.iter().map(|&c| rewrite(g, p, c, memo)).collect();
+        // Rebuilt only where something changed (the product's shape, and
+        // so its rounding, stays as derived elsewhere).
+        if replace_pieces(g, p, &mut fs) || fs != found {
+            g.mul_all(&fs).unwrap_or(n)
+        } else {
+            n
+        }
     } else {
         let node = g.node(n).clone();
         let mut mapped = HashMap::new();
@@ -228,8 +233,9 @@ fn rewrite(g: &mut Graph, p: &Pattern, n: NodeId, memo: &mut HashMap<NodeId, Nod
 }
 
 /// Replaces, in the factor list `fs`, every set of pieces at one index by
-/// their reading of the saved output.
-fn replace_pieces(g: &mut Graph, p: &Pattern, fs: &mut Vec<NodeId>) {
+/// their reading of the saved output; whether any was.
+fn replace_pieces(g: &mut Graph, p: &Pattern, fs: &mut Vec<NodeId>) -> bool {
+    let mut any = false;
     let mut k = 0;
     while k < fs.len() {
         let mut replaced = false;
@@ -254,10 +260,12 @@ fn replace_pieces(g: &mut Graph, p: &Pattern, fs: &mut Vec<NodeId>) {
                 break;
             }
         }
+        any |= replaced;
         if !replaced {
             k += 1;
         }
     }
+    any
 }
 
 #[cfg(test)]
