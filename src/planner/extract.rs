@@ -36,7 +36,7 @@ use super::heavy::Keys;
 use super::normalize::normalize;
 use super::program::{Source, Stage};
 use super::route::{route_for, routes_to_gemm, Route, Target};
-use super::split_sums::{split_long_sum, SPLIT_MAX_OUTPUTS};
+use super::split_sums::{is_long_sum, split_long_sum, SPLIT_MAX_OUTPUTS};
 use super::window;
 use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
@@ -430,7 +430,7 @@ impl Builder {
         // reduction inside its reduction is a serial pass per term.
         let few_outputs = self.target == Target::Gpu
             && f.out_shape.iter().product::<usize>() <= SPLIT_MAX_OUTPUTS
-            && split_long_sum(f).is_none();
+            && !is_long_sum(f);
         let mut stack: Vec<(NodeId, Vec<(VarId, u64)>)> = vec![(f.root, out_loops)];
         while let Some((n, ctx)) = stack.pop() {
             if !keys.heavy(n) {

@@ -50,29 +50,24 @@ pub(crate) const COLUMN_MIN: u64 = 1024;
 /// The fewest terms of a column sum's block (a thread's serial work).
 pub(crate) const COLUMN_CHUNK_MIN: u64 = 16;
 
-/// The partial sums and the combine of `f` (see the module documentation),
-/// or `None` when `f` is not a long sum with few outputs. The combine
-/// reads the partials as its one argument.
-///
-/// ```
-/// # use tenjin::symbolic::IndexFn;
-/// let f = IndexFn::parse("f[] = sum{i}_0^999999 (x[i] * x[i])", &[("x", &[1_000_000][..])])?;
-/// let p = tenjin::planner::plan_function_for(&f, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
-/// let shapes: Vec<_> = p.stages.iter().map(|s| s.f.output_shape().to_vec()).collect();
-/// assert_eq!(shapes, [vec![123], vec![]], "{p}"); // ⌈10⁶ / 8192⌉ partial sums, then their sum
-/// let cpu = tenjin::planner::plan_function(&f, tenjin::DType::F32)?;
-/// assert_eq!(cpu.stages.len(), 1);
-/// // A mean: the combine scales the sum of the partial sums.
-/// let mean = IndexFn::parse("f[] = sum{i}_0^999999 x[i] * 0.000001", &[("x", &[1_000_000][..])])?;
-/// let p = tenjin::planner::plan_function_for(&mean, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
-/// assert_eq!(p.stages.len(), 2, "{p}");
-/// // A bias gradient: a column sum over 8 × 1024 rows, blocks of 12 rows.
-/// let db = IndexFn::parse("f[j] = sum{t}_0^1023 (sum{b}_0^7 (dy[b; t; j]))", &[("dy", &[8, 1024, 3072][..])])?;
-/// let p = tenjin::planner::plan_function_for(&db, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
-/// assert_eq!(p.stages[0].f.output_shape(), &[86, 3072], "{p}");
-/// # Ok::<(), tenjin::Error>(())
-/// ```
-pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
+/// Whether `f` is a sum [`split_long_sum`] spreads over blocks (its split
+/// may still be refused by the bounds check).
+pub(crate) fn is_long_sum(f: &IndexFn) -> bool {
+    long_sum(f).is_some()
+}
+
+/// A long sum as [`split_long_sum`] splits it: the functions and factors
+/// around it, its index, body and constant range, and the block.
+struct LongSum {
+    wrappers: Vec<Wrapper>,
+    var: VarId,
+    body: NodeId,
+    lo: i64,
+    hi: i64,
+    chunk: i64,
+}
+
+fn long_sum(f: &IndexFn) -> Option<LongSum> {
     let outputs: usize = f.out_shape.iter().product();
     let (wrappers, sum) = peel(&f.graph, f.root)?;
     let Node::Reduce {
@@ -121,6 +116,47 @@ pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
     if chunk >= outer as i64 {
         return None;
     }
+    Some(LongSum {
+        wrappers,
+        var,
+        body,
+        lo,
+        hi,
+        chunk,
+    })
+}
+
+/// The partial sums and the combine of `f` (see the module documentation),
+/// or `None` when `f` is not a long sum with few outputs. The combine
+/// reads the partials as its one argument.
+///
+/// ```
+/// # use tenjin::symbolic::IndexFn;
+/// let f = IndexFn::parse("f[] = sum{i}_0^999999 (x[i] * x[i])", &[("x", &[1_000_000][..])])?;
+/// let p = tenjin::planner::plan_function_for(&f, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
+/// let shapes: Vec<_> = p.stages.iter().map(|s| s.f.output_shape().to_vec()).collect();
+/// assert_eq!(shapes, [vec![123], vec![]], "{p}"); // ⌈10⁶ / 8192⌉ partial sums, then their sum
+/// let cpu = tenjin::planner::plan_function(&f, tenjin::DType::F32)?;
+/// assert_eq!(cpu.stages.len(), 1);
+/// // A mean: the combine scales the sum of the partial sums.
+/// let mean = IndexFn::parse("f[] = sum{i}_0^999999 x[i] * 0.000001", &[("x", &[1_000_000][..])])?;
+/// let p = tenjin::planner::plan_function_for(&mean, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
+/// assert_eq!(p.stages.len(), 2, "{p}");
+/// // A bias gradient: a column sum over 8 × 1024 rows, blocks of 12 rows.
+/// let db = IndexFn::parse("f[j] = sum{t}_0^1023 (sum{b}_0^7 (dy[b; t; j]))", &[("dy", &[8, 1024, 3072][..])])?;
+/// let p = tenjin::planner::plan_function_for(&db, tenjin::DType::F32, tenjin::planner::Target::Gpu)?;
+/// assert_eq!(p.stages[0].f.output_shape(), &[86, 3072], "{p}");
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub(crate) fn split_long_sum(f: &IndexFn) -> Option<(IndexFn, IndexFn)> {
+    let LongSum {
+        wrappers,
+        var,
+        body,
+        lo,
+        hi,
+        chunk,
+    } = long_sum(f)?;
     let (first, parts) = (
         lo.div_euclid(chunk),
         hi.div_euclid(chunk) - lo.div_euclid(chunk) + 1,

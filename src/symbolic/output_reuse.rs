@@ -63,7 +63,6 @@ pub(crate) fn reuse_output_in_products(
     let Some(p) = Pattern::of(g, f, saved_arg) else {
         return body;
     };
-
     let mut memo = HashMap::new();
     rewrite(g, &p, body, &mut memo)
 }
