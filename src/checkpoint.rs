@@ -194,7 +194,7 @@ impl Checkpoint {
 fn tensor_of(data: &Operand<'_>, shape: &[usize]) -> Result<Tensor, Error> {
     let storage = Storage::uninit_on(data.device(), data.dtype(), data.len())?;
     {
-        let mut g = storage.write();
+        let mut g = storage.write()?;
         backend_for(data.device())?.copy(*data, storage.operand_mut(&mut g)?)?;
     }
     Ok(Tensor::dense(shape.to_vec(), storage, Origin::Constant))
@@ -204,7 +204,7 @@ fn tensor_of(data: &Operand<'_>, shape: &[usize]) -> Result<Tensor, Error> {
 fn write_into(t: &Tensor, out: OperandMut<'_>) -> Result<(), Error> {
     let t = t.contiguous()?;
     let (storage, _) = t.storage_and_origin();
-    let g = storage.read();
+    let g = storage.read()?;
     backend_for(out.device())?.copy(storage.operand(&g, t.numel())?, out)
 }
 

@@ -108,8 +108,9 @@ pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
 pub use ops::{
-    default_generator, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
-    AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm, PaddingMode, Pool2d,
+    default_generator, fusion, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
+    set_fusion, AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm, PaddingMode,
+    Pool2d,
 };
 pub use runtime::{
     plan_cache_capacity, save_policy, set_plan_cache_capacity, stats, SavePolicy, Stats,

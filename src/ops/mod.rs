@@ -13,6 +13,7 @@ mod convert;
 mod custom;
 mod elementwise;
 mod formula;
+pub(crate) mod fuse;
 mod indexing;
 mod label_loss;
 mod layout;
@@ -38,13 +39,14 @@ pub use random::{default_generator, manual_seed, set_default_generator, Generato
 pub use statistics::Norm;
 
 pub use custom::{index_fn, index_fn_with_sizes};
+pub use fuse::{fusion, set_fusion};
 
 use crate::alloc::Device;
 use crate::runtime::op_plan::{self as plan, OpPlan};
 use crate::runtime::Storage;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::IndexFn;
-use crate::tensor::Tensor;
+use crate::tensor::{Producer, Tensor};
 use crate::trace::Origin;
 use crate::trace::{self, Node};
 use crate::DType;
@@ -179,7 +181,7 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
             let _ = write!(key, "@{:?}{:?}{:?}", base.shape(), m.coeffs, m.offsets);
         }
     }
-    let plan = plan::cached(key, || {
+    let plan = plan::cached(key.clone(), || {
         let mut f = match def {
             Def::Text { src, sizes } => {
                 let shapes: Vec<(&str, &[usize])> =
@@ -195,7 +197,14 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         }
         OpPlan::new(op, f, dtype, device, output == Output::SharesInput)
     })?;
-    run_and_record(op, &plan, args, output)
+    if output == Output::Fresh {
+        if let Some(fused) = fuse::inline_deferred(op, &plan, &key, args, dtype, device)? {
+            let named: Vec<(&str, &Tensor)> =
+                fused.args.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            return run_and_record(op, &fused.plan, &named, output, Some(&fused.key));
+        }
+    }
+    run_and_record(op, &plan, args, output, Some(&key))
 }
 
 /// Applies an op run by host stages (see `crate::planner::host`) to dense
@@ -221,7 +230,7 @@ pub(crate) fn apply_host(
         let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
     }
     let plan = plan::cached(full, || OpPlan::host(op, host(), dtype, device))?;
-    run_and_record(op, &plan, args, Output::Fresh)
+    run_and_record(op, &plan, args, Output::Fresh, None)
 }
 
 /// As [`apply_host`] for an op whose programs are made for this call alone
@@ -235,16 +244,18 @@ pub(crate) fn apply_host_once(
 ) -> Result<Tensor, Error> {
     let device = common_device(op, args)?;
     let plan = Arc::new(OpPlan::host(op, host, dtype, device)?);
-    run_and_record(op, &plan, args, Output::Fresh)
+    run_and_record(op, &plan, args, Output::Fresh, None)
 }
 
 /// Runs `plan` on `args` (recording it when one of them requires a
-/// gradient): the part of every op after its plan is found.
+/// gradient): the part of every op after its plan is found. A plan cached
+/// under `key` whose result may be deferred (`fuse`) is not run yet.
 fn run_and_record(
     op: &str,
     plan: &Arc<OpPlan>,
     args: &[(&str, &Tensor)],
     output: Output,
+    key: Option<&str>,
 ) -> Result<Tensor, Error> {
     let inputs: Vec<&Arc<Storage>> = args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
     let needs_grad: Vec<bool> = args
@@ -260,12 +271,27 @@ fn run_and_record(
     // The save policy (the scope's, else the default of the mode of the
     // device the op runs on) decides what it keeps.
     let policy = crate::runtime::policy_for(plan.backend.device());
-    let (out, kept) = match output {
-        Output::SharesInput if plan.is_alias() && inputs.len() == 1 => {
+    let deferred = match key {
+        Some(key) if output == Output::Fresh && fuse::defers(plan, plan.backend.device()) => plan
+            .defer_forward(&inputs, grad.as_deref(), policy)?
+            .map(|run| (run, key)),
+        _ => None,
+    };
+    let producer = deferred.as_ref().map(|(_, key)| Producer {
+        f: plan.f.clone(),
+        args: args
+            .iter()
+            .map(|(_, t)| t.base_and_map().0.clone())
+            .collect(),
+        key: key.to_string(),
+    });
+    let (out, kept) = match (deferred, output) {
+        (Some((run, _)), _) => run,
+        (None, Output::SharesInput) if plan.is_alias() && inputs.len() == 1 => {
             (inputs[0].clone(), Vec::new())
         }
-        Output::Fresh => plan.run_forward(&inputs, grad.as_deref(), policy)?,
-        Output::SharesInput => {
+        (None, Output::Fresh) => plan.run_forward(&inputs, grad.as_deref(), policy)?,
+        (None, Output::SharesInput) => {
             return Err(Error::Invalid {
                 function: op.to_string(),
                 message: "an op sharing its input's storage takes exactly one dense argument"
@@ -289,7 +315,10 @@ fn run_and_record(
         }
         None => Origin::Constant,
     };
-    Ok(Tensor::dense(shape, out, origin))
+    Ok(match producer {
+        Some(p) => Tensor::produced(shape, out, origin, p),
+        None => Tensor::dense(shape, out, origin),
+    })
 }
 
 /// `x` (dense) with another shape, sharing its storage; recorded as

@@ -10,6 +10,7 @@
 
 use super::compiled::CompiledKernel;
 use super::storage::{device_mismatch, Storage};
+use crate::alloc::Buffer;
 use crate::kernel::RouteKind;
 use crate::planner::{Program, Source};
 use crate::symbolic::{IndexFn, Node};
@@ -138,7 +139,22 @@ fn run_sized(
     inputs: &[(&Arc<Storage>, usize)],
     out: &Storage,
 ) -> Result<(), Error> {
-    let guards: Vec<_> = inputs.iter().map(|(s, _)| s.read()).collect();
+    let mut o = out.write()?;
+    run_into(kernel, inputs, out, &mut o)
+}
+
+/// As [`run_sized`], into `out`'s block already write-locked as `block`
+/// (how a deferred storage runs its kernel: `Storage::settle`).
+pub(super) fn run_into(
+    kernel: &CompiledKernel,
+    inputs: &[(&Arc<Storage>, usize)],
+    out: &Storage,
+    block: &mut Buffer,
+) -> Result<(), Error> {
+    let guards = inputs
+        .iter()
+        .map(|(s, _)| s.read())
+        .collect::<Result<Vec<_>, Error>>()?;
     let operands = guards
         .iter()
         .zip(inputs)
@@ -153,11 +169,10 @@ fn run_sized(
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let mut o = out.write();
-    kernel.run(&operands, out.operand_mut(&mut o)?)?;
+    kernel.run(&operands, out.operand_mut(block)?)?;
     #[cfg(feature = "cuda")]
     if super::observe::active() {
-        super::observe::notify_run(kernel, &operands, out.operand(&o, out.len())?);
+        super::observe::notify_run(kernel, &operands, out.operand(block, out.len())?);
     }
     Ok(())
 }
@@ -182,11 +197,16 @@ pub(crate) unsafe fn run_in_place(
     };
     // The aliased storage is write-locked (nobody else may read it
     // meanwhile); the others are read-locked, each once.
-    let mut w = target.write();
+    // Deferred inputs run first (a deferred storage reading the target
+    // settles as the target is write-locked).
+    for s in inputs {
+        s.settle()?;
+    }
+    let mut w = target.write()?;
     let guards: Vec<_> = inputs
         .iter()
-        .map(|s| (!Arc::ptr_eq(s, target)).then(|| s.read()))
-        .collect();
+        .map(|s| (!Arc::ptr_eq(s, target)).then(|| s.read()).transpose())
+        .collect::<Result<_, Error>>()?;
     let written = target.operand_mut(&mut w)?;
     let operands = guards
         .iter()

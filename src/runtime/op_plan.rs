@@ -497,6 +497,70 @@ impl OpPlan {
         Ok((out, kept))
     }
 
+    /// As [`OpPlan::run_forward`] without running anything yet, for an
+    /// element-wise op whose forward is one generated kernel and keeps
+    /// nothing but its output: the output is a deferred storage (see
+    /// `Storage::deferred`), computed when first read. `None` for any
+    /// other op (run it with `run_forward`).
+    pub(crate) fn defer_forward(
+        &self,
+        inputs: &[&Arc<Storage>],
+        grad: Option<&NodeGrad>,
+        policy: SavePolicy,
+    ) -> Result<Option<KeptForward>, Error> {
+        if self.host.is_some() || self.f.has_reduction() {
+            return Ok(None);
+        }
+        let Some(plain) = self.plain.as_ref() else {
+            return Ok(None);
+        };
+        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(policy).stages);
+        let program = match grad {
+            Some(g) if keep.iter().any(|&k| k) => &g.forward,
+            _ => plain,
+        };
+        let (1, [0]) = (program.program.stages.len(), &program.program.outputs[..]) else {
+            return Ok(None);
+        };
+        let Some(kernel) = program.kernels[0].as_ref() else {
+            return Ok(None);
+        };
+        if kernel.route() != crate::kernel::RouteKind::Jit {
+            return Ok(None);
+        }
+        let inputs: Vec<Arc<Storage>> = program.program.stages[0]
+            .sources
+            .iter()
+            .map(|s| match *s {
+                Source::Input(i) => Ok(inputs[i].clone()),
+                Source::Stage(_) => Err(Error::Invalid {
+                    function: self.op.clone(),
+                    message: "internal: a one-stage program reads a stage".into(),
+                }),
+            })
+            .collect::<Result<_, _>>()?;
+        let out = Storage::deferred(kernel.clone(), inputs)?;
+        let kept = if keep.first().copied().unwrap_or(false) {
+            vec![Some(out.clone())]
+        } else {
+            vec![None; program.program.stages.len()]
+        };
+        Ok(Some((out, kept)))
+    }
+
+    /// Whether every stage of the forward program is generated code (no
+    /// GEMM, no host stage, not an alias): an op that may compute an
+    /// element-wise argument inside its own kernels.
+    pub(crate) fn runs_loops_only(&self) -> bool {
+        self.host.is_none()
+            && self.plain.as_ref().is_some_and(|p| {
+                p.kernels
+                    .iter()
+                    .flatten()
+                    .all(|k| k.route() == crate::kernel::RouteKind::Jit)
+            })
+    }
+
     /// Whether the output shares its input's storage (reshape).
     pub(crate) fn is_alias(&self) -> bool {
         self.plain.is_none()

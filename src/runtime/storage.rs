@@ -10,14 +10,24 @@
 //! specific to one element type: values cross as any [`Element`] type,
 //! dispatched once by `with_element!`. It must not know about shapes,
 //! views or the trace.
+//!
+//! A storage may be *deferred*: allocated, with the kernel that computes it
+//! and that kernel's inputs attached but not yet run (an element-wise
+//! op's result that a later op may compute inside its own kernel instead;
+//! see `crate::ops::fuse`). Every access settles it first: [`Storage::read`]
+//! runs the kernel if it has not run, and [`Storage::write`] (an in-place
+//! write) also settles every deferred storage that reads this one, so a
+//! deferred result always holds the values its inputs had when it was
+//! made. A deferred storage dropped unread never runs.
 
 use super::backend_for;
+use super::compiled::CompiledKernel;
 use crate::alloc::{self, Buffer, Device};
 use crate::dtype::{with_element, DType, Element};
 use crate::kernel::backend::{Operand, OperandMut};
 use crate::Error;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 /// Dense memory of `len` elements of one dtype on one device.
 pub(crate) struct Storage {
@@ -35,7 +45,24 @@ pub(crate) struct Storage {
     /// greatest)` element as of that version (an index tensor moved to a
     /// device is checked against a dimension without reading it back).
     known_range: Mutex<Option<(u64, i64, i64)>>,
+    /// The kernel that computes this storage and its inputs, while it has
+    /// not run (see the module's doc).
+    deferred: Mutex<Option<Deferred>>,
+    /// Whether `deferred` holds a kernel (read without the lock).
+    is_deferred: AtomicBool,
+    /// Deferred storages whose kernels read this one (dead ones pruned):
+    /// settled before this one is written in place.
+    readers: Mutex<Vec<Weak<Storage>>>,
 }
+
+/// A kernel run later into a deferred storage.
+struct Deferred {
+    kernel: Arc<CompiledKernel>,
+    inputs: Vec<Arc<Storage>>,
+}
+
+/// A deferred storage's readers are pruned of dead entries past this many.
+const READERS_PRUNED_PAST: usize = 16;
 
 impl Storage {
     /// `len` host elements with unspecified contents (every kernel writes
@@ -88,7 +115,81 @@ impl Storage {
             version: AtomicU64::new(0),
             owner: AtomicU64::new(0),
             known_range: Mutex::new(None),
+            deferred: Mutex::new(None),
+            is_deferred: AtomicBool::new(false),
+            readers: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// A storage of `kernel`'s output size on its device, computed by
+    /// `kernel` from `inputs` on first access rather than now (see the
+    /// module's doc). Its version is that of a storage just written.
+    pub(crate) fn deferred(
+        kernel: Arc<CompiledKernel>,
+        inputs: Vec<Arc<Storage>>,
+    ) -> Result<Arc<Storage>, Error> {
+        for s in &inputs {
+            if s.device() != kernel.device() {
+                return Err(device_mismatch(kernel.name(), kernel.device(), s.device()));
+            }
+        }
+        let out = Storage::uninit_on(
+            kernel.device(),
+            kernel.dtype(),
+            kernel.output_shape().iter().product(),
+        )?;
+        out.version.store(1, Relaxed);
+        for s in &inputs {
+            let mut readers = s.readers.lock().unwrap_or_else(|e| e.into_inner());
+            if readers.len() >= READERS_PRUNED_PAST {
+                readers.retain(|r| r.strong_count() > 0);
+            }
+            readers.push(Arc::downgrade(&out));
+        }
+        *out.deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(Deferred { kernel, inputs });
+        out.is_deferred.store(true, Relaxed);
+        Ok(out)
+    }
+
+    /// Whether this storage's kernel has not run yet.
+    pub(crate) fn is_deferred(&self) -> bool {
+        self.is_deferred.load(Relaxed)
+    }
+
+    /// Runs this storage's deferred kernel, if it has not run (its inputs
+    /// settle as they are read). On an error it stays deferred.
+    pub(crate) fn settle(&self) -> Result<(), Error> {
+        if !self.is_deferred() {
+            return Ok(());
+        }
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = d.as_ref() {
+            let sized: Vec<(&Arc<Storage>, usize)> =
+                w.inputs.iter().map(|s| (s, s.len())).collect();
+            let mut out = self.buf.write().unwrap_or_else(|e| e.into_inner());
+            super::exec::run_into(&w.kernel, &sized, self, &mut out)?;
+            *d = None;
+            self.is_deferred.store(false, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Settles every deferred storage that reads this one (before this one
+    /// is overwritten). On an error the ones not settled stay listed.
+    fn settle_readers(&self) -> Result<(), Error> {
+        let readers = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|e| e.into_inner()));
+        for (k, r) in readers.iter().enumerate() {
+            if let Some(r) = r.upgrade() {
+                if let Err(e) = r.settle() {
+                    self.readers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(readers[k..].iter().cloned());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A copy of the host `data` on `device`.
@@ -99,7 +200,7 @@ impl Storage {
         let backend = backend_for(device)?;
         let s = Storage::uninit_on(device, T::DTYPE, data.len())?;
         {
-            let mut g = s.write();
+            let mut g = s.write()?;
             let dst = OperandMut::of_buffer(&mut g, T::DTYPE, data.len())?;
             backend.copy(Operand::host(data), dst)?;
         }
@@ -119,8 +220,8 @@ impl Storage {
         let backend = backend_for(if from == Device::Cpu { to } else { from })?;
         let out = Storage::uninit_on(to, self.dtype, self.len)?;
         {
-            let src = self.read();
-            let mut dst = out.write();
+            let src = self.read()?;
+            let mut dst = out.write()?;
             backend.copy(self.operand(&src, self.len)?, out.operand_mut(&mut dst)?)?;
             if from == Device::Cpu && !self.dtype.is_float() {
                 with_element!(self.dtype, T => out.record_range(&src.as_slice::<T>()?[..self.len]));
@@ -176,7 +277,7 @@ impl Storage {
             function: "to_device".into(),
             message: "internal: a moved block is shared".into(),
         })?;
-        let mut g = self.write();
+        let mut g = self.write()?;
         *g = block;
         self.owner.store(0, Relaxed);
         self.device.store(device.code(), Relaxed);
@@ -185,14 +286,21 @@ impl Storage {
 
     /// Bytes of the underlying block (what the allocator counts).
     pub(crate) fn block_bytes(&self) -> usize {
-        self.read().block_bytes()
+        self.buf
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_bytes()
     }
 
     /// Elements the underlying block can hold (at least `len`): an
     /// optimizer keeps a parameter's state in the same block, after its
     /// `len` elements (see `optim`).
     pub(crate) fn capacity(&self) -> usize {
-        self.read().len_bytes() / self.dtype.size()
+        self.buf
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len_bytes()
+            / self.dtype.size()
     }
 
     /// The token of whoever last put a block here with
@@ -224,7 +332,7 @@ impl Storage {
                 ),
             });
         }
-        let mut block = self.write();
+        let mut block = self.write()?;
         self.owner.store(owner, Relaxed);
         Ok(std::mem::replace(&mut *block, new))
     }
@@ -239,13 +347,20 @@ impl Storage {
         self.version.load(Relaxed)
     }
 
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Buffer> {
-        self.buf.read().unwrap_or_else(|e| e.into_inner())
+    /// The block, read-locked, its deferred kernel run first.
+    pub(crate) fn read(&self) -> Result<RwLockReadGuard<'_, Buffer>, Error> {
+        self.settle()?;
+        Ok(self.buf.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
+    /// The block, write-locked for a write (the version is bumped), after
+    /// this storage's deferred kernel and those of the deferred storages
+    /// reading it have run.
+    pub(crate) fn write(&self) -> Result<RwLockWriteGuard<'_, Buffer>, Error> {
+        self.settle()?;
+        self.settle_readers()?;
         self.version.fetch_add(1, Relaxed);
-        self.buf.write().unwrap_or_else(|e| e.into_inner())
+        Ok(self.buf.write().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The first `n` elements of the block held by `guard` (this storage's
@@ -265,7 +380,7 @@ impl Storage {
     /// element type).
     fn download<T: Element>(&self, start: usize, n: usize) -> Result<Vec<T>, Error> {
         let backend = backend_for(self.device())?;
-        let g = self.read();
+        let g = self.read()?;
         let all = self.operand(&g, g.len_bytes() / self.dtype.size())?;
         let mut host = vec![T::ZERO; n];
         backend.copy(all.range(start, n)?, OperandMut::host(&mut host))?;
@@ -276,7 +391,7 @@ impl Storage {
     /// elements `start..` of the whole block.
     fn upload<T: Element>(&self, start: usize, values: &[T]) -> Result<(), Error> {
         let backend = backend_for(self.device())?;
-        let mut g = self.write();
+        let mut g = self.write()?;
         let capacity = g.len_bytes() / self.dtype.size();
         let all = OperandMut::of_buffer(&mut g, self.dtype, capacity)?;
         backend.copy(Operand::host(values), all.range(start, values.len())?)
@@ -338,8 +453,8 @@ impl Storage {
         let backend = backend_for(self.device())?;
         let out = Storage::uninit_on(self.device(), dtype, self.len)?;
         {
-            let src = self.read();
-            let mut dst = out.write();
+            let src = self.read()?;
+            let mut dst = out.write()?;
             backend.cast(self.operand(&src, self.len)?, out.operand_mut(&mut dst)?)?;
         }
         Ok(out)
@@ -357,7 +472,7 @@ impl Storage {
     /// device).
     pub(crate) fn fill_span(&self, start: usize, n: usize, value: f64) -> Result<(), Error> {
         let backend = backend_for(self.device())?;
-        let mut g = self.write();
+        let mut g = self.write()?;
         backend.fill(self.operand_mut(&mut g)?.range(start, n)?, value)
     }
 
@@ -369,8 +484,8 @@ impl Storage {
         }
         let backend = self.backend_with("copy_from", other)?;
         let n = self.len.min(other.len);
-        let b = other.read();
-        let mut a = self.write();
+        let b = other.read()?;
+        let mut a = self.write()?;
         let src = other.operand(&b, n)?;
         backend.copy(src, self.operand_mut(&mut a)?.range(0, n)?)
     }
@@ -385,8 +500,8 @@ impl Storage {
             });
         }
         let backend = self.backend_with("add_assign", other)?;
-        let b = other.read();
-        let mut a = self.write();
+        let b = other.read()?;
+        let mut a = self.write()?;
         let src = other.operand(&b, other.len)?;
         backend.add_assign(self.operand_mut(&mut a)?, src)
     }
@@ -454,7 +569,7 @@ mod tests {
         names_it(i.to_i64_vec().map(drop));
         // An operand of device memory exists (a device kernel takes its
         // address); its host view does not.
-        let g = s.read();
+        let g = s.read().unwrap();
         let op = s.operand(&g, 8).unwrap();
         assert_eq!(op.device(), dev);
         names_it(op.host_slice::<f32>().map(drop));

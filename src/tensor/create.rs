@@ -42,7 +42,7 @@ impl Tensor {
         let host = Storage::uninit(dtype, n)?;
         {
             // Drawn straight into a host block.
-            let mut b = host.write();
+            let mut b = host.write()?;
             let out = host.operand_mut(&mut b)?;
             with_element!(dtype, T => fill(out.host_slice_mut::<T>()?, &mut value));
         }

@@ -17,6 +17,7 @@ pub(crate) mod view;
 use crate::alloc::Device;
 pub(crate) use crate::runtime::Storage;
 use crate::symbolic::compose::AffineMap;
+use crate::symbolic::IndexFn;
 pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
 use crate::DType;
@@ -49,6 +50,21 @@ pub(crate) struct Inner {
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: DType,
     pub(crate) layout: Layout,
+    /// For the result of an element-wise op whose kernel has not run (its
+    /// storage is deferred): what computes it, so that the op reading it
+    /// next can compute it inside its own kernel instead.
+    pub(crate) producer: Option<Arc<Producer>>,
+}
+
+/// The element-wise function computing a deferred result, and its
+/// arguments (see `crate::ops::fuse`).
+pub(crate) struct Producer {
+    /// The function, over the dense tensors in `args` (views composed in).
+    pub(crate) f: IndexFn,
+    /// Dense tensors, in `f`'s argument order.
+    pub(crate) args: Vec<Tensor>,
+    /// The op-plan key of `f` on these arguments' shapes.
+    pub(crate) key: String,
 }
 
 /// Where a tensor's elements live.
@@ -69,7 +85,29 @@ impl Tensor {
             shape,
             dtype: storage.dtype(),
             layout: Layout::Dense { storage, origin },
+            producer: None,
         }))
+    }
+
+    /// A dense tensor whose deferred `storage` `producer` computes.
+    pub(crate) fn produced(
+        shape: Vec<usize>,
+        storage: Arc<Storage>,
+        origin: Origin,
+        producer: Producer,
+    ) -> Tensor {
+        Tensor(Arc::new(Inner {
+            shape,
+            dtype: storage.dtype(),
+            layout: Layout::Dense { storage, origin },
+            producer: Some(Arc::new(producer)),
+        }))
+    }
+
+    /// What computes this tensor, while its kernel has not run.
+    pub(crate) fn pending_producer(&self) -> Option<&Producer> {
+        let p = self.0.producer.as_deref()?;
+        self.storage_and_origin().0.is_deferred().then_some(p)
     }
 
     pub(crate) fn view_of(base: &Tensor, shape: Vec<usize>, map: AffineMap) -> Tensor {
@@ -80,6 +118,7 @@ impl Tensor {
                 base: base.clone(),
                 map,
             },
+            producer: None,
         }))
     }
 

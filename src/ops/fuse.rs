@@ -1,0 +1,156 @@
+//! Fusion across ops: an element-wise op's result computed inside the
+//! kernel of the op that reads it, in eager code.
+//!
+//! Owns the setting ([`set_fusion`], [`fusion`]) and the rules below.
+//! `x.matmul(&w)?.mul_scalar(s)?.add(&mask)?.softmax(3)?` runs as a GEMM
+//! and *one* kernel: `mul_scalar` and `add` are element-wise, so their
+//! results are deferred (allocated, their kernels attached, not run:
+//! `Storage::deferred`), and `softmax`, finding its argument deferred,
+//! inlines the two functions into its own (`IndexFn::inline_arg`) and reads
+//! the GEMM's output and the mask directly. Its recorded node is the
+//! composed function, so its derivative is derived like any other: the
+//! backward pass is one kernel too, the scale folded in. A deferred result
+//! that is read otherwise (by a GEMM, the host, an in-place write to one of
+//! its inputs) runs its own kernel then, once; one dropped unread never
+//! runs. Values are those of the unfused ops up to the rounding of the
+//! intermediate results, which fused code keeps in registers.
+//!
+//! | rule | why |
+//! | --- | --- |
+//! | a result is deferred when its op has no reduction, one generated kernel, at most [`MAX_NODES`] expression nodes and [`MAX_ARGS`] arguments | chains grow by inlining; the caps bound the work per element |
+//! | a reader inlines a deferred argument when all its stages are generated code | a GEMM, a host stage or an alias reads memory |
+//! | … and the composed function has at most [`MAX_ARGS`] arguments | |
+//! | … and, when the reader reduces, no more of them need a gradient than before | each such argument has a backward program of its own: `layer_norm(a + b)` would run the norm's backward twice |
+//! | … and the deferred kernel has not run yet | a settled result is read like any other |
+//!
+//! Must not run kernels itself: `crate::ops` applies the plans it names.
+
+use super::plan::{self, OpPlan};
+use crate::alloc::Device;
+use crate::symbolic::IndexFn;
+use crate::tensor::Tensor;
+use crate::trace;
+use crate::DType;
+use crate::Error;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Expression nodes a deferred function may hold.
+pub const MAX_NODES: usize = 64;
+/// Arguments a deferred or fused function may read.
+pub const MAX_ARGS: usize = 8;
+
+/// Per device kind (CPU, GPU): 0 for the default, 1 on, 2 off.
+static SETTING: [AtomicU8; 2] = [AtomicU8::new(0), AtomicU8::new(0)];
+
+fn kind(device: Device) -> usize {
+    match device {
+        Device::Cpu => 0,
+        Device::Cuda(_) => 1,
+    }
+}
+
+/// Turns fusion across ops on or off for every device of `device`'s kind
+/// (the CPU, or the GPUs). Results already deferred stay so.
+///
+/// ```
+/// use tenjin::{fusion, set_fusion, Device};
+/// set_fusion(Device::Cpu, true);
+/// assert!(fusion(Device::Cpu));
+/// set_fusion(Device::Cpu, false);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn set_fusion(device: Device, on: bool) {
+    SETTING[kind(device)].store(if on { 1 } else { 2 }, Relaxed);
+}
+
+/// Whether ops on `device` fuse (see [`set_fusion`]). By default they do on
+/// GPUs and do not on the CPU; the environment variable `TENJIN_FUSION`
+/// (`1` or `0`) sets the default for both.
+pub fn fusion(device: Device) -> bool {
+    match SETTING[kind(device)].load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => match std::env::var("TENJIN_FUSION").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => device != Device::Cpu,
+        },
+    }
+}
+
+/// Whether `plan`'s result may be deferred (the first rule).
+pub(super) fn defers(plan: &OpPlan, device: Device) -> bool {
+    fusion(device)
+        && !plan.f.has_reduction()
+        && plan.f.args().len() <= MAX_ARGS
+        && plan.f.graph.reachable(plan.f.root).len() <= MAX_NODES
+}
+
+/// An op with its deferred arguments inlined: its plan, its arguments
+/// (dense tensors, named as the plan's function names them) and the
+/// plan's key.
+pub(super) struct Fused {
+    pub(super) plan: Arc<OpPlan>,
+    pub(super) args: Vec<(String, Tensor)>,
+    pub(super) key: String,
+}
+
+/// `plan` (cached under `key`) applied to `args`, with every deferred
+/// argument inlined, when the rules allow; `None` otherwise.
+pub(super) fn inline_deferred(
+    op: &str,
+    plan: &OpPlan,
+    key: &str,
+    args: &[(&str, &Tensor)],
+    dtype: DType,
+    device: Device,
+) -> Result<Option<Fused>, Error> {
+    let pending: Vec<usize> = (0..args.len())
+        .filter(|&i| args[i].1.base_and_map().0.pending_producer().is_some())
+        .collect();
+    if pending.is_empty() || !fusion(device) || !plan.runs_loops_only() {
+        return Ok(None);
+    }
+    // `plan.f` reads the dense bases; each inlined argument is replaced
+    // by its producer's arguments, appended (`IndexFn::inline_arg`'s order).
+    let mut tensors: Vec<Tensor> = args
+        .iter()
+        .map(|(_, t)| t.base_and_map().0.clone())
+        .collect();
+    let mut producers = Vec::with_capacity(pending.len());
+    let mut fused_key = key.to_string();
+    for &i in pending.iter().rev() {
+        let base = tensors.remove(i);
+        let Some(p) = base.pending_producer() else {
+            return Ok(None);
+        };
+        tensors.extend(p.args.iter().cloned());
+        let _ = write!(fused_key, "\u{2}{i}<{}>", p.key);
+        producers.push((i, p.f.clone()));
+    }
+    if tensors.len() > MAX_ARGS {
+        return Ok(None);
+    }
+    let recording = trace::is_grad_enabled() && tensors.iter().any(Tensor::is_requires_grad);
+    if recording && plan.f.has_reduction() {
+        let before = args.iter().filter(|(_, t)| t.is_requires_grad()).count();
+        let after = tensors.iter().filter(|t| t.is_requires_grad()).count();
+        if after > before {
+            return Ok(None);
+        }
+    }
+    let fused = plan::cached(fused_key.clone(), || {
+        let f = producers
+            .iter()
+            .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| f.inline_arg(*i, p))?;
+        OpPlan::new(op, f, dtype, device, false)
+    })?;
+    let names = fused.f.args().iter().map(|a| a.name.clone());
+    Ok(Some(Fused {
+        args: names.zip(tensors).collect(),
+        plan: fused,
+        key: fused_key,
+    }))
+}

@@ -1,0 +1,225 @@
+//! Fusion across ops (`tenjin::set_fusion`): element-wise results are
+//! deferred and computed inside the kernel of the op that reads them.
+//!
+//! On the simulated GPU (where fusion is on by default): the attention
+//! scores' scale, mask and softmax run as one kernel after the GEMM, and
+//! their backward as one; values and gradients agree with the unfused
+//! ops on the CPU; a deferred result keeps the values its inputs had when
+//! it was made, even when one is written in place before it is read; one
+//! dropped unread never runs; a reduction does not take in an addition of
+//! two tensors that both need a gradient. On the CPU with fusion turned
+//! on, the same functions give the same values and gradients in f64.
+//!
+//! `TENJIN_GPU_TESTS=cuda` runs the device tests on a real GPU.
+
+use tenjin::optim::{Optimizer, SgdConfig, SGD};
+use tenjin::{DType, Device, Error, Tensor};
+
+fn gpu() -> Device {
+    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
+    if !(real && tenjin::cuda::is_available()) {
+        tenjin::cuda::simulate().expect("the simulated device");
+    }
+    Device::Cuda(0)
+}
+
+/// The tests one at a time: they count launches and switch fusion.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// PTX launches and cuBLAS calls so far.
+fn launches() -> u64 {
+    let s = tenjin::stats();
+    s.ptx_launches + s.cublas_calls
+}
+
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    Tensor::randn(&[n], DType::F64, seed)
+        .unwrap()
+        .to_vec_f64()
+        .unwrap()
+}
+
+fn leaf(v: &[f64], shape: &[usize], device: Device) -> Tensor {
+    Tensor::from_vec_f64_on(v.to_vec(), shape, device)
+        .unwrap()
+        .requires_grad()
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * scale,
+            "{what}: element {k}: {g}, want {w}"
+        );
+    }
+}
+
+/// Attention scores as a user writes them: a GEMM, a scale, a mask, a
+/// softmax.
+fn scores(q: &Tensor, k: &Tensor, mask: &Tensor) -> Result<Tensor, Error> {
+    q.matmul(&k.transpose(1, 2)?)?
+        .mul_scalar(0.25)?
+        .add(mask)?
+        .softmax(2)
+}
+
+/// The value, the gradients of `q` and `k` (seeded with `seed`), and the
+/// kernels launched by the forward and the backward pass.
+type Run = (Vec<f64>, Vec<f64>, Vec<f64>, u64, u64);
+
+fn attention_scores(device: Device) -> Run {
+    let (b, t, e) = (2, 8, 4);
+    let q = leaf(&values(b * t * e, 1), &[b, t, e], device);
+    let k = leaf(&values(b * t * e, 2), &[b, t, e], device);
+    let mut m = vec![0.0; t * t];
+    (0..t).for_each(|i| (i + 1..t).for_each(|j| m[i * t + j] = -1e9));
+    let mask = Tensor::from_vec_f64_on(m, &[t, t], device).unwrap();
+    let seed = Tensor::from_vec_f64_on(values(b * t * t, 3), &[b, t, t], device).unwrap();
+    let before = launches();
+    let p = scores(&q, &k, &mask).unwrap();
+    let value = p.to_vec_f64().unwrap();
+    let forward = launches() - before;
+    let before = launches();
+    p.mul(&seed).unwrap().sum().unwrap().backward().unwrap();
+    let dq = q.grad().unwrap().to_vec_f64().unwrap();
+    let dk = k.grad().unwrap().to_vec_f64().unwrap();
+    (value, dq, dk, forward, launches() - before)
+}
+
+#[test]
+fn scale_mask_and_softmax_run_as_one_kernel_after_the_gemm() {
+    let _s = serial();
+    let device = gpu();
+    assert!(tenjin::fusion(device), "fusion is on by default on GPUs");
+    let cpu = attention_scores(Device::Cpu);
+    attention_scores(device); // compiles
+    let fused = attention_scores(device);
+    tenjin::set_fusion(device, false);
+    attention_scores(device);
+    let unfused = attention_scores(device);
+    tenjin::set_fusion(device, true);
+    close(&fused.0, &cpu.0, 1e-12, "softmax");
+    close(&fused.1, &cpu.1, 1e-12, "dq");
+    close(&fused.2, &cpu.2, 1e-12, "dk");
+    close(&unfused.0, &cpu.0, 1e-12, "softmax, unfused");
+    // Forward: the GEMM and the softmax's kernels; the scale and the mask
+    // no longer run as kernels of their own.
+    assert_eq!(
+        fused.3 + 2,
+        unfused.3,
+        "forward launches: {} fused, {} unfused",
+        fused.3,
+        unfused.3
+    );
+    // Backward: the scale's backward is folded into the softmax's.
+    assert!(
+        fused.4 < unfused.4,
+        "backward launches: {} fused, {} unfused",
+        fused.4,
+        unfused.4
+    );
+}
+
+#[test]
+fn a_deferred_result_keeps_the_values_its_inputs_had() {
+    let _s = serial();
+    let device = gpu();
+    let w = leaf(&[1.0, -2.0, 3.0], &[3], device);
+    let doubled = w.mul_scalar(2.0).unwrap();
+    // An SGD step writes `w` in place before `doubled` is read.
+    let mut opt = SGD::new(
+        vec![w.clone()],
+        SgdConfig {
+            lr: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    w.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+    opt.step().unwrap();
+    assert_eq!(w.to_vec_f64().unwrap(), vec![0.0, 0.0, 0.0]);
+    assert_eq!(doubled.to_vec_f64().unwrap(), vec![2.0, -4.0, 6.0]);
+}
+
+#[test]
+fn a_deferred_result_dropped_unread_never_runs() {
+    let _s = serial();
+    let device = gpu();
+    let x = Tensor::from_vec_f64_on(values(64, 4), &[64], device).unwrap();
+    x.exp().unwrap().to_vec_f64().unwrap(); // compiles
+    let before = launches();
+    let y = x.exp().unwrap();
+    assert_eq!(launches(), before, "deferred: nothing launched yet");
+    drop(y);
+    assert_eq!(launches(), before, "dropped unread: never launched");
+    let y = x.exp().unwrap().tanh().unwrap();
+    let v = y.to_vec_f64().unwrap();
+    assert_eq!(launches(), before + 1, "exp and tanh in one kernel");
+    let want: Vec<f64> = values(64, 4).iter().map(|a| a.exp().tanh()).collect();
+    close(&v, &want, 1e-15, "tanh(exp(x))");
+    y.to_vec_f64().unwrap();
+    assert_eq!(launches(), before + 1, "a settled result runs no more");
+}
+
+#[test]
+fn a_reduction_takes_in_no_sum_of_two_tensors_needing_gradients() {
+    let _s = serial();
+    let device = gpu();
+    let run = |fuse: bool| {
+        tenjin::set_fusion(device, fuse);
+        let a = leaf(&values(48, 5), &[4, 12], device);
+        let b = leaf(&values(48, 6), &[4, 12], device);
+        let before = launches();
+        let y = a.add(&b).unwrap().layer_norm(1, None, None, 1e-5).unwrap();
+        y.mul(&y).unwrap().sum().unwrap().backward().unwrap();
+        let got = [a.grad().unwrap(), b.grad().unwrap()].map(|g| g.to_vec_f64().unwrap());
+        (got, launches() - before)
+    };
+    run(true);
+    let fused = run(true);
+    run(false);
+    let unfused = run(false);
+    tenjin::set_fusion(device, true);
+    close(&fused.0[0], &unfused.0[0], 1e-12, "da");
+    close(&fused.0[1], &fused.0[0], 0.0, "db = da");
+    assert_eq!(fused.1, unfused.1, "the addition runs as its own kernel");
+}
+
+/// On the CPU, with fusion turned on: f64 values and gradients of fused
+/// chains equal the unfused ones (the same operations in the same order).
+#[test]
+fn fused_chains_on_the_cpu_match_the_unfused_ones() {
+    let _s = serial();
+    let run = |fuse: bool| {
+        tenjin::set_fusion(Device::Cpu, fuse);
+        let x = leaf(&values(60, 7), &[6, 10], Device::Cpu);
+        let c = leaf(&values(10, 8), &[10], Device::Cpu);
+        let y = x
+            .mul_scalar(0.5)
+            .unwrap()
+            .add(&c)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .log_softmax(1)
+            .unwrap();
+        let g = Tensor::from_vec_f64(values(60, 9), &[6, 10]).unwrap();
+        y.mul(&g).unwrap().sum().unwrap().backward().unwrap();
+        [
+            y.to_vec_f64().unwrap(),
+            x.grad().unwrap().to_vec_f64().unwrap(),
+            c.grad().unwrap().to_vec_f64().unwrap(),
+        ]
+    };
+    let fused = run(true);
+    let unfused = run(false);
+    for (k, what) in ["y", "dx", "dc"].iter().enumerate() {
+        close(&fused[k], &unfused[k], 1e-14, what);
+    }
+}
