@@ -2,26 +2,32 @@
 //! kernel of the op that reads it, in eager code.
 //!
 //! Owns the setting ([`set_fusion`], [`fusion`]) and the rules below.
-//! `x.matmul(&w)?.mul_scalar(s)?.add(&mask)?.softmax(3)?` runs as a GEMM
-//! and *one* kernel: `mul_scalar` and `add` are element-wise, so their
-//! results are deferred (allocated, their kernels attached, not run:
-//! `Storage::deferred`), and `softmax`, finding its argument deferred,
-//! inlines the two functions into its own (`IndexFn::inline_arg`) and reads
-//! the GEMM's output and the mask directly. Its recorded node is the
-//! composed function, so its derivative is derived like any other: the
-//! backward pass is one kernel too, the scale folded in. A deferred result
-//! that is read otherwise (by a GEMM, the host, an in-place write to one of
-//! its inputs) runs its own kernel then, once; one dropped unread never
-//! runs. Values are those of the unfused ops up to the rounding of the
-//! intermediate results, which fused code keeps in registers.
+//! `x.matmul(&w)?.mul_scalar(s)?.add(&mask)?.softmax(3)?` runs forward as
+//! a GEMM and the softmax's kernels alone: `mul_scalar` and `add` are
+//! element-wise, so their results are deferred (allocated, their kernels
+//! attached, not run: `Storage::deferred`), and `softmax`, finding its
+//! argument deferred, runs a plan of its function with the two inlined
+//! (`IndexFn::inline_arg`), reading the GEMM's output and the mask
+//! directly. A deferred result read otherwise (by a GEMM, the host, a
+//! backward program, an in-place write to one of its inputs) runs its own
+//! kernel then, once; one dropped unread never runs.
+//!
+//! Only the forward is fused: every op is recorded on the trace as
+//! written, so gradients of intermediates, derivatives of derivatives and
+//! the memory plan are those of the unfused ops, and the backward pass
+//! runs each op's derivative (the fused forward saves nothing but the
+//! output, or it is not used). Values are those of the unfused ops up to
+//! the rounding of intermediate results, which fused code keeps in
+//! registers (bitwise the same in f64 where no contraction into an FMA
+//! happens).
 //!
 //! | rule | why |
 //! | --- | --- |
 //! | a result is deferred when its op has no reduction, one generated kernel, at most [`MAX_NODES`] expression nodes and [`MAX_ARGS`] arguments | chains grow by inlining; the caps bound the work per element |
 //! | a reader inlines a deferred argument when all its stages are generated code | a GEMM, a host stage or an alias reads memory |
-//! | … and the composed function has at most [`MAX_ARGS`] arguments | |
-//! | … and, when the reader reduces, no more of them need a gradient than before | each such argument has a backward program of its own: `layer_norm(a + b)` would run the norm's backward twice |
+//! | … and the composed function has at most [`MAX_ARGS`] arguments and composes at most [`MAX_DEPTH`] ops | a chain of `y = y * 1` folds to one node while its key grows |
 //! | … and the deferred kernel has not run yet | a settled result is read like any other |
+//! | … and, when recorded, the reader's node keeps no forward value but its output (`NodeGrad::keeps_only_output`) | another program's intermediate values mean nothing to the node |
 //!
 //! Must not run kernels itself: `crate::ops` applies the plans it names.
 
@@ -29,7 +35,6 @@ use super::plan::{self, OpPlan};
 use crate::alloc::Device;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
-use crate::trace;
 use crate::DType;
 use crate::Error;
 use std::fmt::Write;
@@ -40,6 +45,10 @@ use std::sync::Arc;
 pub const MAX_NODES: usize = 64;
 /// Arguments a deferred or fused function may read.
 pub const MAX_ARGS: usize = 8;
+/// Ops a deferred result may compose (its producer's depth): past it, the
+/// next reader runs the deferred kernel and starts a new chain, so keys
+/// and functions stay bounded whatever the simplifier folds away.
+pub const MAX_DEPTH: usize = 16;
 
 /// Per device kind (CPU, GPU): 0 for the default, 1 on, 2 off.
 static SETTING: [AtomicU8; 2] = [AtomicU8::new(0), AtomicU8::new(0)];
@@ -88,13 +97,15 @@ pub(super) fn defers(plan: &OpPlan, device: Device) -> bool {
         && plan.f.graph.reachable(plan.f.root).len() <= MAX_NODES
 }
 
-/// An op with its deferred arguments inlined: its plan, its arguments
-/// (dense tensors, named as the plan's function names them) and the
-/// plan's key.
+/// An op's forward with its deferred arguments inlined: its plan (run
+/// forward only), its arguments (dense tensors, named as the plan's
+/// function names them) and the plan's key.
 pub(super) struct Fused {
     pub(super) plan: Arc<OpPlan>,
     pub(super) args: Vec<(String, Tensor)>,
     pub(super) key: String,
+    /// The ops it composes.
+    pub(super) depth: usize,
 }
 
 /// `plan` (cached under `key`) applied to `args`, with every deferred
@@ -121,6 +132,7 @@ pub(super) fn inline_deferred(
         .collect();
     let mut producers = Vec::with_capacity(pending.len());
     let mut fused_key = key.to_string();
+    let mut depth = 1;
     for &i in pending.iter().rev() {
         let base = tensors.remove(i);
         let Some(p) = base.pending_producer() else {
@@ -129,17 +141,10 @@ pub(super) fn inline_deferred(
         tensors.extend(p.args.iter().cloned());
         let _ = write!(fused_key, "\u{2}{i}<{}>", p.key);
         producers.push((i, p.f.clone()));
+        depth = depth.max(p.depth + 1);
     }
-    if tensors.len() > MAX_ARGS {
+    if tensors.len() > MAX_ARGS || depth > MAX_DEPTH {
         return Ok(None);
-    }
-    let recording = trace::is_grad_enabled() && tensors.iter().any(Tensor::is_requires_grad);
-    if recording && plan.f.has_reduction() {
-        let before = args.iter().filter(|(_, t)| t.is_requires_grad()).count();
-        let after = tensors.iter().filter(|t| t.is_requires_grad()).count();
-        if after > before {
-            return Ok(None);
-        }
     }
     let fused = plan::cached(fused_key.clone(), || {
         let f = producers
@@ -152,5 +157,6 @@ pub(super) fn inline_deferred(
         args: names.zip(tensors).collect(),
         plan: fused,
         key: fused_key,
+        depth,
     }))
 }

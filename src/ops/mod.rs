@@ -197,14 +197,11 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
         }
         OpPlan::new(op, f, dtype, device, output == Output::SharesInput)
     })?;
-    if output == Output::Fresh {
-        if let Some(fused) = fuse::inline_deferred(op, &plan, &key, args, dtype, device)? {
-            let named: Vec<(&str, &Tensor)> =
-                fused.args.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            return run_and_record(op, &fused.plan, &named, output, Some(&fused.key));
-        }
-    }
-    run_and_record(op, &plan, args, output, Some(&key))
+    let fused = match output {
+        Output::Fresh => fuse::inline_deferred(op, &plan, &key, args, dtype, device)?,
+        Output::SharesInput => None,
+    };
+    run_and_record(op, &plan, args, output, Some(&key), fused.as_ref())
 }
 
 /// Applies an op run by host stages (see `crate::planner::host`) to dense
@@ -230,7 +227,7 @@ pub(crate) fn apply_host(
         let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
     }
     let plan = plan::cached(full, || OpPlan::host(op, host(), dtype, device))?;
-    run_and_record(op, &plan, args, Output::Fresh, None)
+    run_and_record(op, &plan, args, Output::Fresh, None, None)
 }
 
 /// As [`apply_host`] for an op whose programs are made for this call alone
@@ -244,18 +241,23 @@ pub(crate) fn apply_host_once(
 ) -> Result<Tensor, Error> {
     let device = common_device(op, args)?;
     let plan = Arc::new(OpPlan::host(op, host, dtype, device)?);
-    run_and_record(op, &plan, args, Output::Fresh, None)
+    run_and_record(op, &plan, args, Output::Fresh, None, None)
 }
 
 /// Runs `plan` on `args` (recording it when one of them requires a
-/// gradient): the part of every op after its plan is found. A plan cached
-/// under `key` whose result may be deferred (`fuse`) is not run yet.
+/// gradient): the part of every op after its plan is found. The forward
+/// runs as `fused` (its deferred arguments inlined, `fuse`) when the
+/// recorded node keeps nothing but its output; the node recorded is
+/// `plan`'s on `args` either way, so the trace, its derivatives and what
+/// they read are those of the op as written. A result that may be
+/// deferred (`fuse::defers`, of a plan cached under `key`) is not run yet.
 fn run_and_record(
     op: &str,
     plan: &Arc<OpPlan>,
     args: &[(&str, &Tensor)],
     output: Output,
     key: Option<&str>,
+    fused: Option<&fuse::Fused>,
 ) -> Result<Tensor, Error> {
     let inputs: Vec<&Arc<Storage>> = args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
     let needs_grad: Vec<bool> = args
@@ -271,26 +273,54 @@ fn run_and_record(
     // The save policy (the scope's, else the default of the mode of the
     // device the op runs on) decides what it keeps.
     let policy = crate::runtime::policy_for(plan.backend.device());
-    let deferred = match key {
-        Some(key) if output == Output::Fresh && fuse::defers(plan, plan.backend.device()) => plan
-            .defer_forward(&inputs, grad.as_deref(), policy)?
-            .map(|run| (run, key)),
+    // A deferred argument the node saves for its backward runs now, as it
+    // would have unfused (its inputs are not held longer than they would
+    // be, and the memory plan counts it from here); the op then reads it.
+    let mut settled = false;
+    if let Some(g) = &grad {
+        for (s, &saved) in inputs.iter().zip(&g.needs(policy).args) {
+            if saved && s.is_deferred() {
+                s.settle()?;
+                settled = true;
+            }
+        }
+    }
+    let fused = fused.filter(|_| {
+        !settled && grad.as_ref().is_none_or(|g| g.keeps_only_output(policy))
+    });
+    // What runs: the fused plan on its arguments (keeping nothing: the
+    // node saves the output as its output stage), or `plan` on `args`.
+    let fused_inputs: Vec<&Arc<Storage>>;
+    let (run, run_inputs, run_grad, run_key) = match fused {
+        Some(fz) => {
+            fused_inputs = fz.args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
+            (&fz.plan, &fused_inputs[..], None, Some(fz.key.as_str()))
+        }
+        None => (plan, &inputs[..], grad.as_deref(), key),
+    };
+    let deferred = match run_key {
+        Some(key) if output == Output::Fresh && fuse::defers(run, run.backend.device()) => {
+            let bases = |t: &Tensor| t.base_and_map().0.clone();
+            run.defer_forward(run_inputs, run_grad, policy, || {
+                Arc::new(Producer {
+                    f: run.f.clone(),
+                    args: match fused {
+                        Some(fz) => fz.args.iter().map(|(_, t)| bases(t)).collect(),
+                        None => args.iter().map(|(_, t)| bases(t)).collect(),
+                    },
+                    key: key.to_string(),
+                    depth: fused.map_or(1, |fz| fz.depth),
+                })
+            })?
+        }
         _ => None,
     };
-    let producer = deferred.as_ref().map(|(_, key)| Producer {
-        f: plan.f.clone(),
-        args: args
-            .iter()
-            .map(|(_, t)| t.base_and_map().0.clone())
-            .collect(),
-        key: key.to_string(),
-    });
     let (out, kept) = match (deferred, output) {
-        (Some((run, _)), _) => run,
+        (Some(forward), _) => forward,
         (None, Output::SharesInput) if plan.is_alias() && inputs.len() == 1 => {
             (inputs[0].clone(), Vec::new())
         }
-        (None, Output::Fresh) => plan.run_forward(&inputs, grad.as_deref(), policy)?,
+        (None, Output::Fresh) => run.run_forward(run_inputs, run_grad, policy)?,
         (None, Output::SharesInput) => {
             return Err(Error::Invalid {
                 function: op.to_string(),
@@ -299,6 +329,12 @@ fn run_and_record(
             })
         }
     };
+    // Values kept by another plan's program mean nothing to this node.
+    let kept = if fused.is_some() { Vec::new() } else { kept };
+    // So does a deferred output the node saves: it runs now.
+    if grad.as_ref().is_some_and(|g| g.saves_output(policy)) {
+        out.settle()?;
+    }
     let shape = plan.f.output_shape().to_vec();
     let origin = match grad {
         Some(grad) => {
@@ -315,10 +351,7 @@ fn run_and_record(
         }
         None => Origin::Constant,
     };
-    Ok(match producer {
-        Some(p) => Tensor::produced(shape, out, origin, p),
-        None => Tensor::dense(shape, out, origin),
-    })
+    Ok(Tensor::dense(shape, out, origin))
 }
 
 /// `x` (dense) with another shape, sharing its storage; recorded as

@@ -304,6 +304,30 @@ impl NodeGrad {
         })
     }
 
+    /// Whether a node recorded under `policy` keeps no forward value but
+    /// its output (its forward may then be computed by another program).
+    pub(crate) fn keeps_only_output(&self, policy: SavePolicy) -> bool {
+        let outputs = &self.forward.program.outputs;
+        self.needs(policy)
+            .stages
+            .iter()
+            .enumerate()
+            .all(|(k, &kept)| !kept || outputs.contains(&k))
+    }
+
+    /// Whether a node recorded under `policy` saves its output (as its
+    /// output or as the value stage of its forward program).
+    pub(crate) fn saves_output(&self, policy: SavePolicy) -> bool {
+        let needs = self.needs(policy);
+        needs.out
+            || self
+                .forward
+                .program
+                .outputs
+                .iter()
+                .any(|&o| needs.stages.get(o).copied().unwrap_or(false))
+    }
+
     pub(crate) fn closure(&self, arg: usize) -> usize {
         self.plan
             .wrt
@@ -500,13 +524,14 @@ impl OpPlan {
     /// As [`OpPlan::run_forward`] without running anything yet, for an
     /// element-wise op whose forward is one generated kernel and keeps
     /// nothing but its output: the output is a deferred storage (see
-    /// `Storage::deferred`), computed when first read. `None` for any
-    /// other op (run it with `run_forward`).
+    /// `Storage::deferred`; `about` is attached to it), computed when first
+    /// read. `None` for any other op (run it with `run_forward`).
     pub(crate) fn defer_forward(
         &self,
         inputs: &[&Arc<Storage>],
         grad: Option<&NodeGrad>,
         policy: SavePolicy,
+        about: impl FnOnce() -> Arc<dyn std::any::Any + Send + Sync>,
     ) -> Result<Option<KeptForward>, Error> {
         if self.host.is_some() || self.f.has_reduction() {
             return Ok(None);
@@ -539,7 +564,7 @@ impl OpPlan {
                 }),
             })
             .collect::<Result<_, _>>()?;
-        let out = Storage::deferred(kernel.clone(), inputs)?;
+        let out = Storage::deferred(kernel.clone(), inputs, about())?;
         let kept = if keep.first().copied().unwrap_or(false) {
             vec![Some(out.clone())]
         } else {

@@ -22,6 +22,7 @@
 
 use super::backend_for;
 use super::compiled::CompiledKernel;
+use std::any::Any;
 use crate::alloc::{self, Buffer, Device};
 use crate::dtype::{with_element, DType, Element};
 use crate::kernel::backend::{Operand, OperandMut};
@@ -59,6 +60,9 @@ pub(crate) struct Storage {
 struct Deferred {
     kernel: Arc<CompiledKernel>,
     inputs: Vec<Arc<Storage>>,
+    /// What its maker says about it (the ops layer: the function, for a
+    /// reader to inline), dropped with the kernel once it has run.
+    about: Arc<dyn Any + Send + Sync>,
 }
 
 /// A deferred storage's readers are pruned of dead entries past this many.
@@ -124,14 +128,19 @@ impl Storage {
     /// A storage of `kernel`'s output size on its device, computed by
     /// `kernel` from `inputs` on first access rather than now (see the
     /// module's doc). Its version is that of a storage just written.
+    /// Deferred inputs are settled first: a deferred kernel never reads a
+    /// deferred storage, so settling never recurses and no chain of them
+    /// forms.
     pub(crate) fn deferred(
         kernel: Arc<CompiledKernel>,
         inputs: Vec<Arc<Storage>>,
+        about: Arc<dyn Any + Send + Sync>,
     ) -> Result<Arc<Storage>, Error> {
         for s in &inputs {
             if s.device() != kernel.device() {
                 return Err(device_mismatch(kernel.name(), kernel.device(), s.device()));
             }
+            s.settle()?;
         }
         let out = Storage::uninit_on(
             kernel.device(),
@@ -146,7 +155,11 @@ impl Storage {
             }
             readers.push(Arc::downgrade(&out));
         }
-        *out.deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(Deferred { kernel, inputs });
+        *out.deferred.lock().unwrap_or_else(|e| e.into_inner()) = Some(Deferred {
+            kernel,
+            inputs,
+            about,
+        });
         out.is_deferred.store(true, Relaxed);
         Ok(out)
     }
@@ -156,8 +169,19 @@ impl Storage {
         self.is_deferred.load(Relaxed)
     }
 
+    /// What the maker of this deferred storage attached to it, while its
+    /// kernel has not run.
+    pub(crate) fn deferred_about(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        if !self.is_deferred() {
+            return None;
+        }
+        let d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        d.as_ref().map(|w| w.about.clone())
+    }
+
     /// Runs this storage's deferred kernel, if it has not run (its inputs
-    /// settle as they are read). On an error it stays deferred.
+    /// are not deferred: see [`Storage::deferred`]). On an error it stays
+    /// deferred.
     pub(crate) fn settle(&self) -> Result<(), Error> {
         if !self.is_deferred() {
             return Ok(());

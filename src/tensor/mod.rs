@@ -50,14 +50,12 @@ pub(crate) struct Inner {
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: DType,
     pub(crate) layout: Layout,
-    /// For the result of an element-wise op whose kernel has not run (its
-    /// storage is deferred): what computes it, so that the op reading it
-    /// next can compute it inside its own kernel instead.
-    pub(crate) producer: Option<Arc<Producer>>,
 }
 
 /// The element-wise function computing a deferred result, and its
-/// arguments (see `crate::ops::fuse`).
+/// arguments (see `crate::ops::fuse`): attached to the deferred storage,
+/// so that the op reading it next can compute it inside its own kernel
+/// instead, and dropped once the storage's kernel has run.
 pub(crate) struct Producer {
     /// The function, over the dense tensors in `args` (views composed in).
     pub(crate) f: IndexFn,
@@ -65,6 +63,8 @@ pub(crate) struct Producer {
     pub(crate) args: Vec<Tensor>,
     /// The op-plan key of `f` on these arguments' shapes.
     pub(crate) key: String,
+    /// The ops `f` composes.
+    pub(crate) depth: usize,
 }
 
 /// Where a tensor's elements live.
@@ -85,29 +85,18 @@ impl Tensor {
             shape,
             dtype: storage.dtype(),
             layout: Layout::Dense { storage, origin },
-            producer: None,
         }))
     }
 
-    /// A dense tensor whose deferred `storage` `producer` computes.
-    pub(crate) fn produced(
-        shape: Vec<usize>,
-        storage: Arc<Storage>,
-        origin: Origin,
-        producer: Producer,
-    ) -> Tensor {
-        Tensor(Arc::new(Inner {
-            shape,
-            dtype: storage.dtype(),
-            layout: Layout::Dense { storage, origin },
-            producer: Some(Arc::new(producer)),
-        }))
-    }
-
-    /// What computes this tensor, while its kernel has not run.
-    pub(crate) fn pending_producer(&self) -> Option<&Producer> {
-        let p = self.0.producer.as_deref()?;
-        self.storage_and_origin().0.is_deferred().then_some(p)
+    /// What computes this dense tensor, while its kernel has not run (not
+    /// for a reshape sharing the storage: it reads the elements flat).
+    pub(crate) fn pending_producer(&self) -> Option<Arc<Producer>> {
+        if self.is_view() {
+            return None;
+        }
+        let about = self.storage_and_origin().0.deferred_about()?;
+        let p = about.downcast::<Producer>().ok()?;
+        (p.f.output_shape() == self.shape()).then_some(p)
     }
 
     pub(crate) fn view_of(base: &Tensor, shape: Vec<usize>, map: AffineMap) -> Tensor {
@@ -118,7 +107,6 @@ impl Tensor {
                 base: base.clone(),
                 map,
             },
-            producer: None,
         }))
     }
 
