@@ -16,7 +16,7 @@ if [ "${1:-}" = --build ]; then
   mkdir -p "$bin"
   cargo build --release --features cuda --example gpu_peers --example train_mlp --example char_lm
   for e in gpu_peers train_mlp char_lm; do cp target/release/examples/$e "$bin/"; done
-  for t in gpu_sim sim_suite ptx; do
+  for t in gpu_sim sim_suite ptx fusion; do
     exe=$(cargo test --release --features cuda --test $t --no-run --message-format=json 2>/dev/null \
       | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
     cp "$exe" "$bin/test_$t"
@@ -57,6 +57,7 @@ export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
 # every tensor on the device (op gradchecks, tape, higher order, nn/optim,
 # memory, indexing, checkpoint), on the card.
 [ -n "$math" ] || step checks 60 env TENJIN_GPU_TESTS=cuda "$bin/test_gpu_sim" --test-threads=1
+[ -n "$math" ] || step checks 30 env TENJIN_GPU_TESTS=cuda "$bin/test_fusion" --test-threads=1
 [ -n "$math" ] || step checks 300 env TENJIN_GPU_TESTS=cuda "$bin/test_sim_suite" --test-threads=1
 [ -n "$math" ] || step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
 [ -n "$math" ] || step checks 45 "$bin/train_mlp" --device cuda

@@ -227,5 +227,3 @@ fn fused_chains_on_the_cpu_match_the_unfused_ones() {
         close(&fused[k], &unfused[k], 1e-14, what);
     }
 }
-
-

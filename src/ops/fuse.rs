@@ -140,7 +140,7 @@ pub(super) fn inline_deferred(
         };
         tensors.extend(p.args.iter().cloned());
         let _ = write!(fused_key, "\u{2}{i}<{}>", p.key);
-        producers.push((i, p.f.clone()));
+        producers.push((i, p.clone()));
         depth = depth.max(p.depth + 1);
     }
     if tensors.len() > MAX_ARGS || depth > MAX_DEPTH {
@@ -149,7 +149,9 @@ pub(super) fn inline_deferred(
     let fused = plan::cached(fused_key.clone(), || {
         let f = producers
             .iter()
-            .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| f.inline_arg(*i, p))?;
+            .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| {
+                f.inline_arg(*i, &p.plan.f)
+            })?;
         OpPlan::new(op, f, dtype, device, false)
     })?;
     let names = fused.f.args().iter().map(|a| a.name.clone());

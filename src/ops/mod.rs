@@ -285,15 +285,18 @@ fn run_and_record(
             }
         }
     }
-    let fused = fused.filter(|_| {
-        !settled && grad.as_ref().is_none_or(|g| g.keeps_only_output(policy))
-    });
+    let fused =
+        fused.filter(|_| !settled && grad.as_ref().is_none_or(|g| g.keeps_only_output(policy)));
     // What runs: the fused plan on its arguments (keeping nothing: the
     // node saves the output as its output stage), or `plan` on `args`.
     let fused_inputs: Vec<&Arc<Storage>>;
     let (run, run_inputs, run_grad, run_key) = match fused {
         Some(fz) => {
-            fused_inputs = fz.args.iter().map(|(_, t)| t.storage_and_origin().0).collect();
+            fused_inputs = fz
+                .args
+                .iter()
+                .map(|(_, t)| t.storage_and_origin().0)
+                .collect();
             (&fz.plan, &fused_inputs[..], None, Some(fz.key.as_str()))
         }
         None => (plan, &inputs[..], grad.as_deref(), key),
@@ -303,7 +306,7 @@ fn run_and_record(
             let bases = |t: &Tensor| t.base_and_map().0.clone();
             run.defer_forward(run_inputs, run_grad, policy, || {
                 Arc::new(Producer {
-                    f: run.f.clone(),
+                    plan: run.clone(),
                     args: match fused {
                         Some(fz) => fz.args.iter().map(|(_, t)| bases(t)).collect(),
                         None => args.iter().map(|(_, t)| bases(t)).collect(),

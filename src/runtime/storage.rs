@@ -22,11 +22,11 @@
 
 use super::backend_for;
 use super::compiled::CompiledKernel;
-use std::any::Any;
 use crate::alloc::{self, Buffer, Device};
 use crate::dtype::{with_element, DType, Element};
 use crate::kernel::backend::{Operand, OperandMut};
 use crate::Error;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
@@ -609,6 +609,40 @@ mod tests {
             }
         }
         assert_eq!(host.to_f64_vec().unwrap(), vec![1.0; 8]);
+    }
+
+    /// A deferred storage runs its kernel on first access; an in-place
+    /// write to one of its inputs runs it first, so it holds the values
+    /// the input had; one dropped unread releases its inputs; its version
+    /// is that of a storage just written, and settling does not change it.
+    /// (No run counts here: the kernel counters are the process's, and
+    /// the library's tests run in parallel; `tests/fusion.rs` counts.)
+    #[test]
+    fn a_deferred_storage_runs_on_first_access() {
+        let f = crate::symbolic::IndexFn::parse("f[i] = x[i] * 2", &[("x", &[3][..])]).unwrap();
+        let k = crate::jit::compile(&f, DType::F32).unwrap();
+        let x = Storage::from_slice_on(Device::Cpu, &[1f32, 2., 3.]).unwrap();
+        let y = Storage::deferred(k.clone(), vec![x.clone()], Arc::new(())).unwrap();
+        assert!(y.is_deferred() && y.deferred_about().is_some());
+        assert_eq!(y.version(), 1);
+        x.fill(5.0).unwrap(); // settles `y` first
+        assert!(!y.is_deferred() && y.deferred_about().is_none());
+        assert_eq!(y.to_f64_vec().unwrap(), vec![2., 4., 6.]);
+        assert_eq!(y.version(), 1);
+        let held = Arc::strong_count(&x);
+        let z = Storage::deferred(k.clone(), vec![x.clone()], Arc::new(())).unwrap();
+        assert_eq!(Arc::strong_count(&x), held + 1);
+        drop(z);
+        assert_eq!(
+            Arc::strong_count(&x),
+            held,
+            "dropped unread: input released"
+        );
+        // A deferred input is settled before another deferred kernel reads it.
+        let a = Storage::deferred(k.clone(), vec![x.clone()], Arc::new(())).unwrap();
+        let b = Storage::deferred(k, vec![a.clone()], Arc::new(())).unwrap();
+        assert!(!a.is_deferred() && b.is_deferred());
+        assert_eq!(b.to_f64_vec().unwrap(), vec![20.; 3]);
     }
 
     /// On the host every method works through the CPU backend, for every

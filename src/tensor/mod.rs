@@ -17,7 +17,6 @@ pub(crate) mod view;
 use crate::alloc::Device;
 pub(crate) use crate::runtime::Storage;
 use crate::symbolic::compose::AffineMap;
-use crate::symbolic::IndexFn;
 pub(crate) use crate::trace::Origin;
 use crate::trace::{self, Leaf};
 use crate::DType;
@@ -57,13 +56,14 @@ pub(crate) struct Inner {
 /// so that the op reading it next can compute it inside its own kernel
 /// instead, and dropped once the storage's kernel has run.
 pub(crate) struct Producer {
-    /// The function, over the dense tensors in `args` (views composed in).
-    pub(crate) f: IndexFn,
-    /// Dense tensors, in `f`'s argument order.
+    /// The op's plan: its function (`plan.f`) reads the dense tensors in
+    /// `args` (views composed in).
+    pub(crate) plan: Arc<crate::runtime::op_plan::OpPlan>,
+    /// Dense tensors, in the function's argument order.
     pub(crate) args: Vec<Tensor>,
-    /// The op-plan key of `f` on these arguments' shapes.
+    /// The key `plan` is cached under.
     pub(crate) key: String,
-    /// The ops `f` composes.
+    /// The ops the function composes.
     pub(crate) depth: usize,
 }
 
@@ -96,7 +96,7 @@ impl Tensor {
         }
         let about = self.storage_and_origin().0.deferred_about()?;
         let p = about.downcast::<Producer>().ok()?;
-        (p.f.output_shape() == self.shape()).then_some(p)
+        (p.plan.f.output_shape() == self.shape()).then_some(p)
     }
 
     pub(crate) fn view_of(base: &Tensor, shape: Vec<usize>, map: AffineMap) -> Tensor {
