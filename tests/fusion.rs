@@ -156,8 +156,10 @@ fn a_deferred_result_dropped_unread_never_runs() {
     let x = Tensor::from_vec_f64_on(values(64, 4), &[64], device).unwrap();
     x.exp().unwrap().to_vec_f64().unwrap(); // compiles
     let before = launches();
+    let deferred = tenjin::stats().ops_deferred;
     let y = x.exp().unwrap();
     assert_eq!(launches(), before, "deferred: nothing launched yet");
+    assert_eq!(tenjin::stats().ops_deferred, deferred + 1);
     drop(y);
     assert_eq!(launches(), before, "dropped unread: never launched");
     let y = x.exp().unwrap().tanh().unwrap();
@@ -180,8 +182,12 @@ fn intermediates_keep_their_gradients_and_second_derivatives() {
         tenjin::set_fusion(device, fuse);
         let x = leaf(&values(48, 5), &[4, 12], device);
         let c = leaf(&values(12, 6), &[12], device);
+        let fused_before = tenjin::stats().ops_fused;
         let h = x.mul_scalar(1.5).unwrap().add(&c).unwrap();
         let y = h.log_softmax(1).unwrap().tanh().unwrap().sum().unwrap();
+        // `add` takes in `mul_scalar`, `log_softmax` both.
+        let fused_ops = tenjin::stats().ops_fused - fused_before;
+        assert_eq!(fused_ops >= 2, fuse, "{fused_ops} ops fused");
         let dh = tenjin::autograd::grad(&[&y], &[&h], None, false).unwrap();
         let g = tenjin::autograd::grad(&[&y], &[&x], None, true).unwrap();
         let ggx = tenjin::autograd::grad(&[&g[0].sum().unwrap()], &[&x], None, false).unwrap();

@@ -318,6 +318,9 @@ fn run_and_record(
         }
         _ => None,
     };
+    if fused.is_some() {
+        plan::count_fused();
+    }
     let (out, kept) = match (deferred, output) {
         (Some(forward), _) => forward,
         (None, Output::SharesInput) if plan.is_alias() && inputs.len() == 1 => {

@@ -40,6 +40,14 @@ static PLAN_HITS: AtomicU64 = AtomicU64::new(0);
 static PLANS_BUILT: AtomicU64 = AtomicU64::new(0);
 static DERIVATIONS: AtomicU64 = AtomicU64::new(0);
 static STAGES_PLANNED: AtomicU64 = AtomicU64::new(0);
+static OPS_DEFERRED: AtomicU64 = AtomicU64::new(0);
+static OPS_FUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts an op whose forward ran with deferred arguments inlined
+/// (`crate::ops::fuse`).
+pub(crate) fn count_fused() {
+    OPS_FUSED.fetch_add(1, Relaxed);
+}
 
 /// What the runtime did since the process started: symbolic work,
 /// planning, code generation and cache use. A training loop's later
@@ -100,6 +108,12 @@ pub struct Stats {
     /// Times the host waited for a device (every copy to or from the
     /// host, explicit synchronisations, freeing device memory).
     pub device_synchronizations: u64,
+    /// Element-wise results deferred (their kernel run when first read, or
+    /// never: see [`crate::set_fusion`]).
+    pub ops_deferred: u64,
+    /// Ops whose forward computed deferred arguments inside their own
+    /// kernels.
+    pub ops_fused: u64,
 }
 
 /// Sets how many op plans the cache keeps (at least 1), evicting the
@@ -158,6 +172,8 @@ pub fn stats() -> Stats {
         bytes_to_device,
         bytes_to_host,
         device_synchronizations,
+        ops_deferred: OPS_DEFERRED.load(Relaxed),
+        ops_fused: OPS_FUSED.load(Relaxed),
     }
 }
 
@@ -565,6 +581,7 @@ impl OpPlan {
             })
             .collect::<Result<_, _>>()?;
         let out = Storage::deferred(kernel.clone(), inputs, about())?;
+        OPS_DEFERRED.fetch_add(1, Relaxed);
         let kept = if keep.first().copied().unwrap_or(false) {
             vec![Some(out.clone())]
         } else {
