@@ -12,6 +12,9 @@
 //!
 //! `TENJIN_GPU_TESTS=cuda` runs the device tests on a real GPU.
 
+mod common;
+
+use common::assert_close;
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
 
@@ -47,17 +50,6 @@ fn leaf(v: &[f64], shape: &[usize], device: Device) -> Tensor {
     Tensor::from_vec_f64_on(v.to_vec(), shape, device)
         .unwrap()
         .requires_grad()
-}
-
-fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * scale,
-            "{what}: element {k}: {g}, want {w}"
-        );
-    }
 }
 
 /// Attention scores as a user writes them: a GEMM, a scale, a mask, a
@@ -106,10 +98,10 @@ fn scale_mask_and_softmax_run_as_one_kernel_after_the_gemm() {
     attention_scores(device);
     let unfused = attention_scores(device);
     tenjin::set_fusion(device, true);
-    close(&fused.0, &cpu.0, 1e-12, "softmax");
-    close(&fused.1, &cpu.1, 1e-12, "dq");
-    close(&fused.2, &cpu.2, 1e-12, "dk");
-    close(&unfused.0, &cpu.0, 1e-12, "softmax, unfused");
+    assert_close("softmax", &fused.0, &cpu.0, 1e-12);
+    assert_close("dq", &fused.1, &cpu.1, 1e-12);
+    assert_close("dk", &fused.2, &cpu.2, 1e-12);
+    assert_close("softmax, unfused", &unfused.0, &cpu.0, 1e-12);
     // Forward: the GEMM and the softmax's kernels; the scale and the mask
     // no longer run as kernels of their own.
     assert_eq!(
@@ -166,7 +158,7 @@ fn a_deferred_result_dropped_unread_never_runs() {
     let v = y.to_vec_f64().unwrap();
     assert_eq!(launches(), before + 1, "exp and tanh in one kernel");
     let want: Vec<f64> = values(64, 4).iter().map(|a| a.exp().tanh()).collect();
-    close(&v, &want, 1e-15, "tanh(exp(x))");
+    assert_close("tanh(exp(x))", &v, &want, 1e-15);
     y.to_vec_f64().unwrap();
     assert_eq!(launches(), before + 1, "a settled result runs no more");
 }
@@ -197,7 +189,7 @@ fn intermediates_keep_their_gradients_and_second_derivatives() {
     let unfused = run(false);
     tenjin::set_fusion(device, true);
     for (k, what) in ["dy/dh", "dy/dx", "d(sum dy/dx)/dx"].iter().enumerate() {
-        close(&fused[k], &unfused[k], 1e-12, what);
+        assert_close(what, &fused[k], &unfused[k], 1e-12);
     }
 }
 
@@ -230,6 +222,6 @@ fn fused_chains_on_the_cpu_match_the_unfused_ones() {
     let fused = run(true);
     let unfused = run(false);
     for (k, what) in ["y", "dx", "dc"].iter().enumerate() {
-        close(&fused[k], &unfused[k], 1e-14, what);
+        assert_close(what, &fused[k], &unfused[k], 1e-14);
     }
 }
