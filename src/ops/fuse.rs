@@ -39,7 +39,7 @@ use crate::DType;
 use crate::Error;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Expression nodes a deferred function may hold.
 pub const MAX_NODES: usize = 64;
@@ -78,23 +78,26 @@ pub fn set_fusion(device: Device, on: bool) {
 /// GPUs and do not on the CPU; the environment variable `TENJIN_FUSION`
 /// (`1` or `0`) sets the default for both.
 pub fn fusion(device: Device) -> bool {
+    // The environment is read once: this is asked on every op.
+    static FROM_ENV: OnceLock<Option<bool>> = OnceLock::new();
     match SETTING[kind(device)].load(Relaxed) {
         1 => true,
         2 => false,
-        _ => match std::env::var("TENJIN_FUSION").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => device != Device::Cpu,
-        },
+        _ => FROM_ENV
+            .get_or_init(|| match std::env::var("TENJIN_FUSION").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            })
+            .unwrap_or(device != Device::Cpu),
     }
 }
 
 /// Whether `plan`'s result may be deferred (the first rule).
 pub(super) fn defers(plan: &OpPlan, device: Device) -> bool {
     fusion(device)
-        && !plan.f.has_reduction()
         && plan.f.args().len() <= MAX_ARGS
-        && plan.f.graph.reachable(plan.f.root).len() <= MAX_NODES
+        && plan.elementwise_nodes().is_some_and(|n| n <= MAX_NODES)
 }
 
 /// An op's forward with its deferred arguments inlined: its plan (run

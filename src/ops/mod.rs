@@ -337,7 +337,8 @@ fn run_and_record(
     };
     // Values kept by another plan's program mean nothing to this node.
     let kept = if fused.is_some() { Vec::new() } else { kept };
-    // So does a deferred output the node saves: it runs now.
+    // A node saving its output saves values: a deferred output runs now,
+    // as a saved deferred argument did above.
     if grad.as_ref().is_some_and(|g| g.saves_output(policy)) {
         out.settle()?;
     }

@@ -231,6 +231,8 @@ pub(crate) struct OpPlan {
     /// For an op run by host stages (`crate::planner::host`): its programs.
     /// `f` then only describes the op's shapes.
     pub(crate) host: Option<Arc<dyn crate::planner::host::HostOp>>,
+    /// See [`OpPlan::elementwise_nodes`], found on first request.
+    elementwise: OnceLock<Option<usize>>,
 }
 
 /// A forward pass's output and the values it kept (by stage).
@@ -475,6 +477,7 @@ impl OpPlan {
             dtype,
             backend,
             grads: Mutex::new(Vec::new()),
+            elementwise: OnceLock::new(),
             host: None,
         })
     }
@@ -497,6 +500,7 @@ impl OpPlan {
             dtype,
             backend,
             grads: Mutex::new(Vec::new()),
+            elementwise: OnceLock::new(),
             host: Some(host),
         })
     }
@@ -549,7 +553,7 @@ impl OpPlan {
         policy: SavePolicy,
         about: impl FnOnce() -> Arc<dyn std::any::Any + Send + Sync>,
     ) -> Result<Option<KeptForward>, Error> {
-        if self.host.is_some() || self.f.has_reduction() {
+        if self.host.is_some() || self.elementwise_nodes().is_none() {
             return Ok(None);
         }
         let Some(plain) = self.plain.as_ref() else {
@@ -588,6 +592,15 @@ impl OpPlan {
             vec![None; program.program.stages.len()]
         };
         Ok(Some((out, kept)))
+    }
+
+    /// For an element-wise function (no reduction), its expression nodes
+    /// (how much work an element of it is); `None` for one with a
+    /// reduction. Found once: asked on every op while fusion is on.
+    pub(crate) fn elementwise_nodes(&self) -> Option<usize> {
+        *self.elementwise.get_or_init(|| {
+            (!self.f.has_reduction()).then(|| self.f.graph.reachable(self.f.root).len())
+        })
     }
 
     /// Whether every stage of the forward program is generated code (no
