@@ -2,8 +2,9 @@
 //! dtype, a device and, when it takes part in differentiation, its place on
 //! the trace.
 //!
-//! Owns the tensor record, creation (`create`), views (`view`) and reading
-//! data back. Operations live in [`crate::ops`]; the tape in
+//! Owns the tensor record, creation (`create`), views (`view`), reading
+//! data back, and what a deferred result carries for the op that reads it
+//! next (`Producer`, attached to its storage by `crate::ops::fuse`). Operations live in [`crate::ops`]; the tape in
 //! [`crate::trace`]. No per-op backward code lives here or anywhere: every
 //! derivative comes from [`crate::symbolic`].
 
