@@ -34,7 +34,7 @@
 use super::plan::{self, OpPlan};
 use crate::alloc::Device;
 use crate::symbolic::IndexFn;
-use crate::tensor::Tensor;
+use crate::tensor::{Producer, Tensor};
 use crate::DType;
 use crate::Error;
 use std::fmt::Write;
@@ -121,37 +121,37 @@ pub(super) fn inline_deferred(
     dtype: DType,
     device: Device,
 ) -> Result<Option<Fused>, Error> {
-    let pending: Vec<usize> = (0..args.len())
-        .filter(|&i| args[i].1.base_and_map().0.pending_producer().is_some())
+    if !fusion(device) {
+        return Ok(None);
+    }
+    let producers: Vec<(usize, Arc<Producer>)> = (0..args.len())
+        .filter_map(|i| Some((i, args[i].1.base_and_map().0.pending_producer()?)))
         .collect();
-    if pending.is_empty() || !fusion(device) || !plan.runs_loops_only() {
+    if producers.is_empty() || !plan.runs_loops_only() {
         return Ok(None);
     }
     // `plan.f` reads the dense bases; each inlined argument is replaced
-    // by its producer's arguments, appended (`IndexFn::inline_arg`'s order).
+    // by its producer's arguments, appended (`IndexFn::inline_arg`'s order),
+    // last argument first so the positions before it stay.
     let mut tensors: Vec<Tensor> = args
         .iter()
         .map(|(_, t)| t.base_and_map().0.clone())
         .collect();
-    let mut producers = Vec::with_capacity(pending.len());
     let mut fused_key = key.to_string();
     let mut depth = 1;
-    for &i in pending.iter().rev() {
-        let base = tensors.remove(i);
-        let Some(p) = base.pending_producer() else {
-            return Ok(None);
-        };
+    for (i, p) in producers.iter().rev() {
+        tensors.remove(*i);
         tensors.extend(p.args.iter().cloned());
         let _ = write!(fused_key, "\u{2}{i}<{}>", p.key);
-        producers.push((i, p.clone()));
         depth = depth.max(p.depth + 1);
     }
     if tensors.len() > MAX_ARGS || depth > MAX_DEPTH {
         return Ok(None);
     }
-    let fused = plan::cached(fused_key.clone(), || {
+    let fused = plan::cached(&fused_key, || {
         let f = producers
             .iter()
+            .rev()
             .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| {
                 f.inline_arg(*i, &p.plan.f)
             })?;

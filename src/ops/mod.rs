@@ -181,7 +181,7 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
             let _ = write!(key, "@{:?}{:?}{:?}", base.shape(), m.coeffs, m.offsets);
         }
     }
-    let plan = plan::cached(key.clone(), || {
+    let plan = plan::cached(&key, || {
         let mut f = match def {
             Def::Text { src, sizes } => {
                 let shapes: Vec<(&str, &[usize])> =
@@ -226,7 +226,7 @@ pub(crate) fn apply_host(
         }
         let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
     }
-    let plan = plan::cached(full, || OpPlan::host(op, host(), dtype, device))?;
+    let plan = plan::cached(&full, || OpPlan::host(op, host(), dtype, device))?;
     run_and_record(op, &plan, args, Output::Fresh, None, None)
 }
 

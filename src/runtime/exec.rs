@@ -197,11 +197,9 @@ pub(crate) unsafe fn run_in_place(
     };
     // The aliased storage is write-locked (nobody else may read it
     // meanwhile); the others are read-locked, each once.
-    // Deferred inputs run first (a deferred storage reading the target
-    // settles as the target is write-locked).
-    for s in inputs {
-        s.settle()?;
-    }
+    // Writing the target settles it and the deferred storages reading it
+    // first; the other inputs settle as they are read (their kernels do
+    // not read the target).
     let mut w = target.write()?;
     let guards: Vec<_> = inputs
         .iter()

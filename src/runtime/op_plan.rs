@@ -529,11 +529,7 @@ impl OpPlan {
             .plain
             .as_ref()
             .ok_or_else(|| internal("an op sharing its input's storage has no forward program"))?;
-        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(policy).stages);
-        let program = match grad {
-            Some(g) if keep.iter().any(|&k| k) => &g.forward,
-            _ => plain,
-        };
+        let (program, keep) = forward_program(plain, grad, policy);
         let (mut outs, kept) = run_program(program, inputs, keep)?;
         let out = outs
             .pop()
@@ -559,11 +555,7 @@ impl OpPlan {
         let Some(plain) = self.plain.as_ref() else {
             return Ok(None);
         };
-        let keep: &[bool] = grad.map_or(&[], |g| &g.needs(policy).stages);
-        let program = match grad {
-            Some(g) if keep.iter().any(|&k| k) => &g.forward,
-            _ => plain,
-        };
+        let (program, keep) = forward_program(plain, grad, policy);
         let (1, [0]) = (program.program.stages.len(), &program.program.outputs[..]) else {
             return Ok(None);
         };
@@ -650,20 +642,35 @@ impl OpPlan {
     }
 }
 
+/// The forward program an op runs and the stages it keeps: the node
+/// plan's forward program when the node keeps a forward value under
+/// `policy`, else the plain one (`plain`).
+fn forward_program<'a>(
+    plain: &'a Compiled,
+    grad: Option<&'a NodeGrad>,
+    policy: SavePolicy,
+) -> (&'a Compiled, &'a [bool]) {
+    let keep: &[bool] = grad.map_or(&[], |g| &g.needs(policy).stages);
+    match grad {
+        Some(g) if keep.iter().any(|&k| k) => (&g.forward, keep),
+        _ => (plain, keep),
+    }
+}
+
 /// The plan cached under `key`, built by `build` on a miss.
 pub(crate) fn cached(
-    key: String,
+    key: &str,
     build: impl FnOnce() -> Result<OpPlan, Error>,
 ) -> Result<Arc<OpPlan>, Error> {
     let now = PLAN_TICK.fetch_add(1, Relaxed);
-    if let Some(p) = PLANS.get(&key) {
+    if let Some(p) = PLANS.get(key) {
         PLAN_HITS.fetch_add(1, Relaxed);
         p.1.store(now, Relaxed);
         return Ok(p.0.clone());
     }
     let plan = Arc::new(build()?);
     PLANS_BUILT.fetch_add(1, Relaxed);
-    PLANS.insert(key, (plan.clone(), AtomicU64::new(now)));
+    PLANS.insert(key.to_string(), (plan.clone(), AtomicU64::new(now)));
     evict_plans();
     Ok(plan)
 }
