@@ -16,6 +16,7 @@
 //! by `super::simd` instead; nothing here decides which.
 
 use super::math::MathFn;
+use super::wide::{Program, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -44,6 +45,11 @@ pub(crate) struct Code {
     pub(crate) vectorized: bool,
     /// How many sums run as f32x4 code (`super::simd`).
     pub(crate) vectorized_reductions: u32,
+    /// The programs the code runs on the wide executor: they live as long
+    /// as the code (it holds their addresses).
+    pub(crate) programs: Vec<Box<Program>>,
+    /// How many loops run on the wide executor (`super::wide`).
+    pub(crate) wide_loops: u32,
 }
 
 /// Kernels with more registers than this compile with Cranelift's
@@ -86,8 +92,16 @@ fn host_isa(large: bool) -> Result<OwnedTargetIsa, String> {
         .clone()
 }
 
-/// Compiles `k` for f32 or f64 elements.
+/// Compiles `k` for f32 or f64 elements, its vector loops at the host's
+/// width ([`Width::host`]).
 pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
+    compile_at(k, width, Width::host())
+}
+
+/// Compiles `k` for f32 or f64 elements, its vector loops at `simd` (at
+/// most [`Width::supported`]).
+pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, Error> {
+    let simd = simd.min(Width::supported());
     let fail = |what: &str, detail: String| Error::Invalid {
         function: k.name.clone(),
         message: format!("Cranelift could not {what}: {detail}"),
@@ -99,6 +113,9 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
     let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
     for f in MathFn::ALL {
         let (name, ptr) = f.symbol(width);
+        builder.symbol(name, ptr);
+    }
+    if let Some((name, ptr)) = simd.entry() {
         builder.symbol(name, ptr);
     }
     let mut module = JITModule::new(builder);
@@ -115,7 +132,7 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
     }
     let sig = ctx.func.signature.clone();
     let mut fctx = FunctionBuilderContext::new();
-    let (vectorized, vectorized_reductions);
+    let (vectorized, vectorized_reductions, programs, wide_loops);
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
@@ -135,6 +152,9 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
             vectorized: false,
             vectorized_reductions: 0,
             vbranch: false,
+            simd,
+            programs: Vec::new(),
+            wide_loops: 0,
             ivars: vec![None; k.num_ivars as usize],
             bases: Vec::new(),
             out: None,
@@ -144,6 +164,8 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
             .map_err(|m| fail("translate the kernel", format!("{m}\n{k}")))?;
         vectorized = e.vectorized;
         vectorized_reductions = e.vectorized_reductions;
+        wide_loops = e.wide_loops;
+        programs = std::mem::take(&mut e.programs);
         e.b.finalize(config);
     }
     let id = module
@@ -167,12 +189,14 @@ pub(crate) fn compile(k: &Kernel, width: DType) -> Result<Code, Error> {
         module,
         vectorized,
         vectorized_reductions,
+        programs,
+        wide_loops,
     })
 }
 
 pub(super) struct Emitter<'a> {
     pub(super) b: FunctionBuilder<'a>,
-    module: &'a mut JITModule,
+    pub(super) module: &'a mut JITModule,
     width: DType,
     ty: Type,
     pub(super) elem: i64,
@@ -194,6 +218,13 @@ pub(super) struct Emitter<'a> {
     /// Vector code is being emitted for a sum: index guards become
     /// branches rather than selects (`super::simd`).
     pub(super) vbranch: bool,
+    /// The width vector loops run at (`super::wide`).
+    pub(super) simd: Width,
+    /// The programs of the loops handed to the wide executor
+    /// (`super::wide_loop`), owned by the compiled kernel.
+    pub(super) programs: Vec<Box<Program>>,
+    /// Loops handed to the wide executor.
+    pub(super) wide_loops: u32,
 }
 
 pub(super) type R<T> = Result<T, String>;
@@ -335,6 +366,10 @@ impl Emitter<'_> {
             self.b.ins().ineg(adjust)
         };
         Ok(self.b.ins().iadd(q, adjust))
+    }
+
+    pub(super) fn pointer_type(&self) -> Type {
+        self.module.target_config().pointer_type()
     }
 
     pub(super) fn range(&mut self, l: &Loop) -> R<(Value, Value)> {

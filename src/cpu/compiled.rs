@@ -89,6 +89,10 @@ pub(crate) struct JitCode {
     module: Option<JITModule>,
     vectorized: bool,
     vectorized_reductions: u32,
+    wide_loops: u32,
+    /// The programs `entry` runs on the wide executor (it holds their
+    /// addresses): freed with the code.
+    _programs: Vec<Box<super::wide::Program>>,
 }
 
 // SAFETY: the module is never used after `finalize_definitions` except to
@@ -105,6 +109,8 @@ impl JitCode {
             module: Some(code.module),
             vectorized: code.vectorized,
             vectorized_reductions: code.vectorized_reductions,
+            wide_loops: code.wide_loops,
+            _programs: code.programs,
         }
     }
 }
@@ -304,5 +310,9 @@ impl Executable for CpuKernel {
                 c.vectorized_reductions as usize,
             )
         })
+    }
+
+    fn wide_loops(&self) -> usize {
+        self.exec.code().map_or(0, |c| c.wide_loops as usize)
     }
 }

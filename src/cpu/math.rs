@@ -76,6 +76,32 @@ impl MathFn {
         }
     }
 
+    /// The f32 implementation of a one-argument function (the one f32
+    /// kernels call), for callers in Rust (`super::wide`'s lane-by-lane
+    /// steps); `None` for `pow`, which has two ([`MathFn::pow_f32`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn f32_unary(self) -> Option<extern "C" fn(f32) -> f32> {
+        Some(match self {
+            MathFn::Exp => exp_f32,
+            MathFn::Log => log_f32,
+            MathFn::Log10 => log10_f32,
+            MathFn::Tanh => tanh_f32,
+            MathFn::Sin => sin_f32,
+            MathFn::Cos => cos_f32,
+            MathFn::Log1p => libm_f32::log1p,
+            MathFn::Expm1 => libm_f32::expm1,
+            MathFn::Atan => libm_f32::atan,
+            MathFn::Erf => libm_f32::erf,
+            MathFn::Pow => return None,
+        })
+    }
+
+    /// The f32 `pow` kernels call.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn pow_f32() -> extern "C" fn(f32, f32) -> f32 {
+        pow_f32
+    }
+
     /// The symbol name and address of the implementation for `width`.
     pub(crate) fn symbol(self, width: crate::DType) -> (&'static str, *const u8) {
         use crate::DType::*;

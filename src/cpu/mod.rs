@@ -25,6 +25,7 @@
 //! scalar.
 
 mod backend;
+mod clif_lanes;
 mod codegen;
 mod compiled;
 #[doc(hidden)]
@@ -34,7 +35,22 @@ mod pool;
 mod random;
 mod simd;
 mod vmath;
+mod wide;
+mod wide_loop;
 
 pub use backend::CPU;
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
 pub use pool::{num_threads, set_num_threads};
+
+/// The vector width element-wise f32 loops run at in this process:
+/// `"avx512"` (16 lanes), `"avx2"` (8) or `"f32x4"` (the portable code).
+/// The widest the host has, unless the `TENJIN_SIMD` environment variable
+/// (read once) names a narrower one.
+///
+/// ```
+/// let w = tenjin::jit::vector_width();
+/// assert!(["avx512", "avx2", "f32x4"].contains(&w));
+/// ```
+pub fn vector_width() -> &'static str {
+    wide::Width::host().name()
+}

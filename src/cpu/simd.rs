@@ -22,13 +22,14 @@
 //! rounding, within the f32 tolerance, but is bitwise identical for any
 //! thread count. Max/min/arg reductions stay scalar.
 
-use super::codegen::{float_cc, Emitter, R};
+use super::clif_lanes::ClifLanes;
+use super::codegen::{Emitter, R};
 use super::math::MathFn;
-use super::vmath::VMath;
+use super::vmath::{Cc, Lanes as _, VMath};
 use crate::kernel::{Cond, Expr, IVar, Loop, Reg, Stmt};
 use crate::symbolic::ReduceOp;
 use crate::symbolic::{BinaryOp, UnaryOp};
-use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
 
 const V: types::Type = types::F32X4;
@@ -163,6 +164,9 @@ impl<'f> Emitter<'f> {
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
         }
+        if self.try_wide_loop(l)? {
+            return Ok(());
+        }
         let (lo, hi) = self.range(l)?;
         let saved = self.ivars[slot];
         // Index guards are invariant in the loop (see `vectorizable`): real
@@ -244,8 +248,8 @@ impl<'f> Emitter<'f> {
         Ok(done)
     }
 
-    fn vm(&mut self) -> VMath<'_, 'f> {
-        VMath {
+    fn vm(&mut self) -> ClifLanes<'_, 'f> {
+        ClifLanes {
             b: &mut self.b,
             fma: self.fma,
         }
@@ -344,7 +348,7 @@ impl<'f> Emitter<'f> {
                     Cond::Value(a, op, b) => {
                         let (a, b) = (self.vreg(*a)?, self.vreg(*b)?);
                         let mut vm = self.vm();
-                        let m = vm.mask(float_cc(*op), a, b);
+                        let m = vm.cmp(Cc::of(*op), a, b);
                         vm.sel(m, t, o)
                     }
                     _ => {
@@ -489,14 +493,12 @@ impl<'f> Emitter<'f> {
         match op {
             ReduceOp::Sum => self.b.ins().fadd(acc, x),
             _ => {
-                let cc = if op == ReduceOp::Max {
-                    FloatCC::GreaterThanOrEqual
-                } else {
-                    FloatCC::LessThanOrEqual
-                };
                 let mut vm = self.vm();
-                let keep = vm.mask_first(cc, acc, x);
-                vm.sel(keep, acc, x)
+                if op == ReduceOp::Max {
+                    vm.max_first(acc, x)
+                } else {
+                    vm.min_first(acc, x)
+                }
             }
         }
     }
@@ -601,17 +603,7 @@ impl<'f> Emitter<'f> {
             UnaryOp::Sqrt => vm.b.ins().sqrt(x),
             UnaryOp::Floor => vm.b.ins().floor(x),
             UnaryOp::Detach => x,
-            UnaryOp::Sgn => {
-                // As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x.
-                let zero = vm.c(0.0);
-                let one = vm.c(1.0);
-                let minus = vm.c(-1.0);
-                let zx = vm.b.ins().fmul(zero, x);
-                let lt = vm.mask(FloatCC::LessThan, x, zero);
-                let neg = vm.sel(lt, minus, zx);
-                let gt = vm.mask(FloatCC::GreaterThan, x, zero);
-                vm.sel(gt, one, neg)
-            }
+            UnaryOp::Sgn => vm.sgn(x),
             UnaryOp::Exp => vm.exp(x),
             UnaryOp::Tanh => vm.tanh(x),
             UnaryOp::Sigmoid => vm.sigmoid(x),
@@ -635,14 +627,8 @@ impl<'f> Emitter<'f> {
             BinaryOp::Div => vm.b.ins().fdiv(a, b),
             // As the scalar code: the first operand wins ties, a NaN
             // operand wins.
-            BinaryOp::Max => {
-                let m = vm.mask_first(FloatCC::GreaterThanOrEqual, a, b);
-                vm.sel(m, a, b)
-            }
-            BinaryOp::Min => {
-                let m = vm.mask_first(FloatCC::LessThanOrEqual, a, b);
-                vm.sel(m, a, b)
-            }
+            BinaryOp::Max => vm.max_first(a, b),
+            BinaryOp::Min => vm.min_first(a, b),
             BinaryOp::Pow => return self.per_lane(MathFn::Pow, &[a, b], lanes),
         })
     }
@@ -665,15 +651,6 @@ impl<'f> Emitter<'f> {
 
     /// `x ** n` with the same multiplications as the scalar `powi`.
     fn vpowi(&mut self, x: Value, n: i32) -> Value {
-        let r = match super::codegen::square_and_multiply(&mut self.b, x, n.unsigned_abs()) {
-            Some(r) => r,
-            None => self.vm().c(1.0),
-        };
-        if n < 0 {
-            let one = self.vm().c(1.0);
-            self.b.ins().fdiv(one, r)
-        } else {
-            r
-        }
+        self.vm().powi(x, n)
     }
 }

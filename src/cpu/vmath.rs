@@ -1,14 +1,19 @@
-//! Inline f32x4 transcendental functions, emitted as Cranelift IR.
+//! f32 transcendental functions as lane-wise sequences, written once for
+//! every vector width.
 //!
-//! Owns the polynomial approximations that vectorised f32 loops (see
-//! `super::simd`) use instead of calls: `exp`, `tanh`, `sigmoid`, `log`
-//! and `log10`. Every function works lane by lane on `F32X4` values with
-//! plain IEEE operations (no reciprocal estimates), so a lane computes the
-//! same bits whether its neighbours hold data or padding: the scalar head
-//! and tail of a vectorised loop run this same code on one lane, which keeps
-//! results independent of where thread chunks start. With the host's FMA
-//! (`has_fma`) the polynomials use fused multiply-adds; otherwise a
-//! multiply and an add (slightly different bits, same accuracy class).
+//! Owns the polynomial approximations that vectorised f32 loops use instead
+//! of calls (`exp`, `tanh`, `sigmoid`, `log`, `log10`), and the other
+//! lane-wise operations whose bits must match across widths (`sgn`,
+//! max/min with the first operand winning, integer powers). They are
+//! written against [`Lanes`], the arithmetic of one vector of f32 lanes,
+//! which two places implement: the Cranelift emitter of f32x4 code
+//! (`super::clif_lanes`, used by `super::simd`) and the AVX2 and AVX-512
+//! registers of the wide executor (`super::wide`). Both run this same
+//! sequence of IEEE operations, so an element gets the same bits at every
+//! width, and whether its neighbours hold data or padding. With the host's
+//! FMA (`Lanes::mad`) the polynomials use fused multiply-adds; otherwise a
+//! multiply and an add (slightly different bits, same accuracy class; the
+//! wide executor requires FMA). Must not emit code or choose a width.
 //!
 //! **Accuracy** (max relative error against the f64 `std` functions at the
 //! same f32 inputs, measured by `tests::accuracy_against_f64_std`, which
@@ -34,52 +39,118 @@
 //! `1 − 2/(e^{2|x|} + 1)`), and `sigmoid` is `1/(1 + e^{−|x|})` mirrored
 //! for negative inputs (stable: no overflow to `inf/inf`).
 
-use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
-use cranelift_frontend::FunctionBuilder;
-
-/// Emits f32x4 math into a function under construction.
-pub(crate) struct VMath<'a, 'b> {
-    pub(crate) b: &'a mut FunctionBuilder<'b>,
-    /// Use fused multiply-adds (the host has FMA).
-    pub(crate) fma: bool,
+/// A lane comparison, with IEEE semantics: only `Ne` and `Unordered` hold
+/// for a NaN operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cc {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// Either operand is NaN.
+    Unordered,
 }
 
-const V: types::Type = types::F32X4;
-const VI: types::Type = types::I32X4;
-
-impl VMath<'_, '_> {
-    /// A splatted f32 constant.
-    pub(crate) fn c(&mut self, x: f32) -> Value {
-        let s = self.b.ins().f32const(x);
-        self.b.ins().splat(V, s)
-    }
-
-    fn ci(&mut self, x: i32) -> Value {
-        let s = self.b.ins().iconst(types::I32, x as i64);
-        self.b.ins().splat(VI, s)
-    }
-
-    fn as_int(&mut self, x: Value) -> Value {
-        self.b.ins().bitcast(VI, MemFlagsData::new(), x)
-    }
-
-    fn as_float(&mut self, x: Value) -> Value {
-        self.b.ins().bitcast(V, MemFlagsData::new(), x)
-    }
-
-    /// `a·b + c`, fused when the host has FMA.
-    fn mad(&mut self, a: Value, b: Value, c: Value) -> Value {
-        if self.fma {
-            self.b.ins().fma(a, b, c)
-        } else {
-            let p = self.b.ins().fmul(a, b);
-            self.b.ins().fadd(p, c)
+impl Cc {
+    /// The comparison of an IR condition.
+    pub(crate) fn of(op: crate::symbolic::CmpOp) -> Cc {
+        use crate::symbolic::CmpOp;
+        match op {
+            CmpOp::Eq => Cc::Eq,
+            CmpOp::Ne => Cc::Ne,
+            CmpOp::Lt => Cc::Lt,
+            CmpOp::Le => Cc::Le,
+            CmpOp::Gt => Cc::Gt,
+            CmpOp::Ge => Cc::Ge,
         }
     }
+}
 
+/// The arithmetic of one vector of f32 lanes (and of the i32 lanes with
+/// the same bits), each operation exactly the IEEE one.
+pub(crate) trait Lanes {
+    /// f32 lanes.
+    type F: Copy;
+    /// i32 lanes.
+    type I: Copy;
+    /// A lane mask.
+    type M: Copy;
+    fn c(&mut self, x: f32) -> Self::F;
+    fn ci(&mut self, x: i32) -> Self::I;
+    fn add(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    fn sub(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    fn mul(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    fn div(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    /// `a·b + c`, fused when the host has FMA.
+    fn mad(&mut self, a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    fn abs(&mut self, a: Self::F) -> Self::F;
+    fn neg(&mut self, a: Self::F) -> Self::F;
+    /// The lanes where `a cc b`.
+    fn cmp(&mut self, cc: Cc, a: Self::F, b: Self::F) -> Self::M;
+    fn or_m(&mut self, a: Self::M, b: Self::M) -> Self::M;
+    fn and_m(&mut self, a: Self::M, b: Self::M) -> Self::M;
+    /// Lanes of `x` where `m`, of `y` elsewhere.
+    fn sel(&mut self, m: Self::M, x: Self::F, y: Self::F) -> Self::F;
+    /// Bitwise and / or of f32 lanes.
+    fn fand(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    fn f_or(&mut self, a: Self::F, b: Self::F) -> Self::F;
+    /// The same bits as i32 lanes, and back.
+    fn as_int(&mut self, x: Self::F) -> Self::I;
+    fn as_float(&mut self, x: Self::I) -> Self::F;
+    fn iadd(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn isub(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn iand(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn ior(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    /// Arithmetic shift right by 1.
+    fn sshr1(&mut self, a: Self::I) -> Self::I;
+    /// Logical shift right by 23 (the exponent field).
+    fn ushr23(&mut self, a: Self::I) -> Self::I;
+    /// Shift left by 23.
+    fn shl23(&mut self, a: Self::I) -> Self::I;
+    /// Each i32 lane converted to f32.
+    fn itof(&mut self, a: Self::I) -> Self::F;
+}
+
+/// Coefficients of `e^r ≈ 1 + r + r²·P(r)` (Cephes' `expf`), highest first.
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+/// `tanh x ≈ x + x·z·P(z)`, `z = x²`, below 0.625 (Cephes' `tanhf`).
+const TANH_P: [f32; 5] = [
+    -5.704_988_7e-3,
+    2.063_909e-2,
+    -5.373_971_6e-2,
+    1.333_144_2e-1,
+    -3.333_328e-1,
+];
+/// `ln(1 + f) ≈ f − f²/2 + f³·P(f)` (Cephes' `logf`).
+const LOG_P: [f32; 9] = [
+    7.037_683_6e-2,
+    -1.151_461e-1,
+    1.167_699_9e-1,
+    -1.242_014_1e-1,
+    1.424_932_3e-1,
+    -1.666_805_8e-1,
+    2.000_071_5e-1,
+    -2.499_999_4e-1,
+    3.333_333e-1,
+];
+/// ln 2 in two parts: `LN2_HI` is exact in few bits, so `n·LN2_HI` is exact.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+
+/// The sequences, for every [`Lanes`].
+pub(crate) trait VMath: Lanes {
     /// Horner's scheme: `((c0·x + c1)·x + …)·x + cn`.
-    fn poly(&mut self, x: Value, coeffs: &[f32]) -> Value {
+    #[inline(always)]
+    fn poly(&mut self, x: Self::F, coeffs: &[f32]) -> Self::F {
         let mut acc = self.c(coeffs[0]);
         for &k in &coeffs[1..] {
             let k = self.c(k);
@@ -88,212 +159,232 @@ impl VMath<'_, '_> {
         acc
     }
 
-    /// A lane mask (all ones where `a cc b`), typed F32X4 for `bitselect`.
-    pub(crate) fn mask(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
-        let m = self.b.ins().fcmp(cc, a, b);
-        self.as_float(m)
-    }
-
     /// The lanes where `a cc b` or `a` is NaN: where max/min keep their
-    /// first operand (see `codegen`'s `first_unless`).
-    pub(crate) fn mask_first(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
-        let m = self.b.ins().fcmp(cc, a, b);
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
-        let keep = self.b.ins().bor(m, nan);
-        self.as_float(keep)
+    /// first operand (the interpreter's `BinaryOp::apply`).
+    #[inline(always)]
+    fn mask_first(&mut self, cc: Cc, a: Self::F, b: Self::F) -> Self::M {
+        let m = self.cmp(cc, a, b);
+        let nan = self.cmp(Cc::Unordered, a, a);
+        self.or_m(m, nan)
     }
 
-    /// Lanes of `x` where `mask`, of `y` elsewhere.
-    pub(crate) fn sel(&mut self, mask: Value, x: Value, y: Value) -> Value {
-        self.b.ins().bitselect(mask, x, y)
+    /// `max(a, b)`: the first operand wins ties, a NaN operand wins.
+    #[inline(always)]
+    fn max_first(&mut self, a: Self::F, b: Self::F) -> Self::F {
+        let m = self.mask_first(Cc::Ge, a, b);
+        self.sel(m, a, b)
+    }
+
+    /// `min(a, b)`: the first operand wins ties, a NaN operand wins.
+    #[inline(always)]
+    fn min_first(&mut self, a: Self::F, b: Self::F) -> Self::F {
+        let m = self.mask_first(Cc::Le, a, b);
+        self.sel(m, a, b)
+    }
+
+    /// As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and
+    /// ±0).
+    #[inline(always)]
+    fn sgn(&mut self, x: Self::F) -> Self::F {
+        let zero = self.c(0.0);
+        let one = self.c(1.0);
+        let minus = self.c(-1.0);
+        let zx = self.mul(zero, x);
+        let lt = self.cmp(Cc::Lt, x, zero);
+        let neg = self.sel(lt, minus, zx);
+        let gt = self.cmp(Cc::Gt, x, zero);
+        self.sel(gt, one, neg)
+    }
+
+    /// `x ** n` with the multiplications of the scalar `powi`: repeated
+    /// squaring in the order of compiler-rt's `__powidf2`, then `1/r` for
+    /// a negative `n`.
+    #[inline(always)]
+    fn powi(&mut self, x: Self::F, n: i32) -> Self::F {
+        let mut p = n.unsigned_abs();
+        let mut base = x;
+        let mut acc: Option<Self::F> = None;
+        while p != 0 {
+            if p & 1 == 1 {
+                acc = Some(match acc {
+                    None => base,
+                    Some(a) => self.mul(a, base),
+                });
+            }
+            p >>= 1;
+            if p != 0 {
+                base = self.mul(base, base);
+            }
+        }
+        let r = match acc {
+            Some(r) => r,
+            None => self.c(1.0),
+        };
+        if n < 0 {
+            let one = self.c(1.0);
+            self.div(one, r)
+        } else {
+            r
+        }
     }
 
     /// `e^x`.
-    pub(crate) fn exp(&mut self, x: Value) -> Value {
+    #[inline(always)]
+    fn exp(&mut self, x: Self::F) -> Self::F {
         // Clamp (NaN passes through: its comparisons are false). Above the
         // upper clamp the result overflows to inf in the final scaling;
         // below the lower one it rounds to 0.
         let hi = self.c(88.8);
         let lo = self.c(-104.0);
-        let m = self.mask(FloatCC::GreaterThan, x, hi);
+        let m = self.cmp(Cc::Gt, x, hi);
         let x = self.sel(m, hi, x);
-        let m = self.mask(FloatCC::LessThan, x, lo);
+        let m = self.cmp(Cc::Lt, x, lo);
         let x = self.sel(m, lo, x);
         // n = round(x·log2 e) with the 1.5·2^23 trick: the integer sits in
         // the low mantissa bits of t.
         let log2e = self.c(std::f32::consts::LOG2_E);
         let shifter = self.c(12_582_912.0);
         let t = self.mad(x, log2e, shifter);
-        let n = self.b.ins().fsub(t, shifter);
+        let n = self.sub(t, shifter);
         let ti = self.as_int(t);
         let si = self.ci(0x4B40_0000);
-        let ni = self.b.ins().isub(ti, si);
+        let ni = self.isub(ti, si);
         // r = x − n·ln 2 in two steps (n·C1 is exact).
-        let c1 = self.c(-0.693_359_4);
-        let c2 = self.c(2.121_944_4e-4);
+        let c1 = self.c(-LN2_HI);
+        let c2 = self.c(-LN2_LO);
         let r = self.mad(n, c1, x);
         let r = self.mad(n, c2, r);
         // e^r ≈ 1 + r + r²·P(r) on |r| ≤ ln2/2.
-        let p = self.poly(
-            r,
-            &[
-                1.987_569_1e-4,
-                1.398_199_9e-3,
-                8.333_452e-3,
-                4.166_579_6e-2,
-                1.666_666_5e-1,
-                0.5,
-            ],
-        );
-        let z = self.b.ins().fmul(r, r);
+        let p = self.poly(r, &EXP_P);
+        let z = self.mul(r, r);
         let y = self.mad(p, z, r);
         let one = self.c(1.0);
-        let y = self.b.ins().fadd(y, one);
+        let mut y = self.add(y, one);
         // y·2^n as y·2^(n>>1)·2^(n − n>>1): both factors are normal for
         // n ∈ [-150, 129], so only the last product rounds (subnormals).
-        let one_i = self.b.ins().iconst(types::I32, 1);
-        let n1 = self.b.ins().sshr(ni, one_i);
-        let n2 = self.b.ins().isub(ni, n1);
+        let n1 = self.sshr1(ni);
+        let n2 = self.isub(ni, n1);
         let bias = self.ci(127);
-        let sh = self.b.ins().iconst(types::I32, 23);
-        let mut y = y;
         for n in [n1, n2] {
-            let e = self.b.ins().iadd(n, bias);
-            let e = self.b.ins().ishl(e, sh);
+            let e = self.iadd(n, bias);
+            let e = self.shl23(e);
             let s = self.as_float(e);
-            y = self.b.ins().fmul(y, s);
+            y = self.mul(y, s);
         }
         y
     }
 
     /// `tanh x`, computed on `|x|` and given the sign of `x` (so
     /// `tanh(-0) = -0`).
-    pub(crate) fn tanh(&mut self, x: Value) -> Value {
-        let a = self.b.ins().fabs(x);
+    #[inline(always)]
+    fn tanh(&mut self, x: Self::F) -> Self::F {
+        let a = self.abs(x);
         // |x| < 0.625: a + a·z·P(z), z = x².
-        let z = self.b.ins().fmul(x, x);
-        let p = self.poly(
-            z,
-            &[
-                -5.704_988_7e-3,
-                2.063_909e-2,
-                -5.373_971_6e-2,
-                1.333_144_2e-1,
-                -3.333_328e-1,
-            ],
-        );
-        let pz = self.b.ins().fmul(p, z);
+        let z = self.mul(x, x);
+        let p = self.poly(z, &TANH_P);
+        let pz = self.mul(p, z);
         let small = self.mad(pz, a, a);
         // Otherwise 1 − 2/(e^{2|x|} + 1).
-        let two_a = self.b.ins().fadd(a, a);
+        let two_a = self.add(a, a);
         let e = self.exp(two_a);
         let one = self.c(1.0);
         let two = self.c(2.0);
-        let d = self.b.ins().fadd(e, one);
-        let q = self.b.ins().fdiv(two, d);
-        let large = self.b.ins().fsub(one, q);
+        let d = self.add(e, one);
+        let q = self.div(two, d);
+        let large = self.sub(one, q);
         let lim = self.c(0.625);
-        let m = self.mask(FloatCC::LessThan, a, lim);
+        let m = self.cmp(Cc::Lt, a, lim);
         let t = self.sel(m, small, large);
         // Both candidates have a clear sign bit: or in the sign of x.
         let sign = self.c(-0.0);
-        let sx = self.b.ins().band(x, sign);
-        self.b.ins().bor(t, sx)
+        let sx = self.fand(x, sign);
+        self.f_or(t, sx)
     }
 
     /// `1 / (1 + e^{-x})`, computed as `1/(1+e)` for `x ≥ 0` and `e/(1+e)`
     /// for `x < 0`, with `e = e^{-|x|}`.
-    pub(crate) fn sigmoid(&mut self, x: Value) -> Value {
-        let a = self.b.ins().fabs(x);
-        let na = self.b.ins().fneg(a);
+    #[inline(always)]
+    fn sigmoid(&mut self, x: Self::F) -> Self::F {
+        let a = self.abs(x);
+        let na = self.neg(a);
         let e = self.exp(na);
         let one = self.c(1.0);
-        let d = self.b.ins().fadd(one, e);
+        let d = self.add(one, e);
         let zero = self.c(0.0);
-        let m = self.mask(FloatCC::LessThan, x, zero);
+        let m = self.cmp(Cc::Lt, x, zero);
         let num = self.sel(m, e, one);
-        self.b.ins().fdiv(num, d)
+        self.div(num, d)
     }
 
     /// `ln x`.
-    pub(crate) fn log(&mut self, x: Value) -> Value {
+    #[inline(always)]
+    fn log(&mut self, x: Self::F) -> Self::F {
         // Subnormals: scale by 2^23 first.
         let tiny = self.c(f32::MIN_POSITIVE);
-        let sub = self.mask(FloatCC::LessThan, x, tiny);
+        let sub = self.cmp(Cc::Lt, x, tiny);
         let big = self.c(8_388_608.0);
-        let scaled = self.b.ins().fmul(x, big);
+        let scaled = self.mul(x, big);
         let xs = self.sel(sub, scaled, x);
         let zero = self.c(0.0);
         let m23 = self.c(-23.0);
         let adj = self.sel(sub, m23, zero);
         // frexp: xs = m·2^e with m ∈ [0.5, 1).
         let xi = self.as_int(xs);
-        let sh = self.b.ins().iconst(types::I32, 23);
-        let biased = self.b.ins().ushr(xi, sh);
+        let biased = self.ushr23(xi);
         let b126 = self.ci(126);
-        let ei = self.b.ins().isub(biased, b126);
-        let e = self.b.ins().fcvt_from_sint(V, ei);
-        let e = self.b.ins().fadd(e, adj);
+        let ei = self.isub(biased, b126);
+        let e = self.itof(ei);
+        let e = self.add(e, adj);
         let mant = self.ci(0x007F_FFFF);
         let half = self.ci(0x3F00_0000);
-        let mi = self.b.ins().band(xi, mant);
-        let mi = self.b.ins().bor(mi, half);
+        let mi = self.iand(xi, mant);
+        let mi = self.ior(mi, half);
         let m = self.as_float(mi);
         // m < √½: use 2m − 1 and e − 1, else m − 1.
         let sqrth = self.c(std::f32::consts::FRAC_1_SQRT_2);
-        let lower = self.mask(FloatCC::LessThan, m, sqrth);
-        let m2 = self.b.ins().fadd(m, m);
+        let lower = self.cmp(Cc::Lt, m, sqrth);
+        let m2 = self.add(m, m);
         let m = self.sel(lower, m2, m);
         let one = self.c(1.0);
-        let f = self.b.ins().fsub(m, one);
-        let e1 = self.b.ins().fsub(e, one);
+        let f = self.sub(m, one);
+        let e1 = self.sub(e, one);
         let e = self.sel(lower, e1, e);
         // ln(1 + f) = f − f²/2 + f³·P(f), plus e·ln 2 in two parts.
-        let z = self.b.ins().fmul(f, f);
-        let p = self.poly(
-            f,
-            &[
-                7.037_683_6e-2,
-                -1.151_461e-1,
-                1.167_699_9e-1,
-                -1.242_014_1e-1,
-                1.424_932_3e-1,
-                -1.666_805_8e-1,
-                2.000_071_5e-1,
-                -2.499_999_4e-1,
-                3.333_333e-1,
-            ],
-        );
-        let pf = self.b.ins().fmul(p, f);
-        let c2 = self.c(-2.121_944_4e-4);
-        let y = self.b.ins().fmul(pf, z);
+        let z = self.mul(f, f);
+        let p = self.poly(f, &LOG_P);
+        let pf = self.mul(p, f);
+        let c2 = self.c(LN2_LO);
+        let y = self.mul(pf, z);
         let y = self.mad(e, c2, y);
         let mhalf = self.c(-0.5);
         let y = self.mad(z, mhalf, y);
-        let r = self.b.ins().fadd(f, y);
-        let c1 = self.c(0.693_359_4);
+        let r = self.add(f, y);
+        let c1 = self.c(LN2_HI);
         let r = self.mad(e, c1, r);
         // Special values: 0 → -inf, negative → NaN, inf and NaN → x.
         let inf = self.c(f32::INFINITY);
-        let ok_lo = self.mask(FloatCC::GreaterThan, x, zero);
-        let ok_hi = self.mask(FloatCC::LessThan, x, inf);
-        let ok = self.b.ins().band(ok_lo, ok_hi);
+        let ok_lo = self.cmp(Cc::Gt, x, zero);
+        let ok_hi = self.cmp(Cc::Lt, x, inf);
+        let ok = self.and_m(ok_lo, ok_hi);
         let nan = self.c(f32::NAN);
-        let neg = self.mask(FloatCC::LessThan, x, zero);
+        let neg = self.cmp(Cc::Lt, x, zero);
         let special = self.sel(neg, nan, x);
         let ninf = self.c(f32::NEG_INFINITY);
-        let is_zero = self.mask(FloatCC::Equal, x, zero);
+        let is_zero = self.cmp(Cc::Eq, x, zero);
         let special = self.sel(is_zero, ninf, special);
         self.sel(ok, r, special)
     }
 
     /// `log10 x` as `ln x · log10 e`.
-    pub(crate) fn log10(&mut self, x: Value) -> Value {
+    #[inline(always)]
+    fn log10(&mut self, x: Self::F) -> Self::F {
         let l = self.log(x);
         let k = self.c(std::f32::consts::LOG10_E);
-        self.b.ins().fmul(l, k)
+        self.mul(l, k)
     }
 }
+
+impl<L: Lanes> VMath for L {}
 
 #[cfg(test)]
 mod tests {

@@ -332,6 +332,13 @@ pub trait Executable: Send + Sync {
     fn vector_loops(&self) -> (bool, usize) {
         (false, 0)
     }
+
+    /// How many loops run at a width wider than the backend's portable
+    /// vectors (the CPU's AVX2 or AVX-512 executor; for tests and
+    /// diagnostics).
+    fn wide_loops(&self) -> usize {
+        0
+    }
 }
 
 /// A backend: compiles the stages the planner planned for its

@@ -132,6 +132,14 @@ impl CompiledKernel {
         self.code.vector_loops().1
     }
 
+    /// How many loops of the generated code run on the CPU's AVX2 or
+    /// AVX-512 executor ([`crate::jit::vector_width`]) rather than as f32x4
+    /// code. For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn wide_loops(&self) -> usize {
+        self.code.wide_loops()
+    }
+
     /// How the kernel runs.
     pub fn route(&self) -> RouteKind {
         self.route

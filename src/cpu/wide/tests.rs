@@ -1,0 +1,219 @@
+//! The wide executor against the f32x4 code: the same bits for every
+//! element, at every width the host has, whatever the length and wherever
+//! the thread pool cuts the parallel loop.
+
+use super::program::{Op, Program};
+use super::Width;
+use crate::cpu::codegen::compile_at;
+use crate::kernel::{Kernel, Stmt};
+use crate::symbolic::IndexFn;
+use crate::DType;
+
+/// Marks the innermost output loops vector loops, as the planner marks an
+/// element-wise body.
+fn mark_innermost(stmts: &mut [Stmt]) {
+    for s in stmts {
+        if let Stmt::For(l) = s {
+            if l.body.iter().any(|b| matches!(b, Stmt::For(_))) {
+                mark_innermost(&mut l.body);
+            } else {
+                l.vector = true;
+            }
+        }
+    }
+}
+
+fn kernel(src: &str, shapes: &[(&str, &[usize])]) -> Kernel {
+    let f = IndexFn::parse(src, shapes).unwrap();
+    let mut k = crate::kernel::lower(&f).unwrap();
+    mark_innermost(&mut k.body);
+    k
+}
+
+/// Runs `k` compiled at `width` on `args`, the parallel loop cut at
+/// `cuts`; the output and the number of loops on the wide executor.
+fn run_at(k: &Kernel, args: &[&[f32]], width: Width, cuts: &[usize]) -> (Vec<f32>, u32) {
+    let code = compile_at(k, DType::F32, width).unwrap();
+    let mut out = vec![f32::NAN; k.out_len()];
+    let ptrs: Vec<*const u8> = args.iter().map(|a| a.as_ptr() as *const u8).collect();
+    let mut bounds = vec![0];
+    bounds.extend(cuts.iter().copied().filter(|&c| c > 0 && c < k.extent));
+    bounds.push(k.extent);
+    for w in bounds.windows(2) {
+        // SAFETY: buffers of the kernel's declared lengths, rows in range.
+        unsafe {
+            (code.entry)(
+                ptrs.as_ptr(),
+                out.as_mut_ptr() as *mut u8,
+                w[0] as i64,
+                w[1] as i64,
+            )
+        };
+    }
+    let wide = code.wide_loops;
+    // SAFETY: the entry is not used afterwards.
+    unsafe { code.module.free_memory() };
+    (out, wide)
+}
+
+/// Values over the functions' interesting ranges, special values included.
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let special = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        -1e-40,
+        88.72,
+        88.73,
+        -103.0,
+        -120.0,
+        0.624,
+        0.626,
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        -1.0,
+    ];
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|k| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            if k % 11 == 3 {
+                special[(s >> 60) as usize]
+            } else {
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 12.0
+            }
+        })
+        .collect()
+}
+
+fn widths() -> Vec<Width> {
+    let w: Vec<Width> = [Width::Avx2, Width::Avx512]
+        .into_iter()
+        .filter(|&w| w <= Width::supported())
+        .collect();
+    if w.is_empty() {
+        eprintln!("skipped: this host has neither AVX2+FMA nor AVX-512");
+    }
+    w
+}
+
+fn same_bits(a: &[f32], b: &[f32], what: &str) {
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "{what}: element {k}: {x} vs {y}");
+    }
+}
+
+const BODIES: &[&str] = &[
+    "tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))",
+    "log (abs x[i]) + log10 (x[i] * x[i] + 1)",
+    "exp x[i]",
+    "sqrt (abs x[i]) / (x[i] ** -3 + 2)",
+    "max (x[i], y[i]) / min (y[i], x[i]) + sgn x[i] * floor (y[i])",
+    "erf x[i] + sin (y[i]) * cos (x[i]) + atan x[i] + log1p (abs y[i]) + expm1 (x[i] / 8)",
+    "x[i] ** y[i] + tanh (y[i])",
+    "if {x[i] > y[i]} then (exp (x[i] - y[i])) else (tanh (y[i]) / 3)",
+    "if {x[i] != x[i]} then (1) else (sigmoid x[i])",
+];
+
+#[test]
+fn every_width_computes_the_f32x4_bits() {
+    for len in [1, 5, 16, 255, 256, 257, 1000] {
+        let (x, y) = (data(len, 1), data(len, 2));
+        for body in BODIES {
+            let src = format!("f[i] = {body}");
+            let k = kernel(&src, &[("x", &[len][..]), ("y", &[len][..])]);
+            let (narrow, none) = run_at(&k, &[&x, &y], Width::F32x4, &[]);
+            assert_eq!(none, 0, "f32x4 ran the executor");
+            for w in widths() {
+                let (wide, loops) = run_at(&k, &[&x, &y], w, &[len / 3, len / 3 + 1, 2 * len / 3]);
+                let expect = Program::build(&vector_loop(&k)).is_some_and(|p| p.prefers_wide());
+                assert_eq!(loops, expect as u32, "{src} at {w:?}");
+                same_bits(&wide, &narrow, &format!("{src}, {len} elements, {w:?}"));
+            }
+        }
+    }
+}
+
+/// The one vector loop of a one-dimensional kernel.
+fn vector_loop(k: &Kernel) -> crate::kernel::Loop {
+    let mut found = None;
+    crate::kernel::visit_stmts(&k.body, &mut |s| {
+        if let Stmt::For(l) = s {
+            if l.vector {
+                found = Some(l.clone());
+            }
+        }
+    });
+    found.expect("a vector loop")
+}
+
+/// Rows: the inner loop runs on the executor with per-row scalars (a
+/// register computed outside it, a load invariant in it) and per-row
+/// stream offsets; rows are cut among "threads" anywhere.
+#[test]
+fn rows_with_scalars_and_broadcasts() {
+    let (rows, cols) = (7, 300);
+    let x = data(rows * cols, 3);
+    let b = data(rows, 4);
+    let c = data(cols, 5);
+    let src = "f[i; j] = exp (x[i; j] * b[i] / 16) / (1 + exp (c[j])) + tanh (b[i] * 2)";
+    let k = kernel(
+        src,
+        &[
+            ("x", &[rows, cols][..]),
+            ("b", &[rows][..]),
+            ("c", &[cols][..]),
+        ],
+    );
+    let (narrow, _) = run_at(&k, &[&x, &b, &c], Width::F32x4, &[]);
+    for w in widths() {
+        let (wide, loops) = run_at(&k, &[&x, &b, &c], w, &[1, 2, 5]);
+        assert_eq!(loops, 1, "{src} at {w:?}");
+        same_bits(&wide, &narrow, &format!("{src} at {w:?}"));
+    }
+}
+
+#[test]
+fn slots_are_reused_and_dead_steps_dropped() {
+    // A chain of 40 operations needs two slots: each step frees the
+    // one it reads.
+    let mut body = "x[i]".to_string();
+    for k in 0..40 {
+        body = format!("exp ({body} * {})", k % 3 + 2);
+    }
+    let k = kernel(&format!("f[i] = {body}"), &[("x", &[64][..])]);
+    let p = Program::build(&vector_loop(&k)).unwrap();
+    assert_eq!(p.steps.len(), 80);
+    assert!(p.slots <= 2, "{} slots", p.slots);
+    assert!(p.prefers_wide());
+    // A copy needs no step.
+    let k = kernel("f[i] = x[i]", &[("x", &[64][..])]);
+    let p = Program::build(&vector_loop(&k)).unwrap();
+    assert!(p.steps.is_empty() && p.copy.is_some());
+    assert!(!p.prefers_wide());
+}
+
+#[test]
+fn additions_and_multiplications_keep_the_f32x4_code() {
+    let k = kernel(
+        "f[i] = x[i] * 3 + x[i] * x[i] - 2 / x[i]",
+        &[("x", &[64][..])],
+    );
+    let p = Program::build(&vector_loop(&k)).unwrap();
+    assert!(p
+        .steps
+        .iter()
+        .any(|s| matches!(s.op, Op::Binary(crate::symbolic::BinaryOp::Div, ..))));
+    assert!(!p.prefers_wide());
+}
+
+#[test]
+fn index_values_and_random_draws_keep_the_f32x4_code() {
+    let k = kernel("f[i] = exp (x[i] * i)", &[("x", &[64][..])]);
+    assert!(Program::build(&vector_loop(&k)).is_none());
+}
