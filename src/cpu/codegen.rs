@@ -16,7 +16,7 @@
 //! by `super::simd` instead; nothing here decides which.
 
 use super::math::MathFn;
-use super::wide::{Program, Width};
+use super::wide::{Program, Step, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -29,7 +29,7 @@ use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, Linkage, Module};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -132,7 +132,7 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
     }
     let sig = ctx.func.signature.clone();
     let mut fctx = FunctionBuilderContext::new();
-    let (vectorized, vectorized_reductions, programs, wide_loops);
+    let (vectorized, vectorized_reductions, mut programs, wide_loops, segments);
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let ty = match width {
@@ -155,6 +155,7 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
             simd,
             programs: Vec::new(),
             wide_loops: 0,
+            segments: Vec::new(),
             ivars: vec![None; k.num_ivars as usize],
             bases: Vec::new(),
             out: None,
@@ -166,6 +167,7 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
         vectorized_reductions = e.vectorized_reductions;
         wide_loops = e.wide_loops;
         programs = std::mem::take(&mut e.programs);
+        segments = std::mem::take(&mut e.segments);
         e.b.finalize(config);
     }
     let id = module
@@ -180,6 +182,21 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
     module
         .finalize_definitions()
         .map_err(|e| fail("finalize the kernel", e.to_string()))?;
+    for (program, step, f) in segments {
+        let entry = module.get_finalized_function(f) as usize;
+        match programs
+            .get_mut(program)
+            .and_then(|p| p.steps.get_mut(step))
+        {
+            Some(s) => *s = Step::Jit { entry },
+            None => {
+                return Err(fail(
+                    "place a compiled segment",
+                    format!("{program}/{step}"),
+                ))
+            }
+        }
+    }
     let code = module.get_finalized_function(id);
     // SAFETY: `code` is the entry of the function just defined with
     // exactly this signature (two pointers, two i64, no result).
@@ -225,6 +242,9 @@ pub(super) struct Emitter<'a> {
     pub(super) programs: Vec<Box<Program>>,
     /// Loops handed to the wide executor.
     pub(super) wide_loops: u32,
+    /// Compiled segments of those programs: (program, step, function),
+    /// whose addresses go into the steps once the module is finalized.
+    pub(super) segments: Vec<(usize, usize, FuncId)>,
 }
 
 pub(super) type R<T> = Result<T, String>;

@@ -37,6 +37,7 @@ mod simd;
 mod vmath;
 mod wide;
 mod wide_loop;
+mod wide_segment;
 
 pub use backend::CPU;
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};

@@ -9,7 +9,8 @@
 //! vectorised, nor compute anything the executor computes.
 
 use super::codegen::{Emitter, R};
-use super::wide::{Program, Scalar};
+use super::wide::{Program, Scalar, Step};
+use super::wide_segment::compile_segment;
 use crate::kernel::Loop;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -28,7 +29,7 @@ impl Emitter<'_> {
         let Some(program) = Program::build(l).filter(Program::prefers_wide) else {
             return Ok(false);
         };
-        let program = Box::new(program);
+        let program = Box::new(self.with_segments(program)?);
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
@@ -88,6 +89,28 @@ impl Emitter<'_> {
         self.vectorized = true;
         self.wide_loops += 1;
         Ok(true)
+    }
+
+    /// `p` with each run of cheap steps replaced by a call of its compiled
+    /// segment (`super::wide_segment`), whose address is filled in when the
+    /// module is finalized (`Emitter::segments`).
+    fn with_segments(&mut self, mut p: Program) -> R<Program> {
+        let runs = p.segments();
+        let mut ids = Vec::with_capacity(runs.len());
+        for run in &runs {
+            ids.push(compile_segment(self.module, self.fma, &p, run.clone())?);
+        }
+        let mut steps = Vec::with_capacity(p.steps.len());
+        let mut next = 0;
+        for (run, id) in runs.into_iter().zip(ids) {
+            steps.extend_from_slice(&p.steps[next..run.start]);
+            self.segments.push((self.programs.len(), steps.len(), id));
+            steps.push(Step::Jit { entry: 0 });
+            next = run.end;
+        }
+        steps.extend_from_slice(&p.steps[next..]);
+        p.steps = steps;
+        Ok(p)
     }
 
     fn slot_of(&mut self, bytes: usize) -> cranelift_codegen::ir::StackSlot {

@@ -15,9 +15,12 @@
 use super::super::math::MathFn;
 use super::super::vmath::VMath;
 use super::lanes::{Avx2, Avx512, Wide};
-use super::program::{Dst, Op, Program, Src, MAX_STREAMS, TILE};
+use super::program::{Dst, Op, Program, Src, Step, MAX_STREAMS, TILE};
 use crate::symbolic::{BinaryOp, UnaryOp};
 use std::cell::RefCell;
+
+/// A compiled segment of cheap steps: `(base, streams, out, len)`.
+type Segment = unsafe extern "C" fn(*mut f32, *const *const f32, *mut f32, i64);
 
 /// A 64-byte-aligned run of 16 f32 values.
 #[repr(C, align(64))]
@@ -128,11 +131,21 @@ unsafe fn tile<L: Wide>(
         }
     };
     for step in &p.steps {
-        let d = match step.dst {
+        let (op, dst) = match *step {
+            Step::Lanes { op, dst } => (op, dst),
+            Step::Jit { entry } => {
+                // SAFETY: `entry` is a compiled segment with this
+                // signature (`crate::cpu::wide_segment`), alive with `p`.
+                let f: Segment = std::mem::transmute::<usize, Segment>(entry);
+                f(base, streams.as_ptr(), out, len as i64);
+                continue;
+            }
+        };
+        let d = match dst {
             Dst::Slot(k) => base.add(k as usize * TILE),
             Dst::Out => out,
         };
-        match step.op {
+        match op {
             Op::Unary(op, a) => unary(l, op, src(a), d, len),
             Op::Binary(op, a, b) => binary(l, op, src(a), src(b), d, len),
             Op::PowI(a, n) => map!(l, len, d, [x = src(a)] => l.powi(x, n)),

@@ -8,9 +8,13 @@
 //! (`program`) in precompiled Rust code built for each width (`exec`,
 //! with the lane operations of `lanes`); the generated kernel computes the
 //! loop's bounds and pointers and calls the executor in place of the loop.
-//! The lane sequences are those of the f32x4 code (`super::vmath`), so an
-//! element gets the same bits at every width, and results stay independent
-//! of the thread count.
+//! Runs of cheap steps (arithmetic) are compiled as f32x4 code that keeps
+//! their values in registers (`super::wide_segment`), so only the
+//! transcendental steps pay for a trip through L1. The lane sequences are
+//! those of the f32x4 code (`super::vmath`), so an element gets the same
+//! bits at every width (up to the sign and payload of a NaN: x86 returns
+//! the first of two NaN operands, and Cranelift may swap commutative
+//! ones), and results stay independent of the thread count.
 //!
 //! Owns the choice of width ([`Width::host`]: the widest the host has, or
 //! the one `TENJIN_SIMD` names: `f32x4`, `avx2` or `avx512`, so that CI
@@ -26,7 +30,7 @@ mod program;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use exec::{tenjin_wide_avx2, tenjin_wide_avx512};
-pub(crate) use program::{Program, Scalar};
+pub(crate) use program::{is_cheap, Dst, Op, Program, Scalar, Src, Step, TILE};
 
 use std::sync::OnceLock;
 

@@ -100,11 +100,18 @@ impl Op {
     }
 }
 
-/// One step: `dst = op` over a tile.
+/// One step of a tile.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Step {
-    pub(crate) op: Op,
-    pub(crate) dst: Dst,
+pub(crate) enum Step {
+    /// `dst = op` over the tile, at the executor's width.
+    Lanes { op: Op, dst: Dst },
+    /// A run of cheap steps compiled as f32x4 code that keeps their
+    /// values in registers (`crate::cpu::wide_segment`), called with the
+    /// tile's operands: `extern "C" fn(base, streams, out, len)`, where
+    /// `base` is the first slot and the scalar tiles follow the slots. It
+    /// writes the values that later steps read. The address is filled in
+    /// once the kernel's module is finalized.
+    Jit { entry: usize },
 }
 
 /// A value the caller computes once per call and the executor splats.
@@ -155,7 +162,8 @@ impl Program {
         if b.streams.len() > MAX_STREAMS || b.scalars.len() > MAX_STREAMS {
             return None;
         }
-        let (steps, slots, copy) = allocate(b.steps, stored)?;
+        let (order, stored) = schedule(b.steps, stored);
+        let (steps, slots, copy) = allocate(order, stored)?;
         Some(Program {
             steps,
             slots,
@@ -167,24 +175,91 @@ impl Program {
     }
 
     /// Whether the program runs faster on the wide executor than the
-    /// f32x4 code would: its estimated cost per element there
-    /// ([`wide_cost`]) is below the f32x4 code's ([`f32x4_cost`]). The
-    /// f32x4 code keeps every value in a register, the executor writes each
-    /// step to a tile in L1, so bodies of additions and multiplications
-    /// stay f32x4 and bodies with transcendental functions go wide (see
-    /// `BENCHMARKS.md`, "Element-wise code at full width", for the
-    /// measurements behind the table).
+    /// f32x4 code would: its estimated cost per element there is below the
+    /// f32x4 code's (`step_costs`). Cheap steps run in compiled segments
+    /// at f32x4 cost either way, so a body goes wide exactly when it has a
+    /// step the executor computes faster (a transcendental function, see
+    /// `BENCHMARKS.md`, "Element-wise code at full width").
     pub(crate) fn prefers_wide(&self) -> bool {
-        let (narrow, wide) = self.steps.iter().fold((0, 0), |(n, w), s| {
-            let (sn, sw) = step_costs(&s.op);
-            (n + sn, w + sw)
-        });
-        wide < narrow
+        let (mut narrow, mut wide) = (0, 0);
+        for s in &self.steps {
+            if let Step::Lanes { op, .. } = s {
+                let (n, w) = step_costs(op);
+                narrow += n;
+                wide += if is_cheap(op) { n } else { w };
+            }
+        }
+        // A call per segment and per wide step, per tile.
+        wide + self.segments().len() as u32 <= narrow && wide < narrow
+    }
+
+    /// The maximal runs of cheap [`Step::Lanes`] steps (see [`is_cheap`]).
+    pub(crate) fn segments(&self) -> Vec<std::ops::Range<usize>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        for (k, s) in self.steps.iter().enumerate() {
+            let cheap = matches!(s, Step::Lanes { op, .. } if is_cheap(op));
+            match (cheap, start) {
+                (true, None) => start = Some(k),
+                (false, Some(a)) => {
+                    out.push(a..k);
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(a) = start {
+            out.push(a..self.steps.len());
+        }
+        out
+    }
+
+    /// Whether the value step `k` writes is read after `end` (by a step
+    /// past the run `k..end`, before anything writes its slot again); the
+    /// output always is.
+    pub(crate) fn escapes(&self, k: usize, end: usize) -> bool {
+        let slot = match self.steps.get(k) {
+            Some(Step::Lanes {
+                dst: Dst::Slot(s), ..
+            }) => *s,
+            _ => return true,
+        };
+        for (j, s) in self.steps.iter().enumerate().skip(k + 1) {
+            let Step::Lanes { op, dst } = s else {
+                continue;
+            };
+            if op.sources().contains(&Src::Slot(slot)) && j >= end {
+                return true;
+            }
+            if *dst == Dst::Slot(slot) {
+                return false;
+            }
+        }
+        false
+    }
+}
+
+/// Whether a step runs in a compiled f32x4 segment rather than on the
+/// executor's lanes: everything but the transcendental functions (the
+/// polynomial ones and the lane-by-lane calls) and `pow`.
+pub(crate) fn is_cheap(op: &Op) -> bool {
+    match op {
+        Op::Unary(op, _) => matches!(
+            op,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Floor
+                | UnaryOp::Sgn
+                | UnaryOp::Sqrt
+                | UnaryOp::Detach
+        ),
+        Op::Binary(op, _, _) => *op != BinaryOp::Pow,
+        Op::PowI(..) | Op::Select { .. } => true,
     }
 }
 
 /// Relative cost per element of a step on the f32x4 code and on the
-/// AVX-512 executor (one thread, Zen 4; an addition on f32x4 is 1).
+/// AVX-512 executor's lanes (one thread, Zen 4; an addition on f32x4 is 1).
 fn step_costs(op: &Op) -> (u32, u32) {
     match *op {
         Op::Unary(op, _) => match op {
@@ -212,6 +287,48 @@ fn step_costs(op: &Op) -> (u32, u32) {
             (muls + div.0, 2 + div.1)
         }
     }
+}
+
+/// The steps in an order that groups cheap ones (see [`is_cheap`]) into as
+/// few runs as possible: a step's level is the largest number of
+/// executor steps on a path to it; executor steps of level `d` come right
+/// before the cheap steps of level `d`, each group in program order (a
+/// topological order, since operands never have a higher level). Returns
+/// the reordered steps, their sources renumbered, and the stored value.
+fn schedule(steps: Vec<Op>, stored: Val) -> (Vec<Op>, Val) {
+    let mut level = vec![0u32; steps.len()];
+    for (k, op) in steps.iter().enumerate() {
+        let from = op
+            .sources()
+            .iter()
+            .filter_map(|s| match s {
+                Src::Slot(j) => Some(level[*j as usize]),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        level[k] = from + u32::from(!is_cheap(op));
+    }
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    // Stable: program order within a (level, kind) group.
+    order.sort_by_key(|&k| (level[k], is_cheap(&steps[k])));
+    let mut new_index = vec![0u16; steps.len()];
+    for (pos, &k) in order.iter().enumerate() {
+        new_index[k] = pos as u16;
+    }
+    let renumber = |s: Src| match s {
+        Src::Slot(j) => Src::Slot(new_index[j as usize]),
+        other => other,
+    };
+    let reordered = order
+        .iter()
+        .map(|&k| {
+            let mut op = steps[k];
+            op.map_sources(renumber);
+            op
+        })
+        .collect();
+    (reordered, renumber(stored))
 }
 
 /// A value of the body before slots are assigned: the result of a step
@@ -408,7 +525,7 @@ fn allocate(steps: Vec<Op>, stored: Val) -> Option<(Vec<Step>, usize, Option<Src
             slot_of[k] = Some(s);
             Dst::Slot(s)
         };
-        out.push(Step { op, dst });
+        out.push(Step::Lanes { op, dst });
     }
     Some((out, slots as usize, None))
 }
