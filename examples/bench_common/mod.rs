@@ -36,7 +36,8 @@ pub fn median_ms(reps: usize, mut f: impl FnMut() -> Result<(), Error>) -> Resul
 /// `workload` at `size`, with the thread count.
 pub fn report(workload: &str, size: &str, key: &str, value: f64) {
     println!(
-        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {}, "{key}": {value:.4}}}"#,
-        jit::num_threads()
+        r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "threads": {}, "simd": "{}", "{key}": {value:.4}}}"#,
+        jit::num_threads(),
+        jit::vector_width()
     );
 }
