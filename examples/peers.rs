@@ -16,19 +16,25 @@ const URBAN: &str =
 
 fn chain(n: usize) -> Result<(), tenjin::Error> {
     let f = IndexFn::parse(CHAIN, &[("x", &[n][..])])?;
-    let df = f.derive("x")?;
-    // The peers differentiate `sum(chain(x))`: the sum is tenjin's too.
+    // The peers differentiate `sum(chain(x))`: tenjin sums too, and its
+    // gradient is that of the sum (seeded with the scalar 1, as the tape's
+    // `backward` of a sum reads it).
     let total = IndexFn::parse(
         &format!("s[] = sum{{i}}_0^{} (y[i])", n - 1),
         &[("y", &[n][..])],
     )?;
-    let (kf, kd, ks) = (
+    let body = CHAIN.trim_start_matches("f[i] = ");
+    let summed = IndexFn::parse(
+        &format!("s[] = sum{{i}}_0^{} ({body})", n - 1),
+        &[("x", &[n][..])],
+    )?;
+    let (kf, ks, kd) = (
         jit::compile(&f, DType::F32)?,
-        jit::compile(&df, DType::F32)?,
         jit::compile(&total, DType::F32)?,
+        jit::compile(&summed.derive("x")?, DType::F32)?,
     );
     let x = data(n, 1, 1.0);
-    let ones = vec![1f32; n];
+    let seed = [1f32];
     let (mut y, mut g, mut s) = (vec![0f32; n], vec![0f32; n], vec![0f32; 1]);
     let size = format!("n={n}");
     report(
@@ -45,7 +51,7 @@ fn chain(n: usize) -> Result<(), tenjin::Error> {
             kf.run_into_f32(&[&x], &mut y)?;
             ks.run_into_f32(&[&y], &mut s)?;
             std::hint::black_box(s[0]);
-            kd.run_into_f32(&[&x, &ones], &mut g)
+            kd.run_into_f32(&[&x, &seed], &mut g)
         })?,
     );
     Ok(())

@@ -115,8 +115,10 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
         let (name, ptr) = f.symbol(width);
         builder.symbol(name, ptr);
     }
-    if let Some((name, ptr)) = simd.entry() {
-        builder.symbol(name, ptr);
+    if let Some(e) = simd.entries() {
+        for (name, ptr) in [e.store, e.sum] {
+            builder.symbol(name, ptr);
+        }
     }
     let mut module = JITModule::new(builder);
     let fma = module

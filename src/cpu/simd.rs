@@ -53,6 +53,10 @@ impl<'f> Emitter<'f> {
     /// per iteration; its lanes combined as `(l0 + l1) + (l2 + l3)`; then
     /// the remaining elements added one by one in index order.
     pub(super) fn vector_sum(&mut self, l: &Loop, value: Reg) -> R<Value> {
+        if let Some(s) = self.try_wide_sum(l, value)? {
+            self.vectorized_reductions += 1;
+            return Ok(s);
+        }
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));

@@ -9,37 +9,67 @@
 //! vectorised, nor compute anything the executor computes.
 
 use super::codegen::{Emitter, R};
-use super::wide::{Program, Scalar, Step};
+use super::wide::{Output, Program, Scalar, Step};
 use super::wide_segment::compile_segment;
-use crate::kernel::Loop;
+use crate::kernel::{Loop, Reg};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
+    types, AbiParam, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
+    Value,
 };
 use cranelift_module::{Linkage, Module};
 
 impl Emitter<'_> {
-    /// Emits `l` as one call of the wide executor when the width is wider
-    /// than f32x4 and the loop translates to a [`Program`] worth it
-    /// ([`Program::prefers_wide`]); `Ok(false)` (nothing emitted) otherwise.
+    /// Emits the vector output loop `l` as one call of the wide executor
+    /// when the width is wider than f32x4 and the loop translates to a
+    /// [`Program`] worth it ([`Program::prefers_wide`]); `Ok(false)`
+    /// (nothing emitted) otherwise.
     pub(super) fn try_wide_loop(&mut self, l: &Loop) -> R<bool> {
-        let Some((symbol, _)) = self.simd.entry() else {
+        let Some(entries) = self.simd.entries() else {
             return Ok(false);
         };
         let Some(program) = Program::build(l).filter(Program::prefers_wide) else {
             return Ok(false);
         };
+        self.wide_call(l, program, entries.store.0)?;
+        Ok(true)
+    }
+
+    /// The vectorised sum over `l` of `value` as one call of the wide
+    /// executor, under the same conditions as [`Emitter::try_wide_loop`];
+    /// `Ok(None)` (nothing emitted) otherwise.
+    pub(super) fn try_wide_sum(&mut self, l: &Loop, value: Reg) -> R<Option<Value>> {
+        let Some(entries) = self.simd.entries() else {
+            return Ok(None);
+        };
+        let Some(program) = Program::build_sum(l, value).filter(Program::prefers_wide) else {
+            return Ok(None);
+        };
+        self.wide_call(l, program, entries.sum.0)
+    }
+
+    /// Calls `symbol` on `program` over `l`'s range when it is not empty:
+    /// the stored loop's entry (no result) or the sum's (the result, `0`
+    /// for an empty range).
+    fn wide_call(&mut self, l: &Loop, program: Program, symbol: &str) -> R<Option<Value>> {
         let program = Box::new(self.with_segments(program)?);
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
         }
+        let sum = program.output == Output::Sum;
         let (lo, hi) = self.range(l)?;
         let n = self.b.ins().isub(hi, lo);
         let n = self.b.ins().iadd_imm_s(n, 1);
         let (call, exit) = (self.b.create_block(), self.b.create_block());
+        let result = sum.then(|| self.b.append_block_param(exit, types::F32));
+        let empty: Vec<BlockArg> = if sum {
+            vec![BlockArg::Value(self.b.ins().f32const(0.0))]
+        } else {
+            Vec::new()
+        };
         let nonempty = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, n, 0);
-        self.b.ins().brif(nonempty, call, &[], exit, &[]);
+        self.b.ins().brif(nonempty, call, &[], exit, &empty);
         self.b.switch_to_block(call);
         let saved = self.ivars[slot].replace(lo);
         let ptr = self.pointer_type();
@@ -66,13 +96,24 @@ impl Emitter<'_> {
             };
             self.b.ins().stack_store(ptr, v, scalars, (c * 4) as i32);
         }
-        let off = self.lin(&program.out_offset, self.elem)?;
-        let out = self.out.ok_or("store before the entry block")?;
-        let out = self.b.ins().iadd(out, off);
+        let out = match &program.output {
+            Output::Store(offset) => {
+                let off = self.lin(offset, self.elem)?;
+                let out = self.out.ok_or("store before the entry block")?;
+                Some(self.b.ins().iadd(out, off))
+            }
+            Output::Sum => None,
+        };
         self.ivars[slot] = saved;
         let mut sig = Signature::new(self.module.isa().default_call_conv());
-        for t in [ptr, ptr, ptr, ptr, types::I64] {
-            sig.params.push(AbiParam::new(t));
+        let params: &[types::Type] = if sum {
+            &[ptr, ptr, ptr, types::I64]
+        } else {
+            &[ptr, ptr, ptr, ptr, types::I64]
+        };
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        if sum {
+            sig.returns.push(AbiParam::new(types::F32));
         }
         let id = self
             .module
@@ -82,13 +123,22 @@ impl Emitter<'_> {
         let p = self.b.ins().iconst(ptr, &*program as *const Program as i64);
         let streams = self.b.ins().stack_addr(ptr, streams, 0);
         let scalars = self.b.ins().stack_addr(ptr, scalars, 0);
-        self.b.ins().call(f, &[p, streams, scalars, out, n]);
-        self.b.ins().jump(exit, &[]);
+        let mut args = vec![p, streams, scalars];
+        args.extend(out);
+        args.push(n);
+        let inst = self.b.ins().call(f, &args);
+        let back: Vec<BlockArg> = self
+            .b
+            .inst_results(inst)
+            .iter()
+            .map(|&v| BlockArg::Value(v))
+            .collect();
+        self.b.ins().jump(exit, &back);
         self.b.switch_to_block(exit);
         self.programs.push(program);
         self.vectorized = true;
         self.wide_loops += 1;
-        Ok(true)
+        Ok(result)
     }
 
     /// `p` with each run of cheap steps replaced by a call of its compiled

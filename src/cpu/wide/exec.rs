@@ -59,8 +59,83 @@ macro_rules! map {
     }};
 }
 
-/// Runs `p` over `n` elements: stream `s` starts at `streams[s]`, scalar
-/// `c` is `scalars[c]`, the output starts at `out`.
+/// The scratch tiles of one call: the slots, the scalar tiles (filled),
+/// a staging tile per stream and one for the value.
+struct Tiles {
+    base: *mut f32,
+    slots: usize,
+    scalars: usize,
+    streams: usize,
+}
+
+impl Tiles {
+    /// # Safety
+    /// `scalars` holds `p.scalars.len()` values.
+    #[inline(always)]
+    unsafe fn new(p: &Program, scalars: *const f32) -> Tiles {
+        let t = Tiles {
+            base: std::ptr::null_mut(),
+            slots: p.slots,
+            scalars: p.scalars.len(),
+            streams: p.streams.len(),
+        };
+        let base = scratch(t.slots + t.scalars + t.streams + 1);
+        for c in 0..t.scalars {
+            let v = *scalars.add(c);
+            let tile = base.add((t.slots + c) * TILE);
+            for j in 0..TILE {
+                *tile.add(j) = v;
+            }
+        }
+        Tiles { base, ..t }
+    }
+
+    #[inline(always)]
+    unsafe fn staged_stream(&self, s: usize) -> *mut f32 {
+        self.base.add((self.slots + self.scalars + s) * TILE)
+    }
+
+    #[inline(always)]
+    unsafe fn value(&self) -> *mut f32 {
+        self.base
+            .add((self.slots + self.scalars + self.streams) * TILE)
+    }
+
+    /// Each stream's pointer at element `start`.
+    #[inline(always)]
+    unsafe fn at(&self, streams: *const *const f32, start: usize) -> [*const f32; MAX_STREAMS] {
+        let mut ptrs = [std::ptr::null::<f32>(); MAX_STREAMS];
+        for (s, ptr) in ptrs.iter_mut().enumerate().take(self.streams) {
+            *ptr = (*streams.add(s)).add(start);
+        }
+        ptrs
+    }
+
+    /// The streams' last `rem` elements from `start` copied to the
+    /// staging tiles, padded with zeros to `len`; their pointers.
+    #[inline(always)]
+    unsafe fn staged(
+        &self,
+        streams: *const *const f32,
+        start: usize,
+        rem: usize,
+        len: usize,
+    ) -> [*const f32; MAX_STREAMS] {
+        let mut ptrs = [std::ptr::null::<f32>(); MAX_STREAMS];
+        for (s, ptr) in ptrs.iter_mut().enumerate().take(self.streams) {
+            let staged = self.staged_stream(s);
+            std::ptr::copy_nonoverlapping((*streams.add(s)).add(start), staged, rem);
+            for j in rem..len {
+                *staged.add(j) = 0.0;
+            }
+            *ptr = staged;
+        }
+        ptrs
+    }
+}
+
+/// Runs `p` over `n` elements, storing: stream `s` starts at
+/// `streams[s]`, scalar `c` is `scalars[c]`, the output starts at `out`.
 ///
 /// # Safety
 /// The host has `L`'s features; the pointers hold `n` elements (streams,
@@ -74,40 +149,86 @@ unsafe fn run<L: Wide>(
     n: usize,
 ) {
     let mut l = L::default();
-    let (ns, nc) = (p.streams.len(), p.scalars.len());
-    // Slots, scalar tiles, staging tiles for the streams and the output.
-    let tiles = p.slots + nc + ns + 1;
-    let base = scratch(tiles);
-    for c in 0..nc {
-        let v = *scalars.add(c);
-        let t = base.add((p.slots + c) * TILE);
-        for j in 0..TILE {
-            *t.add(j) = v;
-        }
-    }
-    let mut ptrs = [std::ptr::null::<f32>(); MAX_STREAMS];
+    let t = Tiles::new(p, scalars);
     let mut start = 0;
     while start + TILE <= n {
-        for (s, ptr) in ptrs.iter_mut().enumerate().take(ns) {
-            *ptr = (*streams.add(s)).add(start);
-        }
-        tile(&mut l, p, TILE, base, &ptrs, out.add(start));
+        let ptrs = t.at(streams, start);
+        tile(&mut l, p, TILE, t.base, &ptrs, out.add(start));
         start += TILE;
     }
     let rem = n - start;
     if rem > 0 {
         let len = rem.div_ceil(L::W) * L::W;
-        for (s, ptr) in ptrs.iter_mut().enumerate().take(ns) {
-            let staged = base.add((p.slots + nc + s) * TILE);
-            std::ptr::copy_nonoverlapping((*streams.add(s)).add(start), staged, rem);
-            for j in rem..len {
-                *staged.add(j) = 0.0;
-            }
-            *ptr = staged;
+        let ptrs = t.staged(streams, start, rem, len);
+        tile(&mut l, p, len, t.base, &ptrs, t.value());
+        std::ptr::copy_nonoverlapping(t.value(), out.add(start), rem);
+    }
+}
+
+/// The sum of `p`'s value over `n` elements (operands as [`run`]'s), in
+/// a fixed order that depends only on `n`: element `j` goes to lane
+/// `j mod W` of accumulator `(j / W) mod 4`; the accumulators are combined
+/// as `(a0 + a1) + (a2 + a3)`, then the lanes by halving (lane `i` plus
+/// lane `i + h`, for `h = W/2, W/4, …, 1`).
+///
+/// # Safety
+/// As [`run`].
+#[inline(always)]
+unsafe fn run_sum<L: Wide>(
+    p: &Program,
+    streams: *const *const f32,
+    scalars: *const f32,
+    n: usize,
+) -> f32 {
+    let mut l = L::default();
+    let t = Tiles::new(p, scalars);
+    let value = t.value();
+    let zero = l.c(0.0);
+    let mut acc = [zero; 4];
+    let mut start = 0;
+    while start + TILE <= n {
+        let ptrs = t.at(streams, start);
+        tile(&mut l, p, TILE, t.base, &ptrs, value);
+        add_tile(&mut l, &mut acc, value, TILE);
+        start += TILE;
+    }
+    let rem = n - start;
+    if rem > 0 {
+        // Whole groups of four vectors; the lanes past `rem` add zero.
+        let len = rem.div_ceil(4 * L::W) * 4 * L::W;
+        let ptrs = t.staged(streams, start, rem, len);
+        tile(&mut l, p, len, t.base, &ptrs, value);
+        for j in rem..len {
+            *value.add(j) = 0.0;
         }
-        let staged_out = base.add((tiles - 1) * TILE);
-        tile(&mut l, p, len, base, &ptrs, staged_out);
-        std::ptr::copy_nonoverlapping(staged_out, out.add(start), rem);
+        add_tile(&mut l, &mut acc, value, len);
+    }
+    let a01 = l.add(acc[0], acc[1]);
+    let a23 = l.add(acc[2], acc[3]);
+    let total = l.add(a01, a23);
+    let mut lanes = [0f32; 16];
+    l.store(lanes.as_mut_ptr(), total);
+    let mut h = L::W / 2;
+    while h > 0 {
+        for i in 0..h {
+            lanes[i] += lanes[i + h];
+        }
+        h /= 2;
+    }
+    lanes[0]
+}
+
+/// Adds `len` values (a multiple of four vectors) into the accumulators,
+/// vector `k` into accumulator `k mod 4`.
+#[inline(always)]
+unsafe fn add_tile<L: Wide>(l: &mut L, acc: &mut [L::F; 4], value: *const f32, len: usize) {
+    let mut j = 0;
+    while j < len {
+        for a in acc.iter_mut() {
+            let x = l.load(value.add(j));
+            *a = l.add(*a, x);
+            j += L::W;
+        }
     }
 }
 
@@ -247,6 +368,48 @@ unsafe fn run_avx2(
     n: usize,
 ) {
     run::<Avx2>(p, streams, scalars, out, n)
+}
+
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sum_avx512(
+    p: &Program,
+    streams: *const *const f32,
+    scalars: *const f32,
+    n: usize,
+) -> f32 {
+    run_sum::<Avx512>(p, streams, scalars, n)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum_avx2(p: &Program, streams: *const *const f32, scalars: *const f32, n: usize) -> f32 {
+    run_sum::<Avx2>(p, streams, scalars, n)
+}
+
+/// The sum of the program `p`'s value over `n > 0` elements at AVX-512
+/// width (see [`run_sum`] for the order).
+///
+/// # Safety
+/// As [`tenjin_wide_avx512`] (no output).
+pub(crate) unsafe extern "C" fn tenjin_wide_sum_avx512(
+    p: *const Program,
+    streams: *const *const f32,
+    scalars: *const f32,
+    n: i64,
+) -> f32 {
+    sum_avx512(&*p, streams, scalars, n.max(0) as usize)
+}
+
+/// As [`tenjin_wide_sum_avx512`], at AVX2 width.
+///
+/// # Safety
+/// As [`tenjin_wide_sum_avx512`].
+pub(crate) unsafe extern "C" fn tenjin_wide_sum_avx2(
+    p: *const Program,
+    streams: *const *const f32,
+    scalars: *const f32,
+    n: i64,
+) -> f32 {
+    sum_avx2(&*p, streams, scalars, n.max(0) as usize)
 }
 
 /// Runs the program `p` at AVX-512 width over `n > 0` elements (see `run`

@@ -29,8 +29,10 @@ mod lanes;
 mod program;
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use exec::{tenjin_wide_avx2, tenjin_wide_avx512};
-pub(crate) use program::{is_cheap, Dst, Op, Program, Scalar, Src, Step, TILE};
+pub(crate) use exec::{
+    tenjin_wide_avx2, tenjin_wide_avx512, tenjin_wide_sum_avx2, tenjin_wide_sum_avx512,
+};
+pub(crate) use program::{is_cheap, Dst, Op, Output, Program, Scalar, Src, Step, TILE};
 
 use std::sync::OnceLock;
 
@@ -84,13 +86,22 @@ impl Width {
         }
     }
 
-    /// The executor's symbol and address, `None` for f32x4.
-    pub(crate) fn entry(self) -> Option<(&'static str, *const u8)> {
+    /// The executor's entry points, `None` for f32x4.
+    pub(crate) fn entries(self) -> Option<Entries> {
         #[cfg(target_arch = "x86_64")]
         {
             match self {
-                Width::Avx512 => Some(("tenjin_wide_avx512", tenjin_wide_avx512 as *const u8)),
-                Width::Avx2 => Some(("tenjin_wide_avx2", tenjin_wide_avx2 as *const u8)),
+                Width::Avx512 => Some(Entries {
+                    store: ("tenjin_wide_avx512", tenjin_wide_avx512 as *const u8),
+                    sum: (
+                        "tenjin_wide_sum_avx512",
+                        tenjin_wide_sum_avx512 as *const u8,
+                    ),
+                }),
+                Width::Avx2 => Some(Entries {
+                    store: ("tenjin_wide_avx2", tenjin_wide_avx2 as *const u8),
+                    sum: ("tenjin_wide_sum_avx2", tenjin_wide_sum_avx2 as *const u8),
+                }),
                 Width::F32x4 => None,
             }
         }
@@ -99,6 +110,15 @@ impl Width {
             None
         }
     }
+}
+
+/// The symbols and addresses of a width's executor: a loop that stores
+/// (`(program, streams, scalars, out, n)`) and a sum (`(program, streams,
+/// scalars, n) -> f32`).
+#[derive(Clone, Copy)]
+pub(crate) struct Entries {
+    pub(crate) store: (&'static str, *const u8),
+    pub(crate) sum: (&'static str, *const u8),
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]

@@ -138,17 +138,40 @@ pub(crate) struct Program {
     /// iteration giving its first element.
     pub(crate) streams: Vec<(usize, Lin)>,
     pub(crate) scalars: Vec<Scalar>,
-    /// The stored value when no step computes it (a copy of a stream, a
-    /// fill with a scalar); `None` when the last step writes the output.
+    /// The stored (or summed) value when no step computes it (a copy of
+    /// a stream, a fill with a scalar); `None` when the last step writes
+    /// the output.
     pub(crate) copy: Option<Src>,
-    /// Offset of the store, at the loop's first iteration.
-    pub(crate) out_offset: Lin,
+    /// What becomes of the value.
+    pub(crate) output: Output,
+}
+
+/// What a program does with the value it computes for each element.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Output {
+    /// Stored contiguously from this offset (at the loop's first
+    /// iteration).
+    Store(Lin),
+    /// Summed, in a fixed order that depends only on the length
+    /// (`super::exec`).
+    Sum,
 }
 
 impl Program {
-    /// The program of the vector loop `l`, or `None` when its body has
-    /// something the executor does not run (see the module documentation).
+    /// The program of the vector output loop `l`, or `None` when its body
+    /// has something the executor does not run (see the module
+    /// documentation).
     pub(crate) fn build(l: &Loop) -> Option<Program> {
+        Program::translate(l, None)
+    }
+
+    /// The program of the vectorised sum over `l` of register `value`, or
+    /// `None` as for [`Program::build`].
+    pub(crate) fn build_sum(l: &Loop, value: Reg) -> Option<Program> {
+        Program::translate(l, Some(value))
+    }
+
+    fn translate(l: &Loop, sum_of: Option<Reg>) -> Option<Program> {
         let mut b = Builder {
             var: l.var,
             regs: HashMap::new(),
@@ -158,19 +181,23 @@ impl Program {
             store: None,
         };
         b.stmts(&l.body)?;
-        let (out_offset, stored) = b.store.clone()?;
+        let (output, value) = match (sum_of, b.store.clone()) {
+            (None, Some((offset, v))) => (Output::Store(offset), v),
+            (Some(r), None) => (Output::Sum, b.val(r)),
+            _ => return None,
+        };
         if b.streams.len() > MAX_STREAMS || b.scalars.len() > MAX_STREAMS {
             return None;
         }
-        let (order, stored) = schedule(b.steps, stored);
-        let (steps, slots, copy) = allocate(order, stored)?;
+        let (order, value) = schedule(b.steps, value);
+        let (steps, slots, copy) = allocate(order, value)?;
         Some(Program {
             steps,
             slots,
             streams: b.streams,
             scalars: b.scalars,
             copy,
-            out_offset,
+            output,
         })
     }
 

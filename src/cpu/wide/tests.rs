@@ -245,6 +245,90 @@ fn cheap_steps_are_grouped_into_few_runs() {
     assert!(p.prefers_wide());
 }
 
+/// Marks every sum whose body has no loop a vector sum, as the planner
+/// marks a contiguous one.
+fn mark_sums(stmts: &mut [Stmt]) {
+    for s in stmts {
+        match s {
+            Stmt::For(l) => mark_sums(&mut l.body),
+            Stmt::Reduce {
+                op: crate::symbolic::ReduceOp::Sum,
+                body,
+                ..
+            } if !body
+                .body
+                .iter()
+                .any(|b| matches!(b, Stmt::For(_) | Stmt::Reduce { .. })) =>
+            {
+                body.vector = true
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Sums of a transcendental body run on the executor: within f32
+/// rounding of the f64 sum, the same bits wherever the rows are cut, and
+/// empty and short sums right.
+#[test]
+fn sums_run_wide_in_a_fixed_order() {
+    let rows = 5;
+    for len in [1, 3, 16, 63, 64, 65, 255, 256, 257, 1000] {
+        let x = data(rows * len, 7);
+        let x: Vec<f32> = x
+            .iter()
+            .map(|v| {
+                if v.is_finite() {
+                    v.clamp(-20.0, 20.0)
+                } else {
+                    0.5
+                }
+            })
+            .collect();
+        let y = data(len, 8);
+        let y: Vec<f32> = y
+            .iter()
+            .map(|v| {
+                if v.is_finite() {
+                    v.clamp(-3.0, 3.0)
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let src = format!(
+            "f[i] = sum{{k}}_0^{} (tanh (x[i; k]) * y[k] + exp (y[k] / 4))",
+            len - 1
+        );
+        let f = IndexFn::parse(&src, &[("x", &[rows, len][..]), ("y", &[len][..])]).unwrap();
+        let mut k = crate::kernel::lower(&f).unwrap();
+        mark_sums(&mut k.body);
+        let exact: Vec<f64> = (0..rows)
+            .map(|i| {
+                (0..len)
+                    .map(|j| {
+                        let (a, b) = (x[i * len + j] as f64, y[j] as f64);
+                        a.tanh() * b + (b / 4.0).exp()
+                    })
+                    .sum()
+            })
+            .collect();
+        for w in widths() {
+            let (whole, loops) = run_at(&k, &[&x, &y], w, &[]);
+            assert_eq!(loops, 1, "{src} at {w:?}");
+            let (cut, _) = run_at(&k, &[&x, &y], w, &[1, 3]);
+            same_bits(&whole, &cut, &src);
+            for (i, (&got, &e)) in whole.iter().zip(&exact).enumerate() {
+                let scale: f64 = (0..len).map(|j| 1.0 + (y[j] as f64).abs() * 2.0).sum();
+                assert!(
+                    (got as f64 - e).abs() <= 4e-7 * scale,
+                    "{src} at {w:?}, row {i}: {got} vs {e}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn index_values_and_random_draws_keep_the_f32x4_code() {
     let k = kernel("f[i] = exp (x[i] * i)", &[("x", &[64][..])]);
