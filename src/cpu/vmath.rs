@@ -111,6 +111,27 @@ pub(crate) trait Lanes {
     fn shl23(&mut self, a: Self::I) -> Self::I;
     /// Each i32 lane converted to f32.
     fn itof(&mut self, a: Self::I) -> Self::F;
+
+    /// `y·2^n`, correctly rounded, for `y` in [0.5, 2], the integer `n` in
+    /// [-150, 129] given as a float (`n`) and as an integer (`ni`). The
+    /// default computes `y·2^(n>>1)·2^(n − n>>1)`: both factors are normal,
+    /// so only the last product rounds (subnormal results). AVX-512's
+    /// `vscalefps` computes the same correctly rounded product in one
+    /// instruction.
+    fn scale(&mut self, y: Self::F, n: Self::F, ni: Self::I) -> Self::F {
+        let _ = n;
+        let n1 = self.sshr1(ni);
+        let n2 = self.isub(ni, n1);
+        let bias = self.ci(127);
+        let mut y = y;
+        for n in [n1, n2] {
+            let e = self.iadd(n, bias);
+            let e = self.shl23(e);
+            let s = self.as_float(e);
+            y = self.mul(y, s);
+        }
+        y
+    }
 }
 
 /// Coefficients of `e^r ≈ 1 + r + r²·P(r)` (Cephes' `expf`), highest first.
@@ -259,19 +280,9 @@ pub(crate) trait VMath: Lanes {
         let z = self.mul(r, r);
         let y = self.mad(p, z, r);
         let one = self.c(1.0);
-        let mut y = self.add(y, one);
-        // y·2^n as y·2^(n>>1)·2^(n − n>>1): both factors are normal for
-        // n ∈ [-150, 129], so only the last product rounds (subnormals).
-        let n1 = self.sshr1(ni);
-        let n2 = self.isub(ni, n1);
-        let bias = self.ci(127);
-        for n in [n1, n2] {
-            let e = self.iadd(n, bias);
-            let e = self.shl23(e);
-            let s = self.as_float(e);
-            y = self.mul(y, s);
-        }
-        y
+        let y = self.add(y, one);
+        // n ∈ [-150, 129]: y·2^n rounds once, for subnormal results.
+        self.scale(y, n, ni)
     }
 
     /// `tanh x`, computed on `|x|` and given the sign of `x` (so

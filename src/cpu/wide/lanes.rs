@@ -171,6 +171,10 @@ impl Lanes for Avx512 {
     fn itof(&mut self, a: __m512i) -> __m512 {
         unsafe { _mm512_cvtepi32_ps(a) }
     }
+    #[inline(always)]
+    fn scale(&mut self, y: __m512, n: __m512, _ni: __m512i) -> __m512 {
+        unsafe { _mm512_scalef_ps(y, n) }
+    }
 }
 
 impl Wide for Avx512 {

@@ -144,6 +144,30 @@ fn every_width_computes_the_f32x4_bits() {
     }
 }
 
+/// Dense sweeps where `exp` overflows and where its results are
+/// subnormal: AVX-512's one-instruction scaling (`vscalefps`) rounds as
+/// the two-step scaling of the f32x4 code does.
+#[test]
+fn exp_rounds_alike_where_it_overflows_and_underflows() {
+    let sweep = |lo: f32, hi: f32, n: usize| -> Vec<f32> {
+        (0..=n)
+            .map(|k| lo + (hi - lo) * k as f32 / n as f32)
+            .collect()
+    };
+    for xs in [sweep(-110.0, -85.0, 50_000), sweep(85.0, 90.0, 20_000)] {
+        let k = kernel(
+            "f[i] = exp x[i] + sigmoid (x[i] / 2)",
+            &[("x", &[xs.len()][..])],
+        );
+        let (narrow, _) = run_at(&k, &[&xs], Width::F32x4, &[]);
+        for w in widths() {
+            let (wide, loops) = run_at(&k, &[&xs], w, &[]);
+            assert_eq!(loops, 1);
+            same_bits(&wide, &narrow, &format!("exp sweep at {w:?}"));
+        }
+    }
+}
+
 /// The one vector loop of a one-dimensional kernel.
 fn vector_loop(k: &Kernel) -> crate::kernel::Loop {
     let mut found = None;
