@@ -41,13 +41,13 @@ fn chain(n: usize) -> Result<(), tenjin::Error> {
         "elementwise_forward",
         &size,
         "median_ms",
-        median_ms(7, || kf.run_into_f32(&[&x], &mut y))?,
+        median_ms(31, || kf.run_into_f32(&[&x], &mut y))?,
     );
     report(
         "elementwise_chain",
         &size,
         "median_ms",
-        median_ms(7, || {
+        median_ms(31, || {
             kf.run_into_f32(&[&x], &mut y)?;
             ks.run_into_f32(&[&y], &mut s)?;
             std::hint::black_box(s[0]);

@@ -2,7 +2,8 @@
 //! persistent thread pool, over host memory.
 //!
 //! Owns code generation from the kernel IR (`codegen`, `math`, `simd`,
-//! `vmath`), running compiled stages (`compiled`), the thread pool
+//! `vmath`, `clif_lanes`, `wide_loop`, `wide_segment`), the wide executor
+//! (`wide`), running compiled stages (`compiled`), the thread pool
 //! (`pool`), running contractions with the `gemm` crate (`gemm`) and the
 //! [`Backend`](crate::kernel::backend::Backend) implementation
 //! (`backend`). It emits code for exactly the route it is given (the
@@ -21,8 +22,11 @@
 //! or broadcast loads and store) runs as f32x4 code unrolled four times,
 //! with a 4-wide and a 1-wide tail (`simd`); its `exp`, `tanh`, `sigmoid`, `log`
 //! and `log10` are inline polynomials (`vmath`, within 2.5 ulp) in every
-//! strip, so results stay independent of the thread count. f64 kernels stay
-//! scalar.
+//! strip, so results stay independent of the thread count. A marked loop or
+//! sum with transcendental work runs at the host's full width instead
+//! (`wide`: AVX2 or AVX-512, tiles of 256 elements, the cheap steps
+//! compiled as register-resident f32x4 segments by `wide_segment`), with
+//! the same lane sequences, so the same bits. f64 kernels stay scalar.
 
 mod backend;
 mod clif_lanes;

@@ -112,6 +112,16 @@ pub(crate) trait Lanes {
     /// Each i32 lane converted to f32.
     fn itof(&mut self, a: Self::I) -> Self::F;
 
+    /// `x` clamped to `[lo, hi]`, a NaN passed through: `hi` where
+    /// `x > hi`, then `lo` where `x < lo`. x86's `minps`/`maxps` with `x`
+    /// second return exactly that (the second operand on a NaN or a tie).
+    fn clamp(&mut self, x: Self::F, lo: Self::F, hi: Self::F) -> Self::F {
+        let m = self.cmp(Cc::Gt, x, hi);
+        let x = self.sel(m, hi, x);
+        let m = self.cmp(Cc::Lt, x, lo);
+        self.sel(m, lo, x)
+    }
+
     /// `y·2^n`, correctly rounded, for `y` in [0.5, 2], the integer `n` in
     /// [-150, 129] given as a float (`n`) and as an integer (`ni`). The
     /// default computes `y·2^(n>>1)·2^(n − n>>1)`: both factors are normal,
@@ -257,10 +267,7 @@ pub(crate) trait VMath: Lanes {
         // below the lower one it rounds to 0.
         let hi = self.c(88.8);
         let lo = self.c(-104.0);
-        let m = self.cmp(Cc::Gt, x, hi);
-        let x = self.sel(m, hi, x);
-        let m = self.cmp(Cc::Lt, x, lo);
-        let x = self.sel(m, lo, x);
+        let x = self.clamp(x, lo, hi);
         // n = round(x·log2 e) with the 1.5·2^23 trick: the integer sits in
         // the low mantissa bits of t.
         let log2e = self.c(std::f32::consts::LOG2_E);

@@ -175,6 +175,10 @@ impl Lanes for Avx512 {
     fn scale(&mut self, y: __m512, n: __m512, _ni: __m512i) -> __m512 {
         unsafe { _mm512_scalef_ps(y, n) }
     }
+    #[inline(always)]
+    fn clamp(&mut self, x: __m512, lo: __m512, hi: __m512) -> __m512 {
+        unsafe { _mm512_max_ps(lo, _mm512_min_ps(hi, x)) }
+    }
 }
 
 impl Wide for Avx512 {
@@ -301,6 +305,10 @@ impl Lanes for Avx2 {
     #[inline(always)]
     fn itof(&mut self, a: __m256i) -> __m256 {
         unsafe { _mm256_cvtepi32_ps(a) }
+    }
+    #[inline(always)]
+    fn clamp(&mut self, x: __m256, lo: __m256, hi: __m256) -> __m256 {
+        unsafe { _mm256_max_ps(lo, _mm256_min_ps(hi, x)) }
     }
 }
 
