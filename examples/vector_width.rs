@@ -6,6 +6,8 @@
 //!
 //! `TENJIN_SIMD=f32x4 TENJIN_NUM_THREADS=1 cargo run --release --example vector_width`
 
+// Shared with the peer benchmarks; this one prints its own lines.
+#[allow(dead_code)]
 mod bench_common;
 
 use bench_common::{data, median_ms};

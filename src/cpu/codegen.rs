@@ -47,6 +47,9 @@ pub(crate) struct Code {
     pub(crate) vectorized_reductions: u32,
     /// The programs the code runs on the wide executor: they live as long
     /// as the code (it holds their addresses).
+    // Boxed: the code holds each program's address, which must not move
+    // when the vector grows.
+    #[allow(clippy::vec_box)]
     pub(crate) programs: Vec<Box<Program>>,
     /// How many loops run on the wide executor (`super::wide`).
     pub(crate) wide_loops: u32,
@@ -241,6 +244,9 @@ pub(super) struct Emitter<'a> {
     pub(super) simd: Width,
     /// The programs of the loops handed to the wide executor
     /// (`super::wide_loop`), owned by the compiled kernel.
+    // Boxed: the code holds each program's address, which must not move
+    // when the vector grows.
+    #[allow(clippy::vec_box)]
     pub(super) programs: Vec<Box<Program>>,
     /// Loops handed to the wide executor.
     pub(super) wide_loops: u32,

@@ -92,6 +92,9 @@ pub(crate) struct JitCode {
     wide_loops: u32,
     /// The programs `entry` runs on the wide executor (it holds their
     /// addresses): freed with the code.
+    // Boxed: the code holds each program's address, which must not move
+    // when the vector grows.
+    #[allow(clippy::vec_box)]
     _programs: Vec<Box<super::wide::Program>>,
 }
 
