@@ -13,7 +13,8 @@
 //! block parameters; guards become branches, so a load only executes on the
 //! path where the IR has it. In f32 kernels, loops the planner marked
 //! [`Loop::vector`] (`crate::planner::vectorize`) are emitted as f32x4 code
-//! by `super::simd` instead; nothing here decides which.
+//! by `super::simd` instead, or handed to the wide executor
+//! (`super::wide_loop`); nothing here decides which.
 
 use super::math::MathFn;
 use super::wide::{Program, Step, Width};
@@ -46,9 +47,8 @@ pub(crate) struct Code {
     /// How many sums run as f32x4 code (`super::simd`).
     pub(crate) vectorized_reductions: u32,
     /// The programs the code runs on the wide executor: they live as long
-    /// as the code (it holds their addresses).
-    // Boxed: the code holds each program's address, which must not move
-    // when the vector grows.
+    /// as the code, which holds their addresses (boxed, so that they do not
+    /// move when the vector grows).
     #[allow(clippy::vec_box)]
     pub(crate) programs: Vec<Box<Program>>,
     /// How many loops run on the wide executor (`super::wide`).
@@ -243,9 +243,8 @@ pub(super) struct Emitter<'a> {
     /// The width vector loops run at (`super::wide`).
     pub(super) simd: Width,
     /// The programs of the loops handed to the wide executor
-    /// (`super::wide_loop`), owned by the compiled kernel.
-    // Boxed: the code holds each program's address, which must not move
-    // when the vector grows.
+    /// (`super::wide_loop`), owned by the compiled kernel (boxed: the code
+    /// holds their addresses).
     #[allow(clippy::vec_box)]
     pub(super) programs: Vec<Box<Program>>,
     /// Loops handed to the wide executor.
@@ -470,7 +469,7 @@ impl Emitter<'_> {
     }
 
     fn unary(&mut self, op: UnaryOp, x: Value) -> R<Value> {
-        let f = match op {
+        match op {
             UnaryOp::Neg => return Ok(self.b.ins().fneg(x)),
             UnaryOp::Abs => return Ok(self.b.ins().fabs(x)),
             UnaryOp::Sqrt => return Ok(self.b.ins().sqrt(x)),
@@ -492,17 +491,9 @@ impl Emitter<'_> {
                 let d = self.b.ins().fadd(one, e);
                 return Ok(self.b.ins().fdiv(one, d));
             }
-            UnaryOp::Exp => MathFn::Exp,
-            UnaryOp::Log => MathFn::Log,
-            UnaryOp::Log10 => MathFn::Log10,
-            UnaryOp::Tanh => MathFn::Tanh,
-            UnaryOp::Sin => MathFn::Sin,
-            UnaryOp::Cos => MathFn::Cos,
-            UnaryOp::Log1p => MathFn::Log1p,
-            UnaryOp::Expm1 => MathFn::Expm1,
-            UnaryOp::Atan => MathFn::Atan,
-            UnaryOp::Erf => MathFn::Erf,
-        };
+            _ => {}
+        }
+        let f = MathFn::of(op).ok_or_else(|| format!("{op:?} has no function to call"))?;
         self.call(f, &[x])
     }
 

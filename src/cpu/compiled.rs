@@ -91,9 +91,7 @@ pub(crate) struct JitCode {
     vectorized_reductions: u32,
     wide_loops: u32,
     /// The programs `entry` runs on the wide executor (it holds their
-    /// addresses): freed with the code.
-    // Boxed: the code holds each program's address, which must not move
-    // when the vector grows.
+    /// addresses, so they are boxed): freed with the code.
     #[allow(clippy::vec_box)]
     _programs: Vec<Box<super::wide::Program>>,
 }

@@ -76,6 +76,26 @@ impl MathFn {
         }
     }
 
+    /// The function generated code calls for `op`: `None` for the ones
+    /// it computes inline (`neg`, `abs`, `sqrt`, `floor`, `sgn`, `detach`,
+    /// and `sigmoid`, from `exp`).
+    pub(crate) fn of(op: crate::symbolic::UnaryOp) -> Option<MathFn> {
+        use crate::symbolic::UnaryOp::*;
+        Some(match op {
+            Exp => MathFn::Exp,
+            Log => MathFn::Log,
+            Log10 => MathFn::Log10,
+            Tanh => MathFn::Tanh,
+            Sin => MathFn::Sin,
+            Cos => MathFn::Cos,
+            Log1p => MathFn::Log1p,
+            Expm1 => MathFn::Expm1,
+            Atan => MathFn::Atan,
+            Erf => MathFn::Erf,
+            Neg | Abs | Sqrt | Floor | Sgn | Detach | Sigmoid => return None,
+        })
+    }
+
     /// The f32 implementation of a one-argument function (the one f32
     /// kernels call), for callers in Rust (`super::wide`'s lane-by-lane
     /// steps); `None` for `pow`, which has two ([`MathFn::pow_f32`]).

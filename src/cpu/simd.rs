@@ -21,6 +21,15 @@
 //! It therefore differs from the interpreter's left-to-right sum by
 //! rounding, within the f32 tolerance, but is bitwise identical for any
 //! thread count. Max/min/arg reductions stay scalar.
+//!
+//! Each marked loop or sum is first offered to the wide executor
+//! (`Emitter::try_wide_loop`, `Emitter::try_wide_sum` in
+//! `super::wide_loop`): where the host has AVX2 or AVX-512 and the body's
+//! transcendental work makes it worth it, the loop becomes one call and
+//! none of the code here is emitted. The executor computes the same bits
+//! for every element; its sums add in their own fixed order (four
+//! accumulators of 8 or 16 lanes), so they differ from this code's by
+//! rounding, and are still independent of the thread count.
 
 use super::clif_lanes::ClifLanes;
 use super::codegen::{Emitter, R};
@@ -613,12 +622,16 @@ impl<'f> Emitter<'f> {
             UnaryOp::Sigmoid => vm.sigmoid(x),
             UnaryOp::Log => vm.log(x),
             UnaryOp::Log10 => vm.log10(x),
-            UnaryOp::Sin => return self.per_lane(MathFn::Sin, &[x], lanes),
-            UnaryOp::Cos => return self.per_lane(MathFn::Cos, &[x], lanes),
-            UnaryOp::Log1p => return self.per_lane(MathFn::Log1p, &[x], lanes),
-            UnaryOp::Expm1 => return self.per_lane(MathFn::Expm1, &[x], lanes),
-            UnaryOp::Atan => return self.per_lane(MathFn::Atan, &[x], lanes),
-            UnaryOp::Erf => return self.per_lane(MathFn::Erf, &[x], lanes),
+            // The scalar f32 functions, lane by lane.
+            UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Log1p
+            | UnaryOp::Expm1
+            | UnaryOp::Atan
+            | UnaryOp::Erf => {
+                let f = MathFn::of(op).ok_or_else(|| format!("{op:?} has no function"))?;
+                return self.per_lane(f, &[x], lanes);
+            }
         })
     }
 

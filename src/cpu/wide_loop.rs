@@ -19,13 +19,21 @@ use cranelift_codegen::ir::{
 };
 use cranelift_module::{Linkage, Module};
 
+/// Loops that may run fewer times than this keep the f32x4 code: a call of
+/// the executor costs about 60 ns (its scratch, the scalar tiles, the
+/// partial tile's staging), which rows of 8 or 16 elements do not repay.
+/// Measured on rows of `exp` (sums) and `tanh` (maps), 1 thread, Zen 4:
+/// the executor ties the f32x4 code at 32–64 elements and wins from 64
+/// (`BENCHMARKS.md`, "Element-wise code at full width").
+pub(crate) const MIN_TRIPS: u64 = 64;
+
 impl Emitter<'_> {
     /// Emits the vector output loop `l` as one call of the wide executor
     /// when the width is wider than f32x4 and the loop translates to a
     /// [`Program`] worth it ([`Program::prefers_wide`]); `Ok(false)`
     /// (nothing emitted) otherwise.
     pub(super) fn try_wide_loop(&mut self, l: &Loop) -> R<bool> {
-        let Some(entries) = self.simd.entries() else {
+        let Some(entries) = self.simd.entries().filter(|_| l.max_trips >= MIN_TRIPS) else {
             return Ok(false);
         };
         let Some(program) = Program::build(l).filter(Program::prefers_wide) else {
@@ -39,7 +47,7 @@ impl Emitter<'_> {
     /// executor, under the same conditions as [`Emitter::try_wide_loop`];
     /// `Ok(None)` (nothing emitted) otherwise.
     pub(super) fn try_wide_sum(&mut self, l: &Loop, value: Reg) -> R<Option<Value>> {
-        let Some(entries) = self.simd.entries() else {
+        let Some(entries) = self.simd.entries().filter(|_| l.max_trips >= MIN_TRIPS) else {
             return Ok(None);
         };
         let Some(program) = Program::build_sum(l, value).filter(Program::prefers_wide) else {

@@ -63,7 +63,7 @@ pub(super) fn compile_segment(
         // Operands fixed for the call: stream pointers, scalar values.
         for k in run.clone() {
             if let Some(Step::Lanes { op, .. }) = p.steps.get(k) {
-                for src in op_sources(op) {
+                for src in op.sources() {
                     s.operand_base(src, streams)?;
                 }
             }
@@ -82,20 +82,6 @@ pub(super) fn compile_segment(
         .define_function(id, &mut ctx)
         .map_err(|e| format!("{e:?}"))?;
     Ok(id)
-}
-
-fn op_sources(op: &Op) -> Vec<Src> {
-    match *op {
-        Op::Unary(_, a) | Op::PowI(a, _) => vec![a],
-        Op::Binary(_, a, b) => vec![a, b],
-        Op::Select {
-            a,
-            b,
-            then,
-            otherwise,
-            ..
-        } => vec![a, b, then, otherwise],
-    }
 }
 
 struct Segment<'a, 'p> {

@@ -79,10 +79,14 @@ struct Tiles {
 }
 
 impl Tiles {
+    /// The scalar tiles are filled as far as a call over `n` elements
+    /// reads them (whole groups of four vectors of `w` lanes, at most a
+    /// tile): a short row does not pay for a whole tile per scalar.
+    ///
     /// # Safety
     /// `scalars` holds `p.scalars.len()` values.
     #[inline(always)]
-    unsafe fn new(p: &Program, scalars: *const f32) -> Tiles {
+    unsafe fn new(p: &Program, scalars: *const f32, n: usize, w: usize) -> Tiles {
         let t = Tiles {
             base: std::ptr::null_mut(),
             slots: p.slots,
@@ -90,10 +94,11 @@ impl Tiles {
             streams: p.streams.len(),
         };
         let base = scratch(t.slots + t.scalars + t.streams + 1);
+        let used = (n.div_ceil(4 * w) * 4 * w).min(TILE);
         for c in 0..t.scalars {
             let v = *scalars.add(c);
             let tile = base.add((t.slots + c) * TILE);
-            for j in 0..TILE {
+            for j in 0..used {
                 *tile.add(j) = v;
             }
         }
@@ -159,7 +164,7 @@ unsafe fn run<L: Wide>(
     n: usize,
 ) {
     let mut l = L::default();
-    let t = Tiles::new(p, scalars);
+    let t = Tiles::new(p, scalars, n, L::W);
     let mut start = 0;
     while start + TILE <= n {
         let ptrs = t.at(streams, start);
@@ -191,7 +196,7 @@ unsafe fn run_sum<L: Wide>(
     n: usize,
 ) -> f32 {
     let mut l = L::default();
-    let t = Tiles::new(p, scalars);
+    let t = Tiles::new(p, scalars, n, L::W);
     let value = t.value();
     let zero = l.c(0.0);
     let mut acc = [zero; 4];
@@ -319,14 +324,14 @@ unsafe fn unary<L: Wide>(l: &mut L, op: UnaryOp, a: *const f32, d: *mut f32, len
         UnaryOp::Log10 => return map!(l, len, d, [x = a] => l.log10(x)),
         UnaryOp::Detach => return std::ptr::copy(a, d, len),
         // The scalar f32 functions the f32x4 code calls lane by lane.
-        UnaryOp::Sin => MathFn::Sin,
-        UnaryOp::Cos => MathFn::Cos,
-        UnaryOp::Log1p => MathFn::Log1p,
-        UnaryOp::Expm1 => MathFn::Expm1,
-        UnaryOp::Atan => MathFn::Atan,
-        UnaryOp::Erf => MathFn::Erf,
+        UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Log1p
+        | UnaryOp::Expm1
+        | UnaryOp::Atan
+        | UnaryOp::Erf => MathFn::of(op),
     };
-    if let Some(f) = f.f32_unary() {
+    if let Some(f) = f.and_then(MathFn::f32_unary) {
         for j in 0..len {
             *d.add(j) = f(*a.add(j));
         }

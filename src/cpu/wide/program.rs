@@ -64,7 +64,8 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    fn sources(&self) -> Vec<Src> {
+    /// The operands the step reads.
+    pub(crate) fn sources(&self) -> Vec<Src> {
         match *self {
             Op::Unary(_, a) | Op::PowI(a, _) => vec![a],
             Op::Binary(_, a, b) => vec![a, b],
