@@ -622,13 +622,9 @@ impl<'f> Emitter<'f> {
             UnaryOp::Sigmoid => vm.sigmoid(x),
             UnaryOp::Log => vm.log(x),
             UnaryOp::Log10 => vm.log10(x),
+            UnaryOp::Erf => vm.erf(x),
             // The scalar f32 functions, lane by lane.
-            UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Log1p
-            | UnaryOp::Expm1
-            | UnaryOp::Atan
-            | UnaryOp::Erf => {
+            UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Atan => {
                 let f = MathFn::of(op).ok_or_else(|| format!("{op:?} has no function"))?;
                 return self.per_lane(f, &[x], lanes);
             }

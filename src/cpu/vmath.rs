@@ -177,6 +177,86 @@ const LOG_P: [f32; 9] = [
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 
+/// `erf` after musl's `erff` (Sun's `s_erff.c`): coefficients of its
+/// rational approximations, highest degree first (`ERF_*` below 0.84375,
+/// `ERFC1_*` on [0.84375, 1.25), `ERFC2A_*` on [1.25, 1/0.35),
+/// `ERFC2B_*` above), and `erf(1)`'s leading part.
+const ERF_P: [f32; 5] = [
+    -2.376_301_7e-5,
+    -5.770_270_2e-3,
+    -2.848_175e-2,
+    -3.250_421e-1,
+    1.283_791_7e-1,
+];
+const ERF_Q: [f32; 6] = [
+    -3.960_228_2e-6,
+    1.324_947_4e-4,
+    5.081_306_2e-3,
+    6.502_225e-2,
+    3.979_172e-1,
+    1.0,
+];
+const ERFC1_P: [f32; 7] = [
+    -2.166_375_5e-3,
+    3.547_830_5e-2,
+    -1.108_947e-1,
+    3.183_466_2e-1,
+    -3.722_079e-1,
+    4.148_561e-1,
+    -2.362_118_6e-3,
+];
+const ERFC1_Q: [f32; 7] = [
+    1.198_450_1e-2,
+    1.363_708_4e-2,
+    1.261_712_2e-1,
+    7.182_865_6e-2,
+    5.403_979_4e-1,
+    1.064_208_8e-1,
+    1.0,
+];
+const ERFC2A_R: [f32; 8] = [
+    -9.814_329,
+    -81.287_44,
+    -184.605_09,
+    -162.396_67,
+    -62.375_332,
+    -10.558_626,
+    -6.938_585_6e-1,
+    -9.864_944e-3,
+];
+const ERFC2A_S: [f32; 9] = [
+    -6.042_441_4e-2,
+    6.570_249_6,
+    108.635,
+    429.008_15,
+    645.387_27,
+    434.565_88,
+    137.657_76,
+    19.651_272,
+    1.0,
+];
+const ERFC2B_R: [f32; 7] = [
+    -483.519_2,
+    -1_025.095_1,
+    -637.566_47,
+    -160.636_38,
+    -17.757_956,
+    -7.992_832_7e-1,
+    -9.864_943e-3,
+];
+const ERFC2B_S: [f32; 8] = [
+    -22.440_952,
+    474.528_53,
+    2_553.050_3,
+    3_199.858_2,
+    1_536.729_6,
+    325.792_5,
+    30.338_06,
+    1.0,
+];
+const ERX: f32 = 8.450_629e-1;
+const EFX8: f32 = 1.027_033_3;
+
 /// The sequences, for every [`Lanes`].
 pub(crate) trait VMath: Lanes {
     /// Horner's scheme: `((c0·x + c1)·x + …)·x + cn`.
@@ -393,6 +473,81 @@ pub(crate) trait VMath: Lanes {
         self.sel(ok, r, special)
     }
 
+    /// `erf x` after musl's `erff`: its four ranges computed on every lane
+    /// and selected (below 2^-28 a scaled product that does not underflow,
+    /// below 0.84375 `x + x·P(x²)/Q(x²)`, then `1 − erfc |x|` with the
+    /// sign of `x`, `erfc` a rational function of `|x| − 1` below 1.25 and
+    /// `e^{−z²−0.5625}·e^{(z−|x|)(z+|x|) + R/S}/|x|` above, `s = 1/x²`, `z`
+    /// `|x|` with its low 13 bits cleared); `±1` from 6 on.
+    #[inline(always)]
+    fn erf(&mut self, x: Self::F) -> Self::F {
+        let a = self.abs(x);
+        let one = self.c(1.0);
+        // Tiny: 0.125·(8x + efx8·x).
+        let eight = self.c(8.0);
+        let x8 = self.mul(x, eight);
+        let efx8 = self.c(EFX8);
+        let t = self.mad(efx8, x, x8);
+        let eighth = self.c(0.125);
+        let tiny = self.mul(t, eighth);
+        // Small: x + x·P(z)/Q(z), z = x².
+        let z = self.mul(x, x);
+        let p = self.poly(z, &ERF_P);
+        let q = self.poly(z, &ERF_Q);
+        let y = self.div(p, q);
+        let small = self.mad(x, y, x);
+        // erfc on [0.84375, 1.25): 1 − erx − P(s)/Q(s), s = |x| − 1.
+        let s1 = self.sub(a, one);
+        let p1 = self.poly(s1, &ERFC1_P);
+        let q1 = self.poly(s1, &ERFC1_Q);
+        let pq = self.div(p1, q1);
+        let erx = self.c(1.0 - ERX);
+        let erfc1 = self.sub(erx, pq);
+        // erfc from 1.25: the coefficients of the lane's range.
+        let a2 = self.mul(a, a);
+        let s2 = self.div(one, a2);
+        let lim = self.c(1.0 / 0.35);
+        let near = self.cmp(Cc::Lt, a, lim);
+        let ra = self.poly(s2, &ERFC2A_R);
+        let rb = self.poly(s2, &ERFC2B_R);
+        let r = self.sel(near, ra, rb);
+        let sa = self.poly(s2, &ERFC2A_S);
+        let sb = self.poly(s2, &ERFC2B_S);
+        let big_s = self.sel(near, sa, sb);
+        let ai = self.as_int(a);
+        let mask = self.ci(0xFFFF_E000_u32 as i32);
+        let zi = self.iand(ai, mask);
+        let zt = self.as_float(zi);
+        let nz = self.neg(zt);
+        let c = self.c(-0.5625);
+        let e1 = self.mad(nz, zt, c);
+        let e1 = self.exp(e1);
+        let d = self.sub(zt, a);
+        let u = self.add(zt, a);
+        let rs = self.div(r, big_s);
+        let e2 = self.mad(d, u, rs);
+        let e2 = self.exp(e2);
+        let e = self.mul(e1, e2);
+        let erfc2 = self.div(e, a);
+        let mid = self.c(1.25);
+        let in1 = self.cmp(Cc::Lt, a, mid);
+        let erfc = self.sel(in1, erfc1, erfc2);
+        let y = self.sub(one, erfc);
+        let six = self.c(6.0);
+        let far = self.cmp(Cc::Ge, a, six);
+        let y = self.sel(far, one, y);
+        // y ≥ 0 (or NaN): or in the sign of x.
+        let sign = self.c(-0.0);
+        let sx = self.fand(x, sign);
+        let large = self.f_or(y, sx);
+        let lim_small = self.c(0.843_75);
+        let is_small = self.cmp(Cc::Lt, a, lim_small);
+        let lim_tiny = self.c(f32::from_bits(0x3180_0000));
+        let is_tiny = self.cmp(Cc::Lt, a, lim_tiny);
+        let below = self.sel(is_tiny, tiny, small);
+        self.sel(is_small, below, large)
+    }
+
     /// `log10 x` as `ln x · log10 e`.
     #[inline(always)]
     fn log10(&mut self, x: Self::F) -> Self::F {
@@ -511,6 +666,18 @@ mod tests {
                 "log10",
                 max_rel("log10 x[i]", &geomspace(1e-30, 1e30, 400_000), f64::log10),
             ),
+            (
+                "erf",
+                max_rel("erf x[i]", &linspace(-7.0, 7.0, 400_000), libm::erf),
+            ),
+            (
+                "erf (small)",
+                max_rel("erf x[i]", &linspace(-1e-3, 1e-3, 100_000), libm::erf),
+            ),
+            (
+                "erf (tiny)",
+                max_rel("erf x[i]", &geomspace(1e-38, 1e-6, 100_000), libm::erf),
+            ),
         ];
         for (name, err) in cases {
             eprintln!("{name}: max relative error {err:.2e}");
@@ -545,7 +712,9 @@ mod tests {
         let tanh = run("tanh x[i]", &xs, &[]);
         let sig = run("sigmoid x[i]", &xs, &[]);
         let log = run("log x[i]", &xs, &[]);
+        let erf = run("erf x[i]", &xs, &[]);
         for (k, &x) in xs.iter().enumerate() {
+            assert!(close(erf[k], libm::erff(x)), "erf {x}: {}", erf[k]);
             // Subnormal results: within one subnormal step.
             let e = x.exp();
             assert!(
@@ -564,6 +733,7 @@ mod tests {
             assert!(close(log[k], x.ln()), "log {x}: {} vs {}", log[k], x.ln());
         }
         assert_eq!(tanh[1].to_bits(), (-0.0f32).to_bits(), "tanh keeps -0");
+        assert_eq!(erf[1].to_bits(), (-0.0f32).to_bits(), "erf keeps -0");
     }
 
     /// Every element gets the same bits whether it falls in the 16-wide,

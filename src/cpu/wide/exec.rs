@@ -322,14 +322,12 @@ unsafe fn unary<L: Wide>(l: &mut L, op: UnaryOp, a: *const f32, d: *mut f32, len
         UnaryOp::Sigmoid => return map!(l, len, d, [x = a] => l.sigmoid(x)),
         UnaryOp::Log => return map!(l, len, d, [x = a] => l.log(x)),
         UnaryOp::Log10 => return map!(l, len, d, [x = a] => l.log10(x)),
+        UnaryOp::Erf => return map!(l, len, d, [x = a] => l.erf(x)),
         UnaryOp::Detach => return std::ptr::copy(a, d, len),
         // The scalar f32 functions the f32x4 code calls lane by lane.
-        UnaryOp::Sin
-        | UnaryOp::Cos
-        | UnaryOp::Log1p
-        | UnaryOp::Expm1
-        | UnaryOp::Atan
-        | UnaryOp::Erf => MathFn::of(op),
+        UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Atan => {
+            MathFn::of(op)
+        }
     };
     if let Some(f) = f.and_then(MathFn::f32_unary) {
         for j in 0..len {

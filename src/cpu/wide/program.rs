@@ -296,14 +296,12 @@ fn step_costs(op: &Op) -> (u32, u32) {
             UnaryOp::Tanh => (45, 13),
             UnaryOp::Log => (40, 10),
             UnaryOp::Log10 => (42, 11),
+            UnaryOp::Erf => (90, 25),
             UnaryOp::Sqrt => (4, 2),
             // Lane by lane in both: the same scalar call.
-            UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Log1p
-            | UnaryOp::Expm1
-            | UnaryOp::Atan
-            | UnaryOp::Erf => (60, 55),
+            UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Atan => {
+                (60, 55)
+            }
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Sgn | UnaryOp::Detach => (1, 2),
         },
         Op::Binary(BinaryOp::Div, ..) => (4, 2),
