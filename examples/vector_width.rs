@@ -32,6 +32,16 @@ const KERNELS: &[(&str, &str, bool)] = &[
         "0.5 * x[i] * (1 + tanh (0.7978846 * (x[i] + 0.044715 * x[i] ** 3)))",
         true,
     ),
+    (
+        "gelu (erf form)",
+        "0.5 * x[i] * (1 + erf (x[i] * 0.70710677))",
+        false,
+    ),
+    (
+        "gelu (erf form), gradient",
+        "0.5 * x[i] * (1 + erf (x[i] * 0.70710677))",
+        true,
+    ),
     ("chain", CHAIN, false),
     ("chain, gradient", CHAIN, true),
     (

@@ -5,8 +5,9 @@
 //! `neg`, `sgn`, `max`/`min` and integer powers are inlined by the code
 //! generator instead; `sigmoid` is inlined as `1 / (1 + exp(-x))` with a
 //! call to `exp`, exactly as the interpreter computes it. Vectorised f32
-//! loops (`super::simd`) call only `sin`, `cos` and `pow` from here, lane
-//! by lane; their other functions are inline (`super::vmath`).
+//! loops (`super::simd`, `super::wide`) call only `sin`, `cos`, `log1p`,
+//! `expm1`, `atan` and `pow` from here, lane by lane; their other functions
+//! are lane sequences (`super::vmath`).
 //!
 //! **Accuracy.** The f64 functions are Rust's `std` functions and `libm`'s
 //! (the ones the reference interpreter uses), so f64 kernels agree with the interpreter

@@ -2,7 +2,7 @@
 //! every vector width.
 //!
 //! Owns the polynomial approximations that vectorised f32 loops use instead
-//! of calls (`exp`, `tanh`, `sigmoid`, `log`, `log10`), and the other
+//! of calls (`exp`, `tanh`, `sigmoid`, `log`, `log10`, `erf`), and the other
 //! lane-wise operations whose bits must match across widths (`sgn`,
 //! max/min with the first operand winning, integer powers). They are
 //! written against [`Lanes`], the arithmetic of one vector of f32 lanes,
@@ -29,6 +29,9 @@
 //! | log | [1e-30, 1e30] geometric (400,001) | 7.9e-8 |
 //! | log | [0.5, 2] (400,001) | 7.8e-8 |
 //! | log10 | [1e-30, 1e30] geometric (400,001) | 1.4e-7 |
+//! | erf | [-7, 7] (400,001) | 6.8e-8 |
+//! | erf | [-1e-3, 1e-3] (100,001) | 7.0e-8 |
+//! | erf | [1e-38, 1e-6] geometric (100,001) | 8.7e-8 |
 //!
 //! Special values follow `std`: `exp` overflows to `inf` above ≈ 88.72 and
 //! underflows through the subnormals to `0`; `log(0) = -inf`,
@@ -36,8 +39,9 @@
 //! `exp` is based on Cephes' `expf` (Cody–Waite reduction by ln 2, degree-5
 //! polynomial), `log` on Cephes' `logf` (frexp, degree-8 polynomial),
 //! `tanh` on Cephes' `tanhf` (an odd polynomial below 0.625, else
-//! `1 − 2/(e^{2|x|} + 1)`), and `sigmoid` is `1/(1 + e^{−|x|})` mirrored
-//! for negative inputs (stable: no overflow to `inf/inf`).
+//! `1 − 2/(e^{2|x|} + 1)`), `sigmoid` is `1/(1 + e^{−|x|})` mirrored
+//! for negative inputs (stable: no overflow to `inf/inf`), and `erf`
+//! follows musl's `erff` (four ranges, all computed and selected).
 
 /// A lane comparison, with IEEE semantics: only `Ne` and `Unordered` hold
 /// for a NaN operand.
