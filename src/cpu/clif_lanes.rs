@@ -1,20 +1,27 @@
-//! [`Lanes`] for Cranelift: each lane operation emitted as f32x4 IR.
+//! [`Lanes`] for Cranelift: each lane operation emitted as IR, on f32x4
+//! vectors or on one f32 or f64 scalar.
 //!
 //! Owns the translation of the width-independent sequences of
-//! `super::vmath` into instructions of the function under construction
-//! (used by `super::simd`). Masks are F32X4 values with all bits set in
-//! the chosen lanes, for `bitselect`. Must not decide what to compute.
+//! `super::vmath` into instructions of the function under construction:
+//! f32x4 for `super::simd` and `super::wide_segment`, where masks are F32X4
+//! values with all bits set in the chosen lanes (for `bitselect`); scalars
+//! for `super::codegen`'s scalar code, where masks are comparison results
+//! (for `select`). Scalar lanes serve the sequences with exact constants
+//! and no integer lanes (`sgn`, max/min, integer powers); f64 kernels so
+//! compute what the interpreter does. Must not decide what to compute.
 
 use super::vmath::{Cc, Lanes};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-/// Emits f32x4 lane operations into a function under construction.
+/// Emits lane operations into a function under construction.
 pub(crate) struct ClifLanes<'a, 'b> {
     pub(crate) b: &'a mut FunctionBuilder<'b>,
     /// Use fused multiply-adds (the host has FMA).
     pub(crate) fma: bool,
+    /// F32X4, or the scalar type (F32 or F64) of one lane.
+    pub(crate) ty: types::Type,
 }
 
 const V: types::Type = types::F32X4;
@@ -45,8 +52,14 @@ impl Lanes for ClifLanes<'_, '_> {
     type M = Value;
 
     fn c(&mut self, x: f32) -> Value {
-        let s = self.b.ins().f32const(x);
-        self.b.ins().splat(V, s)
+        match self.ty {
+            types::F64 => self.b.ins().f64const(x as f64),
+            types::F32 => self.b.ins().f32const(x),
+            _ => {
+                let s = self.b.ins().f32const(x);
+                self.b.ins().splat(V, s)
+            }
+        }
     }
     fn ci(&mut self, x: i32) -> Value {
         let s = self.b.ins().iconst(types::I32, x as i64);
@@ -80,7 +93,11 @@ impl Lanes for ClifLanes<'_, '_> {
     }
     fn cmp(&mut self, cc: Cc, a: Value, b: Value) -> Value {
         let m = self.b.ins().fcmp(float_cc(cc), a, b);
-        self.b.ins().bitcast(V, MemFlagsData::new(), m)
+        if self.ty == V {
+            self.b.ins().bitcast(V, MemFlagsData::new(), m)
+        } else {
+            m
+        }
     }
     fn or_m(&mut self, a: Value, b: Value) -> Value {
         self.b.ins().bor(a, b)
@@ -89,7 +106,11 @@ impl Lanes for ClifLanes<'_, '_> {
         self.b.ins().band(a, b)
     }
     fn sel(&mut self, m: Value, x: Value, y: Value) -> Value {
-        self.b.ins().bitselect(m, x, y)
+        if self.ty == V {
+            self.b.ins().bitselect(m, x, y)
+        } else {
+            self.b.ins().select(m, x, y)
+        }
     }
     fn fand(&mut self, a: Value, b: Value) -> Value {
         self.b.ins().band(a, b)

@@ -16,8 +16,10 @@
 //! by `super::simd` instead, or handed to the wide executor
 //! (`super::wide_loop`); nothing here decides which.
 
+use super::clif_lanes::ClifLanes;
 use super::math::MathFn;
-use super::wide::{Program, Step, Width};
+use super::vmath::VMath;
+use super::wide::{Program, Width};
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -187,21 +189,8 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
     module
         .finalize_definitions()
         .map_err(|e| fail("finalize the kernel", e.to_string()))?;
-    for (program, step, f) in segments {
-        let entry = module.get_finalized_function(f) as usize;
-        match programs
-            .get_mut(program)
-            .and_then(|p| p.steps.get_mut(step))
-        {
-            Some(s) => *s = Step::Jit { entry },
-            None => {
-                return Err(fail(
-                    "place a compiled segment",
-                    format!("{program}/{step}"),
-                ))
-            }
-        }
-    }
+    super::wide_loop::place_segments(&module, &mut programs, segments)
+        .map_err(|e| fail("place a compiled segment", e))?;
     let code = module.get_finalized_function(id);
     // SAFETY: `code` is the entry of the function just defined with
     // exactly this signature (two pointers, two i64, no result).
@@ -284,7 +273,7 @@ fn args(vals: &[Value]) -> Vec<BlockArg> {
     vals.iter().map(|&v| BlockArg::Value(v)).collect()
 }
 
-impl Emitter<'_> {
+impl<'a> Emitter<'a> {
     fn function(&mut self, k: &Kernel) -> R<()> {
         let entry = self.b.create_block();
         self.b.append_block_params_for_function_params(entry);
@@ -395,6 +384,20 @@ impl Emitter<'_> {
         Ok(self.b.ins().iadd(q, adjust))
     }
 
+    /// The address of element `offset` of argument `arg`.
+    pub(super) fn arg_address(&mut self, arg: usize, offset: &Lin) -> R<Value> {
+        let off = self.lin(offset, self.elem)?;
+        let base = *self.bases.get(arg).ok_or("load of an unknown argument")?;
+        Ok(self.b.ins().iadd(base, off))
+    }
+
+    /// The address of element `offset` of the output.
+    pub(super) fn out_address(&mut self, offset: &Lin) -> R<Value> {
+        let off = self.lin(offset, self.elem)?;
+        let out = self.out.ok_or("store before the entry block")?;
+        Ok(self.b.ins().iadd(out, off))
+    }
+
     pub(super) fn pointer_type(&self) -> Type {
         self.module.target_config().pointer_type()
     }
@@ -453,19 +456,17 @@ impl Emitter<'_> {
         Ok(self.b.inst_results(inst)[0])
     }
 
-    /// `a` where `a cc b` or `a` is NaN, else `b`: max/min with the first
-    /// operand winning ties and a NaN operand winning (the interpreter's
-    /// `BinaryOp::apply`).
-    fn first_unless(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
-        let c = self.b.ins().fcmp(cc, a, b);
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
-        let keep = self.b.ins().bor(c, nan);
-        self.b.ins().select(keep, a, b)
-    }
-
-    fn select_cmp(&mut self, cc: FloatCC, a: Value, b: Value, x: Value, y: Value) -> Value {
-        let c = self.b.ins().fcmp(cc, a, b);
-        self.b.ins().select(c, x, y)
+    /// The scalar lanes of the element type, for the sequences shared with
+    /// the vector code (`super::vmath`: `sgn`, max/min with the first
+    /// operand winning ties and a NaN operand winning, integer powers in
+    /// the order of compiler-rt's `__powidf2`), so f64 results equal the
+    /// interpreter's bit for bit.
+    fn lanes(&mut self) -> ClifLanes<'_, 'a> {
+        ClifLanes {
+            b: &mut self.b,
+            fma: self.fma,
+            ty: self.ty,
+        }
     }
 
     fn unary(&mut self, op: UnaryOp, x: Value) -> R<Value> {
@@ -475,15 +476,7 @@ impl Emitter<'_> {
             UnaryOp::Sqrt => return Ok(self.b.ins().sqrt(x)),
             UnaryOp::Floor => return Ok(self.b.ins().floor(x)),
             UnaryOp::Detach => return Ok(x),
-            UnaryOp::Sgn => {
-                // x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and ±0).
-                let zero = self.fconst(0.0);
-                let one = self.fconst(1.0);
-                let minus = self.fconst(-1.0);
-                let zx = self.b.ins().fmul(zero, x);
-                let neg = self.select_cmp(FloatCC::LessThan, x, zero, minus, zx);
-                return Ok(self.select_cmp(FloatCC::GreaterThan, x, zero, one, neg));
-            }
+            UnaryOp::Sgn => return Ok(self.lanes().sgn(x)),
             UnaryOp::Sigmoid => {
                 let nx = self.b.ins().fneg(x);
                 let e = self.call(MathFn::Exp, &[nx])?;
@@ -504,34 +497,16 @@ impl Emitter<'_> {
             BinaryOp::Mul => self.b.ins().fmul(a, b),
             BinaryOp::Div => self.b.ins().fdiv(a, b),
             BinaryOp::Pow => self.call(MathFn::Pow, &[a, b])?,
-            // The first operand wins ties; a NaN operand wins.
-            BinaryOp::Max => self.first_unless(FloatCC::GreaterThanOrEqual, a, b),
-            BinaryOp::Min => self.first_unless(FloatCC::LessThanOrEqual, a, b),
+            BinaryOp::Max => self.lanes().max_first(a, b),
+            BinaryOp::Min => self.lanes().min_first(a, b),
         })
-    }
-
-    /// `x ** n` in the order of compiler-rt's `__powidf2` (what `powi`
-    /// calls), so f64 results equal the interpreter's bit for bit.
-    fn powi(&mut self, x: Value, n: i32) -> Value {
-        let r = match square_and_multiply(&mut self.b, x, n.unsigned_abs()) {
-            Some(r) => r,
-            None => self.fconst(1.0),
-        };
-        if n < 0 {
-            let one = self.fconst(1.0);
-            self.b.ins().fdiv(one, r)
-        } else {
-            r
-        }
     }
 
     fn expr(&mut self, e: &Expr) -> R<Value> {
         Ok(match e {
             Expr::Const(c) => self.fconst(*c),
             Expr::Load { arg, offset } => {
-                let off = self.lin(offset, self.elem)?;
-                let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
-                let addr = self.b.ins().iadd(base, off);
+                let addr = self.arg_address(*arg, offset)?;
                 let flags = MemFlagsData::trusted().with_readonly();
                 self.b.ins().load(self.ty, flags, addr, 0)
             }
@@ -554,7 +529,7 @@ impl Emitter<'_> {
             }
             Expr::PowI(a, n) => {
                 let a = self.reg(*a)?;
-                self.powi(a, *n)
+                self.lanes().powi(a, *n)
             }
         })
     }
@@ -593,9 +568,7 @@ impl Emitter<'_> {
             }
             Stmt::Store { offset, value } => {
                 let v = self.reg(*value)?;
-                let off = self.lin(offset, self.elem)?;
-                let out = self.out.ok_or("store before the entry block")?;
-                let addr = self.b.ins().iadd(out, off);
+                let addr = self.out_address(offset)?;
                 self.b.ins().store(MemFlagsData::trusted(), v, addr, 0);
                 Ok(())
             }
@@ -683,10 +656,10 @@ impl Emitter<'_> {
                     Ok(match op {
                         ReduceOp::Sum => vec![e.b.ins().fadd(acc[0], x)],
                         ReduceOp::Max => {
-                            vec![e.first_unless(FloatCC::GreaterThanOrEqual, acc[0], x)]
+                            vec![e.lanes().max_first(acc[0], x)]
                         }
                         ReduceOp::Min => {
-                            vec![e.first_unless(FloatCC::LessThanOrEqual, acc[0], x)]
+                            vec![e.lanes().min_first(acc[0], x)]
                         }
                         ReduceOp::ArgMax | ReduceOp::ArgMin => {
                             // The first iteration always takes its value;
@@ -776,27 +749,6 @@ impl Emitter<'_> {
             .brif(again, block, &args(&back), exit, &args(&next));
         self.b.switch_to_block(exit);
         Ok(results)
-    }
-}
-
-/// `x ** p` for `p ≥ 1` by repeated squaring, in the order of compiler-rt's
-/// `__powidf2` (what Rust's `powi` calls), for scalars and vectors alike;
-/// `None` for `p = 0`.
-pub(super) fn square_and_multiply(b: &mut FunctionBuilder, x: Value, mut p: u32) -> Option<Value> {
-    let mut base = x;
-    let mut acc: Option<Value> = None;
-    loop {
-        if p & 1 == 1 {
-            acc = Some(match acc {
-                None => base,
-                Some(a) => b.ins().fmul(a, base),
-            });
-        }
-        p >>= 1;
-        if p == 0 {
-            return acc;
-        }
-        base = b.ins().fmul(base, base);
     }
 }
 

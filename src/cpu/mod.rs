@@ -38,6 +38,8 @@ mod math;
 mod pool;
 mod random;
 mod simd;
+#[cfg(test)]
+mod test_kernels;
 mod vmath;
 mod wide;
 mod wide_loop;

@@ -265,6 +265,7 @@ impl<'f> Emitter<'f> {
         ClifLanes {
             b: &mut self.b,
             fma: self.fma,
+            ty: V,
         }
     }
 
@@ -300,9 +301,7 @@ impl<'f> Emitter<'f> {
             }
             Stmt::Store { offset, value } => {
                 let v = self.vreg(*value)?;
-                let off = self.lin(offset, self.elem)?;
-                let out = self.out.ok_or("store before the entry block")?;
-                let addr = self.b.ins().iadd(out, off);
+                let addr = self.out_address(offset)?;
                 if lanes == Lanes::Four {
                     let flags = MemFlagsData::new().with_notrap();
                     self.b.ins().store(flags, v, addr, 0);
@@ -540,9 +539,7 @@ impl<'f> Emitter<'f> {
         Ok(match e {
             Expr::Const(c) => self.vm().c(*c as f32),
             Expr::Load { arg, offset } => {
-                let off = self.lin(offset, self.elem)?;
-                let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
-                let addr = self.b.ins().iadd(base, off);
+                let addr = self.arg_address(*arg, offset)?;
                 if lanes == Lanes::Four && offset.coeff(var) == 1 {
                     // Unaligned: no `aligned` flag.
                     let flags = MemFlagsData::new().with_notrap().with_readonly();

@@ -565,42 +565,17 @@ impl<L: Lanes> VMath for L {}
 
 #[cfg(test)]
 mod tests {
-    use super::super::codegen::compile;
-    use crate::symbolic::IndexFn;
+    use super::super::test_kernels::{kernel, run_at};
+    use super::super::wide::Width;
 
-    /// Runs the vectorised f32 kernel `f[i] = <body>` on `xs`, over
-    /// `[start, end)` ranges cut at `cuts`.
+    /// Runs the vectorised f32 kernel `f[i] = <body>` on `xs`, at the
+    /// host's width, over `[start, end)` ranges cut at `cuts`.
     fn run(body: &str, xs: &[f32], cuts: &[usize]) -> Vec<f32> {
         let src = format!("f[i] = {body}");
-        let f = IndexFn::parse(&src, &[("x", &[xs.len()][..])]).unwrap();
-        let mut k = crate::kernel::lower(&f).unwrap();
-        // The element-wise loop marked as the planner would mark it.
-        for s in &mut k.body {
-            if let crate::kernel::Stmt::For(l) = s {
-                l.vector = true;
-            }
-        }
-        let code = compile(&k, crate::DType::F32).unwrap();
-        assert!(code.vectorized, "{src} is not vectorised");
-        let mut out = vec![0f32; xs.len()];
-        let args = [xs.as_ptr() as *const u8];
-        let mut bounds = vec![0];
-        bounds.extend(cuts.iter().copied().filter(|&c| c < xs.len()));
-        bounds.push(xs.len());
-        for w in bounds.windows(2) {
-            // SAFETY: buffers of the kernel's declared lengths, rows in range.
-            unsafe {
-                (code.entry)(
-                    args.as_ptr(),
-                    out.as_mut_ptr() as *mut u8,
-                    w[0] as i64,
-                    w[1] as i64,
-                )
-            };
-        }
-        // SAFETY: the entry is not used afterwards.
-        unsafe { code.module.free_memory() };
-        out
+        let k = kernel(&src, &[("x", &[xs.len()][..])]);
+        let ran = run_at(&k, &[xs], Width::host(), cuts);
+        assert!(ran.vectorized, "{src} is not vectorised");
+        ran.out
     }
 
     fn linspace(lo: f64, hi: f64, n: usize) -> Vec<f32> {

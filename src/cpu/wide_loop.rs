@@ -17,7 +17,8 @@ use cranelift_codegen::ir::{
     types, AbiParam, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
     Value,
 };
-use cranelift_module::{Linkage, Module};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Linkage, Module};
 
 /// Loops that may run fewer times than this keep the f32x4 code: a call of
 /// the executor costs about 60 ns (its scratch, the scalar tiles, the
@@ -40,6 +41,7 @@ impl Emitter<'_> {
             return Ok(false);
         };
         self.wide_call(l, program, entries.store.0)?;
+        self.vectorized = true;
         Ok(true)
     }
 
@@ -83,9 +85,7 @@ impl Emitter<'_> {
         let ptr = self.pointer_type();
         let streams = self.slot_of(program.streams.len() * ptr.bytes() as usize);
         for (s, (arg, offset)) in program.streams.iter().enumerate() {
-            let off = self.lin(offset, self.elem)?;
-            let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
-            let addr = self.b.ins().iadd(base, off);
+            let addr = self.arg_address(*arg, offset)?;
             let at = (s * ptr.bytes() as usize) as i32;
             self.b.ins().stack_store(ptr, addr, streams, at);
         }
@@ -95,9 +95,7 @@ impl Emitter<'_> {
                 Scalar::Const(x) => self.b.ins().f32const(*x),
                 Scalar::Reg(r) => self.reg(*r)?,
                 Scalar::Load { arg, offset } => {
-                    let off = self.lin(offset, self.elem)?;
-                    let base = *self.bases.get(*arg).ok_or("load of an unknown argument")?;
-                    let addr = self.b.ins().iadd(base, off);
+                    let addr = self.arg_address(*arg, offset)?;
                     let flags = MemFlagsData::trusted().with_readonly();
                     self.b.ins().load(types::F32, flags, addr, 0)
                 }
@@ -105,11 +103,7 @@ impl Emitter<'_> {
             self.b.ins().stack_store(ptr, v, scalars, (c * 4) as i32);
         }
         let out = match &program.output {
-            Output::Store(offset) => {
-                let off = self.lin(offset, self.elem)?;
-                let out = self.out.ok_or("store before the entry block")?;
-                Some(self.b.ins().iadd(out, off))
-            }
+            Output::Store(offset) => Some(self.out_address(offset)?),
             Output::Sum => None,
         };
         self.ivars[slot] = saved;
@@ -144,7 +138,6 @@ impl Emitter<'_> {
         self.b.ins().jump(exit, &back);
         self.b.switch_to_block(exit);
         self.programs.push(program);
-        self.vectorized = true;
         self.wide_loops += 1;
         Ok(result)
     }
@@ -178,4 +171,25 @@ impl Emitter<'_> {
             3,
         ))
     }
+}
+
+/// Writes each compiled segment's address into its program step, once the
+/// kernel's module is finalized: `segments` holds (program, step,
+/// function), as `Emitter::with_segments` recorded them.
+pub(super) fn place_segments(
+    module: &JITModule,
+    programs: &mut [Box<Program>],
+    segments: Vec<(usize, usize, FuncId)>,
+) -> Result<(), String> {
+    for (program, step, f) in segments {
+        let entry = module.get_finalized_function(f) as usize;
+        match programs
+            .get_mut(program)
+            .and_then(|p| p.steps.get_mut(step))
+        {
+            Some(s) => *s = Step::Jit { entry },
+            None => return Err(format!("no step {step} in program {program}")),
+        }
+    }
+    Ok(())
 }

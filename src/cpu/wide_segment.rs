@@ -230,6 +230,7 @@ impl<'a> Segment<'a, '_> {
         ClifLanes {
             b: &mut self.b,
             fma: self.fma,
+            ty: V,
         }
     }
 

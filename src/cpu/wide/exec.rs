@@ -87,22 +87,22 @@ impl Tiles {
     /// `scalars` holds `p.scalars.len()` values.
     #[inline(always)]
     unsafe fn new(p: &Program, scalars: *const f32, n: usize, w: usize) -> Tiles {
-        let t = Tiles {
-            base: std::ptr::null_mut(),
-            slots: p.slots,
-            scalars: p.scalars.len(),
-            streams: p.streams.len(),
-        };
-        let base = scratch(t.slots + t.scalars + t.streams + 1);
+        let (slots, count, streams) = (p.slots, p.scalars.len(), p.streams.len());
+        let base = scratch(slots + count + streams + 1);
         let used = (n.div_ceil(4 * w) * 4 * w).min(TILE);
-        for c in 0..t.scalars {
+        for c in 0..count {
             let v = *scalars.add(c);
-            let tile = base.add((t.slots + c) * TILE);
+            let tile = base.add((slots + c) * TILE);
             for j in 0..used {
                 *tile.add(j) = v;
             }
         }
-        Tiles { base, ..t }
+        Tiles {
+            base,
+            slots,
+            scalars: count,
+            streams,
+        }
     }
 
     #[inline(always)]

@@ -209,16 +209,19 @@ impl Program {
     /// step the executor computes faster (a transcendental function, see
     /// `BENCHMARKS.md`, "Element-wise code at full width").
     pub(crate) fn prefers_wide(&self) -> bool {
-        let (mut narrow, mut wide) = (0, 0);
+        let (mut narrow, mut wide, mut calls) = (0, 0, self.segments().len() as u32);
         for s in &self.steps {
             if let Step::Lanes { op, .. } = s {
-                let (n, w) = step_costs(op);
-                narrow += n;
-                wide += if is_cheap(op) { n } else { w };
+                match cost(op) {
+                    Cost::Cheap(n) => (narrow, wide) = (narrow + n, wide + n),
+                    Cost::Lanes { f32x4, wide: w } => {
+                        (narrow, wide, calls) = (narrow + f32x4, wide + w, calls + 1)
+                    }
+                }
             }
         }
-        // A call per segment and per wide step, per tile.
-        wide + self.segments().len() as u32 <= narrow && wide < narrow
+        // A call per segment and per executor step, per tile.
+        wide + calls < narrow
     }
 
     /// The maximal runs of cheap [`Step::Lanes`] steps (see [`is_cheap`]).
@@ -268,49 +271,48 @@ impl Program {
 }
 
 /// Whether a step runs in a compiled f32x4 segment rather than on the
-/// executor's lanes: everything but the transcendental functions (the
-/// polynomial ones and the lane-by-lane calls) and `pow`.
+/// executor's lanes (see [`cost`]).
 pub(crate) fn is_cheap(op: &Op) -> bool {
-    match op {
-        Op::Unary(op, _) => matches!(
-            op,
-            UnaryOp::Neg
-                | UnaryOp::Abs
-                | UnaryOp::Floor
-                | UnaryOp::Sgn
-                | UnaryOp::Sqrt
-                | UnaryOp::Detach
-        ),
-        Op::Binary(op, _, _) => *op != BinaryOp::Pow,
-        Op::PowI(..) | Op::Select { .. } => true,
-    }
+    matches!(cost(op), Cost::Cheap(_))
 }
 
-/// Relative cost per element of a step on the f32x4 code and on the
-/// AVX-512 executor's lanes (one thread, Zen 4; an addition on f32x4 is 1).
-fn step_costs(op: &Op) -> (u32, u32) {
+/// Where a step runs and its cost per element, relative to an addition in
+/// f32x4 code (one thread, Zen 4).
+enum Cost {
+    /// In a compiled f32x4 segment (`crate::cpu::wide_segment`), at the
+    /// f32x4 code's cost.
+    Cheap(u32),
+    /// On the executor's lanes: what the f32x4 code and the executor pay.
+    Lanes { f32x4: u32, wide: u32 },
+}
+
+/// The rule table: transcendental functions and `pow` run on the
+/// executor's lanes, everything else in compiled segments.
+fn cost(op: &Op) -> Cost {
+    let lanes = |f32x4, wide| Cost::Lanes { f32x4, wide };
     match *op {
         Op::Unary(op, _) => match op {
-            UnaryOp::Exp => (30, 10),
-            UnaryOp::Sigmoid => (36, 11),
-            UnaryOp::Tanh => (45, 13),
-            UnaryOp::Log => (40, 10),
-            UnaryOp::Log10 => (42, 11),
-            UnaryOp::Erf => (90, 25),
-            UnaryOp::Sqrt => (4, 2),
+            UnaryOp::Exp => lanes(30, 10),
+            UnaryOp::Sigmoid => lanes(36, 11),
+            UnaryOp::Tanh => lanes(45, 13),
+            UnaryOp::Log => lanes(40, 10),
+            UnaryOp::Log10 => lanes(42, 11),
+            UnaryOp::Erf => lanes(90, 25),
             // Lane by lane in both: the same scalar call.
             UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Atan => {
-                (60, 55)
+                lanes(60, 55)
             }
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Sgn | UnaryOp::Detach => (1, 2),
+            UnaryOp::Sqrt => Cost::Cheap(4),
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Sgn | UnaryOp::Detach => {
+                Cost::Cheap(1)
+            }
         },
-        Op::Binary(BinaryOp::Div, ..) => (4, 2),
-        Op::Binary(BinaryOp::Pow, ..) => (60, 55),
-        Op::Binary(..) | Op::Select { .. } => (1, 2),
+        Op::Binary(BinaryOp::Pow, ..) => lanes(60, 55),
+        Op::Binary(BinaryOp::Div, ..) => Cost::Cheap(4),
+        Op::Binary(..) | Op::Select { .. } => Cost::Cheap(1),
         Op::PowI(_, n) => {
             let muls = 2 * (32 - n.unsigned_abs().leading_zeros());
-            let div = if n < 0 { (4, 2) } else { (0, 0) };
-            (muls + div.0, 2 + div.1)
+            Cost::Cheap(muls + if n < 0 { 4 } else { 0 })
         }
     }
 }

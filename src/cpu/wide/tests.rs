@@ -4,58 +4,10 @@
 
 use super::program::{is_cheap, Op, Program, Step};
 use super::Width;
-use crate::cpu::codegen::compile_at;
+use crate::cpu::test_kernels::{kernel, mark_innermost, run_at, Ran};
 use crate::cpu::wide_loop::MIN_TRIPS;
 use crate::kernel::{Kernel, Stmt};
 use crate::symbolic::IndexFn;
-use crate::DType;
-
-/// Marks the innermost output loops vector loops, as the planner marks an
-/// element-wise body.
-fn mark_innermost(stmts: &mut [Stmt]) {
-    for s in stmts {
-        if let Stmt::For(l) = s {
-            if l.body.iter().any(|b| matches!(b, Stmt::For(_))) {
-                mark_innermost(&mut l.body);
-            } else {
-                l.vector = true;
-            }
-        }
-    }
-}
-
-fn kernel(src: &str, shapes: &[(&str, &[usize])]) -> Kernel {
-    let f = IndexFn::parse(src, shapes).unwrap();
-    let mut k = crate::kernel::lower(&f).unwrap();
-    mark_innermost(&mut k.body);
-    k
-}
-
-/// Runs `k` compiled at `width` on `args`, the parallel loop cut at
-/// `cuts`; the output and the number of loops on the wide executor.
-fn run_at(k: &Kernel, args: &[&[f32]], width: Width, cuts: &[usize]) -> (Vec<f32>, u32) {
-    let code = compile_at(k, DType::F32, width).unwrap();
-    let mut out = vec![f32::NAN; k.out_len()];
-    let ptrs: Vec<*const u8> = args.iter().map(|a| a.as_ptr() as *const u8).collect();
-    let mut bounds = vec![0];
-    bounds.extend(cuts.iter().copied().filter(|&c| c > 0 && c < k.extent));
-    bounds.push(k.extent);
-    for w in bounds.windows(2) {
-        // SAFETY: buffers of the kernel's declared lengths, rows in range.
-        unsafe {
-            (code.entry)(
-                ptrs.as_ptr(),
-                out.as_mut_ptr() as *mut u8,
-                w[0] as i64,
-                w[1] as i64,
-            )
-        };
-    }
-    let wide = code.wide_loops;
-    // SAFETY: the entry is not used afterwards.
-    unsafe { code.module.free_memory() };
-    (out, wide)
-}
 
 /// Values over the functions' interesting ranges, special values included.
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -133,10 +85,18 @@ fn every_width_computes_the_f32x4_bits() {
         for body in BODIES {
             let src = format!("f[i] = {body}");
             let k = kernel(&src, &[("x", &[len][..]), ("y", &[len][..])]);
-            let (narrow, none) = run_at(&k, &[&x, &y], Width::F32x4, &[]);
+            let Ran {
+                out: narrow,
+                wide_loops: none,
+                ..
+            } = run_at(&k, &[&x, &y], Width::F32x4, &[]);
             assert_eq!(none, 0, "f32x4 ran the executor");
             for w in widths() {
-                let (wide, loops) = run_at(&k, &[&x, &y], w, &[len / 3, len / 3 + 1, 2 * len / 3]);
+                let Ran {
+                    out: wide,
+                    wide_loops: loops,
+                    ..
+                } = run_at(&k, &[&x, &y], w, &[len / 3, len / 3 + 1, 2 * len / 3]);
                 let expect = len as u64 >= MIN_TRIPS
                     && Program::build(&vector_loop(&k)).is_some_and(|p| p.prefers_wide());
                 assert_eq!(loops, expect as u32, "{src} at {w:?}");
@@ -161,9 +121,17 @@ fn exp_rounds_alike_where_it_overflows_and_underflows() {
             "f[i] = exp x[i] + sigmoid (x[i] / 2)",
             &[("x", &[xs.len()][..])],
         );
-        let (narrow, _) = run_at(&k, &[&xs], Width::F32x4, &[]);
+        let Ran {
+            out: narrow,
+            wide_loops: _,
+            ..
+        } = run_at(&k, &[&xs], Width::F32x4, &[]);
         for w in widths() {
-            let (wide, loops) = run_at(&k, &[&xs], w, &[]);
+            let Ran {
+                out: wide,
+                wide_loops: loops,
+                ..
+            } = run_at(&k, &[&xs], w, &[]);
             assert_eq!(loops, 1);
             same_bits(&wide, &narrow, &format!("exp sweep at {w:?}"));
         }
@@ -201,9 +169,17 @@ fn rows_with_scalars_and_broadcasts() {
             ("c", &[cols][..]),
         ],
     );
-    let (narrow, _) = run_at(&k, &[&x, &b, &c], Width::F32x4, &[]);
+    let Ran {
+        out: narrow,
+        wide_loops: _,
+        ..
+    } = run_at(&k, &[&x, &b, &c], Width::F32x4, &[]);
     for w in widths() {
-        let (wide, loops) = run_at(&k, &[&x, &b, &c], w, &[1, 2, 5]);
+        let Ran {
+            out: wide,
+            wide_loops: loops,
+            ..
+        } = run_at(&k, &[&x, &b, &c], w, &[1, 2, 5]);
         assert_eq!(loops, 1, "{src} at {w:?}");
         same_bits(&wide, &narrow, &format!("{src} at {w:?}"));
     }
@@ -340,9 +316,17 @@ fn sums_run_wide_in_a_fixed_order() {
             })
             .collect();
         for w in widths() {
-            let (whole, loops) = run_at(&k, &[&x, &y], w, &[]);
+            let Ran {
+                out: whole,
+                wide_loops: loops,
+                ..
+            } = run_at(&k, &[&x, &y], w, &[]);
             assert_eq!(loops, (len as u64 >= MIN_TRIPS) as u32, "{src} at {w:?}");
-            let (cut, _) = run_at(&k, &[&x, &y], w, &[1, 3]);
+            let Ran {
+                out: cut,
+                wide_loops: _,
+                ..
+            } = run_at(&k, &[&x, &y], w, &[1, 3]);
             same_bits(&whole, &cut, &src);
             for (i, (&got, &e)) in whole.iter().zip(&exact).enumerate() {
                 let scale: f64 = (0..len).map(|j| 1.0 + (y[j] as f64).abs() * 2.0).sum();
