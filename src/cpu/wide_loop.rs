@@ -1,15 +1,17 @@
-//! A vectorised output loop handed to the wide executor: the call that
-//! generated code makes in place of the f32x4 loop.
+//! A vectorised output loop or sum handed to the wide executor: the call
+//! that generated code makes in place of the f32x4 code.
 //!
 //! Owns the code that computes, at the loop's first iteration, each
 //! stream's address, each scalar's value and the output's address, stores
 //! them in stack slots and calls the executor's entry point for the
-//! kernel's width (`super::wide`). The [`Program`] is kept alive by the
-//! compiled kernel (`Code::programs`). Must not decide which loops are
-//! vectorised, nor compute anything the executor computes.
+//! kernel's width (`super::wide`); the compilation of the program's cheap
+//! runs (`super::wide_segment`) and the placing of their addresses once
+//! the module is finalized. The [`Program`] is kept alive by the compiled
+//! kernel (`Code::programs`). Must not decide which loops are vectorised,
+//! nor compute anything the executor computes.
 
 use super::codegen::{Emitter, R};
-use super::wide::{Output, Program, Scalar, Step};
+use super::wide::{Entries, Output, Program, Scalar, Step};
 use super::wide_segment::compile_segment;
 use crate::kernel::{Loop, Reg};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -40,7 +42,7 @@ impl Emitter<'_> {
         let Some(program) = Program::build(l).filter(Program::prefers_wide) else {
             return Ok(false);
         };
-        self.wide_call(l, program, entries.store.0)?;
+        self.wide_call(l, program, entries)?;
         self.vectorized = true;
         Ok(true)
     }
@@ -55,19 +57,20 @@ impl Emitter<'_> {
         let Some(program) = Program::build_sum(l, value).filter(Program::prefers_wide) else {
             return Ok(None);
         };
-        self.wide_call(l, program, entries.sum.0)
+        self.wide_call(l, program, entries)
     }
 
-    /// Calls `symbol` on `program` over `l`'s range when it is not empty:
-    /// the stored loop's entry (no result) or the sum's (the result, `0`
-    /// for an empty range).
-    fn wide_call(&mut self, l: &Loop, program: Program, symbol: &str) -> R<Option<Value>> {
+    /// Calls the executor on `program` over `l`'s range when it is not
+    /// empty: the entry of a stored loop (no result) or of a sum (the
+    /// result, `0` for an empty range).
+    fn wide_call(&mut self, l: &Loop, program: Program, entries: Entries) -> R<Option<Value>> {
         let program = Box::new(self.with_segments(program)?);
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
         }
         let sum = program.output == Output::Sum;
+        let symbol = if sum { entries.sum.0 } else { entries.store.0 };
         let (lo, hi) = self.range(l)?;
         let n = self.b.ins().isub(hi, lo);
         let n = self.b.ins().iadd_imm_s(n, 1);
