@@ -46,20 +46,12 @@ fn scratch(tiles: usize) -> *mut f32 {
     })
 }
 
-/// `d[j] = body(a[j])` over `len` elements (a multiple of the width), two
-/// vectors per iteration while they fit: two independent chains for the
-/// out-of-order core, which otherwise waits out each tile's first chain.
+/// `d[j] = body(a[j])` over `len` elements (a multiple of the width), a
+/// vector at a time. (Two vectors per iteration measured the same: the
+/// units are saturated.)
 macro_rules! map {
     ($l:ident, $len:expr, $d:expr, [$($x:ident = $src:expr),+] => $body:expr) => {{
         let mut j = 0;
-        while j + 2 * L::W <= $len {
-            for u in [0, L::W] {
-                $(let $x = $l.load($src.add(j + u));)+
-                let y = $body;
-                $l.store($d.add(j + u), y);
-            }
-            j += 2 * L::W;
-        }
         while j < $len {
             $(let $x = $l.load($src.add(j));)+
             let y = $body;
