@@ -1,0 +1,194 @@
+//! One single-threaded matrix product over strided views, as the five
+//! loops of Goto and van de Geijn (BLIS's formulation): blocks of N, then
+//! of K (pack B), then of M (pack A), then micro-tiles.
+//!
+//! Owns [`gemm`], the thread's packing buffers and the split of K into
+//! blocks. The blocks of K depend on `k` and the kernel only, so every
+//! output element is rounded the same way wherever its tile lies: callers
+//! may cut M and N among threads freely and stay bitwise reproducible. Must
+//! not choose kernels (`super::kernels`) nor thread.
+
+use super::kernels::{Float, Kernel};
+use super::pack::pack_panels;
+use std::cell::RefCell;
+
+/// A strided view of a matrix: element `(r, c)` at `ptr + r·rs + c·cs`.
+#[derive(Clone, Copy)]
+pub(super) struct View<T> {
+    pub ptr: *const T,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<T> View<T> {
+    /// The transposed view.
+    fn t(self) -> View<T> {
+        View {
+            ptr: self.ptr,
+            rs: self.cs,
+            cs: self.rs,
+        }
+    }
+
+    fn at(self, r: usize, c: usize) -> *const T {
+        self.ptr
+            .wrapping_offset(r as isize * self.rs)
+            .wrapping_offset(c as isize * self.cs)
+    }
+}
+
+/// A 64-byte-aligned block of packing memory.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+thread_local! {
+    /// The thread's packed A block and B panel.
+    static PACKED: RefCell<(Vec<Line>, Vec<Line>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn grow(buf: &mut Vec<Line>, bytes: usize) -> *mut u8 {
+    let lines = bytes.div_ceil(64);
+    if buf.len() < lines {
+        buf.resize(lines, Line([0; 64]));
+    }
+    buf.as_mut_ptr() as *mut u8
+}
+
+/// Bytes of a whole `k × n` B under which K is not blocked: B then stays
+/// in half of L2, and one pass over K streams A once and writes C once (a
+/// convolution's narrow weight matrix against its tall input).
+const NARROW_B_BYTES: usize = 512 << 10;
+
+/// The largest block of K for a product with `n` columns and `k` terms:
+/// the kernel's `kc`, or all of `k` when B is narrow. It depends on the
+/// whole product's shape, never on a thread's tile of it, so that every
+/// element is rounded the same way at every thread count.
+pub(super) fn k_block<T: Float>(kernel: &Kernel<T>, n: usize, k: usize) -> usize {
+    let b_bytes = n.saturating_mul(k).saturating_mul(std::mem::size_of::<T>());
+    if b_bytes <= NARROW_B_BYTES {
+        k.max(1)
+    } else {
+        kernel.kc
+    }
+}
+
+/// The split of `k` into blocks of at most `kc`, all of nearly equal size
+/// (so no block is a short remainder): `(blocks, size of the first ones)`;
+/// the last block holds what is left.
+pub(super) fn k_blocks(k: usize, kc: usize) -> (usize, usize) {
+    let blocks = k.div_ceil(kc).max(1);
+    (blocks, k.div_ceil(blocks))
+}
+
+/// `C = alpha·A·B`, or `C += alpha·A·B` when `accumulate`, for `A` of
+/// `m × k`, `B` of `k × n` and `C` of `m × n` at `c` with strides
+/// `(rs_c, cs_c)`, with `kernel` and blocks of K of at most `kc`
+/// ([`k_block`] of the whole product).
+///
+/// # Safety
+///
+/// Every element of the three views is valid (C's for reads and writes),
+/// no element of C is written twice (distinct `(r, c)` have distinct
+/// addresses) and C overlaps neither operand. `k ≥ 1`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm<T: Float>(
+    kernel: &Kernel<T>,
+    kc: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: T,
+    a: View<T>,
+    b: View<T>,
+    c: *mut T,
+    rs_c: isize,
+    cs_c: isize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if cs_c != 1 && rs_c == 1 {
+        // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows.
+        return gemm(
+            kernel,
+            kc,
+            n,
+            m,
+            k,
+            alpha,
+            b.t(),
+            a.t(),
+            c,
+            cs_c,
+            rs_c,
+            accumulate,
+        );
+    }
+    let Kernel { mr, nr, mc, nc, .. } = *kernel;
+    let (k_count, kc) = k_blocks(k, kc);
+    let mc = mc.min(m.next_multiple_of(mr));
+    let nc = nc.min(n.next_multiple_of(nr));
+    let size = std::mem::size_of::<T>();
+    PACKED.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        let (a_buf, b_buf) = &mut *bufs;
+        let packed_a = grow(a_buf, mc * kc * size) as *mut T;
+        let packed_b = grow(b_buf, nc * kc * size) as *mut T;
+        // A whose rows are contiguous along K is read in place, saving a
+        // copy of A per block of N (a convolution's A is large and each of
+        // its micro-panels meets few B panels); only a last, partial
+        // micro-panel is packed, so no row past A's end is read.
+        let in_place = a.cs == 1;
+
+        for jc in (0..n).step_by(nc) {
+            let nb = nc.min(n - jc);
+            for kb in 0..k_count {
+                let pc = kb * kc;
+                let kl = kc.min(k - pc);
+                pack_panels(nr, nb, kl, b.at(pc, jc), b.cs, b.rs, packed_b);
+                let add = accumulate || kb > 0;
+                for ic in (0..m).step_by(mc) {
+                    let mb = mc.min(m - ic);
+                    if !in_place {
+                        pack_panels(mr, mb, kl, a.at(ic, pc), a.rs, a.cs, packed_a);
+                    } else if mb % mr != 0 {
+                        let last = mb - mb % mr;
+                        let edge = packed_a.add(last * kl);
+                        pack_panels(mr, mb - last, kl, a.at(ic + last, pc), a.rs, 1, edge);
+                    }
+                    for jr in (0..nb).step_by(nr) {
+                        let b_panel = packed_b.add(jr * kl);
+                        for ir in (0..mb).step_by(mr) {
+                            let rows = mr.min(mb - ir);
+                            let (a_panel, rs_a, cs_a) = if in_place && rows == mr {
+                                (a.at(ic + ir, pc), a.rs, 1)
+                            } else {
+                                (packed_a.add(ir * kl) as *const T, 1, mr as isize)
+                            };
+                            let dst = c
+                                .offset((ic + ir) as isize * rs_c)
+                                .offset((jc + jr) as isize * cs_c);
+                            (kernel.run)(
+                                kl,
+                                a_panel,
+                                rs_a,
+                                cs_a,
+                                b_panel,
+                                nr as isize,
+                                dst,
+                                rs_c,
+                                cs_c,
+                                alpha,
+                                add,
+                                rows,
+                                nr.min(nb - jr),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    });
+}

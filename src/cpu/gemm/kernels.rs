@@ -1,0 +1,186 @@
+//! Micro-kernels: one `mr × nr` tile of `C = alpha·A·B (+ C)` from two
+//! packed panels, with its accumulators in registers, and the table that
+//! picks one per element type and vector width.
+//!
+//! Owns the [`Kernel`] descriptions (register tile and cache blocks, chosen
+//! by measurement on the hosts `BENCHMARKS.md` names), the portable kernel
+//! every CPU runs, and [`Float::kernel`], which picks the AVX-512 or AVX2
+//! kernels of `super::x86` from the width the element-wise code runs at
+//! (`TENJIN_SIMD` forces the portable kernel with `f32x4`, so CI exercises
+//! it on any host). Must not pack nor loop over blocks (`super::blis`).
+//!
+//! Every kernel sums its `kc` products in increasing `p` order, one chain
+//! per output element, so an element's rounding depends on the blocking of
+//! K only, never on where its tile lies nor on the thread that computes it.
+
+use super::super::wide::Width;
+use std::ops::{Add, Mul};
+
+/// `(kc, a, rs_a, cs_a, b, ks_b, c, rs_c, cs_c, alpha, accumulate, m, n)`:
+/// computes the `mr × nr` tile `alpha · Σ_p a[i·rs_a + p·cs_a] ·
+/// b[p·ks_b + j]` (each operand packed, `rs_a = 1, cs_a = mr` and `ks_b =
+/// nr`, or read in place) and writes its first `m` rows and `n` columns to
+/// `c + i·rs_c + j·cs_c`, added to what is there when `accumulate`
+/// (otherwise `c` is not read).
+pub(super) type KernelFn<T> = unsafe fn(
+    usize,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    *mut T,
+    isize,
+    isize,
+    T,
+    bool,
+    usize,
+    usize,
+);
+
+/// A micro-kernel and the blocking it is run with.
+#[derive(Clone, Copy)]
+pub(super) struct Kernel<T> {
+    /// Rows and columns of the register tile.
+    pub mr: usize,
+    pub nr: usize,
+    /// Largest block of K (a packed B micro-panel of `kc × nr` stays in
+    /// L1), of M (a packed `mc × kc` block of A stays in L2) and of N.
+    pub kc: usize,
+    pub mc: usize,
+    pub nc: usize,
+    pub run: KernelFn<T>,
+    /// What `BENCHMARKS.md` and the tests call it.
+    pub name: &'static str,
+}
+
+/// The element types the GEMM runs: f32 and f64.
+pub(super) trait Float:
+    Copy + Default + PartialEq + Add<Output = Self> + Mul<Output = Self> + Send + Sync + 'static
+{
+    /// The kernel for this host ([`Width::host`]).
+    fn kernel() -> Kernel<Self>;
+    /// The nearest value.
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Float for f32 {
+    fn kernel() -> Kernel<f32> {
+        match Width::host() {
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx512 => super::x86::AVX512_F32,
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx2 => super::x86::AVX2_F32,
+            _ => portable(),
+        }
+    }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+impl Float for f64 {
+    fn kernel() -> Kernel<f64> {
+        match Width::host() {
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx512 => super::x86::AVX512_F64,
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx2 => super::x86::AVX2_F64,
+            _ => portable(),
+        }
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+}
+
+/// Rows and columns of the portable kernel's tile.
+const PORTABLE_MR: usize = 4;
+const PORTABLE_NR: usize = 8;
+
+/// The portable kernel: plain Rust that the compiler vectorises at the
+/// target's baseline (SSE2 on x86-64), for every CPU.
+pub(super) fn portable<T: Float>() -> Kernel<T> {
+    Kernel {
+        mr: PORTABLE_MR,
+        nr: PORTABLE_NR,
+        kc: 256,
+        mc: 128,
+        nc: 2048,
+        run: portable_kernel::<T>,
+        name: "portable 4x8",
+    }
+}
+
+/// [`KernelFn`] in plain Rust.
+///
+/// # Safety
+///
+/// As for every [`KernelFn`]: the `mr × kc` elements of A are readable,
+/// `b` holds `kc·nr` packed elements, and the `m × n` corner of the tile at
+/// `c` is writable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable_kernel<T: Float>(
+    kc: usize,
+    a: *const T,
+    rs_a: isize,
+    cs_a: isize,
+    b: *const T,
+    ks_b: isize,
+    c: *mut T,
+    rs_c: isize,
+    cs_c: isize,
+    alpha: T,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+) {
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+    let mut acc = [[T::default(); NR]; MR];
+    for p in 0..kc {
+        let column = a.offset(p as isize * cs_a);
+        let bv = std::slice::from_raw_parts(b.offset(p as isize * ks_b), NR);
+        for (i, row) in acc.iter_mut().enumerate() {
+            let ai = *column.offset(i as isize * rs_a);
+            for (x, &bj) in row.iter_mut().zip(bv) {
+                *x = *x + ai * bj;
+            }
+        }
+    }
+    let mut tile = [T::default(); MR * NR];
+    for (i, row) in acc.iter().enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            tile[i * NR + j] = x * alpha;
+        }
+    }
+    write_tile(&tile, NR, c, rs_c, cs_c, accumulate, m, n);
+}
+
+/// Writes the `m × n` corner of a scaled tile (rows of `nr`) to `c`:
+/// the path of edge tiles and of outputs whose rows are not contiguous.
+///
+/// # Safety
+///
+/// `c + i·rs_c + j·cs_c` is writable (and readable when `accumulate`) for
+/// `i < m`, `j < n`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn write_tile<T: Float>(
+    tile: &[T],
+    nr: usize,
+    c: *mut T,
+    rs_c: isize,
+    cs_c: isize,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+) {
+    for i in 0..m {
+        let row = c.offset(i as isize * rs_c);
+        for j in 0..n {
+            let dst = row.offset(j as isize * cs_c);
+            let v = tile[i * nr + j];
+            *dst = if accumulate { *dst + v } else { v };
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Running a [`Contraction`] (the planner's description of a batched
+//! matrix product over strided views) with tenjin's own GEMM.
+//!
+//! Owns the tiling of a product across the threads of tenjin's pool and
+//! the batch and outer-K loops around each single-threaded product. The
+//! product itself is BLIS-style (`blis`: cache blocks and packing from the
+//! views, `pack`; register-tiled micro-kernels, `kernels` and `x86`: AVX-512
+//! and AVX2 with FMA picked at run time, a portable kernel elsewhere or
+//! when `TENJIN_SIMD=f32x4` forces it). What is a contraction, and its
+//! dimensions and strides, is decided by [`crate::planner::contraction`];
+//! this module must not decide it.
+//!
+//! # Threads
+//!
+//! The larger of M and N is cut into at most 8 tiles of at least 128 rows
+//! or columns (edges on multiples of 16), a tiling that depends on the
+//! shape only; [`Contraction::set_threads`] (or the JIT pool's count)
+//! decides how many threads of tenjin's pool share the tiles. The blocks of
+//! K, hence each element's rounding, depend on K and the kernel only, so
+//! results are bitwise equal for every thread count (the tests check it).
+//! Batch and K-outer loops run inside each tile.
+
+mod blis;
+mod kernels;
+mod pack;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use blis::View;
+use kernels::Float;
+
+use crate::kernel::contraction::{offsets, Contraction};
+
+use crate::dtype::{DType, Element};
+
+/// Products are cut into tiles of at least this many rows or columns, one
+/// per thread at most.
+const MIN_TILE: usize = 128;
+
+/// The operand and output addresses of one run, shared by the threads
+/// computing its tiles.
+struct Operands<T> {
+    a: *const T,
+    b: *const T,
+    dst: *mut T,
+}
+
+// SAFETY: the threads only read `a` and `b` and write disjoint tiles of
+// `dst` (see `Contraction::run`), all within one `run` call that outlives them.
+unsafe impl<T> Sync for Operands<T> {}
+
+/// The micro-kernel products in `dtype` run with in this process (its
+/// register tile and instruction set, e.g. `"avx512 6x32"`), or `None` for
+/// a dtype no GEMM computes. Benchmarks report it.
+///
+/// ```
+/// let name = tenjin::jit::gemm::kernel_name(tenjin::DType::F32).unwrap();
+/// assert!(["avx512", "avx2", "portable"].iter().any(|w| name.starts_with(w)));
+/// ```
+pub fn kernel_name(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::F32 => Some(f32::kernel().name),
+        DType::F64 => Some(f64::kernel().name),
+        _ => None,
+    }
+}
+
+/// `inputs` as slices of `U`.
+///
+/// # Safety
+///
+/// `T` and `U` are the same type.
+unsafe fn retype<'a, T, U>(inputs: &'a [&'a [T]]) -> &'a [&'a [U]] {
+    std::slice::from_raw_parts(inputs.as_ptr() as *const &[U], inputs.len())
+}
+
+/// `out` as a slice of `U`.
+///
+/// # Safety
+///
+/// `T` and `U` are the same type.
+unsafe fn retype_mut<T, U>(out: &mut [T]) -> &mut [U] {
+    std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut U, out.len())
+}
+
+impl Contraction {
+    /// Computes the function in f32. `inputs` are ordered like `f.args()`
+    /// and `out` is the dense row-major output; the caller has checked their
+    /// lengths against the declared shapes (a mismatch is a bug: it fails a
+    /// debug assertion, and in release builds nothing is written).
+    pub fn run_f32(&self, inputs: &[&[f32]], out: &mut [f32]) {
+        self.run(inputs, out, self.threads)
+    }
+
+    /// Computes the function in f64; see [`Contraction::run_f32`].
+    pub fn run_f64(&self, inputs: &[&[f64]], out: &mut [f64]) {
+        self.run(inputs, out, self.threads)
+    }
+
+    /// As `run_f32`/`run_f64` with an explicit thread count (the JIT passes
+    /// the pool's current one without copying the plan).
+    pub(crate) fn run_with_threads<T: Element>(
+        &self,
+        inputs: &[&[T]],
+        out: &mut [T],
+        threads: usize,
+    ) {
+        self.run(inputs, out, threads.max(1))
+    }
+
+    fn lengths_match<T>(&self, inputs: &[&[T]], out: &[T]) -> bool {
+        inputs.len() == self.arg_lens.len()
+            && inputs
+                .iter()
+                .zip(&self.arg_lens)
+                .all(|(x, &n)| x.len() == n)
+            && out.len() == self.out_len
+    }
+
+    fn run<T: Element>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
+        // SAFETY: `Element` is sealed, and its `DTYPE` names the type
+        // itself, so each cast is from a type to itself.
+        unsafe {
+            match T::DTYPE {
+                DType::F32 => self.run_float::<f32>(retype(inputs), retype_mut(out), threads),
+                DType::F64 => self.run_float::<f64>(retype(inputs), retype_mut(out), threads),
+                other => debug_assert!(false, "gemm contraction: no GEMM computes {other:?}"),
+            }
+        }
+    }
+
+    fn run_float<T: Float>(&self, inputs: &[&[T]], out: &mut [T], threads: usize) {
+        if !self.lengths_match(inputs, out) {
+            debug_assert!(
+                false,
+                "gemm contraction: buffer lengths {:?} (output {}) do not match the declared {:?} (output {})",
+                inputs.iter().map(|x| x.len()).collect::<Vec<_>>(),
+                out.len(),
+                self.arg_lens,
+                self.out_len
+            );
+            return;
+        }
+        if self.out_len == 0 {
+            return;
+        }
+        if self.k_total == 0 {
+            out.fill(T::default());
+            return;
+        }
+        let alpha = T::from_f64(self.scale);
+        let kernel = T::kernel();
+        // The whole product's blocks of K, not a tile's (`blis::k_block`);
+        // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
+        // N is then M.
+        let transposed = self.n.out != 1 && self.m.out == 1;
+        let n_all = if transposed { self.m.len } else { self.n.len };
+        let kc = blis::k_block(&kernel, n_all, self.k.len);
+        let n_batch: usize = self.batch.iter().map(|d| d.len).product();
+        let n_k: usize = self.k_outer.iter().map(|d| d.len).product();
+        let (m, n, k) = (self.m, self.n, self.k);
+        // The larger of m and n is cut into contiguous tiles, each computed
+        // by a single-threaded product; threads share the tiles through
+        // tenjin's own pool (a dispatch costs about a microsecond). The
+        // tiling depends on the shape only, and the rounding of each element
+        // on K's blocks only (`blis`), so results stay bitwise identical for
+        // any number of threads. Tile edges are multiples of 16 (whole
+        // micro-kernel columns at every width).
+        let split_n = n.len >= m.len;
+        let total = if split_n { n.len } else { m.len };
+        let align = if split_n { kernel.nr } else { kernel.mr };
+        let parts = (total / MIN_TILE).clamp(1, threads);
+        let edge = |p: usize| ((total * p / parts).div_ceil(align) * align).min(total);
+        let ptrs = Operands {
+            a: inputs[self.arg_a].as_ptr().wrapping_add(self.base_a),
+            b: inputs[self.arg_b].as_ptr().wrapping_add(self.base_b),
+            dst: out.as_mut_ptr(),
+        };
+        let ptrs = &ptrs;
+        let tile = |p0: usize, p1: usize| {
+            for p in p0..p1 {
+                let (lo, hi) = (edge(p), edge(p + 1));
+                if lo >= hi {
+                    continue;
+                }
+                let (mut mt, mut nt) = (m.len, n.len);
+                let (mut a_off, mut b_off) = (0isize, 0isize);
+                let o_off = if split_n {
+                    nt = hi - lo;
+                    b_off = lo as isize * n.b;
+                    lo as isize * n.out
+                } else {
+                    mt = hi - lo;
+                    a_off = lo as isize * m.a;
+                    lo as isize * m.out
+                };
+                // SAFETY: `detect` proved that every element the loop nest
+                // reads is inside its argument's declared shape (offsets from
+                // `base_*` stay in `0..len`), the lengths were checked above,
+                // and distinct output variables have distinct row-major
+                // strides, so every write lands in `out` and no two writes of
+                // one product alias; tiles cover disjoint output rows or
+                // columns, so concurrent calls write disjoint elements. Inputs
+                // are shared borrows and `out` is exclusive, so operands never
+                // alias the output.
+                unsafe {
+                    for bi in 0..n_batch {
+                        let (ba, bb, bo) = offsets(&self.batch, bi);
+                        for ki in 0..n_k {
+                            let (ka, kb, _) = offsets(&self.k_outer, ki);
+                            let a = View {
+                                ptr: ptrs.a.offset(ba + ka + a_off),
+                                rs: m.a,
+                                cs: k.a,
+                            };
+                            let b = View {
+                                ptr: ptrs.b.offset(bb + kb + b_off),
+                                rs: k.b,
+                                cs: n.b,
+                            };
+                            let dst = ptrs.dst.offset(bo + o_off);
+                            let add = ki > 0;
+                            blis::gemm(
+                                &kernel, kc, mt, nt, k.len, alpha, a, b, dst, m.out, n.out, add,
+                            );
+                        }
+                    }
+                }
+            }
+        };
+        if parts > 1 && threads > 1 {
+            super::pool::parallel_for(parts, 1, &tile);
+        } else {
+            tile(0, parts);
+        }
+    }
+}

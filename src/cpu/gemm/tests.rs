@@ -1,0 +1,331 @@
+//! Every kernel the host can run against a reference product in f64, over
+//! strided, transposed, broadcast and reversed views, edge tiles, several
+//! blocks of K, `alpha` and accumulation; and the bitwise promises: a tile
+//! of C computed alone equals the same elements of the whole product, and
+//! the FMA kernels of every width give the same bits.
+
+use super::blis::{gemm, k_block, k_blocks, View};
+use super::kernels::{portable, Float, Kernel};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn kernels_f32() -> Vec<Kernel<f32>> {
+    #[allow(unused_mut)]
+    let mut all = vec![portable::<f32>()];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            all.push(super::x86::AVX2_F32);
+        }
+        if has!("avx512f") && has!("fma") {
+            all.push(super::x86::AVX512_F32);
+        }
+    }
+    all
+}
+
+fn kernels_f64() -> Vec<Kernel<f64>> {
+    #[allow(unused_mut)]
+    let mut all = vec![portable::<f64>()];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            all.push(super::x86::AVX2_F64);
+        }
+        if has!("avx512f") && has!("fma") {
+            all.push(super::x86::AVX512_F64);
+        }
+    }
+    all
+}
+
+/// A matrix layout: row-major, column-major, a row broadcast along the
+/// rows (row stride 0), or row-major read backwards.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Rows,
+    Cols,
+    Broadcast,
+    Reversed,
+}
+
+const LAYOUTS: [Layout; 4] = [
+    Layout::Rows,
+    Layout::Cols,
+    Layout::Broadcast,
+    Layout::Reversed,
+];
+
+/// Storage for an `r × c` matrix in `layout`, and the view of it.
+fn matrix<T: Float>(
+    r: usize,
+    c: usize,
+    layout: Layout,
+    rng: &mut StdRng,
+) -> (Vec<T>, isize, isize, isize) {
+    let len = match layout {
+        Layout::Broadcast => c,
+        _ => r * c,
+    };
+    let data: Vec<T> = (0..len)
+        .map(|_| T::from_f64(rng.gen_range(-1.0..1.0)))
+        .collect();
+    let (base, rs, cs) = match layout {
+        Layout::Rows => (0, c as isize, 1),
+        Layout::Cols => (0, 1, r as isize),
+        Layout::Broadcast => (0, 0, 1),
+        Layout::Reversed => ((r * c) as isize - 1, -(c as isize), -1),
+    };
+    (data, base, rs, cs)
+}
+
+trait Wide: Float {
+    fn wide(self) -> f64;
+}
+impl Wide for f32 {
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+impl Wide for f64 {
+    fn wide(self) -> f64 {
+        self
+    }
+}
+
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Layout,
+    b: Layout,
+    c_cols: bool,
+    alpha: f64,
+    accumulate: bool,
+}
+
+/// Runs `case` with `kernel` (blocks of K of at most `kc`) and checks every element against a product
+/// in f64 to `tol` relative to `Σ|a||b|`; returns C.
+fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u64) -> Vec<T> {
+    let Case { m, n, k, .. } = *case;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (a, a0, ars, acs) = matrix::<T>(m, k, case.a, &mut rng);
+    let (b, b0, brs, bcs) = matrix::<T>(k, n, case.b, &mut rng);
+    let (rs_c, cs_c) = if case.c_cols {
+        (1, m as isize)
+    } else {
+        (n as isize, 1)
+    };
+    let start: Vec<T> = (0..m * n)
+        .map(|_| T::from_f64(rng.gen_range(-1.0..1.0)))
+        .collect();
+    let mut c = start.clone();
+    if !case.accumulate {
+        c.fill(T::from_f64(f64::NAN)); // never read
+    }
+    let at = |i: usize, p: usize| a[(a0 + i as isize * ars + p as isize * acs) as usize].wide();
+    let bt = |p: usize, j: usize| b[(b0 + p as isize * brs + j as isize * bcs) as usize].wide();
+    // SAFETY: the views cover their storage exactly and C is its own buffer.
+    unsafe {
+        let va = View {
+            ptr: a.as_ptr().offset(a0),
+            rs: ars,
+            cs: acs,
+        };
+        let vb = View {
+            ptr: b.as_ptr().offset(b0),
+            rs: brs,
+            cs: bcs,
+        };
+        gemm(
+            kernel,
+            kc,
+            m,
+            n,
+            k,
+            T::from_f64(case.alpha),
+            va,
+            vb,
+            c.as_mut_ptr(),
+            rs_c,
+            cs_c,
+            case.accumulate,
+        );
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let (mut want, mut size) = (0.0, 0.0);
+            for p in 0..k {
+                want += at(i, p) * bt(p, j);
+                size += (at(i, p) * bt(p, j)).abs();
+            }
+            let at_c = (i as isize * rs_c + j as isize * cs_c) as usize;
+            let before = if case.accumulate {
+                start[at_c].wide()
+            } else {
+                0.0
+            };
+            let want = before + case.alpha * want;
+            let got = c[at_c].wide();
+            assert!(
+                (got - want).abs() <= tol * (1.0 + size * case.alpha.abs()),
+                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {}: ({i}, {j}) = {got}, want {want}",
+                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate
+            );
+        }
+    }
+    c
+}
+
+/// Sizes around every kernel's tile and block edges.
+const SIZES: [(usize, usize, usize); 7] = [
+    (1, 1, 1),
+    (5, 7, 3),
+    (6, 32, 16),
+    (13, 45, 70),
+    (37, 33, 300),
+    (150, 20, 9),
+    (7, 100, 520),
+];
+
+#[test]
+fn every_kernel_matches_the_reference_over_every_layout() {
+    let mut seed = 0;
+    for (m, n, k) in SIZES {
+        for a in LAYOUTS {
+            for b in LAYOUTS {
+                seed += 1;
+                let (c_cols, accumulate) = (seed % 3 == 0, seed % 2 == 0);
+                let alpha = if seed % 5 == 0 { -0.75 } else { 1.0 };
+                let case = Case {
+                    m,
+                    n,
+                    k,
+                    a,
+                    b,
+                    c_cols,
+                    alpha,
+                    accumulate,
+                };
+                // Blocks of K as the driver picks them, and short ones.
+                let kc = |whole: usize| if seed % 2 == 0 { whole } else { 64 };
+                for kernel in kernels_f64() {
+                    check(&kernel, kc(k_block(&kernel, n, k)), &case, 1e-14, seed);
+                }
+                for kernel in kernels_f32() {
+                    check(&kernel, kc(k_block(&kernel, n, k)), &case, 1e-6, seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
+    // The driver cuts M or N among threads: a piece must round exactly as
+    // the whole does, so the K blocks may depend on K only.
+    let (m, n, k) = (70, 90, 600);
+    let mut rng = StdRng::seed_from_u64(7);
+    let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    for kernel in kernels_f32() {
+        let run = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+            let mut c = vec![0f32; m * n];
+            // SAFETY: the pieces of A, B and C lie inside their buffers.
+            unsafe {
+                let va = View {
+                    ptr: a.as_ptr().add(rows.start * k),
+                    rs: k as isize,
+                    cs: 1,
+                };
+                let vb = View {
+                    ptr: b.as_ptr().add(cols.start),
+                    rs: n as isize,
+                    cs: 1,
+                };
+                let dst = c.as_mut_ptr().add(rows.start * n + cols.start);
+                gemm(
+                    &kernel,
+                    128,
+                    rows.len(),
+                    cols.len(),
+                    k,
+                    1.0,
+                    va,
+                    vb,
+                    dst,
+                    n as isize,
+                    1,
+                    false,
+                );
+            }
+            c
+        };
+        let whole = run(0..m, 0..n);
+        let top = run(0..23, 0..n);
+        let right = run(0..m, 37..n);
+        for i in 0..m {
+            for j in 0..n {
+                let x = whole[i * n + j].to_bits();
+                if i < 23 {
+                    assert_eq!(top[i * n + j].to_bits(), x, "{}: ({i}, {j})", kernel.name);
+                }
+                if j >= 37 {
+                    assert_eq!(right[i * n + j].to_bits(), x, "{}: ({i}, {j})", kernel.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fma_kernels_of_every_width_give_the_same_bits() {
+    let case = Case {
+        m: 50,
+        n: 70,
+        k: 700,
+        a: Layout::Rows,
+        b: Layout::Cols,
+        c_cols: false,
+        alpha: 1.0,
+        accumulate: false,
+    };
+    let f32s: Vec<Vec<u32>> = kernels_f32()[1..]
+        .iter()
+        .map(|kn| {
+            check(kn, 256, &case, 1e-6, 3)
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect();
+    let f64s: Vec<Vec<u64>> = kernels_f64()[1..]
+        .iter()
+        .map(|kn| {
+            check(kn, 256, &case, 1e-14, 3)
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        })
+        .collect();
+    assert!(f32s.windows(2).all(|w| w[0] == w[1]));
+    assert!(f64s.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn k_is_blocked_unless_b_is_narrow() {
+    let kernel = portable::<f32>();
+    assert_eq!(k_block(&kernel, 64, 576), 576);
+    assert_eq!(k_block(&kernel, 0, 0), 1);
+    assert_eq!(k_block(&kernel, 1024, 1024), kernel.kc);
+}
+
+#[test]
+fn k_is_cut_into_nearly_equal_blocks() {
+    assert_eq!(k_blocks(1, 256), (1, 1));
+    assert_eq!(k_blocks(256, 256), (1, 256));
+    assert_eq!(k_blocks(257, 256), (2, 129));
+    assert_eq!(k_blocks(1000, 256), (4, 250));
+}

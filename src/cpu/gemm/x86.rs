@@ -1,0 +1,211 @@
+//! The x86-64 micro-kernels: AVX-512 and AVX2 with FMA, f32 and f64.
+//!
+//! Owns the register tiles and their blocking. Each kernel keeps `mr × nv`
+//! vector accumulators in registers; per step of K it loads `nv` vectors of
+//! the packed B panel, broadcasts `mr` values of the packed A panel and
+//! issues `mr · nv` fused multiply-adds. The tiles leave enough independent
+//! accumulators to hide the FMA latency on both pipes (Zen 4: 4 cycles, 2
+//! pipes of 256 bits), the cache blocks keep a B micro-panel in L1 and an A
+//! block in L2 (see `BENCHMARKS.md`, "GEMM near the peak", for the
+//! measurements behind them). Must not pack nor loop over blocks.
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use super::kernels::{write_tile, Kernel};
+use std::arch::x86_64::*;
+
+/// Defines a [`super::kernels::KernelFn`] over one vector type.
+macro_rules! micro_kernel {
+    ($name:ident, $feature:literal, $t:ty, $mr:literal, $nv:literal, $lanes:literal,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $mul:ident, $add:ident) => {
+        #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            kc: usize,
+            a: *const $t,
+            rs_a: isize,
+            cs_a: isize,
+            b: *const $t,
+            ks_b: isize,
+            c: *mut $t,
+            rs_c: isize,
+            cs_c: isize,
+            alpha: $t,
+            accumulate: bool,
+            m: usize,
+            n: usize,
+        ) {
+            const NR: usize = $nv * $lanes;
+            let mut acc = [[$zero(); $nv]; $mr];
+            let (mut a, mut b) = (a, b);
+            for _ in 0..kc {
+                let mut bv = [$zero(); $nv];
+                for (j, v) in bv.iter_mut().enumerate() {
+                    *v = $load(b.add(j * $lanes));
+                }
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let ai = $set1(*a.offset(i as isize * rs_a));
+                    for (x, &bj) in row.iter_mut().zip(&bv) {
+                        *x = $fma(ai, bj, *x);
+                    }
+                }
+                a = a.offset(cs_a);
+                b = b.offset(ks_b);
+            }
+            let alpha = $set1(alpha);
+            if m == $mr && n == NR && cs_c == 1 {
+                for (i, row) in acc.iter().enumerate() {
+                    let dst = c.offset(i as isize * rs_c);
+                    for (j, &x) in row.iter().enumerate() {
+                        let p = dst.add(j * $lanes);
+                        let v = $mul(x, alpha);
+                        $store(p, if accumulate { $add($load(p), v) } else { v });
+                    }
+                }
+            } else {
+                let mut tile = [0.0 as $t; $mr * NR];
+                for (i, row) in acc.iter().enumerate() {
+                    for (j, &x) in row.iter().enumerate() {
+                        $store(tile.as_mut_ptr().add(i * NR + j * $lanes), $mul(x, alpha));
+                    }
+                }
+                write_tile(&tile, NR, c, rs_c, cs_c, accumulate, m, n);
+            }
+        }
+    };
+}
+
+micro_kernel!(
+    avx512_f32,
+    "avx512f,fma",
+    f32,
+    6,
+    2,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_mul_ps,
+    _mm512_add_ps
+);
+micro_kernel!(
+    avx512_f64,
+    "avx512f,fma",
+    f64,
+    6,
+    2,
+    8,
+    _mm512_setzero_pd,
+    _mm512_loadu_pd,
+    _mm512_storeu_pd,
+    _mm512_set1_pd,
+    _mm512_fmadd_pd,
+    _mm512_mul_pd,
+    _mm512_add_pd
+);
+micro_kernel!(
+    avx2_f32,
+    "avx2,fma",
+    f32,
+    6,
+    2,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_mul_ps,
+    _mm256_add_ps
+);
+micro_kernel!(
+    avx2_f64,
+    "avx2,fma",
+    f64,
+    6,
+    2,
+    4,
+    _mm256_setzero_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_set1_pd,
+    _mm256_fmadd_pd,
+    _mm256_mul_pd,
+    _mm256_add_pd
+);
+
+/// The wrappers the kernel table stores: a `#[target_feature]` function is
+/// not a plain `unsafe fn` pointer, so each is called through one.
+macro_rules! entry {
+    ($entry:ident, $kernel:ident, $t:ty) => {
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $entry(
+            kc: usize,
+            a: *const $t,
+            rs_a: isize,
+            cs_a: isize,
+            b: *const $t,
+            ks_b: isize,
+            c: *mut $t,
+            rs_c: isize,
+            cs_c: isize,
+            alpha: $t,
+            accumulate: bool,
+            m: usize,
+            n: usize,
+        ) {
+            // SAFETY: the table hands out this kernel only when the host
+            // has the features it was built for (`Width::host`).
+            $kernel(
+                kc, a, rs_a, cs_a, b, ks_b, c, rs_c, cs_c, alpha, accumulate, m, n,
+            )
+        }
+    };
+}
+
+entry!(run_avx512_f32, avx512_f32, f32);
+entry!(run_avx512_f64, avx512_f64, f64);
+entry!(run_avx2_f32, avx2_f32, f32);
+entry!(run_avx2_f64, avx2_f64, f64);
+
+pub(super) const AVX512_F32: Kernel<f32> = Kernel {
+    mr: 6,
+    nr: 32,
+    kc: 512,
+    mc: 144,
+    nc: 4096,
+    run: run_avx512_f32,
+    name: "avx512 6x32",
+};
+
+pub(super) const AVX512_F64: Kernel<f64> = Kernel {
+    mr: 6,
+    nr: 16,
+    kc: 512,
+    mc: 96,
+    nc: 4096,
+    run: run_avx512_f64,
+    name: "avx512 6x16",
+};
+
+pub(super) const AVX2_F32: Kernel<f32> = Kernel {
+    mr: 6,
+    nr: 16,
+    kc: 512,
+    mc: 144,
+    nc: 4096,
+    run: run_avx2_f32,
+    name: "avx2 6x16",
+};
+
+pub(super) const AVX2_F64: Kernel<f64> = Kernel {
+    mr: 6,
+    nr: 8,
+    kc: 512,
+    mc: 96,
+    nc: 4096,
+    run: run_avx2_f64,
+    name: "avx2 6x8",
+};
