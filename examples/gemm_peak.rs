@@ -13,7 +13,7 @@ mod bench_common;
 
 use bench_common::median_ms;
 use tenjin::jit::gemm as tenjin_gemm;
-use tenjin::planner::contraction::{detect, Contraction};
+use tenjin::planner::contraction::{detect, detect_scaled, Contraction};
 use tenjin::symbolic::IndexFn;
 use tenjin::DType;
 
@@ -116,6 +116,40 @@ macro_rules! measure {
     }};
 }
 
+/// The same 4-GFLOP product as the "hessian" shape, written as what it
+/// is, `Σ_i x[i; a] · d[i] · x[i; b]`: symmetric, so one triangle is
+/// computed, and `d` is applied while packing. GFLOP/s count the full
+/// product's flops, so they compare with the row above.
+macro_rules! measure_symmetric {
+    ($t:ty, $dtype:literal, $threads:expr) => {{
+        let (n, m) = (1000, 2000);
+        let src = format!("h[a; b] = sum{{i}}_0^{} (x[i; a] * d[i] * x[i; b])", m - 1);
+        let f = IndexFn::parse(&src, &[("x", &[m, n][..]), ("d", &[m][..])]).expect("parse");
+        let mut c = detect_scaled(&f).expect("a symmetric product");
+        assert!(c.is_symmetric() && c.has_diagonal());
+        c.set_threads($threads);
+        let x: Vec<$t> = (0..m * n)
+            .map(|i| ((i * 7 % 13) as $t - 6.0) / 8.0)
+            .collect();
+        let d: Vec<$t> = (0..m).map(|i| ((i % 5) as $t + 1.0) / 4.0).collect();
+        let mut out = vec![0 as $t; n * n];
+        let flops = 2.0 * (n * n * m) as f64;
+        let ms = median_ms(11, || {
+            c.run_with(&[&x, &d], &mut out);
+            Ok(())
+        })
+        .unwrap();
+        line(
+            "hessian xᵀ·diag(d)·x, symmetric",
+            $dtype,
+            "tenjin",
+            $threads,
+            flops,
+            ms,
+        );
+    }};
+}
+
 trait RunWith<T> {
     fn run_with(&self, inputs: &[&[T]], out: &mut [T]);
 }
@@ -139,5 +173,9 @@ fn main() {
         }
         measure!(f32, "f32", name, m, n, k, ta, tb, threads);
         measure!(f64, "f64", name, m, n, k, ta, tb, threads);
+    }
+    if only.as_deref().is_none_or(|o| "hessian".contains(o)) {
+        measure_symmetric!(f32, "f32", threads);
+        measure_symmetric!(f64, "f64", threads);
     }
 }

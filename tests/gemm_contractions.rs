@@ -9,8 +9,10 @@ mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenjin::planner::contraction::{detect, Contraction};
+use tenjin::planner::contraction::{detect, detect_scaled, Contraction};
+use tenjin::planner::route::{route_for, Target};
 use tenjin::symbolic::IndexFn;
+use tenjin::DType;
 
 const TOL_F64: f64 = 1e-12;
 const TOL_F32: f64 = 1e-4;
@@ -88,7 +90,13 @@ fn reference_f32(f: &IndexFn, inputs: &[Vec<f32>]) -> Vec<f32> {
 /// `detect` accepts `f`, and the plan equals the reference interpreter in
 /// f64 and f32 at 1, 2 and 3 threads (bitwise equal across thread counts).
 fn check_fn(f: &IndexFn, seed: u64) {
-    let mut plan = detect(f).unwrap_or_else(|| panic!("not detected as a contraction: {f}"));
+    let plan = detect(f).unwrap_or_else(|| panic!("not detected as a contraction: {f}"));
+    check_plan(plan, f, seed);
+}
+
+/// `plan` (of `f`) equals the reference interpreter in f64 and f32 at 1, 2
+/// and 3 threads, bitwise equal across thread counts.
+fn check_plan(mut plan: Contraction, f: &IndexFn, seed: u64) {
     let inputs = random_inputs(f, seed);
     let want = reference_f64(f, &inputs);
     let inputs32: Vec<Vec<f32>> = inputs
@@ -512,6 +520,96 @@ fn rejects_three_factor_products() {
         &[("a", &[2, 3]), ("b", &[3, 4]), ("c", &[2])],
         &[],
     );
+}
+
+/// `detect_scaled` (the CPU's route): a product with a diagonal factor read
+/// at the summed indices only, and which products are symmetric in M and
+/// N (one triangle computed and mirrored); each checked as `check_fn`
+/// does, with outputs of at least 256 rows so that they are cut into tiles.
+#[test]
+fn diagonal_factors_and_symmetric_products() {
+    // (function, arguments, has a diagonal factor, symmetric)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a [usize])], bool, bool);
+    let cases: &[Case] = &[
+        (
+            "h[a; b] = sum{i}_0^299 (x[i; a] * d[i] * x[i; b])",
+            &[("x", &[300, 270]), ("d", &[300])],
+            true,
+            true,
+        ),
+        (
+            "h[a; b] = sum{i}_0^99 (d[2 * i + 1] * x[a; i] * x[b; i])",
+            &[("x", &[260, 100]), ("d", &[201])],
+            true,
+            true,
+        ),
+        (
+            "g[a; b] = sum{i}_0^99 (x[i; a] * x[i; b])",
+            &[("x", &[100, 300])],
+            false,
+            true,
+        ),
+        (
+            "g[t; a; b] = sum{i}_0^19 (x[t; i; a] * x[t; i; b])",
+            &[("x", &[3, 20, 17])],
+            false,
+            true,
+        ),
+        (
+            "f[m; n] = sum{i}_0^49 (a[i; m] * d[i] * b[i; n])",
+            &[("a", &[50, 40]), ("d", &[50]), ("b", &[50, 270])],
+            true,
+            false,
+        ),
+        (
+            "f[a; b] = sum{i}_0^49 (x[i; a] * d[i] * x[i + 1; b])",
+            &[("x", &[51, 260]), ("d", &[50])],
+            true,
+            false,
+        ),
+        (
+            "f[a; b] = sum{i}_0^49 (x[i; a] * x[i; 260 - b])",
+            &[("x", &[50, 261])],
+            false,
+            false,
+        ),
+    ];
+    for (seed, &(src, args, diagonal, symmetric)) in cases.iter().enumerate() {
+        // `260 - b` does not size `b`.
+        let sizes: &[(&str, usize)] = if src.contains("260 - b") {
+            &[("b", 261)]
+        } else {
+            &[]
+        };
+        let f = parse(src, args, sizes);
+        let plan = detect_scaled(&f).unwrap_or_else(|| panic!("not detected: {f}"));
+        assert_eq!(plan.has_diagonal(), diagonal, "{f}");
+        assert_eq!(plan.is_symmetric(), symmetric, "{f}");
+        assert_eq!(detect(&f).is_some(), !diagonal, "{f}");
+        check_plan(plan, &f, seed as u64);
+    }
+}
+
+/// The CPU runs a weighted Gram matrix as one GEMM that scales while it
+/// packs; a GPU, whose BLAS has no diagonal factor, materialises
+/// `d[i] · x[i; b]` as a stage and runs a plain GEMM.
+#[test]
+fn a_weighted_gram_matrix_is_one_gemm_on_the_cpu() {
+    let f = parse(
+        "h[a; b] = sum{i}_0^199 (x[i; a] * d[i] * x[i; b])",
+        &[("x", &[200, 64]), ("d", &[200])],
+        &[],
+    );
+    let cpu = tenjin::planner::plan_function(&f, DType::F32).unwrap();
+    let routes: Vec<&str> = cpu.stages.iter().map(|s| s.route.name()).collect();
+    assert_eq!(routes, ["gemm"], "{f}");
+    assert_eq!(
+        route_for(&f, DType::F32, Target::Gpu).unwrap().name(),
+        "loop"
+    );
+    let gpu = tenjin::planner::plan_function_for(&f, DType::F32, Target::Gpu).unwrap();
+    let routes: Vec<&str> = gpu.stages.iter().map(|s| s.route.name()).collect();
+    assert_eq!(routes, ["loop", "gemm"], "{f}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The CPU backend behind the runtime's [`Backend`] interface.
 //!
 //! Owns [`Cpu`]: compiling a planned route (Cranelift code for its loop
-//! nests, a `gemm` crate contraction, or a host kernel as it is) and the
+//! nests, a GEMM contraction, or a host kernel as it is) and the
 //! buffer operations on host memory (fill, copy, add). Must not plan: it
 //! compiles exactly the route it is given.
 

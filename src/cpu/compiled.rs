@@ -63,7 +63,7 @@ pub struct CpuKernel {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Exec {
     Jit(JitCode),
-    /// A contraction computed by the `gemm` crate (see `super::gemm`).
+    /// A contraction computed by tenjin's GEMM (see `super::gemm`).
     Gemm(Contraction),
     /// A contraction into the output buffer, then generated code for the
     /// element-wise work around it, reading the contraction as one more

@@ -4,7 +4,7 @@
 //! Owns code generation from the kernel IR (`codegen`, `math`, `simd`,
 //! `vmath`, `clif_lanes`, `wide_loop`, `wide_segment`), the wide executor
 //! (`wide`), running compiled stages (`compiled`), the thread pool
-//! (`pool`), running contractions with the `gemm` crate (`gemm`) and the
+//! (`pool`), running contractions with tenjin's own GEMM (`gemm`) and the
 //! [`Backend`](crate::kernel::backend::Backend) implementation
 //! (`backend`). It emits code for exactly the route it is given (the
 //! kernel IR's `Route`: GEMM, GEMM then a loop nest, a loop nest whose

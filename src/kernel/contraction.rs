@@ -4,17 +4,19 @@
 //! Owns [`Contraction`] (which loop dimensions are batch, M, N and K, their
 //! strides in elements, the scale) and `Dim`. The planner recognises
 //! contractions and builds these (`crate::planner::contraction::detect`);
-//! the CPU backend runs them with the `gemm` crate, a GPU backend with
+//! the CPU backend runs them with its own GEMM, a GPU backend with
 //! cuBLAS. Must not decide what is a contraction, nor run one.
 
 /// One (possibly fused) loop dimension: its length and its stride, in
-/// elements, in the first operand, the second operand and the output.
+/// elements, in the first operand, the second operand, the output and the
+/// diagonal factor (0 when there is none, or it does not vary along it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dim {
     pub(crate) len: usize,
     pub(crate) a: isize,
     pub(crate) b: isize,
     pub(crate) out: isize,
+    pub(crate) d: isize,
 }
 
 impl Dim {
@@ -24,6 +26,7 @@ impl Dim {
         a: 0,
         b: 0,
         out: 0,
+        d: 0,
     };
 
     /// `self` as the outer and `inner` as the inner part of one strided
@@ -31,7 +34,11 @@ impl Dim {
     pub(crate) fn fuse(self, inner: Dim) -> Option<Dim> {
         let l = isize::try_from(inner.len).ok()?;
         let nests = |outer: isize, inner: isize| inner.checked_mul(l) == Some(outer);
-        if nests(self.a, inner.a) && nests(self.b, inner.b) && nests(self.out, inner.out) {
+        if nests(self.a, inner.a)
+            && nests(self.b, inner.b)
+            && nests(self.out, inner.out)
+            && nests(self.d, inner.d)
+        {
             Some(Dim {
                 len: self.len.checked_mul(inner.len)?,
                 ..inner
@@ -44,7 +51,10 @@ impl Dim {
 
 /// A plan that computes an `IndexFn` recognised by `crate::planner::contraction::detect` with calls
 /// to a GEMM: `out[batch; m; n] = scale · Σ_k a[batch; m; k] · b[batch; k; n]`
-/// over strided views of the argument buffers.
+/// over strided views of the argument buffers, or, recognised by
+/// `detect_scaled` for the CPU, `scale · Σ_k a[batch; m; k] · d[k] ·
+/// b[batch; k; n]` with a diagonal factor `d` read at the summed indices
+/// only (`Xᵀ·diag(d)·X`).
 #[derive(Clone, Debug)]
 pub struct Contraction {
     /// Argument numbers (into `f.args()`) of the two factors.
@@ -68,7 +78,23 @@ pub struct Contraction {
     pub(crate) k_total: usize,
     /// Constant factor folded from the expression (gemm's `beta`).
     pub(crate) scale: f64,
+    /// The diagonal factor, when there is one (its strides are the `d`
+    /// of the dimensions).
+    pub(crate) diag: Option<Diag>,
+    /// Whether `out[…; m; n] = out[…; n; m]` by construction: both factors
+    /// are the same view with M and N swapped (`Σ_i x[i; a] · x[i; b]`,
+    /// with or without a diagonal factor), so one triangle is computed and
+    /// mirrored.
+    pub(crate) symmetric: bool,
     pub(crate) threads: usize,
+}
+
+/// The diagonal factor of a scaled contraction: its argument number and
+/// the offset (elements) of its first element read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Diag {
+    pub(crate) arg: usize,
+    pub(crate) base: usize,
 }
 
 impl Contraction {
@@ -175,6 +201,9 @@ impl Contraction {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn blas(&self) -> Option<BlasPlan> {
+        if self.diag.is_some() {
+            return None; // a BLAS call has no diagonal factor
+        }
         let (m, n, k) = (self.m, self.n, self.k);
         let direct = m.len <= 1 || m.out == 1;
         let swapped = !direct && (n.len <= 1 || n.out == 1);
@@ -253,6 +282,17 @@ impl Contraction {
         [(self.arg_a, self.base_a), (self.arg_b, self.base_b)]
     }
 
+    /// Whether the output is symmetric in M and N by construction (see
+    /// [`Contraction`]); the CPU computes one triangle and mirrors it.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
+    }
+
+    /// Whether the product has a diagonal factor (`Σ_k a·d[k]·b`).
+    pub fn has_diagonal(&self) -> bool {
+        self.diag.is_some()
+    }
+
     /// The extra summed dimensions (accumulated by calls with `beta = 1`).
     pub fn k_outer(&self) -> &[Dim] {
         &self.k_outer
@@ -276,4 +316,15 @@ pub fn offsets(dims: &[Dim], mut flat: usize) -> (isize, isize, isize) {
         o += i * d.out;
     }
     (a, b, o)
+}
+
+/// The element offset in the diagonal factor of point `flat` of `dims`
+/// (as [`offsets`]).
+pub fn diag_offset(dims: &[Dim], mut flat: usize) -> isize {
+    let mut d = 0isize;
+    for dim in dims.iter().rev() {
+        d += (flat % dim.len) as isize * dim.d;
+        flat /= dim.len;
+    }
+    d
 }

@@ -6,8 +6,8 @@
 //! whose index maps are strided views), which builds a [`Contraction`]
 //! (the kernel IR's description: which index variables are batch, M, N and
 //! K dimensions, their strides in elements, the scale). It is
-//! backend-neutral: the CPU backend runs a contraction with the `gemm`
-//! crate, a GPU backend with cuBLAS. Must not run anything: a function that
+//! backend-neutral: the CPU backend runs a contraction with its own GEMM,
+//! a GPU backend with cuBLAS. Must not run anything: a function that
 //! is not a contraction (or not one this module can prove safe) gets `None`
 //! and is left to the generic kernel.
 //!
@@ -41,6 +41,13 @@
 //! products of three accesses, reductions other than `sum`, products with
 //! no sum (outer products are element-wise work).
 //!
+//! [`detect_scaled`], the CPU route's form, also accepts a product of three
+//! accesses of which one is a *diagonal factor* read at summed indices only
+//! (`Σ_i x[i; a] · d[i] · x[i; b]`): the CPU's GEMM multiplies it into a
+//! packed operand. Both mark a contraction *symmetric* when its two factors
+//! are one view with M and N swapped (`Xᵀ·X`, `Xᵀ·diag(d)·X`, batched or
+//! not): the CPU then computes one triangle and mirrors it.
+//!
 //! # Plan
 //!
 //! Variables of length 1 are dropped (their offset goes into the base
@@ -58,6 +65,7 @@ use crate::symbolic::expr::{BinaryOp, Node, NodeId, Range, ReduceOp, UnaryOp};
 use crate::symbolic::IndexFn;
 
 pub use crate::kernel::contraction::Contraction;
+use crate::kernel::contraction::Diag;
 use crate::kernel::contraction::Dim;
 
 /// Inclusive range `lo..=hi` of an index variable (`lo > hi`: empty).
@@ -109,6 +117,32 @@ impl View {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn detect(f: &IndexFn) -> Option<Contraction> {
+    detect_with(f, false)
+}
+
+/// [`detect`], and also a product of three accesses of which one, the
+/// diagonal factor, is read at summed indices only: `Σ_i a[i; b] · d[i] ·
+/// a[i; k]` (`Xᵀ·diag(d)·X`, a Gauss–Newton or logistic-regression
+/// Hessian). The CPU's GEMM applies `d` while it packs an operand, so the
+/// product `d[i] · a[i; k]` is never materialised; a BLAS call has no such
+/// factor, so GPU routes use [`detect`].
+///
+/// ```
+/// use tenjin::planner::contraction::{detect, detect_scaled};
+/// use tenjin::symbolic::IndexFn;
+/// let f = IndexFn::parse("h[a; b] = sum{i}_0^99 (x[i; a] * d[i] * x[i; b])",
+///                        &[("x", &[100, 8][..]), ("d", &[100][..])])?;
+/// assert!(detect(&f).is_none());
+/// let plan = detect_scaled(&f).expect("a scaled Gram matrix");
+/// assert!(plan.has_diagonal() && plan.is_symmetric());
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn detect_scaled(f: &IndexFn) -> Option<Contraction> {
+    detect_with(f, true)
+}
+
+fn detect_with(f: &IndexFn, diagonal: bool) -> Option<Contraction> {
+    let max_accesses = if diagonal { 3 } else { 2 };
     let g = &f.graph;
     let mut scale = 1.0f64;
 
@@ -154,7 +188,7 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
             Node::Const(_) => scale *= g.const_value(n)?,
             Node::Access { .. } => {
                 accesses.push(n);
-                if accesses.len() > 2 {
+                if accesses.len() > max_accesses {
                     return None;
                 }
             }
@@ -177,11 +211,11 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
             _ => return None,
         }
     }
-    if accesses.len() != 2 || !scale.is_finite() || scale == 0.0 {
+    if accesses.len() < 2 || !scale.is_finite() || scale == 0.0 {
         return None;
     }
     // `stack` pops right factors first: restore source order.
-    let (acc_a, acc_b) = (accesses[1], accesses[0]);
+    accesses.reverse();
 
     // Every variable with its range: outputs first, then the sums.
     let mut ranges: Vec<VarRange> = Vec::new();
@@ -220,8 +254,23 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
                 .try_fold(1usize, |acc, &s| acc.checked_mul(s))
         })
         .collect::<Option<Vec<usize>>>()?;
-    let view_a = view(f, acc_a, &ranges, reads)?;
-    let view_b = view(f, acc_b, &ranges, reads)?;
+    let mut views = accesses
+        .iter()
+        .map(|&n| view(f, n, &ranges, reads))
+        .collect::<Option<Vec<View>>>()?;
+    // The diagonal factor: the first read at summed indices only.
+    let view_d = if views.len() == 3 {
+        let summed = |v: &View| {
+            v.strides
+                .iter()
+                .all(|(x, _)| sums.iter().any(|s| s.var == *x))
+        };
+        let at = views.iter().position(summed)?;
+        Some(views.remove(at))
+    } else {
+        None
+    };
+    let (view_a, view_b) = (views.remove(0), views.remove(0));
 
     // Output strides (row-major over the output shape).
     let out_strides = row_major_strides(&f.out_shape)?;
@@ -234,6 +283,7 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
             a: sa.unwrap_or(0),
             b: sb.unwrap_or(0),
             out: if i < n_out { out_strides[i] } else { 0 },
+            d: view_d.as_ref().and_then(|d| d.stride(r.var)).unwrap_or(0),
         };
         if i >= n_out {
             if sa.is_none() || sb.is_none() {
@@ -253,6 +303,7 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
         .strides
         .iter()
         .chain(&view_b.strides)
+        .chain(view_d.iter().flat_map(|d| &d.strides))
         .map(|(v, _)| *v)
     {
         if !ranges.iter().any(|r| r.var == v) {
@@ -266,6 +317,12 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
     batch.extend(rest_m);
     batch.extend(rest_n);
     let batch = fuse_all(batch);
+    let symmetric = view_a.arg == view_b.arg
+        && view_a.base == view_b.base
+        && m.len == n.len
+        && (m.a, m.b, n.a) == (n.b, 0, 0)
+        && k.a == k.b
+        && k_outer.iter().chain(&batch).all(|d| d.a == d.b);
 
     Some(Contraction {
         arg_a: view_a.arg,
@@ -281,6 +338,11 @@ pub fn detect(f: &IndexFn) -> Option<Contraction> {
         k_outer,
         k_total,
         scale,
+        diag: view_d.map(|d| Diag {
+            arg: d.arg,
+            base: d.base,
+        }),
+        symmetric,
         threads: 1,
     })
 }

@@ -21,7 +21,7 @@
 //! | spread (GPU) | it is a reduction of at least [`SPREAD_MIN_TERMS`] terms inside a reduction over an index it depends on, in a function of at most `SPLIT_MAX_OUTPUTS` outputs that is not one long sum (the label's logit picked from each row of a mean loss): a stage of an output per row, spread over teams, where inline each term of the outer reduction would be one thread's serial pass |
 //! | shared | it is heavy and another node of the function is the same cut (`exp(Σ_e q[i;e]·k[j;e])` and `exp(Σ_e q[i;e]·k[m;e])`), or it is redundant and read by several parents (`Σ_k df[i;k]` in two row terms): cut before its parents |
 //! | known | it is heavy and equal to a stage already in the program, or to a costly cut the caller wants (a forward intermediate); or it is a guarded expression equal to a stage already in the program |
-//! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM) |
+//! | contraction operand | it is a factor of a sum of a product with one argument read, and it would be recomputed per term (cutting it leaves a contraction that runs as GEMM), unless the function is a product with a diagonal factor that the CPU's GEMM runs whole (`x[i; a] · (d[i] · x[i; b])`) |
 //!
 //! The cost-based rules (redundant, nested, spread, contraction, contraction operand) also
 //! require that the stage has no more points than the loops around the
@@ -35,7 +35,7 @@
 use super::heavy::Keys;
 use super::normalize::normalize;
 use super::program::{Source, Stage};
-use super::route::{route_for, routes_to_gemm, Route, Target};
+use super::route::{is_scaled_gemm, route_for, routes_to_gemm, Route, Target};
 use super::split_sums::{is_long_sum, split_long_sum, SPLIT_MAX_OUTPUTS};
 use super::window;
 use crate::symbolic::affine::VarId;
@@ -417,6 +417,9 @@ impl Builder {
             .map(|(&v, &n)| (v, n as u64))
             .collect();
         let many_contractions = keys.contractions() >= 2;
+        // A product with a diagonal factor that the CPU's GEMM runs whole
+        // keeps its factors inline (the GEMM scales while it packs).
+        let scaled_gemm = is_scaled_gemm(f, self.target);
         // A GPU thread computes one output element: a node that does not
         // depend on every output index is computed again by each thread;
         // in a row-fused stage, a team computes it once per row.
@@ -536,7 +539,7 @@ impl Builder {
             let node = g.node(n).clone();
             if let Node::Reduce { var, body, op, .. } = &node {
                 inner.push((*var, iv.trips.get(&n).copied().unwrap_or(1)));
-                if *op == ReduceOp::Sum {
+                if *op == ReduceOp::Sum && !scaled_gemm {
                     if let Some(x) = contraction_operand(f, *body) {
                         let light = !keys.heavy(x);
                         let around = placement(g.free_vars(x), &inner, pinned);

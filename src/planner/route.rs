@@ -32,6 +32,16 @@ pub(crate) fn is_gemm(f: &IndexFn) -> bool {
     contraction::detect(f).is_some_and(|p| worth_gemm(&p))
 }
 
+/// Whether `f` is a product with a diagonal factor (`Σ_i x[i; a] · d[i] ·
+/// x[i; b]`) that the route on `target` sends to GEMM whole: on the CPU,
+/// whose GEMM applies the factor while packing (a GPU's BLAS has no such
+/// factor, so there the product `d[i] · x[i; b]` is a stage of its own).
+pub(crate) fn is_scaled_gemm(f: &IndexFn, target: Target) -> bool {
+    target == Target::Cpu
+        && contraction::detect(f).is_none()
+        && contraction::detect_scaled(f).is_some_and(|p| worth_gemm(&p))
+}
+
 /// Whether the route of `f` is a GEMM, alone or followed by a loop.
 pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
     is_gemm(f) || epilogue::split(f).is_some_and(|s| worth_gemm(&s.contraction))
@@ -76,6 +86,10 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || on_gpu(c));
     if let Some(plan) = contraction::detect(f) {
         if runs(&plan) {
+            return Ok(Route::Gemm(plan));
+        }
+    } else if let Some(plan) = contraction::detect_scaled(f) {
+        if target == Target::Cpu && worth_gemm(&plan) {
             return Ok(Route::Gemm(plan));
         }
     }

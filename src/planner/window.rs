@@ -590,8 +590,9 @@ fn plan_cost(f: &IndexFn, body: NodeId, cuts: &[(NodeId, Cut)]) -> Option<f64> {
 
 /// GEMM throughput per core (flops per ns), packing cost per operand
 /// element and fixed cost per call (ns), and the cost of writing and
-/// reading back one copied element (ns): rough values for one AVX2 core
-/// and the `gemm` crate (about 45–55 GFLOP/s on `bench/conv.sh`'s shapes).
+/// reading back one copied element (ns): rough values for one AVX2 core,
+/// measured with the `gemm` crate (about 45–55 GFLOP/s on `bench/conv.sh`'s
+/// shapes; tenjin's own GEMM runs those shapes at least as fast).
 const FLOPS_PER_NS: f64 = 50.0;
 const PACK_NS: f64 = 0.5;
 const CALL_NS: f64 = 1000.0;

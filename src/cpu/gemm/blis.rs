@@ -81,51 +81,76 @@ pub(super) fn k_blocks(k: usize, kc: usize) -> (usize, usize) {
     (blocks, k.div_ceil(blocks))
 }
 
-/// `C = alpha·A·B`, or `C += alpha·A·B` when `accumulate`, for `A` of
-/// `m × k`, `B` of `k × n` and `C` of `m × n` at `c` with strides
-/// `(rs_c, cs_c)`, with `kernel` and blocks of K of at most `kc`
+/// One single-threaded product: `C = alpha·A·diag(d)·B`, or `C += …` when
+/// `accumulate`, for `A` of `m × k`, `B` of `k × n` and `C` of `m × n`
+/// at `c` with strides `(rs_c, cs_c)`.
+#[derive(Clone, Copy)]
+pub(super) struct Product<T> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: T,
+    pub a: View<T>,
+    pub b: View<T>,
+    /// The diagonal factor: `d[p]` at `ptr + p·stride` (none: all ones).
+    pub diag: Option<(*const T, isize)>,
+    pub c: *mut T,
+    pub rs_c: isize,
+    pub cs_c: isize,
+    pub accumulate: bool,
+    /// Only the lower triangle is needed: C's row 0 is row `off` of the
+    /// whole (square) output, its column 0 the whole's column 0, and
+    /// micro-tiles wholly above the diagonal (`row + off < column` for
+    /// every element) are skipped. Elements above it in the tiles that
+    /// straddle it are computed too.
+    pub lower: Option<isize>,
+}
+
+/// Computes `p` with `kernel` and blocks of K of at most `kc`
 /// ([`k_block`] of the whole product).
 ///
 /// # Safety
 ///
-/// Every element of the three views is valid (C's for reads and writes),
-/// no element of C is written twice (distinct `(r, c)` have distinct
-/// addresses) and C overlaps neither operand. `k ≥ 1`.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm<T: Float>(
-    kernel: &Kernel<T>,
-    kc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: T,
-    a: View<T>,
-    b: View<T>,
-    c: *mut T,
-    rs_c: isize,
-    cs_c: isize,
-    accumulate: bool,
-) {
+/// Every element of the three views (and of `d` for `p < k`) is valid (C's
+/// for reads and writes), no element of C is written twice (distinct `(r,
+/// c)` have distinct addresses) and C overlaps no operand. `k ≥ 1`.
+pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>) {
+    let Product {
+        m,
+        n,
+        k,
+        alpha,
+        a,
+        b,
+        c,
+        rs_c,
+        cs_c,
+        ..
+    } = p;
     if m == 0 || n == 0 {
         return;
     }
     if cs_c != 1 && rs_c == 1 {
-        // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows.
-        return gemm(
-            kernel,
-            kc,
-            n,
-            m,
-            k,
-            alpha,
-            b.t(),
-            a.t(),
-            c,
-            cs_c,
-            rs_c,
-            accumulate,
-        );
+        // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows (the whole
+        // of it is computed: its lower triangle is C's upper one).
+        let t = Product {
+            m: n,
+            n: m,
+            a: b.t(),
+            b: a.t(),
+            rs_c: cs_c,
+            cs_c: rs_c,
+            lower: None,
+            ..p
+        };
+        return gemm(kernel, kc, t);
     }
+    // Whether some element of rows `r0 ≤ r < r1` and columns `c0 ≤ c` is
+    // on or below the diagonal.
+    let needed = |r1: usize, c0: usize| {
+        p.lower
+            .is_none_or(|off| r1 as isize - 1 + off >= c0 as isize)
+    };
     let Kernel { mr, nr, mc, nc, .. } = *kernel;
     let (k_count, kc) = k_blocks(k, kc);
     let mc = mc.min(m.next_multiple_of(mr));
@@ -141,16 +166,31 @@ pub(super) unsafe fn gemm<T: Float>(
         // its micro-panels meets few B panels); only a last, partial
         // micro-panel is packed, so no row past A's end is read.
         let in_place = a.cs == 1;
-
         for jc in (0..n).step_by(nc) {
             let nb = nc.min(n - jc);
+            if !needed(m, jc) {
+                break;
+            }
             for kb in 0..k_count {
                 let pc = kb * kc;
                 let kl = kc.min(k - pc);
                 pack_panels(nr, nb, kl, b.at(pc, jc), b.cs, b.rs, packed_b);
-                let add = accumulate || kb > 0;
+                if let Some((d, stride)) = p.diag {
+                    scale_panels(
+                        nr,
+                        nb,
+                        kl,
+                        d.wrapping_offset(pc as isize * stride),
+                        stride,
+                        packed_b,
+                    );
+                }
+                let add = p.accumulate || kb > 0;
                 for ic in (0..m).step_by(mc) {
                     let mb = mc.min(m - ic);
+                    if !needed(ic + mb, jc) {
+                        continue;
+                    }
                     if !in_place {
                         pack_panels(mr, mb, kl, a.at(ic, pc), a.rs, a.cs, packed_a);
                     } else if mb % mr != 0 {
@@ -162,6 +202,9 @@ pub(super) unsafe fn gemm<T: Float>(
                         let b_panel = packed_b.add(jr * kl);
                         for ir in (0..mb).step_by(mr) {
                             let rows = mr.min(mb - ir);
+                            if !needed(ic + ir + rows, jc + jr) {
+                                continue;
+                            }
                             let (a_panel, rs_a, cs_a) = if in_place && rows == mr {
                                 (a.at(ic + ir, pc), a.rs, 1)
                             } else {
@@ -191,4 +234,52 @@ pub(super) unsafe fn gemm<T: Float>(
             }
         }
     });
+}
+
+/// Multiplies column `p` of every packed panel of B by `d[p·stride]`.
+///
+/// # Safety
+///
+/// `packed` holds the `cols.div_ceil(width)` panels of `width × kc`
+/// elements that [`pack_panels`] wrote, and `d` is readable at `p·stride`
+/// for `p < kc`.
+unsafe fn scale_panels<T: Float>(
+    width: usize,
+    cols: usize,
+    kc: usize,
+    d: *const T,
+    stride: isize,
+    packed: *mut T,
+) {
+    for q in 0..cols.div_ceil(width) {
+        let panel = packed.add(q * width * kc);
+        for p in 0..kc {
+            let dp = *d.offset(p as isize * stride);
+            let column = std::slice::from_raw_parts_mut(panel.add(p * width), width);
+            for x in column {
+                *x = *x * dp;
+            }
+        }
+    }
+}
+
+/// Copies the lower triangle of the square `n × n` matrix at `c` (strides
+/// `rs`, `cs`) onto its upper one, in square blocks so that both sides
+/// are read and written a cache line at a time.
+///
+/// # Safety
+///
+/// Every element of the matrix is valid for reads and writes.
+pub(super) unsafe fn mirror_lower<T: Copy>(c: *mut T, n: usize, rs: isize, cs: isize) {
+    const BLOCK: usize = 32;
+    let at = |i: usize, j: usize| c.offset(i as isize * rs + j as isize * cs);
+    for i0 in (0..n).step_by(BLOCK) {
+        for j0 in (i0..n).step_by(BLOCK) {
+            for i in i0..(i0 + BLOCK).min(n) {
+                for j in j0.max(i + 1)..(j0 + BLOCK).min(n) {
+                    *at(i, j) = *at(j, i);
+                }
+            }
+        }
+    }
 }

@@ -28,10 +28,10 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use blis::View;
+use blis::{Product, View};
 use kernels::Float;
 
-use crate::kernel::contraction::{offsets, Contraction};
+use crate::kernel::contraction::{diag_offset, offsets, Contraction};
 
 use crate::dtype::{DType, Element};
 
@@ -44,6 +44,8 @@ const MIN_TILE: usize = 128;
 struct Operands<T> {
     a: *const T,
     b: *const T,
+    /// The diagonal factor (null: none).
+    d: *const T,
     dst: *mut T,
 }
 
@@ -152,30 +154,42 @@ impl Contraction {
         }
         let alpha = T::from_f64(self.scale);
         let kernel = T::kernel();
-        // The whole product's blocks of K, not a tile's (`blis::k_block`);
-        // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
-        // N is then M.
-        let transposed = self.n.out != 1 && self.m.out == 1;
-        let n_all = if transposed { self.m.len } else { self.n.len };
-        let kc = blis::k_block(&kernel, n_all, self.k.len);
         let n_batch: usize = self.batch.iter().map(|d| d.len).product();
         let n_k: usize = self.k_outer.iter().map(|d| d.len).product();
         let (m, n, k) = (self.m, self.n, self.k);
-        // The larger of m and n is cut into contiguous tiles, each computed
-        // by a single-threaded product; threads share the tiles through
+        // The whole product's blocks of K, not a tile's (`blis::k_block`);
+        // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
+        // N is then M.
+        let transposed = n.out != 1 && m.out == 1;
+        let n_all = if transposed { m.len } else { n.len };
+        let kc = blis::k_block(&kernel, n_all, k.len);
+        // A symmetric product computes its lower triangle (rows split so
+        // that every tile holds about as many elements of it) and mirrors
+        // it; `blis::gemm` transposes a column-major C, which would turn
+        // the triangle, so that case computes the whole.
+        let symmetric = self.symmetric && !transposed && m.len > 1;
+        // The larger of m and n is cut into contiguous tiles, one per
+        // thread, each computed by a single-threaded product through
         // tenjin's own pool (a dispatch costs about a microsecond). The
-        // tiling depends on the shape only, and the rounding of each element
-        // on K's blocks only (`blis`), so results stay bitwise identical for
-        // any number of threads. Tile edges are multiples of 16 (whole
-        // micro-kernel columns at every width).
-        let split_n = n.len >= m.len;
+        // rounding of each element depends on K's blocks only (`blis`), so
+        // results stay bitwise identical for any number of threads. Tile
+        // edges are multiples of the register tile.
+        let split_n = !symmetric && n.len >= m.len;
         let total = if split_n { n.len } else { m.len };
         let align = if split_n { kernel.nr } else { kernel.mr };
         let parts = (total / MIN_TILE).clamp(1, threads);
-        let edge = |p: usize| ((total * p / parts).div_ceil(align) * align).min(total);
+        let edge = |p: usize| {
+            let share = p as f64 / parts as f64;
+            let share = if symmetric { share.sqrt() } else { share };
+            let at = (total as f64 * share).round() as usize;
+            (at.div_ceil(align) * align).min(total)
+        };
         let ptrs = Operands {
             a: inputs[self.arg_a].as_ptr().wrapping_add(self.base_a),
             b: inputs[self.arg_b].as_ptr().wrapping_add(self.base_b),
+            d: self.diag.map_or(std::ptr::null(), |d| {
+                inputs[d.arg].as_ptr().wrapping_add(d.base)
+            }),
             dst: out.as_mut_ptr(),
         };
         let ptrs = &ptrs;
@@ -210,21 +224,30 @@ impl Contraction {
                         let (ba, bb, bo) = offsets(&self.batch, bi);
                         for ki in 0..n_k {
                             let (ka, kb, _) = offsets(&self.k_outer, ki);
-                            let a = View {
-                                ptr: ptrs.a.offset(ba + ka + a_off),
-                                rs: m.a,
-                                cs: k.a,
+                            let kd = diag_offset(&self.k_outer, ki);
+                            let product = Product {
+                                m: mt,
+                                n: nt,
+                                k: k.len,
+                                alpha,
+                                a: View {
+                                    ptr: ptrs.a.offset(ba + ka + a_off),
+                                    rs: m.a,
+                                    cs: k.a,
+                                },
+                                b: View {
+                                    ptr: ptrs.b.offset(bb + kb + b_off),
+                                    rs: k.b,
+                                    cs: n.b,
+                                },
+                                diag: (!ptrs.d.is_null()).then(|| (ptrs.d.offset(kd), k.d)),
+                                c: ptrs.dst.offset(bo + o_off),
+                                rs_c: m.out,
+                                cs_c: n.out,
+                                accumulate: ki > 0,
+                                lower: symmetric.then_some(lo as isize),
                             };
-                            let b = View {
-                                ptr: ptrs.b.offset(bb + kb + b_off),
-                                rs: k.b,
-                                cs: n.b,
-                            };
-                            let dst = ptrs.dst.offset(bo + o_off);
-                            let add = ki > 0;
-                            blis::gemm(
-                                &kernel, kc, mt, nt, k.len, alpha, a, b, dst, m.out, n.out, add,
-                            );
+                            blis::gemm(&kernel, kc, product);
                         }
                     }
                 }
@@ -234,6 +257,14 @@ impl Contraction {
             super::pool::parallel_for(parts, 1, &tile);
         } else {
             tile(0, parts);
+        }
+        if symmetric {
+            for bi in 0..n_batch {
+                let (_, _, bo) = offsets(&self.batch, bi);
+                // SAFETY: the batch slice's square output lies in `out`
+                // (as for the products above), and no product runs now.
+                unsafe { blis::mirror_lower(out.as_mut_ptr().offset(bo), m.len, m.out, n.out) };
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! of C computed alone equals the same elements of the whole product, and
 //! the FMA kernels of every width give the same bits.
 
-use super::blis::{gemm, k_block, k_blocks, View};
+use super::blis::{gemm, k_block, k_blocks, mirror_lower, Product, View};
 use super::kernels::{portable, Float, Kernel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -104,6 +104,10 @@ struct Case {
     c_cols: bool,
     alpha: f64,
     accumulate: bool,
+    /// A diagonal factor, read every other element.
+    diag: bool,
+    /// Only the lower triangle, with C's row 0 at this row of the whole.
+    lower: Option<isize>,
 }
 
 /// Runs `case` with `kernel` (blocks of K of at most `kc`) and checks every element against a product
@@ -125,6 +129,10 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
     if !case.accumulate {
         c.fill(T::from_f64(f64::NAN)); // never read
     }
+    let d: Vec<T> = (0..2 * k)
+        .map(|_| T::from_f64(rng.gen_range(-2.0..2.0)))
+        .collect();
+    let dt = |p: usize| if case.diag { d[2 * p].wide() } else { 1.0 };
     let at = |i: usize, p: usize| a[(a0 + i as isize * ars + p as isize * acs) as usize].wide();
     let bt = |p: usize, j: usize| b[(b0 + p as isize * brs + j as isize * bcs) as usize].wide();
     // SAFETY: the views cover their storage exactly and C is its own buffer.
@@ -139,27 +147,31 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             rs: brs,
             cs: bcs,
         };
-        gemm(
-            kernel,
-            kc,
+        let product = Product {
             m,
             n,
             k,
-            T::from_f64(case.alpha),
-            va,
-            vb,
-            c.as_mut_ptr(),
+            alpha: T::from_f64(case.alpha),
+            a: va,
+            b: vb,
+            diag: case.diag.then_some((d.as_ptr(), 2)),
+            c: c.as_mut_ptr(),
             rs_c,
             cs_c,
-            case.accumulate,
-        );
+            accumulate: case.accumulate,
+            lower: case.lower,
+        };
+        gemm(kernel, kc, product);
     }
     for i in 0..m {
         for j in 0..n {
+            if case.lower.is_some_and(|off| i as isize + off < j as isize) {
+                continue; // above the diagonal: not needed
+            }
             let (mut want, mut size) = (0.0, 0.0);
             for p in 0..k {
-                want += at(i, p) * bt(p, j);
-                size += (at(i, p) * bt(p, j)).abs();
+                want += at(i, p) * dt(p) * bt(p, j);
+                size += (at(i, p) * dt(p) * bt(p, j)).abs();
             }
             let at_c = (i as isize * rs_c + j as isize * cs_c) as usize;
             let before = if case.accumulate {
@@ -171,8 +183,8 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             let got = c[at_c].wide();
             assert!(
                 (got - want).abs() <= tol * (1.0 + size * case.alpha.abs()),
-                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {}: ({i}, {j}) = {got}, want {want}",
-                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate
+                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?}: ({i}, {j}) = {got}, want {want}",
+                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate, case.diag, case.lower
             );
         }
     }
@@ -199,6 +211,10 @@ fn every_kernel_matches_the_reference_over_every_layout() {
                 seed += 1;
                 let (c_cols, accumulate) = (seed % 3 == 0, seed % 2 == 0);
                 let alpha = if seed % 5 == 0 { -0.75 } else { 1.0 };
+                // Diagonal factors and lower triangles (row offsets around
+                // the register tile) on some of the cases.
+                let diag = seed % 4 == 1;
+                let lower = (seed % 7 == 2).then_some((seed % 13) as isize - 6);
                 let case = Case {
                     m,
                     n,
@@ -208,6 +224,8 @@ fn every_kernel_matches_the_reference_over_every_layout() {
                     c_cols,
                     alpha,
                     accumulate,
+                    diag,
+                    lower,
                 };
                 // Blocks of K as the driver picks them, and short ones.
                 let kc = |whole: usize| if seed % 2 == 0 { whole } else { 64 };
@@ -246,20 +264,21 @@ fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
                     cs: 1,
                 };
                 let dst = c.as_mut_ptr().add(rows.start * n + cols.start);
-                gemm(
-                    &kernel,
-                    128,
-                    rows.len(),
-                    cols.len(),
+                let product = Product {
+                    m: rows.len(),
+                    n: cols.len(),
                     k,
-                    1.0,
-                    va,
-                    vb,
-                    dst,
-                    n as isize,
-                    1,
-                    false,
-                );
+                    alpha: 1.0,
+                    a: va,
+                    b: vb,
+                    diag: None,
+                    c: dst,
+                    rs_c: n as isize,
+                    cs_c: 1,
+                    accumulate: false,
+                    lower: None,
+                };
+                gemm(&kernel, 128, product);
             }
             c
         };
@@ -291,6 +310,8 @@ fn the_fma_kernels_of_every_width_give_the_same_bits() {
         c_cols: false,
         alpha: 1.0,
         accumulate: false,
+        diag: true,
+        lower: None,
     };
     let f32s: Vec<Vec<u32>> = kernels_f32()[1..]
         .iter()
@@ -328,4 +349,21 @@ fn k_is_cut_into_nearly_equal_blocks() {
     assert_eq!(k_blocks(256, 256), (1, 256));
     assert_eq!(k_blocks(257, 256), (2, 129));
     assert_eq!(k_blocks(1000, 256), (4, 250));
+}
+
+#[test]
+fn the_lower_triangle_is_mirrored_onto_the_upper_one() {
+    for (n, rs, cs) in [(1, 1, 1), (5, 5, 1), (70, 1, 70), (33, 40, 1)] {
+        let len = (n - 1) * (rs + cs) + 1;
+        let mut c: Vec<f64> = (0..len).map(|x| x as f64).collect();
+        let want = |c: &[f64], i: usize, j: usize| c[i.max(j) * rs + i.min(j) * cs];
+        let before = c.clone();
+        // SAFETY: every element of the n × n view lies in `c`.
+        unsafe { mirror_lower(c.as_mut_ptr(), n, rs as isize, cs as isize) };
+        for i in 0..n {
+            for j in 0..n {
+                assert_eq!(c[i * rs + j * cs], want(&before, i, j), "{n} ({i}, {j})");
+            }
+        }
+    }
 }
