@@ -9,31 +9,29 @@
 //! not choose kernels (`super::kernels`) nor thread.
 
 use super::kernels::{Float, Kernel};
-use super::pack::pack_panels;
+use super::pack::{pack_panels, KIndex};
 use std::cell::RefCell;
 
-/// A strided view of a matrix: element `(r, c)` at `ptr + r·rs + c·cs`.
+/// One factor of a product: element `(r, p)` (row `r` of A, or column
+/// `r` of B; term `p` of K) at `ptr + r·stride + k.at(p)`.
 #[derive(Clone, Copy)]
-pub(super) struct View<T> {
+pub(super) struct Operand<T> {
     pub ptr: *const T,
-    pub rs: isize,
-    pub cs: isize,
+    pub stride: isize,
+    pub k: KIndex,
 }
 
-impl<T> View<T> {
-    /// The transposed view.
-    fn t(self) -> View<T> {
-        View {
-            ptr: self.ptr,
-            rs: self.cs,
-            cs: self.rs,
-        }
-    }
-
-    fn at(self, r: usize, c: usize) -> *const T {
-        self.ptr
-            .wrapping_offset(r as isize * self.rs)
-            .wrapping_offset(c as isize * self.cs)
+impl<T> Operand<T> {
+    /// Where the block of rows from `r` and terms from `p0` starts, and
+    /// the index of its terms.
+    ///
+    /// # Safety
+    ///
+    /// A table of K offsets holds at least `p0` entries.
+    unsafe fn block(self, r: usize, p0: usize) -> (*const T, KIndex) {
+        let (k, offset) = self.k.from(p0);
+        let ptr = self.ptr.wrapping_offset(r as isize * self.stride + offset);
+        (ptr, k)
     }
 }
 
@@ -90,10 +88,10 @@ pub(super) struct Product<T> {
     pub n: usize,
     pub k: usize,
     pub alpha: T,
-    pub a: View<T>,
-    pub b: View<T>,
-    /// The diagonal factor: `d[p]` at `ptr + p·stride` (none: all ones).
-    pub diag: Option<(*const T, isize)>,
+    pub a: Operand<T>,
+    pub b: Operand<T>,
+    /// The diagonal factor: `d[p]` at `ptr + k.at(p)` (none: all ones).
+    pub diag: Option<(*const T, KIndex)>,
     pub c: *mut T,
     pub rs_c: isize,
     pub cs_c: isize,
@@ -136,8 +134,8 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
         let t = Product {
             m: n,
             n: m,
-            a: b.t(),
-            b: a.t(),
+            a: b,
+            b: a,
             rs_c: cs_c,
             cs_c: rs_c,
             lower: None,
@@ -165,7 +163,7 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
         // copy of A per block of N (a convolution's A is large and each of
         // its micro-panels meets few B panels); only a last, partial
         // micro-panel is packed, so no row past A's end is read.
-        let in_place = a.cs == 1;
+        let in_place = matches!(a.k, KIndex::Stride(1));
         for jc in (0..n).step_by(nc) {
             let nb = nc.min(n - jc);
             if !needed(m, jc) {
@@ -174,16 +172,11 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
             for kb in 0..k_count {
                 let pc = kb * kc;
                 let kl = kc.min(k - pc);
-                pack_panels(nr, nb, kl, b.at(pc, jc), b.cs, b.rs, packed_b);
-                if let Some((d, stride)) = p.diag {
-                    scale_panels(
-                        nr,
-                        nb,
-                        kl,
-                        d.wrapping_offset(pc as isize * stride),
-                        stride,
-                        packed_b,
-                    );
+                let (b_block, b_k) = b.block(jc, pc);
+                pack_panels(nr, nb, kl, b_block, b.stride, b_k, packed_b);
+                if let Some((d, d_k)) = p.diag {
+                    let (d_k, offset) = d_k.from(pc);
+                    scale_panels(nr, nb, kl, d.wrapping_offset(offset), d_k, packed_b);
                 }
                 let add = p.accumulate || kb > 0;
                 for ic in (0..m).step_by(mc) {
@@ -191,12 +184,14 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                     if !needed(ic + mb, jc) {
                         continue;
                     }
+                    let (a_block, a_k) = a.block(ic, pc);
                     if !in_place {
-                        pack_panels(mr, mb, kl, a.at(ic, pc), a.rs, a.cs, packed_a);
+                        pack_panels(mr, mb, kl, a_block, a.stride, a_k, packed_a);
                     } else if mb % mr != 0 {
                         let last = mb - mb % mr;
+                        let (edge_rows, _) = a.block(ic + last, pc);
                         let edge = packed_a.add(last * kl);
-                        pack_panels(mr, mb - last, kl, a.at(ic + last, pc), a.rs, 1, edge);
+                        pack_panels(mr, mb - last, kl, edge_rows, a.stride, a_k, edge);
                     }
                     for jr in (0..nb).step_by(nr) {
                         let b_panel = packed_b.add(jr * kl);
@@ -206,7 +201,7 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                                 continue;
                             }
                             let (a_panel, rs_a, cs_a) = if in_place && rows == mr {
-                                (a.at(ic + ir, pc), a.rs, 1)
+                                (a_block.wrapping_offset(ir as isize * a.stride), a.stride, 1)
                             } else {
                                 (packed_a.add(ir * kl) as *const T, 1, mr as isize)
                             };
@@ -236,25 +231,25 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
     });
 }
 
-/// Multiplies column `p` of every packed panel of B by `d[p·stride]`.
+/// Multiplies column `p` of every packed panel of B by `d[k.at(p)]`.
 ///
 /// # Safety
 ///
 /// `packed` holds the `cols.div_ceil(width)` panels of `width × kc`
-/// elements that [`pack_panels`] wrote, and `d` is readable at `p·stride`
+/// elements that [`pack_panels`] wrote, and `d` is readable at `k.at(p)`
 /// for `p < kc`.
 unsafe fn scale_panels<T: Float>(
     width: usize,
     cols: usize,
     kc: usize,
     d: *const T,
-    stride: isize,
+    k: KIndex,
     packed: *mut T,
 ) {
     for q in 0..cols.div_ceil(width) {
         let panel = packed.add(q * width * kc);
         for p in 0..kc {
-            let dp = *d.offset(p as isize * stride);
+            let dp = *d.offset(k.at(p));
             let column = std::slice::from_raw_parts_mut(panel.add(p * width), width);
             for x in column {
                 *x = *x * dp;

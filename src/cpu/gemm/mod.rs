@@ -28,10 +28,11 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use blis::{Product, View};
+use blis::{Operand, Product};
 use kernels::Float;
+use pack::KIndex;
 
-use crate::kernel::contraction::{diag_offset, offsets, Contraction};
+use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
 
 use crate::dtype::{DType, Element};
 
@@ -47,10 +48,13 @@ struct Operands<T> {
     /// The diagonal factor (null: none).
     d: *const T,
     dst: *mut T,
+    /// Where the terms of K lie (tables owned by the run).
+    terms: Terms,
 }
 
-// SAFETY: the threads only read `a` and `b` and write disjoint tiles of
-// `dst` (see `Contraction::run`), all within one `run` call that outlives them.
+// SAFETY: the threads only read `a`, `b`, `d` and the tables of `terms`,
+// and write disjoint tiles of `dst` (see `Contraction::run`), all within
+// one `run` call that outlives them.
 unsafe impl<T> Sync for Operands<T> {}
 
 /// The micro-kernel products in `dtype` run with in this process (its
@@ -66,6 +70,62 @@ pub fn kernel_name(dtype: DType) -> Option<&'static str> {
         DType::F32 => Some(f32::kernel().name),
         DType::F64 => Some(f64::kernel().name),
         _ => None,
+    }
+}
+
+/// The terms of K of one product: the GEMM's K dimension, inside the
+/// outer summed dimensions when there are some (the taps of a convolution
+/// read as a window of the image), as one index, so that one product sums
+/// every term (no partial sums written back to C per tap).
+#[derive(Clone, Copy)]
+struct Terms {
+    len: usize,
+    a: KIndex,
+    b: KIndex,
+    d: KIndex,
+}
+
+/// Offsets of every term in each operand and the diagonal factor.
+type Tables = Option<[Vec<isize>; 3]>;
+
+impl Terms {
+    /// The offset tables of `k` inside `outer` (none when `outer` is empty).
+    fn tables(k: Dim, outer: &[Dim]) -> Tables {
+        if outer.is_empty() {
+            return None;
+        }
+        let n_outer: usize = outer.iter().map(|d| d.len).product();
+        let mut tables: [Vec<isize>; 3] = Default::default();
+        for t in &mut tables {
+            t.reserve(n_outer * k.len);
+        }
+        for q in 0..n_outer {
+            let (a, b, _) = offsets(outer, q);
+            let d = diag_offset(outer, q);
+            for p in 0..k.len as isize {
+                tables[0].push(a + p * k.a);
+                tables[1].push(b + p * k.b);
+                tables[2].push(d + p * k.d);
+            }
+        }
+        Some(tables)
+    }
+
+    fn of(k: Dim, tables: &Tables) -> Terms {
+        match tables {
+            None => Terms {
+                len: k.len,
+                a: KIndex::Stride(k.a),
+                b: KIndex::Stride(k.b),
+                d: KIndex::Stride(k.d),
+            },
+            Some([a, b, d]) => Terms {
+                len: a.len(),
+                a: KIndex::Table(a.as_ptr()),
+                b: KIndex::Table(b.as_ptr()),
+                d: KIndex::Table(d.as_ptr()),
+            },
+        }
     }
 }
 
@@ -155,14 +215,15 @@ impl Contraction {
         let alpha = T::from_f64(self.scale);
         let kernel = T::kernel();
         let n_batch: usize = self.batch.iter().map(|d| d.len).product();
-        let n_k: usize = self.k_outer.iter().map(|d| d.len).product();
-        let (m, n, k) = (self.m, self.n, self.k);
+        let (m, n) = (self.m, self.n);
+        let tables = Terms::tables(self.k, &self.k_outer);
+        let terms = Terms::of(self.k, &tables);
         // The whole product's blocks of K, not a tile's (`blis::k_block`);
         // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
         // N is then M.
         let transposed = n.out != 1 && m.out == 1;
         let n_all = if transposed { m.len } else { n.len };
-        let kc = blis::k_block(&kernel, n_all, k.len);
+        let kc = blis::k_block(&kernel, n_all, terms.len);
         // A symmetric product computes its lower triangle (rows split so
         // that every tile holds about as many elements of it) and mirrors
         // it; `blis::gemm` transposes a column-major C, which would turn
@@ -191,6 +252,7 @@ impl Contraction {
                 inputs[d.arg].as_ptr().wrapping_add(d.base)
             }),
             dst: out.as_mut_ptr(),
+            terms,
         };
         let ptrs = &ptrs;
         let tile = |p0: usize, p1: usize| {
@@ -222,33 +284,29 @@ impl Contraction {
                 unsafe {
                     for bi in 0..n_batch {
                         let (ba, bb, bo) = offsets(&self.batch, bi);
-                        for ki in 0..n_k {
-                            let (ka, kb, _) = offsets(&self.k_outer, ki);
-                            let kd = diag_offset(&self.k_outer, ki);
-                            let product = Product {
-                                m: mt,
-                                n: nt,
-                                k: k.len,
-                                alpha,
-                                a: View {
-                                    ptr: ptrs.a.offset(ba + ka + a_off),
-                                    rs: m.a,
-                                    cs: k.a,
-                                },
-                                b: View {
-                                    ptr: ptrs.b.offset(bb + kb + b_off),
-                                    rs: k.b,
-                                    cs: n.b,
-                                },
-                                diag: (!ptrs.d.is_null()).then(|| (ptrs.d.offset(kd), k.d)),
-                                c: ptrs.dst.offset(bo + o_off),
-                                rs_c: m.out,
-                                cs_c: n.out,
-                                accumulate: ki > 0,
-                                lower: symmetric.then_some(lo as isize),
-                            };
-                            blis::gemm(&kernel, kc, product);
-                        }
+                        let product = Product {
+                            m: mt,
+                            n: nt,
+                            k: ptrs.terms.len,
+                            alpha,
+                            a: Operand {
+                                ptr: ptrs.a.offset(ba + a_off),
+                                stride: m.a,
+                                k: ptrs.terms.a,
+                            },
+                            b: Operand {
+                                ptr: ptrs.b.offset(bb + b_off),
+                                stride: n.b,
+                                k: ptrs.terms.b,
+                            },
+                            diag: (!ptrs.d.is_null()).then_some((ptrs.d, ptrs.terms.d)),
+                            c: ptrs.dst.offset(bo + o_off),
+                            rs_c: m.out,
+                            cs_c: n.out,
+                            accumulate: false,
+                            lower: symmetric.then_some(lo as isize),
+                        };
+                        blis::gemm(&kernel, kc, product);
                     }
                 }
             }

@@ -1,16 +1,71 @@
-//! Packing: copying a block of a strided operand into the contiguous
+//! Packing: copying a block of an operand view into the contiguous
 //! micro-panels a micro-kernel reads.
 //!
-//! Owns [`pack_panels`], the one packing routine for both operands: a block
-//! of `rows × kc` elements of a strided view (any strides, zero for a
+//! Owns [`KIndex`] (where the `p`-th term of K lies in an operand: a
+//! stride, or a table of offsets when K runs over several dimensions, the
+//! channels and taps of a convolution's window read straight from the
+//! image) and [`pack_panels`], the one packing routine for both operands:
+//! a block of `rows × kc` elements of a view (any strides, zero for a
 //! broadcast, negative for a reversed view) becomes panels of `width` rows,
 //! each holding, for every `p` in `0..kc`, the `width` values of column `p`
 //! side by side, with zeros past the last row. The left operand is packed
 //! as it is (rows of A), the right one through its transpose (columns of
 //! B). Must not choose block sizes nor compute.
 
+/// Where term `p` of K lies in an operand, relative to its K origin.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum KIndex {
+    /// At `p · stride`.
+    Stride(isize),
+    /// At `table[p]`.
+    Table(*const isize),
+}
+
+impl KIndex {
+    /// The offset of term `p`.
+    ///
+    /// # Safety
+    ///
+    /// A table holds at least `p + 1` entries.
+    #[inline(always)]
+    pub(super) unsafe fn at(self, p: usize) -> isize {
+        match self {
+            KIndex::Stride(s) => p as isize * s,
+            KIndex::Table(t) => *t.add(p),
+        }
+    }
+
+    /// The index of the terms from `p0` on, and the offset to add to the
+    /// operand's pointer for them (a table keeps absolute offsets).
+    ///
+    /// # Safety
+    ///
+    /// A table holds at least `p0` entries.
+    pub(super) unsafe fn from(self, p0: usize) -> (KIndex, isize) {
+        match self {
+            KIndex::Stride(s) => (self, p0 as isize * s),
+            KIndex::Table(t) => (KIndex::Table(t.add(p0)), 0),
+        }
+    }
+}
+
+/// Calls `$f::<T, W>($args…)` for the widths of the kernels' panels, or
+/// `$other` for any other width.
+macro_rules! by_width {
+    ($width:expr, $f:ident, ($($arg:expr),*), $other:expr) => {
+        match $width {
+            4 => $f::<T, 4>($($arg),*),
+            6 => $f::<T, 6>($($arg),*),
+            8 => $f::<T, 8>($($arg),*),
+            16 => $f::<T, 16>($($arg),*),
+            32 => $f::<T, 32>($($arg),*),
+            _ => $other,
+        }
+    };
+}
+
 /// Packs `rows × kc` elements of the view whose element `(r, p)` is at
-/// `src + r·row_stride + p·k_stride` into `rows.div_ceil(width)` panels of
+/// `src + r·row_stride + k.at(p)` into `rows.div_ceil(width)` panels of
 /// `width × kc` elements at `dst`: panel `q` holds element `(q·width + i,
 /// p)` at `q·width·kc + p·width + i`, and zero where `q·width + i ≥ rows`.
 ///
@@ -24,7 +79,36 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
     kc: usize,
     src: *const T,
     row_stride: isize,
-    k_stride: isize,
+    k: KIndex,
+    dst: *mut T,
+) {
+    match k {
+        KIndex::Stride(s) => pack_with(
+            width,
+            rows,
+            kc,
+            src,
+            row_stride,
+            s == 1,
+            |p| p as isize * s,
+            dst,
+        ),
+        KIndex::Table(t) => pack_with(width, rows, kc, src, row_stride, false, |p| *t.add(p), dst),
+    }
+}
+
+/// [`pack_panels`] with the K offsets as a function (`contiguous`: it is
+/// `p ↦ p`), monomorphised for each kind of index.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
+    width: usize,
+    rows: usize,
+    kc: usize,
+    src: *const T,
+    row_stride: isize,
+    contiguous: bool,
+    k: K,
     dst: *mut T,
 ) {
     let mut r0 = 0;
@@ -32,27 +116,19 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
     while r0 < rows {
         let live = width.min(rows - r0);
         let first = src.wrapping_offset(r0 as isize * row_stride);
+        let scatter = || scatter_rows(width, live, kc, first, row_stride, k, panel);
         if row_stride == 1 && live == width {
             // The panel's rows are adjacent: each column is one copy.
-            match width {
-                4 => copy_columns::<T, 4>(kc, first, k_stride, panel),
-                6 => copy_columns::<T, 6>(kc, first, k_stride, panel),
-                8 => copy_columns::<T, 8>(kc, first, k_stride, panel),
-                16 => copy_columns::<T, 16>(kc, first, k_stride, panel),
-                32 => copy_columns::<T, 32>(kc, first, k_stride, panel),
-                _ => scatter_rows(width, live, kc, first, row_stride, k_stride, panel),
-            }
-        } else if k_stride == 1 {
-            match width {
-                4 => gather_rows::<T, 4>(live, kc, first, row_stride, panel),
-                6 => gather_rows::<T, 6>(live, kc, first, row_stride, panel),
-                8 => gather_rows::<T, 8>(live, kc, first, row_stride, panel),
-                16 => gather_rows::<T, 16>(live, kc, first, row_stride, panel),
-                32 => gather_rows::<T, 32>(live, kc, first, row_stride, panel),
-                _ => scatter_rows(width, live, kc, first, row_stride, k_stride, panel),
-            }
+            by_width!(width, copy_columns, (kc, first, k, panel), scatter())
+        } else if contiguous {
+            by_width!(
+                width,
+                gather_rows,
+                (live, kc, first, row_stride, panel),
+                scatter()
+            )
         } else {
-            scatter_rows(width, live, kc, first, row_stride, k_stride, panel);
+            scatter();
         }
         if live < width {
             for p in 0..kc {
@@ -75,11 +151,11 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
 unsafe fn copy_columns<T: Copy, const W: usize>(
     kc: usize,
     first: *const T,
-    k_stride: isize,
+    k: impl Fn(usize) -> isize,
     panel: *mut T,
 ) {
     for p in 0..kc {
-        let from = first.wrapping_offset(p as isize * k_stride) as *const [T; W];
+        let from = first.wrapping_offset(k(p)) as *const [T; W];
         *(panel.add(p * W) as *mut [T; W]) = from.read_unaligned();
     }
 }
@@ -120,14 +196,14 @@ unsafe fn scatter_rows<T: Copy>(
     kc: usize,
     first: *const T,
     row_stride: isize,
-    k_stride: isize,
+    k: impl Fn(usize) -> isize,
     panel: *mut T,
 ) {
     for i in 0..live {
         let row = first.wrapping_offset(i as isize * row_stride);
         let to = panel.add(i);
         for p in 0..kc {
-            *to.add(p * width) = *row.wrapping_offset(p as isize * k_stride);
+            *to.add(p * width) = *row.wrapping_offset(k(p));
         }
     }
 }

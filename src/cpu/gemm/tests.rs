@@ -4,8 +4,9 @@
 //! of C computed alone equals the same elements of the whole product, and
 //! the FMA kernels of every width give the same bits.
 
-use super::blis::{gemm, k_block, k_blocks, mirror_lower, Product, View};
+use super::blis::{gemm, k_block, k_blocks, mirror_lower, Operand, Product};
 use super::kernels::{portable, Float, Kernel};
+use super::pack::KIndex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -108,6 +109,8 @@ struct Case {
     diag: bool,
     /// Only the lower triangle, with C's row 0 at this row of the whole.
     lower: Option<isize>,
+    /// The terms of K read through tables of offsets, in reverse order.
+    tables: bool,
 }
 
 /// Runs `case` with `kernel` (blocks of K of at most `kc`) and checks every element against a product
@@ -135,17 +138,28 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
     let dt = |p: usize| if case.diag { d[2 * p].wide() } else { 1.0 };
     let at = |i: usize, p: usize| a[(a0 + i as isize * ars + p as isize * acs) as usize].wide();
     let bt = |p: usize, j: usize| b[(b0 + p as isize * brs + j as isize * bcs) as usize].wide();
+    // Term `p` read at `order[p]` through tables, or at `p` by strides.
+    let order: Vec<isize> = (0..k as isize).rev().collect();
+    let table = |stride: isize| order.iter().map(|&p| p * stride).collect::<Vec<isize>>();
+    let (ta, tb, td) = (table(acs), table(brs), table(2));
+    let index = |t: &Vec<isize>, stride: isize| {
+        if case.tables {
+            KIndex::Table(t.as_ptr())
+        } else {
+            KIndex::Stride(stride)
+        }
+    };
     // SAFETY: the views cover their storage exactly and C is its own buffer.
     unsafe {
-        let va = View {
+        let va = Operand {
             ptr: a.as_ptr().offset(a0),
-            rs: ars,
-            cs: acs,
+            stride: ars,
+            k: index(&ta, acs),
         };
-        let vb = View {
+        let vb = Operand {
             ptr: b.as_ptr().offset(b0),
-            rs: brs,
-            cs: bcs,
+            stride: bcs,
+            k: index(&tb, brs),
         };
         let product = Product {
             m,
@@ -154,7 +168,7 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             alpha: T::from_f64(case.alpha),
             a: va,
             b: vb,
-            diag: case.diag.then_some((d.as_ptr(), 2)),
+            diag: case.diag.then_some((d.as_ptr(), index(&td, 2))),
             c: c.as_mut_ptr(),
             rs_c,
             cs_c,
@@ -183,8 +197,8 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             let got = c[at_c].wide();
             assert!(
                 (got - want).abs() <= tol * (1.0 + size * case.alpha.abs()),
-                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?}: ({i}, {j}) = {got}, want {want}",
-                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate, case.diag, case.lower
+                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?} tables {}: ({i}, {j}) = {got}, want {want}",
+                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate, case.diag, case.lower, case.tables
             );
         }
     }
@@ -226,6 +240,7 @@ fn every_kernel_matches_the_reference_over_every_layout() {
                     accumulate,
                     diag,
                     lower,
+                    tables: seed % 3 == 1,
                 };
                 // Blocks of K as the driver picks them, and short ones.
                 let kc = |whole: usize| if seed % 2 == 0 { whole } else { 64 };
@@ -253,15 +268,15 @@ fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
             let mut c = vec![0f32; m * n];
             // SAFETY: the pieces of A, B and C lie inside their buffers.
             unsafe {
-                let va = View {
+                let va = Operand {
                     ptr: a.as_ptr().add(rows.start * k),
-                    rs: k as isize,
-                    cs: 1,
+                    stride: k as isize,
+                    k: KIndex::Stride(1),
                 };
-                let vb = View {
+                let vb = Operand {
                     ptr: b.as_ptr().add(cols.start),
-                    rs: n as isize,
-                    cs: 1,
+                    stride: 1,
+                    k: KIndex::Stride(n as isize),
                 };
                 let dst = c.as_mut_ptr().add(rows.start * n + cols.start);
                 let product = Product {
@@ -312,6 +327,7 @@ fn the_fma_kernels_of_every_width_give_the_same_bits() {
         accumulate: false,
         diag: true,
         lower: None,
+        tables: false,
     };
     let f32s: Vec<Vec<u32>> = kernels_f32()[1..]
         .iter()
