@@ -311,8 +311,8 @@ fn detect_with(f: &IndexFn, diagonal: bool) -> Option<Contraction> {
         }
     }
 
-    let (m, rest_m) = pick(fuse_all(ms));
-    let (n, rest_n) = pick(fuse_all(ns));
+    let (m, rest_m) = pick_output(fuse_all(ms));
+    let (n, rest_n) = pick_output(fuse_all(ns));
     let (k, k_outer) = pick(fuse_all(ks));
     batch.extend(rest_m);
     batch.extend(rest_n);
@@ -478,6 +478,24 @@ fn fuse_all(mut dims: Vec<Dim>) -> Vec<Dim> {
             }
         }
         return dims;
+    }
+}
+
+/// A dimension of the output with unit stride is the GEMM's M or N, rather
+/// than a longer one, when it has at least this many elements (a vector of
+/// f32 at AVX-512): the GEMM then stores whole vectors of C (col2im's
+/// `[n; t0; c; k0; k1; t1]` writes rows of `t1`, not columns of `n`).
+const UNIT_STRIDE_MIN_LEN: usize = 16;
+
+/// The M or N dimension for the GEMM (see [`UNIT_STRIDE_MIN_LEN`], else
+/// the longest) and the others (for loops).
+fn pick_output(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
+    match (0..dims.len()).find(|&i| dims[i].out == 1 && dims[i].len >= UNIT_STRIDE_MIN_LEN) {
+        Some(i) => {
+            let d = dims.remove(i);
+            (d, dims)
+        }
+        None => pick(dims),
     }
 }
 

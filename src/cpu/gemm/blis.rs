@@ -19,6 +19,10 @@ pub(super) struct Operand<T> {
     pub ptr: *const T,
     pub stride: isize,
     pub k: KIndex,
+    /// The whole operand already packed by [`prepack`] with this
+    /// product's panel width and blocks of K (null: packed block by block
+    /// as the product runs).
+    pub packed: *const T,
 }
 
 impl<T> Operand<T> {
@@ -131,11 +135,16 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
     if cs_c != 1 && rs_c == 1 {
         // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows (the whole
         // of it is computed: its lower triangle is C's upper one).
+        // (A packing made for one role does not fit the other's panels.)
+        let unpacked = |o: Operand<T>| Operand {
+            packed: std::ptr::null(),
+            ..o
+        };
         let t = Product {
             m: n,
             n: m,
-            a: b,
-            b: a,
+            a: unpacked(b),
+            b: unpacked(a),
             rs_c: cs_c,
             cs_c: rs_c,
             lower: None,
@@ -163,7 +172,8 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
         // copy of A per block of N (a convolution's A is large and each of
         // its micro-panels meets few B panels); only a last, partial
         // micro-panel is packed, so no row past A's end is read.
-        let in_place = matches!(a.k, KIndex::Stride(1));
+        let in_place = a.packed.is_null() && matches!(a.k, KIndex::Stride(1));
+        let (m_pad, n_pad) = (m.next_multiple_of(mr), n.next_multiple_of(nr));
         for jc in (0..n).step_by(nc) {
             let nb = nc.min(n - jc);
             if !needed(m, jc) {
@@ -172,12 +182,12 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
             for kb in 0..k_count {
                 let pc = kb * kc;
                 let kl = kc.min(k - pc);
-                let (b_block, b_k) = b.block(jc, pc);
-                pack_panels(nr, nb, kl, b_block, b.stride, b_k, packed_b);
-                if let Some((d, d_k)) = p.diag {
-                    let (d_k, offset) = d_k.from(pc);
-                    scale_panels(nr, nb, kl, d.wrapping_offset(offset), d_k, packed_b);
-                }
+                let b_panels = if b.packed.is_null() {
+                    pack_block(nr, nb, kl, b, jc, pc, p.diag, packed_b);
+                    packed_b as *const T
+                } else {
+                    b.packed.add(pc * n_pad + jc * kl)
+                };
                 let add = p.accumulate || kb > 0;
                 for ic in (0..m).step_by(mc) {
                     let mb = mc.min(m - ic);
@@ -185,16 +195,21 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                         continue;
                     }
                     let (a_block, a_k) = a.block(ic, pc);
-                    if !in_place {
+                    let a_panels = if !a.packed.is_null() {
+                        a.packed.add(pc * m_pad + ic * kl)
+                    } else {
+                        packed_a as *const T
+                    };
+                    if a.packed.is_null() && !in_place {
                         pack_panels(mr, mb, kl, a_block, a.stride, a_k, packed_a);
-                    } else if mb % mr != 0 {
+                    } else if in_place && mb % mr != 0 {
                         let last = mb - mb % mr;
                         let (edge_rows, _) = a.block(ic + last, pc);
                         let edge = packed_a.add(last * kl);
                         pack_panels(mr, mb - last, kl, edge_rows, a.stride, a_k, edge);
                     }
                     for jr in (0..nb).step_by(nr) {
-                        let b_panel = packed_b.add(jr * kl);
+                        let b_panel = b_panels.add(jr * kl);
                         for ir in (0..mb).step_by(mr) {
                             let rows = mr.min(mb - ir);
                             if !needed(ic + ir + rows, jc + jr) {
@@ -203,7 +218,7 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                             let (a_panel, rs_a, cs_a) = if in_place && rows == mr {
                                 (a_block.wrapping_offset(ir as isize * a.stride), a.stride, 1)
                             } else {
-                                (packed_a.add(ir * kl) as *const T, 1, mr as isize)
+                                (a_panels.add(ir * kl), 1, mr as isize)
                             };
                             let dst = c
                                 .offset((ic + ir) as isize * rs_c)
@@ -229,6 +244,69 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
             }
         }
     });
+}
+
+/// Packs the `rows` rows (or columns) of `op` from `r0`, terms `pc..pc +
+/// kc`, into panels of `width` at `dst`, each term scaled by the diagonal
+/// factor when there is one.
+///
+/// # Safety
+///
+/// As for [`pack_panels`] and [`scale_panels`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_block<T: Float>(
+    width: usize,
+    rows: usize,
+    kc: usize,
+    op: Operand<T>,
+    r0: usize,
+    pc: usize,
+    diag: Option<(*const T, KIndex)>,
+    dst: *mut T,
+) {
+    let (src, k) = op.block(r0, pc);
+    pack_panels(width, rows, kc, src, op.stride, k, dst);
+    if let Some((d, d_k)) = diag {
+        let (d_k, offset) = d_k.from(pc);
+        scale_panels(width, rows, kc, d.wrapping_offset(offset), d_k, dst);
+    }
+}
+
+/// The whole of `op` (`rows` rows or columns, `k` terms) packed as
+/// [`gemm`] packs it block by block (panels of `width`; blocks of K of
+/// `kc`, [`k_blocks`]; a block from term `pc` at `pc · rows_pad`, its
+/// panel of row `r` at `r · kl`), for the products of a batch that share
+/// it, and the diagonal factor applied when given (B's role).
+///
+/// # Safety
+///
+/// Every element of the operand (and of `d`) is readable.
+pub(super) unsafe fn prepack<T: Float>(
+    width: usize,
+    kc: usize,
+    rows: usize,
+    k: usize,
+    op: Operand<T>,
+    diag: Option<(*const T, KIndex)>,
+) -> Vec<T> {
+    let (k_count, kc) = k_blocks(k, kc);
+    let pad = rows.next_multiple_of(width);
+    let mut out = vec![T::default(); pad * k];
+    for kb in 0..k_count {
+        let pc = kb * kc;
+        let kl = kc.min(k - pc);
+        pack_block(
+            width,
+            rows,
+            kl,
+            op,
+            0,
+            pc,
+            diag,
+            out.as_mut_ptr().add(pc * pad),
+        );
+    }
+    out
 }
 
 /// Multiplies column `p` of every packed panel of B by `d[k.at(p)]`.

@@ -60,6 +60,21 @@ pub(super) trait Float:
 {
     /// The kernel for this host ([`Width::host`]).
     fn kernel() -> Kernel<Self>;
+    /// The kernel for this host's products of at most its `nr` columns,
+    /// when it has one.
+    fn narrow_kernel() -> Option<Kernel<Self>>;
+
+    /// The kernel for products of `n` columns: the narrow one when `n` is
+    /// at most its `nr` and it wastes fewer lanes. Every kernel sums in
+    /// the same order (`super::blis::k_block` depends on `kc`, which they
+    /// share), so the choice never changes a result.
+    fn kernel_for(n: usize) -> Kernel<Self> {
+        let wide = Self::kernel();
+        match Self::narrow_kernel() {
+            Some(narrow) if n <= narrow.nr && n.next_multiple_of(wide.nr) > narrow.nr => narrow,
+            _ => wide,
+        }
+    }
     /// The nearest value.
     fn from_f64(x: f64) -> Self;
 }
@@ -72,6 +87,15 @@ impl Float for f32 {
             #[cfg(target_arch = "x86_64")]
             Width::Avx2 => super::x86::AVX2_F32,
             _ => portable(),
+        }
+    }
+    fn narrow_kernel() -> Option<Kernel<f32>> {
+        match Width::host() {
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx512 => Some(super::x86::AVX512_F32_NARROW),
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx2 => Some(super::x86::AVX2_F32_NARROW),
+            _ => None,
         }
     }
     fn from_f64(x: f64) -> f32 {
@@ -87,6 +111,15 @@ impl Float for f64 {
             #[cfg(target_arch = "x86_64")]
             Width::Avx2 => super::x86::AVX2_F64,
             _ => portable(),
+        }
+    }
+    fn narrow_kernel() -> Option<Kernel<f64>> {
+        match Width::host() {
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx512 => Some(super::x86::AVX512_F64_NARROW),
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx2 => Some(super::x86::AVX2_F64_NARROW),
+            _ => None,
         }
     }
     fn from_f64(x: f64) -> f64 {

@@ -40,6 +40,10 @@ use crate::dtype::{DType, Element};
 /// per thread at most.
 const MIN_TILE: usize = 128;
 
+/// A factor shared by every product of a batch is packed once when its
+/// packed form takes at most this many bytes (it then stays in L2).
+const SHARED_PACK_BYTES: usize = 512 << 10;
+
 /// The operand and output addresses of one run, shared by the threads
 /// computing its tiles.
 struct Operands<T> {
@@ -213,7 +217,6 @@ impl Contraction {
             return;
         }
         let alpha = T::from_f64(self.scale);
-        let kernel = T::kernel();
         let n_batch: usize = self.batch.iter().map(|d| d.len).product();
         let (m, n) = (self.m, self.n);
         let tables = Terms::tables(self.k, &self.k_outer);
@@ -223,6 +226,7 @@ impl Contraction {
         // N is then M.
         let transposed = n.out != 1 && m.out == 1;
         let n_all = if transposed { m.len } else { n.len };
+        let kernel = T::kernel_for(n_all);
         let kc = blis::k_block(&kernel, n_all, terms.len);
         // A symmetric product computes its lower triangle (rows split so
         // that every tile holds about as many elements of it) and mirrors
@@ -282,6 +286,37 @@ impl Contraction {
                 // are shared borrows and `out` is exclusive, so operands never
                 // alias the output.
                 unsafe {
+                    // A factor the whole batch shares (a convolution's
+                    // weights against every image) is packed once.
+                    let shared = |stride: fn(&Dim) -> isize, rows: usize| {
+                        let bytes = rows * ptrs.terms.len * std::mem::size_of::<T>();
+                        n_batch > 1
+                            && !transposed
+                            && self.batch.iter().all(|d| stride(d) == 0)
+                            && bytes <= SHARED_PACK_BYTES
+                    };
+                    let a_in_place = matches!(ptrs.terms.a, KIndex::Stride(1));
+                    let a_shared = (shared(|d| d.a, mt) && !a_in_place).then(|| {
+                        let a = Operand {
+                            ptr: ptrs.a.offset(a_off),
+                            stride: m.a,
+                            k: ptrs.terms.a,
+                            packed: std::ptr::null(),
+                        };
+                        blis::prepack(kernel.mr, kc, mt, ptrs.terms.len, a, None)
+                    });
+                    let diag = (!ptrs.d.is_null()).then_some((ptrs.d, ptrs.terms.d));
+                    let b_shared = shared(|d| d.b, nt).then(|| {
+                        let b = Operand {
+                            ptr: ptrs.b.offset(b_off),
+                            stride: n.b,
+                            k: ptrs.terms.b,
+                            packed: std::ptr::null(),
+                        };
+                        blis::prepack(kernel.nr, kc, nt, ptrs.terms.len, b, diag)
+                    });
+                    let packed =
+                        |v: &Option<Vec<T>>| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
                     for bi in 0..n_batch {
                         let (ba, bb, bo) = offsets(&self.batch, bi);
                         let product = Product {
@@ -293,13 +328,15 @@ impl Contraction {
                                 ptr: ptrs.a.offset(ba + a_off),
                                 stride: m.a,
                                 k: ptrs.terms.a,
+                                packed: packed(&a_shared),
                             },
                             b: Operand {
                                 ptr: ptrs.b.offset(bb + b_off),
                                 stride: n.b,
                                 k: ptrs.terms.b,
+                                packed: packed(&b_shared),
                             },
-                            diag: (!ptrs.d.is_null()).then_some((ptrs.d, ptrs.terms.d)),
+                            diag,
                             c: ptrs.dst.offset(bo + o_off),
                             rs_c: m.out,
                             cs_c: n.out,

@@ -57,6 +57,7 @@ macro_rules! by_width {
             4 => $f::<T, 4>($($arg),*),
             6 => $f::<T, 6>($($arg),*),
             8 => $f::<T, 8>($($arg),*),
+            12 => $f::<T, 12>($($arg),*),
             16 => $f::<T, 16>($($arg),*),
             32 => $f::<T, 32>($($arg),*),
             _ => $other,
@@ -98,7 +99,8 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
 }
 
 /// [`pack_panels`] with the K offsets as a function (`contiguous`: it is
-/// `p ↦ p`), monomorphised for each kind of index.
+/// `p ↦ p`, which the compiler then sees), monomorphised for each kind of
+/// index.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
@@ -120,15 +122,31 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
         if row_stride == 1 && live == width {
             // The panel's rows are adjacent: each column is one copy.
             by_width!(width, copy_columns, (kc, first, k, panel), scatter())
+        } else if row_stride == -1 && live == width {
+            // Adjacent in reverse (a convolution's input gradient reads
+            // its padded output gradient backwards): a copy and a reversal.
+            let last = first.wrapping_offset(1 - width as isize);
+            by_width!(
+                width,
+                copy_columns_reversed,
+                (kc, last, k, panel),
+                scatter()
+            )
         } else if contiguous {
+            let k = |p: usize| p as isize;
             by_width!(
                 width,
                 gather_rows,
-                (live, kc, first, row_stride, panel),
+                (live, kc, first, row_stride, k, panel),
                 scatter()
             )
         } else {
-            scatter();
+            by_width!(
+                width,
+                gather_rows,
+                (live, kc, first, row_stride, k, panel),
+                scatter()
+            )
         }
         if live < width {
             for p in 0..kc {
@@ -160,9 +178,28 @@ unsafe fn copy_columns<T: Copy, const W: usize>(
     }
 }
 
-/// One panel from `live ≤ W` rows that are contiguous along k: the panel is
-/// written in order, each column gathered from the `W` row streams (rows
-/// past `live` read the first row; the caller zeroes them).
+/// One full panel whose rows are adjacent in reverse (row stride −1, the
+/// panel's last row at `last`): a copy and a reversal per column.
+///
+/// # Safety
+///
+/// As for [`pack_panels`], for one panel.
+unsafe fn copy_columns_reversed<T: Copy, const W: usize>(
+    kc: usize,
+    last: *const T,
+    k: impl Fn(usize) -> isize,
+    panel: *mut T,
+) {
+    for p in 0..kc {
+        let mut column = (last.wrapping_offset(k(p)) as *const [T; W]).read_unaligned();
+        column.reverse();
+        *(panel.add(p * W) as *mut [T; W]) = column;
+    }
+}
+
+/// One panel from `live ≤ W` rows: the panel is written in order, each
+/// column gathered from the `W` rows at the column's one offset (rows past
+/// `live` read the first row; the caller zeroes them).
 ///
 /// # Safety
 ///
@@ -172,6 +209,7 @@ unsafe fn gather_rows<T: Copy, const W: usize>(
     kc: usize,
     first: *const T,
     row_stride: isize,
+    k: impl Fn(usize) -> isize,
     panel: *mut T,
 ) {
     let rows: [*const T; W] = std::array::from_fn(|i| {
@@ -179,8 +217,9 @@ unsafe fn gather_rows<T: Copy, const W: usize>(
     });
     for p in 0..kc {
         let column = panel.add(p * W);
+        let at = k(p);
         for (i, row) in rows.iter().enumerate() {
-            *column.add(i) = *row.add(p);
+            *column.add(i) = *row.wrapping_offset(at);
         }
     }
 }

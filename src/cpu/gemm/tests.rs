@@ -4,7 +4,7 @@
 //! of C computed alone equals the same elements of the whole product, and
 //! the FMA kernels of every width give the same bits.
 
-use super::blis::{gemm, k_block, k_blocks, mirror_lower, Operand, Product};
+use super::blis::{gemm, k_block, k_blocks, mirror_lower, prepack, Operand, Product};
 use super::kernels::{portable, Float, Kernel};
 use super::pack::KIndex;
 use rand::rngs::StdRng;
@@ -18,9 +18,11 @@ fn kernels_f32() -> Vec<Kernel<f32>> {
         use std::arch::is_x86_feature_detected as has;
         if has!("avx2") && has!("fma") {
             all.push(super::x86::AVX2_F32);
+            all.push(super::x86::AVX2_F32_NARROW);
         }
         if has!("avx512f") && has!("fma") {
             all.push(super::x86::AVX512_F32);
+            all.push(super::x86::AVX512_F32_NARROW);
         }
     }
     all
@@ -34,9 +36,11 @@ fn kernels_f64() -> Vec<Kernel<f64>> {
         use std::arch::is_x86_feature_detected as has;
         if has!("avx2") && has!("fma") {
             all.push(super::x86::AVX2_F64);
+            all.push(super::x86::AVX2_F64_NARROW);
         }
         if has!("avx512f") && has!("fma") {
             all.push(super::x86::AVX512_F64);
+            all.push(super::x86::AVX512_F64_NARROW);
         }
     }
     all
@@ -111,6 +115,8 @@ struct Case {
     lower: Option<isize>,
     /// The terms of K read through tables of offsets, in reverse order.
     tables: bool,
+    /// Both factors packed whole beforehand (as for a shared factor).
+    prepacked: bool,
 }
 
 /// Runs `case` with `kernel` (blocks of K of at most `kc`) and checks every element against a product
@@ -155,20 +161,42 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             ptr: a.as_ptr().offset(a0),
             stride: ars,
             k: index(&ta, acs),
+            packed: std::ptr::null(),
         };
         let vb = Operand {
             ptr: b.as_ptr().offset(b0),
             stride: bcs,
             k: index(&tb, brs),
+            packed: std::ptr::null(),
+        };
+        let diag = case.diag.then_some((d.as_ptr(), index(&td, 2)));
+        let (a_packed, b_packed) = if case.prepacked {
+            let a = prepack(kernel.mr, kc, m, k, va, None);
+            (a, prepack(kernel.nr, kc, n, k, vb, diag))
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let packed = |v: &Vec<T>| {
+            if v.is_empty() {
+                std::ptr::null()
+            } else {
+                v.as_ptr()
+            }
         };
         let product = Product {
             m,
             n,
             k,
             alpha: T::from_f64(case.alpha),
-            a: va,
-            b: vb,
-            diag: case.diag.then_some((d.as_ptr(), index(&td, 2))),
+            a: Operand {
+                packed: packed(&a_packed),
+                ..va
+            },
+            b: Operand {
+                packed: packed(&b_packed),
+                ..vb
+            },
+            diag,
             c: c.as_mut_ptr(),
             rs_c,
             cs_c,
@@ -197,8 +225,8 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             let got = c[at_c].wide();
             assert!(
                 (got - want).abs() <= tol * (1.0 + size * case.alpha.abs()),
-                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?} tables {}: ({i}, {j}) = {got}, want {want}",
-                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate, case.diag, case.lower, case.tables
+                "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?} tables {} prepacked {}: ({i}, {j}) = {got}, want {want}",
+                kernel.name, case.a, case.b, case.c_cols, case.alpha, case.accumulate, case.diag, case.lower, case.tables, case.prepacked
             );
         }
     }
@@ -241,6 +269,7 @@ fn every_kernel_matches_the_reference_over_every_layout() {
                     diag,
                     lower,
                     tables: seed % 3 == 1,
+                    prepacked: seed % 5 == 3,
                 };
                 // Blocks of K as the driver picks them, and short ones.
                 let kc = |whole: usize| if seed % 2 == 0 { whole } else { 64 };
@@ -272,11 +301,13 @@ fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
                     ptr: a.as_ptr().add(rows.start * k),
                     stride: k as isize,
                     k: KIndex::Stride(1),
+                    packed: std::ptr::null(),
                 };
                 let vb = Operand {
                     ptr: b.as_ptr().add(cols.start),
                     stride: 1,
                     k: KIndex::Stride(n as isize),
+                    packed: std::ptr::null(),
                 };
                 let dst = c.as_mut_ptr().add(rows.start * n + cols.start);
                 let product = Product {
@@ -328,6 +359,7 @@ fn the_fma_kernels_of_every_width_give_the_same_bits() {
         diag: true,
         lower: None,
         tables: false,
+        prepacked: false,
     };
     let f32s: Vec<Vec<u32>> = kernels_f32()[1..]
         .iter()

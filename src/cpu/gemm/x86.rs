@@ -136,6 +136,67 @@ micro_kernel!(
     _mm256_add_pd
 );
 
+micro_kernel!(
+    avx512_f32_narrow,
+    "avx512f,fma",
+    f32,
+    12,
+    1,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_mul_ps,
+    _mm512_add_ps
+);
+micro_kernel!(
+    avx512_f64_narrow,
+    "avx512f,fma",
+    f64,
+    12,
+    1,
+    8,
+    _mm512_setzero_pd,
+    _mm512_loadu_pd,
+    _mm512_storeu_pd,
+    _mm512_set1_pd,
+    _mm512_fmadd_pd,
+    _mm512_mul_pd,
+    _mm512_add_pd
+);
+micro_kernel!(
+    avx2_f32_narrow,
+    "avx2,fma",
+    f32,
+    12,
+    1,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_mul_ps,
+    _mm256_add_ps
+);
+micro_kernel!(
+    avx2_f64_narrow,
+    "avx2,fma",
+    f64,
+    12,
+    1,
+    4,
+    _mm256_setzero_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_set1_pd,
+    _mm256_fmadd_pd,
+    _mm256_mul_pd,
+    _mm256_add_pd
+);
+
 /// The wrappers the kernel table stores: a `#[target_feature]` function is
 /// not a plain `unsafe fn` pointer, so each is called through one.
 macro_rules! entry {
@@ -169,6 +230,10 @@ entry!(run_avx512_f32, avx512_f32, f32);
 entry!(run_avx512_f64, avx512_f64, f64);
 entry!(run_avx2_f32, avx2_f32, f32);
 entry!(run_avx2_f64, avx2_f64, f64);
+entry!(run_avx512_f32_narrow, avx512_f32_narrow, f32);
+entry!(run_avx512_f64_narrow, avx512_f64_narrow, f64);
+entry!(run_avx2_f32_narrow, avx2_f32_narrow, f32);
+entry!(run_avx2_f64_narrow, avx2_f64_narrow, f64);
 
 pub(super) const AVX512_F32: Kernel<f32> = Kernel {
     mr: 6,
@@ -208,4 +273,40 @@ pub(super) const AVX2_F64: Kernel<f64> = Kernel {
     nc: 4096,
     run: run_avx2_f64,
     name: "avx2 6x8",
+};
+
+/// The narrow tiles, for products of at most one vector of columns (a
+/// layer's 10 logits, a convolution's 16 positions of a row), where the
+/// wide tiles would compute mostly padding: twelve rows by one vector.
+pub(super) const AVX512_F32_NARROW: Kernel<f32> = Kernel {
+    mr: 12,
+    nr: 16,
+    mc: 144,
+    run: run_avx512_f32_narrow,
+    name: "avx512 12x16",
+    ..AVX512_F32
+};
+
+pub(super) const AVX512_F64_NARROW: Kernel<f64> = Kernel {
+    mr: 12,
+    nr: 8,
+    run: run_avx512_f64_narrow,
+    name: "avx512 12x8",
+    ..AVX512_F64
+};
+
+pub(super) const AVX2_F32_NARROW: Kernel<f32> = Kernel {
+    mr: 12,
+    nr: 8,
+    run: run_avx2_f32_narrow,
+    name: "avx2 12x8",
+    ..AVX2_F32
+};
+
+pub(super) const AVX2_F64_NARROW: Kernel<f64> = Kernel {
+    mr: 12,
+    nr: 4,
+    run: run_avx2_f64_narrow,
+    name: "avx2 12x4",
+    ..AVX2_F64
 };
