@@ -5,7 +5,7 @@
 //! FMA-peak loop of `../shared/bench/csrc/peak.c` and prints the table of
 //! `BENCHMARKS.md` ("GEMM near the peak").
 //!
-//! `TENJIN_NUM_THREADS=1 cargo run --release --example gemm_peak`
+//! `TENJIN_NUM_THREADS=1 cargo run --release --example gemm_peak [-- smoke | -- SHAPE]`
 
 // Shared with the peer benchmarks; this one prints its own lines.
 #[allow(dead_code)]
@@ -166,7 +166,12 @@ impl RunWith<f64> for Contraction {
 
 fn main() {
     let threads = tenjin::jit::num_threads();
-    let only: Option<String> = std::env::args().nth(1);
+    // `smoke` (CI): one small shape; any other argument: the shapes whose
+    // names contain it.
+    let only: Option<String> =
+        std::env::args()
+            .nth(1)
+            .map(|a| if a == "smoke" { "b64".into() } else { a });
     for &(name, m, n, k, ta, tb) in SHAPES {
         if only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
