@@ -72,7 +72,9 @@ pub struct Contraction {
     pub(crate) k: Dim,
     /// Outer loops, each iteration writing a distinct output slice.
     pub(crate) batch: Vec<Dim>,
-    /// Extra summed dimensions, accumulated into the output slice.
+    /// Extra summed dimensions: the CPU folds them into K (one product
+    /// sums every term), a GPU accumulates a call per point into the
+    /// output slice.
     pub(crate) k_outer: Vec<Dim>,
     /// Number of terms of each sum (0: the output is all zeros).
     pub(crate) k_total: usize,

@@ -2,11 +2,16 @@
 //! loops of Goto and van de Geijn (BLIS's formulation): blocks of N, then
 //! of K (pack B), then of M (pack A), then micro-tiles.
 //!
-//! Owns [`gemm`], the thread's packing buffers and the split of K into
-//! blocks. The blocks of K depend on `k` and the kernel only, so every
-//! output element is rounded the same way wherever its tile lies: callers
-//! may cut M and N among threads freely and stay bitwise reproducible. Must
-//! not choose kernels (`super::kernels`) nor thread.
+//! Owns [`gemm`] (with a diagonal factor applied to packed B, A read in
+//! place when its rows are contiguous along K, micro-tiles above the
+//! diagonal skipped for a symmetric product), [`prepack`] (a factor packed
+//! whole, for the products of a batch that share it), [`mirror_lower`],
+//! the thread's packing buffers and the split of K into blocks
+//! ([`k_block`], [`k_blocks`]). The caller passes the blocks of K of the
+//! whole product, so every output element is rounded the same way
+//! wherever its tile lies: callers may cut M and N among threads freely
+//! and stay bitwise reproducible. Must not choose kernels
+//! (`super::kernels`) nor thread.
 
 use super::kernels::{Float, Kernel};
 use super::pack::{pack_panels, KIndex};

@@ -1,24 +1,27 @@
 //! Running a [`Contraction`] (the planner's description of a batched
 //! matrix product over strided views) with tenjin's own GEMM.
 //!
-//! Owns the tiling of a product across the threads of tenjin's pool and
-//! the batch and outer-K loops around each single-threaded product. The
-//! product itself is BLIS-style (`blis`: cache blocks and packing from the
-//! views, `pack`; register-tiled micro-kernels, `kernels` and `x86`: AVX-512
-//! and AVX2 with FMA picked at run time, a portable kernel elsewhere or
-//! when `TENJIN_SIMD=f32x4` forces it). What is a contraction, and its
-//! dimensions and strides, is decided by [`crate::planner::contraction`];
-//! this module must not decide it.
+//! Owns the tiling of a product across the threads of tenjin's pool, the
+//! batch loop around each single-threaded product, the folding of the outer
+//! summed dimensions into one K (tables of offsets, `Terms`: a
+//! convolution's taps read straight from the image), the packing of a
+//! factor the whole batch shares, and the mirror of a symmetric product.
+//! The product itself is BLIS-style (`blis`: cache blocks and packing from
+//! the views, `pack`; register-tiled micro-kernels, `kernels` and `x86`:
+//! AVX-512 and AVX2 with FMA picked at run time, a portable kernel
+//! elsewhere or when `TENJIN_SIMD=f32x4` forces it). What is a contraction,
+//! and its dimensions and strides, is decided by
+//! [`crate::planner::contraction`]; this module must not decide it.
 //!
 //! # Threads
 //!
-//! The larger of M and N is cut into at most 8 tiles of at least 128 rows
-//! or columns (edges on multiples of 16), a tiling that depends on the
-//! shape only; [`Contraction::set_threads`] (or the JIT pool's count)
-//! decides how many threads of tenjin's pool share the tiles. The blocks of
-//! K, hence each element's rounding, depend on K and the kernel only, so
-//! results are bitwise equal for every thread count (the tests check it).
-//! Batch and K-outer loops run inside each tile.
+//! The larger of M and N is cut into one tile per thread of at least 128
+//! rows or columns (edges on multiples of the register tile; a symmetric
+//! product's rows by equal areas of its lower triangle), each a
+//! single-threaded product. The blocks of K, hence each element's
+//! rounding, depend on the whole product's shape and the kernel's `kc`
+//! only, never on the tiling, so results are bitwise equal for every
+//! thread count (the tests check it).
 
 mod blis;
 mod kernels;
@@ -32,9 +35,8 @@ use blis::{Operand, Product};
 use kernels::Float;
 use pack::KIndex;
 
-use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
-
 use crate::dtype::{DType, Element};
+use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
 
 /// Products are cut into tiles of at least this many rows or columns, one
 /// per thread at most.
@@ -295,47 +297,38 @@ impl Contraction {
                             && self.batch.iter().all(|d| stride(d) == 0)
                             && bytes <= SHARED_PACK_BYTES
                     };
-                    let a_in_place = matches!(ptrs.terms.a, KIndex::Stride(1));
-                    let a_shared = (shared(|d| d.a, mt) && !a_in_place).then(|| {
-                        let a = Operand {
-                            ptr: ptrs.a.offset(a_off),
-                            stride: m.a,
-                            k: ptrs.terms.a,
-                            packed: std::ptr::null(),
-                        };
-                        blis::prepack(kernel.mr, kc, mt, ptrs.terms.len, a, None)
-                    });
+                    // The factors of batch point `(ba, bb)`, read through
+                    // `packed` when the batch shares one.
+                    let a_at = |ba: isize, packed: *const T| Operand {
+                        ptr: ptrs.a.wrapping_offset(ba + a_off),
+                        stride: m.a,
+                        k: ptrs.terms.a,
+                        packed,
+                    };
+                    let b_at = |bb: isize, packed: *const T| Operand {
+                        ptr: ptrs.b.wrapping_offset(bb + b_off),
+                        stride: n.b,
+                        k: ptrs.terms.b,
+                        packed,
+                    };
                     let diag = (!ptrs.d.is_null()).then_some((ptrs.d, ptrs.terms.d));
-                    let b_shared = shared(|d| d.b, nt).then(|| {
-                        let b = Operand {
-                            ptr: ptrs.b.offset(b_off),
-                            stride: n.b,
-                            k: ptrs.terms.b,
-                            packed: std::ptr::null(),
-                        };
-                        blis::prepack(kernel.nr, kc, nt, ptrs.terms.len, b, diag)
-                    });
-                    let packed =
-                        |v: &Option<Vec<T>>| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+                    let none = std::ptr::null();
+                    let a_in_place = matches!(ptrs.terms.a, KIndex::Stride(1));
+                    let (len, mr, nr) = (ptrs.terms.len, kernel.mr, kernel.nr);
+                    let a_shared = (shared(|d| d.a, mt) && !a_in_place)
+                        .then(|| blis::prepack(mr, kc, mt, len, a_at(0, none), None));
+                    let b_shared = shared(|d| d.b, nt)
+                        .then(|| blis::prepack(nr, kc, nt, len, b_at(0, none), diag));
+                    let packed = |v: &Option<Vec<T>>| v.as_ref().map_or(none, |v| v.as_ptr());
                     for bi in 0..n_batch {
                         let (ba, bb, bo) = offsets(&self.batch, bi);
                         let product = Product {
                             m: mt,
                             n: nt,
-                            k: ptrs.terms.len,
+                            k: len,
                             alpha,
-                            a: Operand {
-                                ptr: ptrs.a.offset(ba + a_off),
-                                stride: m.a,
-                                k: ptrs.terms.a,
-                                packed: packed(&a_shared),
-                            },
-                            b: Operand {
-                                ptr: ptrs.b.offset(bb + b_off),
-                                stride: n.b,
-                                k: ptrs.terms.b,
-                                packed: packed(&b_shared),
-                            },
+                            a: a_at(ba, packed(&a_shared)),
+                            b: b_at(bb, packed(&b_shared)),
                             diag,
                             c: ptrs.dst.offset(bo + o_off),
                             rs_c: m.out,

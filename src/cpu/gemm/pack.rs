@@ -119,19 +119,17 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
         let live = width.min(rows - r0);
         let first = src.wrapping_offset(r0 as isize * row_stride);
         let scatter = || scatter_rows(width, live, kc, first, row_stride, k, panel);
-        if row_stride == 1 && live == width {
-            // The panel's rows are adjacent: each column is one copy.
-            by_width!(width, copy_columns, (kc, first, k, panel), scatter())
-        } else if row_stride == -1 && live == width {
-            // Adjacent in reverse (a convolution's input gradient reads
-            // its padded output gradient backwards): a copy and a reversal.
-            let last = first.wrapping_offset(1 - width as isize);
-            by_width!(
-                width,
-                copy_columns_reversed,
-                (kc, last, k, panel),
-                scatter()
-            )
+        if row_stride.abs() == 1 && live == width {
+            // The panel's rows are adjacent: each column is one copy, and
+            // a reversal when they are adjacent backwards (a convolution's
+            // input gradient reads its padded output gradient so).
+            let rev = row_stride == -1;
+            let start = if rev {
+                first.wrapping_offset(1 - width as isize)
+            } else {
+                first
+            };
+            by_width!(width, copy_columns, (kc, start, rev, k, panel), scatter())
         } else if contiguous {
             let k = |p: usize| p as isize;
             by_width!(
@@ -160,39 +158,26 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     }
 }
 
-/// One full panel whose rows are adjacent (row stride 1), a fixed-size
-/// copy per column.
+/// One full panel whose rows are adjacent, from `start` (row stride 1),
+/// or adjacent backwards, the panel's last row at `start` (`reversed`,
+/// row stride −1): a fixed-size copy per column, reversed in the second
+/// case.
 ///
 /// # Safety
 ///
 /// As for [`pack_panels`], for one panel.
 unsafe fn copy_columns<T: Copy, const W: usize>(
     kc: usize,
-    first: *const T,
+    start: *const T,
+    reversed: bool,
     k: impl Fn(usize) -> isize,
     panel: *mut T,
 ) {
     for p in 0..kc {
-        let from = first.wrapping_offset(k(p)) as *const [T; W];
-        *(panel.add(p * W) as *mut [T; W]) = from.read_unaligned();
-    }
-}
-
-/// One full panel whose rows are adjacent in reverse (row stride −1, the
-/// panel's last row at `last`): a copy and a reversal per column.
-///
-/// # Safety
-///
-/// As for [`pack_panels`], for one panel.
-unsafe fn copy_columns_reversed<T: Copy, const W: usize>(
-    kc: usize,
-    last: *const T,
-    k: impl Fn(usize) -> isize,
-    panel: *mut T,
-) {
-    for p in 0..kc {
-        let mut column = (last.wrapping_offset(k(p)) as *const [T; W]).read_unaligned();
-        column.reverse();
+        let mut column = (start.wrapping_offset(k(p)) as *const [T; W]).read_unaligned();
+        if reversed {
+            column.reverse();
+        }
         *(panel.add(p * W) as *mut [T; W]) = column;
     }
 }

@@ -14,7 +14,9 @@
 use super::kernels::{write_tile, Kernel};
 use std::arch::x86_64::*;
 
-/// Defines a [`super::kernels::KernelFn`] over one vector type.
+/// Defines a [`super::kernels::KernelFn`] over one vector type. Calling
+/// one is sound only on a host with its features: the kernel table
+/// (`super::kernels`) hands them out by `Width::host`, which checks them.
 macro_rules! micro_kernel {
     ($name:ident, $feature:literal, $t:ty, $mr:literal, $nv:literal, $lanes:literal,
      $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $mul:ident, $add:ident) => {
@@ -197,51 +199,13 @@ micro_kernel!(
     _mm256_add_pd
 );
 
-/// The wrappers the kernel table stores: a `#[target_feature]` function is
-/// not a plain `unsafe fn` pointer, so each is called through one.
-macro_rules! entry {
-    ($entry:ident, $kernel:ident, $t:ty) => {
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $entry(
-            kc: usize,
-            a: *const $t,
-            rs_a: isize,
-            cs_a: isize,
-            b: *const $t,
-            ks_b: isize,
-            c: *mut $t,
-            rs_c: isize,
-            cs_c: isize,
-            alpha: $t,
-            accumulate: bool,
-            m: usize,
-            n: usize,
-        ) {
-            // SAFETY: the table hands out this kernel only when the host
-            // has the features it was built for (`Width::host`).
-            $kernel(
-                kc, a, rs_a, cs_a, b, ks_b, c, rs_c, cs_c, alpha, accumulate, m, n,
-            )
-        }
-    };
-}
-
-entry!(run_avx512_f32, avx512_f32, f32);
-entry!(run_avx512_f64, avx512_f64, f64);
-entry!(run_avx2_f32, avx2_f32, f32);
-entry!(run_avx2_f64, avx2_f64, f64);
-entry!(run_avx512_f32_narrow, avx512_f32_narrow, f32);
-entry!(run_avx512_f64_narrow, avx512_f64_narrow, f64);
-entry!(run_avx2_f32_narrow, avx2_f32_narrow, f32);
-entry!(run_avx2_f64_narrow, avx2_f64_narrow, f64);
-
 pub(super) const AVX512_F32: Kernel<f32> = Kernel {
     mr: 6,
     nr: 32,
     kc: 512,
     mc: 144,
     nc: 4096,
-    run: run_avx512_f32,
+    run: avx512_f32,
     name: "avx512 6x32",
 };
 
@@ -251,7 +215,7 @@ pub(super) const AVX512_F64: Kernel<f64> = Kernel {
     kc: 512,
     mc: 96,
     nc: 4096,
-    run: run_avx512_f64,
+    run: avx512_f64,
     name: "avx512 6x16",
 };
 
@@ -261,7 +225,7 @@ pub(super) const AVX2_F32: Kernel<f32> = Kernel {
     kc: 512,
     mc: 144,
     nc: 4096,
-    run: run_avx2_f32,
+    run: avx2_f32,
     name: "avx2 6x16",
 };
 
@@ -271,7 +235,7 @@ pub(super) const AVX2_F64: Kernel<f64> = Kernel {
     kc: 512,
     mc: 96,
     nc: 4096,
-    run: run_avx2_f64,
+    run: avx2_f64,
     name: "avx2 6x8",
 };
 
@@ -282,7 +246,7 @@ pub(super) const AVX512_F32_NARROW: Kernel<f32> = Kernel {
     mr: 12,
     nr: 16,
     mc: 144,
-    run: run_avx512_f32_narrow,
+    run: avx512_f32_narrow,
     name: "avx512 12x16",
     ..AVX512_F32
 };
@@ -290,7 +254,7 @@ pub(super) const AVX512_F32_NARROW: Kernel<f32> = Kernel {
 pub(super) const AVX512_F64_NARROW: Kernel<f64> = Kernel {
     mr: 12,
     nr: 8,
-    run: run_avx512_f64_narrow,
+    run: avx512_f64_narrow,
     name: "avx512 12x8",
     ..AVX512_F64
 };
@@ -298,7 +262,7 @@ pub(super) const AVX512_F64_NARROW: Kernel<f64> = Kernel {
 pub(super) const AVX2_F32_NARROW: Kernel<f32> = Kernel {
     mr: 12,
     nr: 8,
-    run: run_avx2_f32_narrow,
+    run: avx2_f32_narrow,
     name: "avx2 12x8",
     ..AVX2_F32
 };
@@ -306,7 +270,7 @@ pub(super) const AVX2_F32_NARROW: Kernel<f32> = Kernel {
 pub(super) const AVX2_F64_NARROW: Kernel<f64> = Kernel {
     mr: 12,
     nr: 4,
-    run: run_avx2_f64_narrow,
+    run: avx2_f64_narrow,
     name: "avx2 12x4",
     ..AVX2_F64
 };
