@@ -13,6 +13,7 @@
 //! and stay bitwise reproducible. Must not choose kernels
 //! (`super::kernels`) nor thread.
 
+use super::gemv::gemv;
 use super::kernels::{Float, Kernel};
 use super::pack::{pack_panels, KIndex};
 use std::cell::RefCell;
@@ -137,14 +138,33 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
     if m == 0 || n == 0 {
         return;
     }
+    // (A packing made for one role does not fit the other's panels.)
+    let unpacked = |o: Operand<T>| Operand {
+        packed: std::ptr::null(),
+        ..o
+    };
+    // A matrix–vector product: one column, or one row through Cᵀ = Bᵀ·Aᵀ.
+    if n == 1 && gemv(&p) {
+        return;
+    }
+    if m == 1 {
+        let t = Product {
+            m: n,
+            n: 1,
+            a: unpacked(b),
+            b: unpacked(a),
+            rs_c: cs_c,
+            cs_c: rs_c,
+            lower: None,
+            ..p
+        };
+        if gemv(&t) {
+            return;
+        }
+    }
     if cs_c != 1 && rs_c == 1 {
         // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows (the whole
         // of it is computed: its lower triangle is C's upper one).
-        // (A packing made for one role does not fit the other's panels.)
-        let unpacked = |o: Operand<T>| Operand {
-            packed: std::ptr::null(),
-            ..o
-        };
         let t = Product {
             m: n,
             n: m,

@@ -24,6 +24,7 @@
 //! thread count (the tests check it).
 
 mod blis;
+mod gemv;
 mod kernels;
 mod pack;
 #[cfg(test)]

@@ -233,9 +233,13 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
     c
 }
 
-/// Sizes around every kernel's tile and block edges.
-const SIZES: [(usize, usize, usize); 7] = [
+/// Sizes around every kernel's tile and block edges, and matrix–vector
+/// products (one column, one row).
+const SIZES: [(usize, usize, usize); 10] = [
     (1, 1, 1),
+    (37, 1, 300),
+    (1, 45, 70),
+    (130, 1, 33),
     (5, 7, 3),
     (6, 32, 16),
     (13, 45, 70),
