@@ -297,6 +297,14 @@ pub(crate) trait VMath: Lanes {
         self.sel(m, a, b)
     }
 
+    /// `y`, whose sign bit is clear, with the sign bit of `x` or-ed in.
+    #[inline(always)]
+    fn with_sign_of(&mut self, y: Self::F, x: Self::F) -> Self::F {
+        let sign = self.c(-0.0);
+        let sx = self.fand(x, sign);
+        self.f_or(y, sx)
+    }
+
     /// As the scalar code: x > 0 → 1, x < 0 → −1, else 0·x (keeps NaN and
     /// ±0).
     #[inline(always)]
@@ -397,10 +405,8 @@ pub(crate) trait VMath: Lanes {
         let lim = self.c(0.625);
         let m = self.cmp(Cc::Lt, a, lim);
         let t = self.sel(m, small, large);
-        // Both candidates have a clear sign bit: or in the sign of x.
-        let sign = self.c(-0.0);
-        let sx = self.fand(x, sign);
-        self.f_or(t, sx)
+        // Both candidates have a clear sign bit.
+        self.with_sign_of(t, x)
     }
 
     /// `1 / (1 + e^{-x})`, computed as `1/(1+e)` for `x ≥ 0` and `e/(1+e)`
@@ -540,10 +546,8 @@ pub(crate) trait VMath: Lanes {
         let six = self.c(6.0);
         let far = self.cmp(Cc::Ge, a, six);
         let y = self.sel(far, one, y);
-        // y ≥ 0 (or NaN): or in the sign of x.
-        let sign = self.c(-0.0);
-        let sx = self.fand(x, sign);
-        let large = self.f_or(y, sx);
+        // y ≥ 0 (or NaN).
+        let large = self.with_sign_of(y, x);
         let lim_small = self.c(0.843_75);
         let is_small = self.cmp(Cc::Lt, a, lim_small);
         let lim_tiny = self.c(f32::from_bits(0x3180_0000));

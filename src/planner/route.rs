@@ -38,8 +38,7 @@ pub(crate) fn is_gemm(f: &IndexFn) -> bool {
 /// factor, so there the product `d[i] · x[i; b]` is a stage of its own).
 pub(crate) fn is_scaled_gemm(f: &IndexFn, target: Target) -> bool {
     target == Target::Cpu
-        && contraction::detect(f).is_none()
-        && contraction::detect_scaled(f).is_some_and(|p| worth_gemm(&p))
+        && contraction::detect_scaled(f).is_some_and(|p| p.has_diagonal() && worth_gemm(&p))
 }
 
 /// Whether the route of `f` is a GEMM, alone or followed by a loop.
@@ -84,12 +83,9 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     // loop kernel is a column sum, split as one, `super::split_sums`).
     let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
     let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || on_gpu(c));
-    if let Some(plan) = contraction::detect(f) {
+    // (A diagonal factor, which BLAS lacks, leaves a GPU no `blas` plan.)
+    if let Some(plan) = contraction::detect_scaled(f) {
         if runs(&plan) {
-            return Ok(Route::Gemm(plan));
-        }
-    } else if let Some(plan) = contraction::detect_scaled(f) {
-        if target == Target::Cpu && worth_gemm(&plan) {
             return Ok(Route::Gemm(plan));
         }
     }

@@ -114,6 +114,34 @@ pub(super) struct Product<T> {
     pub lower: Option<isize>,
 }
 
+/// Whether [`gemm`] computes a C of these strides as `Cᵀ = Bᵀ·Aᵀ`: a
+/// column-major C, whose transpose has contiguous rows.
+pub(super) fn computes_transpose(rs_c: isize, cs_c: isize) -> bool {
+    cs_c != 1 && rs_c == 1
+}
+
+impl<T> Product<T> {
+    /// The same product as `Cᵀ = Bᵀ·Aᵀ`, computed whole (its lower
+    /// triangle is C's upper one) and with both factors unpacked (packing
+    /// made for one role does not fit the other's panels).
+    fn transposed(self) -> Product<T> {
+        let unpacked = |o: Operand<T>| Operand {
+            packed: std::ptr::null(),
+            ..o
+        };
+        Product {
+            m: self.n,
+            n: self.m,
+            a: unpacked(self.b),
+            b: unpacked(self.a),
+            rs_c: self.cs_c,
+            cs_c: self.rs_c,
+            lower: None,
+            ..self
+        }
+    }
+}
+
 /// Computes `p` with `kernel` and blocks of K of at most `kc`
 /// ([`k_block`] of the whole product).
 ///
@@ -138,44 +166,15 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
     if m == 0 || n == 0 {
         return;
     }
-    // (A packing made for one role does not fit the other's panels.)
-    let unpacked = |o: Operand<T>| Operand {
-        packed: std::ptr::null(),
-        ..o
-    };
     // A matrix–vector product: one column, or one row through Cᵀ = Bᵀ·Aᵀ.
     if n == 1 && gemv(&p) {
         return;
     }
-    if m == 1 {
-        let t = Product {
-            m: n,
-            n: 1,
-            a: unpacked(b),
-            b: unpacked(a),
-            rs_c: cs_c,
-            cs_c: rs_c,
-            lower: None,
-            ..p
-        };
-        if gemv(&t) {
-            return;
-        }
+    if m == 1 && gemv(&p.transposed()) {
+        return;
     }
-    if cs_c != 1 && rs_c == 1 {
-        // Column-major output: Cᵀ = Bᵀ·Aᵀ has contiguous rows (the whole
-        // of it is computed: its lower triangle is C's upper one).
-        let t = Product {
-            m: n,
-            n: m,
-            a: unpacked(b),
-            b: unpacked(a),
-            rs_c: cs_c,
-            cs_c: rs_c,
-            lower: None,
-            ..p
-        };
-        return gemm(kernel, kc, t);
+    if computes_transpose(rs_c, cs_c) {
+        return gemm(kernel, kc, p.transposed());
     }
     // Whether some element of rows `r0 ≤ r < r1` and columns `c0 ≤ c` is
     // on or below the diagonal.

@@ -22,7 +22,7 @@ const LANES: usize = 32;
 /// then a halving sum.
 #[inline(always)]
 unsafe fn dot_body<T: Float>(k: usize, a: *const T, b: *const T) -> T {
-    let mut acc = [T::default(); LANES];
+    let mut acc = [T::ZERO; LANES];
     let full = k / LANES * LANES;
     let mut p = 0;
     while p < full {
@@ -122,36 +122,41 @@ pub(super) unsafe fn gemv<T: Float>(p: &Product<T>) -> bool {
         return false;
     }
     let (dot, axpy) = ops::<T>();
-    // The vector, contiguous, with the diagonal factor applied (as
-    // packing applies it: one rounding of `b·d`).
-    let d = |q: usize| match p.diag {
-        Some((ptr, index)) => *ptr.offset(index.at(q)),
-        None => T::from_f64(1.0),
-    };
-    let x: Vec<T> = (0..k)
-        .map(|q| {
-            let v = *b.ptr.offset(b.k.at(q));
-            if p.diag.is_some() {
-                v * d(q)
-            } else {
-                v
-            }
-        })
-        .collect();
-    let mut sums = vec![T::default(); m];
-    if dot_form {
-        for (i, s) in sums.iter_mut().enumerate() {
-            *s = dot(k, a.ptr.offset(i as isize * a.stride), x.as_ptr());
-        }
-    } else {
-        for (q, &xq) in x.iter().enumerate() {
-            axpy(m, xq, a.ptr.offset(a.k.at(q)), sums.as_mut_ptr());
-        }
-    }
-    for (i, &s) in sums.iter().enumerate() {
+    // `alpha·s`, added to C or written over it.
+    let store = |i: usize, s: T| {
         let dst = c.offset(i as isize * rs_c);
         let v = s * p.alpha;
         *dst = if p.accumulate { *dst + v } else { v };
+    };
+    // The vector's term `q`, with the diagonal factor applied (as packing
+    // applies it: one rounding of `b·d`).
+    let term = |q: usize| {
+        let v = *b.ptr.offset(b.k.at(q));
+        match p.diag {
+            Some((d, index)) => v * *d.offset(index.at(q)),
+            None => v,
+        }
+    };
+    if dot_form {
+        // The vector as it is when contiguous, else gathered once.
+        let gathered: Vec<T>;
+        let x = if p.diag.is_none() && matches!(b.k, KIndex::Stride(1)) {
+            b.ptr
+        } else {
+            gathered = (0..k).map(term).collect();
+            gathered.as_ptr()
+        };
+        for i in 0..m {
+            store(i, dot(k, a.ptr.offset(i as isize * a.stride), x));
+        }
+    } else {
+        let mut sums = vec![T::ZERO; m];
+        for q in 0..k {
+            axpy(m, term(q), a.ptr.offset(a.k.at(q)), sums.as_mut_ptr());
+        }
+        for (i, &s) in sums.iter().enumerate() {
+            store(i, s);
+        }
     }
     true
 }

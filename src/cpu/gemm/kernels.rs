@@ -14,6 +14,7 @@
 //! K only, never on where its tile lies nor on the thread that computes it.
 
 use super::super::wide::Width;
+use crate::dtype::Element;
 use std::ops::{Add, Mul};
 
 /// `(kc, a, rs_a, cs_a, b, ks_b, c, rs_c, cs_c, alpha, accumulate, m, n)`:
@@ -56,76 +57,62 @@ pub(super) struct Kernel<T> {
 
 /// The element types the GEMM runs: f32 and f64.
 pub(super) trait Float:
-    Copy + Default + PartialEq + Add<Output = Self> + Mul<Output = Self> + Send + Sync + 'static
+    Element + PartialEq + Add<Output = Self> + Mul<Output = Self>
 {
+    /// The kernels at `width`: the wide one, and the narrow one for
+    /// products of at most its `nr` columns when there is one.
+    fn kernels_at(width: Width) -> (Kernel<Self>, Option<Kernel<Self>>);
+
     /// The kernel for this host ([`Width::host`]).
-    fn kernel() -> Kernel<Self>;
-    /// The kernel for this host's products of at most its `nr` columns,
-    /// when it has one.
-    fn narrow_kernel() -> Option<Kernel<Self>>;
+    fn kernel() -> Kernel<Self> {
+        Self::kernels_at(Width::host()).0
+    }
 
     /// The kernel for products of `n` columns: the narrow one when `n` is
     /// at most its `nr` and it wastes fewer lanes. Every kernel sums in
     /// the same order (`super::blis::k_block` depends on `kc`, which they
     /// share), so the choice never changes a result.
     fn kernel_for(n: usize) -> Kernel<Self> {
-        let wide = Self::kernel();
-        match Self::narrow_kernel() {
-            Some(narrow) if n <= narrow.nr && n.next_multiple_of(wide.nr) > narrow.nr => narrow,
-            _ => wide,
+        match Self::kernels_at(Width::host()) {
+            (wide, Some(narrow)) if n <= narrow.nr && n.next_multiple_of(wide.nr) > narrow.nr => {
+                narrow
+            }
+            (wide, _) => wide,
         }
-    }
-    /// The nearest value.
-    fn from_f64(x: f64) -> Self;
-}
-
-impl Float for f32 {
-    fn kernel() -> Kernel<f32> {
-        match Width::host() {
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx512 => super::x86::AVX512_F32,
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx2 => super::x86::AVX2_F32,
-            _ => portable(),
-        }
-    }
-    fn narrow_kernel() -> Option<Kernel<f32>> {
-        match Width::host() {
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx512 => Some(super::x86::AVX512_F32_NARROW),
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx2 => Some(super::x86::AVX2_F32_NARROW),
-            _ => None,
-        }
-    }
-    fn from_f64(x: f64) -> f32 {
-        x as f32
     }
 }
 
-impl Float for f64 {
-    fn kernel() -> Kernel<f64> {
-        match Width::host() {
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx512 => super::x86::AVX512_F64,
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx2 => super::x86::AVX2_F64,
-            _ => portable(),
+/// `Float` for one type: its (wide, narrow) kernels at AVX-512 and AVX2.
+macro_rules! float {
+    ($t:ty, $avx512:ident, $avx512_narrow:ident, $avx2:ident, $avx2_narrow:ident) => {
+        impl Float for $t {
+            fn kernels_at(width: Width) -> (Kernel<$t>, Option<Kernel<$t>>) {
+                match width {
+                    #[cfg(target_arch = "x86_64")]
+                    Width::Avx512 => (super::x86::$avx512, Some(super::x86::$avx512_narrow)),
+                    #[cfg(target_arch = "x86_64")]
+                    Width::Avx2 => (super::x86::$avx2, Some(super::x86::$avx2_narrow)),
+                    _ => (portable(), None),
+                }
+            }
         }
-    }
-    fn narrow_kernel() -> Option<Kernel<f64>> {
-        match Width::host() {
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx512 => Some(super::x86::AVX512_F64_NARROW),
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx2 => Some(super::x86::AVX2_F64_NARROW),
-            _ => None,
-        }
-    }
-    fn from_f64(x: f64) -> f64 {
-        x
-    }
+    };
 }
+
+float!(
+    f32,
+    AVX512_F32,
+    AVX512_F32_NARROW,
+    AVX2_F32,
+    AVX2_F32_NARROW
+);
+float!(
+    f64,
+    AVX512_F64,
+    AVX512_F64_NARROW,
+    AVX2_F64,
+    AVX2_F64_NARROW
+);
 
 /// Rows and columns of the portable kernel's tile.
 const PORTABLE_MR: usize = 4;

@@ -227,7 +227,7 @@ impl Contraction {
         // The whole product's blocks of K, not a tile's (`blis::k_block`);
         // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
         // N is then M.
-        let transposed = n.out != 1 && m.out == 1;
+        let transposed = blis::computes_transpose(m.out, n.out);
         let n_all = if transposed { m.len } else { n.len };
         let kernel = T::kernel_for(n_all);
         let kc = blis::k_block(&kernel, n_all, terms.len);
@@ -290,11 +290,14 @@ impl Contraction {
                 // alias the output.
                 unsafe {
                     // A factor the whole batch shares (a convolution's
-                    // weights against every image) is packed once.
+                    // weights against every image) is packed once (not
+                    // for matrix–vector products, which pack nothing).
                     let shared = |stride: fn(&Dim) -> isize, rows: usize| {
                         let bytes = rows * ptrs.terms.len * std::mem::size_of::<T>();
                         n_batch > 1
                             && !transposed
+                            && mt > 1
+                            && nt > 1
                             && self.batch.iter().all(|d| stride(d) == 0)
                             && bytes <= SHARED_PACK_BYTES
                     };

@@ -49,10 +49,11 @@ impl KIndex {
     }
 }
 
-/// Calls `$f::<T, W>($args…)` for the widths of the kernels' panels, or
-/// `$other` for any other width.
+/// Calls `$f::<T, W>($args…)` for `W` the width of a kernel's panels (the
+/// kernels of `super::kernels` and `super::x86` have no other; the tests
+/// run every one).
 macro_rules! by_width {
-    ($width:expr, $f:ident, ($($arg:expr),*), $other:expr) => {
+    ($width:expr, $f:ident, ($($arg:expr),*)) => {
         match $width {
             4 => $f::<T, 4>($($arg),*),
             6 => $f::<T, 6>($($arg),*),
@@ -60,7 +61,7 @@ macro_rules! by_width {
             12 => $f::<T, 12>($($arg),*),
             16 => $f::<T, 16>($($arg),*),
             32 => $f::<T, 32>($($arg),*),
-            _ => $other,
+            w => unreachable!("no GEMM kernel has panels of {w} rows"),
         }
     };
 }
@@ -83,25 +84,16 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
     k: KIndex,
     dst: *mut T,
 ) {
+    // Each kind of index gets its own copy of the loops (contiguous K
+    // visibly so, for the compiler).
     match k {
-        KIndex::Stride(s) => pack_with(
-            width,
-            rows,
-            kc,
-            src,
-            row_stride,
-            s == 1,
-            |p| p as isize * s,
-            dst,
-        ),
-        KIndex::Table(t) => pack_with(width, rows, kc, src, row_stride, false, |p| *t.add(p), dst),
+        KIndex::Stride(1) => pack_with(width, rows, kc, src, row_stride, |p| p as isize, dst),
+        KIndex::Stride(s) => pack_with(width, rows, kc, src, row_stride, |p| p as isize * s, dst),
+        KIndex::Table(t) => pack_with(width, rows, kc, src, row_stride, |p| *t.add(p), dst),
     }
 }
 
-/// [`pack_panels`] with the K offsets as a function (`contiguous`: it is
-/// `p ↦ p`, which the compiler then sees), monomorphised for each kind of
-/// index.
-#[allow(clippy::too_many_arguments)]
+/// [`pack_panels`] with the K offsets as a function.
 #[inline(always)]
 unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     width: usize,
@@ -109,7 +101,6 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     kc: usize,
     src: *const T,
     row_stride: isize,
-    contiguous: bool,
     k: K,
     dst: *mut T,
 ) {
@@ -118,7 +109,6 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     while r0 < rows {
         let live = width.min(rows - r0);
         let first = src.wrapping_offset(r0 as isize * row_stride);
-        let scatter = || scatter_rows(width, live, kc, first, row_stride, k, panel);
         if row_stride.abs() == 1 && live == width {
             // The panel's rows are adjacent: each column is one copy, and
             // a reversal when they are adjacent backwards (a convolution's
@@ -129,22 +119,9 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
             } else {
                 first
             };
-            by_width!(width, copy_columns, (kc, start, rev, k, panel), scatter())
-        } else if contiguous {
-            let k = |p: usize| p as isize;
-            by_width!(
-                width,
-                gather_rows,
-                (live, kc, first, row_stride, k, panel),
-                scatter()
-            )
+            by_width!(width, copy_columns, (kc, start, rev, k, panel))
         } else {
-            by_width!(
-                width,
-                gather_rows,
-                (live, kc, first, row_stride, k, panel),
-                scatter()
-            )
+            by_width!(width, gather_rows, (live, kc, first, row_stride, k, panel))
         }
         if live < width {
             for p in 0..kc {
@@ -205,29 +182,6 @@ unsafe fn gather_rows<T: Copy, const W: usize>(
         let at = k(p);
         for (i, row) in rows.iter().enumerate() {
             *column.add(i) = *row.wrapping_offset(at);
-        }
-    }
-}
-
-/// One panel from `live ≤ width` rows of any strides, row by row.
-///
-/// # Safety
-///
-/// As for [`pack_panels`], for one panel.
-unsafe fn scatter_rows<T: Copy>(
-    width: usize,
-    live: usize,
-    kc: usize,
-    first: *const T,
-    row_stride: isize,
-    k: impl Fn(usize) -> isize,
-    panel: *mut T,
-) {
-    for i in 0..live {
-        let row = first.wrapping_offset(i as isize * row_stride);
-        let to = panel.add(i);
-        for p in 0..kc {
-            *to.add(p * width) = *row.wrapping_offset(k(p));
         }
     }
 }

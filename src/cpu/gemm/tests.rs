@@ -4,46 +4,23 @@
 //! of C computed alone equals the same elements of the whole product, and
 //! the FMA kernels of every width give the same bits.
 
+use super::super::wide::Width;
 use super::blis::{gemm, k_block, k_blocks, mirror_lower, prepack, Operand, Product};
 use super::kernels::{portable, Float, Kernel};
 use super::pack::KIndex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn kernels_f32() -> Vec<Kernel<f32>> {
-    #[allow(unused_mut)]
-    let mut all = vec![portable::<f32>()];
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx2") && has!("fma") {
-            all.push(super::x86::AVX2_F32);
-            all.push(super::x86::AVX2_F32_NARROW);
-        }
-        if has!("avx512f") && has!("fma") {
-            all.push(super::x86::AVX512_F32);
-            all.push(super::x86::AVX512_F32_NARROW);
-        }
-    }
-    all
-}
-
-fn kernels_f64() -> Vec<Kernel<f64>> {
-    #[allow(unused_mut)]
-    let mut all = vec![portable::<f64>()];
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx2") && has!("fma") {
-            all.push(super::x86::AVX2_F64);
-            all.push(super::x86::AVX2_F64_NARROW);
-        }
-        if has!("avx512f") && has!("fma") {
-            all.push(super::x86::AVX512_F64);
-            all.push(super::x86::AVX512_F64_NARROW);
-        }
-    }
-    all
+/// Every kernel this host runs, at every width up to its own.
+fn kernels<T: Float>() -> Vec<Kernel<T>> {
+    [Width::F32x4, Width::Avx2, Width::Avx512]
+        .into_iter()
+        .filter(|&w| w <= Width::supported())
+        .flat_map(|w| {
+            let (wide, narrow) = T::kernels_at(w);
+            std::iter::once(wide).chain(narrow)
+        })
+        .collect()
 }
 
 /// A matrix layout: row-major, column-major, a row broadcast along the
@@ -86,20 +63,6 @@ fn matrix<T: Float>(
     (data, base, rs, cs)
 }
 
-trait Wide: Float {
-    fn wide(self) -> f64;
-}
-impl Wide for f32 {
-    fn wide(self) -> f64 {
-        self as f64
-    }
-}
-impl Wide for f64 {
-    fn wide(self) -> f64 {
-        self
-    }
-}
-
 struct Case {
     m: usize,
     n: usize,
@@ -121,7 +84,7 @@ struct Case {
 
 /// Runs `case` with `kernel` (blocks of K of at most `kc`) and checks every element against a product
 /// in f64 to `tol` relative to `Σ|a||b|`; returns C.
-fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u64) -> Vec<T> {
+fn check<T: Float>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u64) -> Vec<T> {
     let Case { m, n, k, .. } = *case;
     let mut rng = StdRng::seed_from_u64(seed);
     let (a, a0, ars, acs) = matrix::<T>(m, k, case.a, &mut rng);
@@ -141,9 +104,9 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
     let d: Vec<T> = (0..2 * k)
         .map(|_| T::from_f64(rng.gen_range(-2.0..2.0)))
         .collect();
-    let dt = |p: usize| if case.diag { d[2 * p].wide() } else { 1.0 };
-    let at = |i: usize, p: usize| a[(a0 + i as isize * ars + p as isize * acs) as usize].wide();
-    let bt = |p: usize, j: usize| b[(b0 + p as isize * brs + j as isize * bcs) as usize].wide();
+    let dt = |p: usize| if case.diag { d[2 * p].to_f64() } else { 1.0 };
+    let at = |i: usize, p: usize| a[(a0 + i as isize * ars + p as isize * acs) as usize].to_f64();
+    let bt = |p: usize, j: usize| b[(b0 + p as isize * brs + j as isize * bcs) as usize].to_f64();
     // Term `p` read at `order[p]` through tables, or at `p` by strides.
     let order: Vec<isize> = (0..k as isize).rev().collect();
     let table = |stride: isize| order.iter().map(|&p| p * stride).collect::<Vec<isize>>();
@@ -217,12 +180,12 @@ fn check<T: Wide>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u6
             }
             let at_c = (i as isize * rs_c + j as isize * cs_c) as usize;
             let before = if case.accumulate {
-                start[at_c].wide()
+                start[at_c].to_f64()
             } else {
                 0.0
             };
             let want = before + case.alpha * want;
-            let got = c[at_c].wide();
+            let got = c[at_c].to_f64();
             assert!(
                 (got - want).abs() <= tol * (1.0 + size * case.alpha.abs()),
                 "{}: {m}x{n}x{k} A {:?} B {:?} C cols {} alpha {} acc {} diag {} lower {:?} tables {} prepacked {}: ({i}, {j}) = {got}, want {want}",
@@ -277,10 +240,10 @@ fn every_kernel_matches_the_reference_over_every_layout() {
                 };
                 // Blocks of K as the driver picks them, and short ones.
                 let kc = |whole: usize| if seed % 2 == 0 { whole } else { 64 };
-                for kernel in kernels_f64() {
+                for kernel in kernels::<f64>() {
                     check(&kernel, kc(k_block(&kernel, n, k)), &case, 1e-14, seed);
                 }
-                for kernel in kernels_f32() {
+                for kernel in kernels::<f32>() {
                     check(&kernel, kc(k_block(&kernel, n, k)), &case, 1e-6, seed);
                 }
             }
@@ -296,7 +259,7 @@ fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
     let mut rng = StdRng::seed_from_u64(7);
     let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
     let b: Vec<f32> = (0..k * n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    for kernel in kernels_f32() {
+    for kernel in kernels::<f32>() {
         let run = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
             let mut c = vec![0f32; m * n];
             // SAFETY: the pieces of A, B and C lie inside their buffers.
@@ -365,7 +328,7 @@ fn the_fma_kernels_of_every_width_give_the_same_bits() {
         tables: false,
         prepacked: false,
     };
-    let f32s: Vec<Vec<u32>> = kernels_f32()[1..]
+    let f32s: Vec<Vec<u32>> = kernels::<f32>()[1..]
         .iter()
         .map(|kn| {
             check(kn, 256, &case, 1e-6, 3)
@@ -374,7 +337,7 @@ fn the_fma_kernels_of_every_width_give_the_same_bits() {
                 .collect()
         })
         .collect();
-    let f64s: Vec<Vec<u64>> = kernels_f64()[1..]
+    let f64s: Vec<Vec<u64>> = kernels::<f64>()[1..]
         .iter()
         .map(|kn| {
             check(kn, 256, &case, 1e-14, 3)

@@ -77,127 +77,93 @@ macro_rules! micro_kernel {
     };
 }
 
-micro_kernel!(
-    avx512_f32,
-    "avx512f,fma",
-    f32,
-    6,
-    2,
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_mul_ps,
-    _mm512_add_ps
-);
-micro_kernel!(
-    avx512_f64,
-    "avx512f,fma",
-    f64,
-    6,
-    2,
-    8,
-    _mm512_setzero_pd,
-    _mm512_loadu_pd,
-    _mm512_storeu_pd,
-    _mm512_set1_pd,
-    _mm512_fmadd_pd,
-    _mm512_mul_pd,
-    _mm512_add_pd
-);
-micro_kernel!(
-    avx2_f32,
-    "avx2,fma",
-    f32,
-    6,
-    2,
-    8,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_mul_ps,
-    _mm256_add_ps
-);
-micro_kernel!(
-    avx2_f64,
-    "avx2,fma",
-    f64,
-    6,
-    2,
-    4,
-    _mm256_setzero_pd,
-    _mm256_loadu_pd,
-    _mm256_storeu_pd,
-    _mm256_set1_pd,
-    _mm256_fmadd_pd,
-    _mm256_mul_pd,
-    _mm256_add_pd
-);
+/// The four instruction sets and element types, each a macro that defines
+/// a kernel of `mr` rows by `nv` vectors with `micro_kernel`.
+macro_rules! avx512_ps {
+    ($name:ident, $mr:literal, $nv:literal) => {
+        micro_kernel!(
+            $name,
+            "avx512f,fma",
+            f32,
+            $mr,
+            $nv,
+            16,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_storeu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_mul_ps,
+            _mm512_add_ps
+        );
+    };
+}
+macro_rules! avx512_pd {
+    ($name:ident, $mr:literal, $nv:literal) => {
+        micro_kernel!(
+            $name,
+            "avx512f,fma",
+            f64,
+            $mr,
+            $nv,
+            8,
+            _mm512_setzero_pd,
+            _mm512_loadu_pd,
+            _mm512_storeu_pd,
+            _mm512_set1_pd,
+            _mm512_fmadd_pd,
+            _mm512_mul_pd,
+            _mm512_add_pd
+        );
+    };
+}
+macro_rules! avx2_ps {
+    ($name:ident, $mr:literal, $nv:literal) => {
+        micro_kernel!(
+            $name,
+            "avx2,fma",
+            f32,
+            $mr,
+            $nv,
+            8,
+            _mm256_setzero_ps,
+            _mm256_loadu_ps,
+            _mm256_storeu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_mul_ps,
+            _mm256_add_ps
+        );
+    };
+}
+macro_rules! avx2_pd {
+    ($name:ident, $mr:literal, $nv:literal) => {
+        micro_kernel!(
+            $name,
+            "avx2,fma",
+            f64,
+            $mr,
+            $nv,
+            4,
+            _mm256_setzero_pd,
+            _mm256_loadu_pd,
+            _mm256_storeu_pd,
+            _mm256_set1_pd,
+            _mm256_fmadd_pd,
+            _mm256_mul_pd,
+            _mm256_add_pd
+        );
+    };
+}
 
-micro_kernel!(
-    avx512_f32_narrow,
-    "avx512f,fma",
-    f32,
-    12,
-    1,
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps,
-    _mm512_mul_ps,
-    _mm512_add_ps
-);
-micro_kernel!(
-    avx512_f64_narrow,
-    "avx512f,fma",
-    f64,
-    12,
-    1,
-    8,
-    _mm512_setzero_pd,
-    _mm512_loadu_pd,
-    _mm512_storeu_pd,
-    _mm512_set1_pd,
-    _mm512_fmadd_pd,
-    _mm512_mul_pd,
-    _mm512_add_pd
-);
-micro_kernel!(
-    avx2_f32_narrow,
-    "avx2,fma",
-    f32,
-    12,
-    1,
-    8,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps,
-    _mm256_mul_ps,
-    _mm256_add_ps
-);
-micro_kernel!(
-    avx2_f64_narrow,
-    "avx2,fma",
-    f64,
-    12,
-    1,
-    4,
-    _mm256_setzero_pd,
-    _mm256_loadu_pd,
-    _mm256_storeu_pd,
-    _mm256_set1_pd,
-    _mm256_fmadd_pd,
-    _mm256_mul_pd,
-    _mm256_add_pd
-);
+avx512_ps!(avx512_f32, 6, 2);
+avx512_pd!(avx512_f64, 6, 2);
+avx2_ps!(avx2_f32, 6, 2);
+avx2_pd!(avx2_f64, 6, 2);
+avx512_ps!(avx512_f32_narrow, 12, 1);
+avx512_pd!(avx512_f64_narrow, 12, 1);
+avx2_ps!(avx2_f32_narrow, 12, 1);
+avx2_pd!(avx2_f64_narrow, 12, 1);
 
 pub(super) const AVX512_F32: Kernel<f32> = Kernel {
     mr: 6,
