@@ -3,7 +3,8 @@ bench/gpu_peers.py: one step under torch.profiler after two warm-ups, the
 CUDA kernels summed by name, the costliest first, and the share of GEMMs
 (kernels whose name says gemm/sgemm/cutlass). Beside tenjin's own
 breakdown (`TENJIN_GPU_PROFILE=1`, examples/gpu_peers.rs), it shows where
-the two differ. Runs on the GPU machine: python3 bench/gpu_torch_profile.py
+the two differ (`PROFILE_COMPILE=1`: torch.compile's step as well). Runs on
+the GPU machine: python3 bench/gpu_torch_profile.py
 """
 import os
 import sys
@@ -21,28 +22,34 @@ model = peers.Gpt(layers, d, h, t, vocab).to(peers.dev)
 opt = torch.optim.AdamW(model.parameters())
 
 
-def step():
-    opt.zero_grad(set_to_none=True)
-    model(x, y).backward()
-    opt.step()
+def breakdown(system, loss_fn):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(x, y).backward()
+        opt.step()
 
-
-for _ in range(2):
-    step()
-torch.cuda.synchronize()
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    step()
+    for _ in range(3):
+        step()
     torch.cuda.synchronize()
-rows = {}
-for e in prof.key_averages():
-    ms = (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)) / 1e3
-    if ms > 0:
-        r = rows.setdefault(e.key, [0, 0.0])
-        r[0] += e.count
-        r[1] += ms
-total = sum(r[1] for r in rows.values())
-gemm = sum(r[1] for n, r in rows.items() if any(s in n.lower() for s in ("gemm", "cutlass", "xmma")))
-print(f"PyTorch eager GPT step on the GPU: {total:.1f} ms of kernels, GEMMs {gemm:.1f} ms")
-print("| ms | calls | kernel |\n| --- | --- | --- |")
-for name, (calls, ms) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:30]:
-    print(f"| {ms:.3f} | {calls} | {name[:110]} |")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.key_averages():
+        ms = (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)) / 1e3
+        if ms > 0:
+            r = rows.setdefault(e.key, [0, 0.0])
+            r[0] += e.count
+            r[1] += ms
+    total = sum(r[1] for r in rows.values())
+    gemm = sum(r[1] for n, r in rows.items() if any(s in n.lower() for s in ("gemm", "cutlass", "xmma")))
+    print(f"PyTorch {system} GPT step on the GPU: {total:.1f} ms of kernels, GEMMs {gemm:.1f} ms")
+    print("| ms | calls | kernel |\n| --- | --- | --- |")
+    for name, (calls, ms) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:int(os.environ.get("ROWS", "30"))]:
+        print(f"| {ms:.3f} | {calls} | {name[:110]} |")
+
+
+breakdown("eager", model)
+# `PROFILE_COMPILE=1`: torch.compile's step too (its fused kernels by name).
+if os.environ.get("PROFILE_COMPILE") == "1":
+    breakdown("torch.compile", torch.compile(model))

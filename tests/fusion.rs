@@ -7,7 +7,10 @@
 //! ops on the CPU; a deferred result keeps the values its inputs had when
 //! it was made, even when one is written in place before it is read; one
 //! dropped unread never runs; gradients of fused intermediates and second
-//! derivatives are the unfused ones. On the CPU with fusion turned on, the
+//! derivatives are the unfused ones. Backward, a pointwise gradient step
+//! (a scale's, a negation's) folds into the step producing its input (a
+//! softmax's backward kernel, a GEMM's scale), and only where no other
+//! gradient is summed into that input. On the CPU with fusion turned on, the
 //! same functions give the same values and gradients in f64.
 //!
 //! `TENJIN_GPU_TESTS=cuda` runs the device tests on a real GPU.
@@ -112,11 +115,14 @@ fn scale_mask_and_softmax_run_as_one_kernel_after_the_gemm() {
         unfused.3
     );
     // Backward: each op's derivative, nothing recomputed (the softmax's
-    // reads its output, the scale's and the mask's nothing).
+    // reads its output, the mask's passes the gradient on), and the
+    // scale's folded into the softmax's kernel.
     assert_eq!(
-        fused.4, unfused.4,
+        fused.4 + 1,
+        unfused.4,
         "backward launches: {} fused, {} unfused",
-        fused.4, unfused.4
+        fused.4,
+        unfused.4
     );
 }
 
@@ -224,4 +230,79 @@ fn fused_chains_on_the_cpu_match_the_unfused_ones() {
     for (k, what) in ["y", "dx", "dc"].iter().enumerate() {
         assert_close(what, &fused[k], &unfused[k], 1e-14);
     }
+}
+
+/// Backward launches and the gradients of `x` and `w` for
+/// `Σ seed · φ(x, w)` on `device`.
+fn backward_of(
+    device: Device,
+    phi: impl Fn(&Tensor, &Tensor) -> Result<Tensor, Error>,
+) -> (u64, Vec<f64>, Vec<f64>) {
+    let x = leaf(&values(24, 11), &[4, 6], device);
+    let w = leaf(&values(36, 12), &[6, 6], device);
+    let y = phi(&x, &w).unwrap();
+    let seed = Tensor::from_vec_f64_on(values(24, 13), &[4, 6], device).unwrap();
+    let loss = y.mul(&seed).unwrap().sum().unwrap();
+    loss.item().unwrap();
+    let before = launches();
+    loss.backward().unwrap();
+    let dx = x.grad().unwrap().to_vec_f64().unwrap();
+    (
+        launches() - before,
+        dx,
+        w.grad().unwrap().to_vec_f64().unwrap(),
+    )
+}
+
+/// Backward launches with fusion on and off (after a run of each that
+/// compiles), checking both runs' gradients against the CPU's unfused
+/// ones.
+fn folded_launches(
+    what: &str,
+    phi: impl Fn(&Tensor, &Tensor) -> Result<Tensor, Error> + Copy,
+) -> (u64, u64) {
+    let device = gpu();
+    tenjin::set_fusion(Device::Cpu, false);
+    let (_, cx, cw) = backward_of(Device::Cpu, phi);
+    let mut counts = [0; 2];
+    for (k, on) in [true, false].into_iter().enumerate() {
+        tenjin::set_fusion(device, on);
+        backward_of(device, phi);
+        let (n, dx, dw) = backward_of(device, phi);
+        assert_close(&format!("{what}: dx, fusion {on}"), &dx, &cx, 1e-12);
+        assert_close(&format!("{what}: dw, fusion {on}"), &dw, &cw, 1e-12);
+        counts[k] = n;
+    }
+    tenjin::set_fusion(device, true);
+    (counts[0], counts[1])
+}
+
+#[test]
+fn pointwise_gradients_fold_into_the_step_producing_their_input() {
+    let _s = serial();
+    // A GEMM's gradient scaled: `3 · (dy · wᵀ)` is one GEMM call with
+    // scale 3.
+    let (on, off) = folded_launches("scale before a GEMM", |x, w| x.mul_scalar(3.0)?.matmul(w));
+    assert_eq!(on + 1, off, "GEMM scale: {on} launches folded, {off} not");
+    // Two pointwise steps after a softmax's backward: both fold into it,
+    // through the reshape's pass between them.
+    let (on, off) = folded_launches("negate, reshape, scale", |x, w| {
+        x.matmul(w)?
+            .reshape(&[24])?
+            .neg()?
+            .mul_scalar(0.5)?
+            .reshape(&[4, 6])?
+            .softmax(1)
+    });
+    assert_eq!(on + 2, off, "two folds: {on} launches folded, {off} not");
+    // A scaled value read twice: its gradient is a sum of two, which the
+    // scale's step reads whole; nothing folds.
+    let (on, off) = folded_launches("scale read twice", |x, w| {
+        let z = x.matmul(w)?.mul_scalar(2.0)?;
+        z.exp()?.add(&z.sin()?)
+    });
+    assert_eq!(
+        on, off,
+        "a summed gradient: {on} launches folded, {off} not"
+    );
 }

@@ -1,7 +1,8 @@
 //! Fusion across ops: an element-wise op's result computed inside the
 //! kernel of the op that reads it, in eager code.
 //!
-//! Owns the setting ([`set_fusion`], [`fusion`]) and the rules below.
+//! Owns the rules below (the setting, [`set_fusion`], is the runtime's: the
+//! backward pass folds gradients under it too, `crate::trace`'s `fold`).
 //! `x.matmul(&w)?.mul_scalar(s)?.add(&mask)?.softmax(3)?` runs forward as
 //! a GEMM and the softmax's kernels alone: `mul_scalar` and `add` are
 //! element-wise, so their results are deferred (allocated, their kernels
@@ -38,8 +39,9 @@ use crate::tensor::{Producer, Tensor};
 use crate::DType;
 use crate::Error;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+pub use crate::runtime::{fusion, set_fusion};
 
 /// Expression nodes a deferred function may hold.
 pub const MAX_NODES: usize = 64;
@@ -49,49 +51,6 @@ pub const MAX_ARGS: usize = 8;
 /// next reader runs the deferred kernel and starts a new chain, so keys
 /// and functions stay bounded whatever the simplifier folds away.
 pub const MAX_DEPTH: usize = 16;
-
-/// Per device kind (CPU, GPU): 0 for the default, 1 on, 2 off.
-static SETTING: [AtomicU8; 2] = [AtomicU8::new(0), AtomicU8::new(0)];
-
-fn kind(device: Device) -> usize {
-    match device {
-        Device::Cpu => 0,
-        Device::Cuda(_) => 1,
-    }
-}
-
-/// Turns fusion across ops on or off for every device of `device`'s kind
-/// (the CPU, or the GPUs). Results already deferred stay so.
-///
-/// ```
-/// use tenjin::{fusion, set_fusion, Device};
-/// set_fusion(Device::Cpu, true);
-/// assert!(fusion(Device::Cpu));
-/// set_fusion(Device::Cpu, false);
-/// # Ok::<(), tenjin::Error>(())
-/// ```
-pub fn set_fusion(device: Device, on: bool) {
-    SETTING[kind(device)].store(if on { 1 } else { 2 }, Relaxed);
-}
-
-/// Whether ops on `device` fuse (see [`set_fusion`]). By default they do on
-/// GPUs and do not on the CPU; the environment variable `TENJIN_FUSION`
-/// (`1` or `0`) sets the default for both.
-pub fn fusion(device: Device) -> bool {
-    // The environment is read once: this is asked on every op.
-    static FROM_ENV: OnceLock<Option<bool>> = OnceLock::new();
-    match SETTING[kind(device)].load(Relaxed) {
-        1 => true,
-        2 => false,
-        _ => FROM_ENV
-            .get_or_init(|| match std::env::var("TENJIN_FUSION").as_deref() {
-                Ok("1") => Some(true),
-                Ok("0") => Some(false),
-                _ => None,
-            })
-            .unwrap_or(device != Device::Cpu),
-    }
-}
 
 /// Whether `plan`'s result may be deferred (the first rule).
 pub(super) fn defers(plan: &OpPlan, device: Device) -> bool {

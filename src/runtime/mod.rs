@@ -11,6 +11,7 @@
 //! | `op_plan` | the op-plan cache (one op's programs per shapes, views, dtype and device), its statistics ([`stats`]) |
 //! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs |
 //! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device), its statistics, compiling a stage or a function through it |
+//! | `fusion` | the switch fusion obeys, forward and backward ([`set_fusion`], [`fusion`]) |
 //! | `exec` | running kernels and programs on storages, the device check of every run |
 //! | `storage` | `Storage`: the memory behind tensors, on any device, every method by device |
 //! | `observe` | the kernel observer (hidden, feature `cuda`) |
@@ -27,6 +28,7 @@
 
 pub(crate) mod compiled;
 pub(crate) mod exec;
+mod fusion;
 pub mod jit;
 mod kernel_cache;
 #[cfg(feature = "cuda")]
@@ -36,6 +38,7 @@ mod save_policy;
 pub(crate) mod storage;
 
 pub use compiled::CompiledKernel;
+pub use fusion::{fusion, set_fusion};
 pub use op_plan::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };

@@ -1,8 +1,11 @@
 //! Composition of index functions: an argument replaced by the function
 //! that computes it, and sums of functions over the same domain.
 //!
-//! Owns [`IndexFn::inline_arg`], [`IndexFn::add_fn`], [`IndexFn::identity`]
-//! and [`IndexFn::has_reduction`]. Only functions without reductions are
+//! Owns [`IndexFn::inline_arg`], [`IndexFn::map_output`] (a pointwise map
+//! applied to a function's value, the backward pass's fold of an
+//! element-wise gradient into the stage producing its input),
+//! [`IndexFn::add_fn`], [`IndexFn::identity`] and
+//! [`IndexFn::has_reduction`]. Only functions without reductions are
 //! inlined (their bodies bind no index, so substituting the output indices
 //! is all there is, and nothing is recomputed per read but the element
 //! itself): a Jacobian walk keeps the Kronecker deltas of its seed and the
@@ -123,6 +126,85 @@ impl IndexFn {
         }
         out.root = map[&self.root];
         let (graph, root) = out.graph.extract(out.root);
+        out.graph = graph;
+        out.root = root;
+        Ok(out)
+    }
+
+    /// Whether this function is a *pointwise map* of its one argument,
+    /// `h[i…] = φ(a[i…])`: it reads `a` only at its own output index, uses
+    /// no index as a value or in a condition, and has no reduction and no
+    /// random numbers. Such a `φ` applies to any function's value element
+    /// for element, whatever its shape ([`IndexFn::map_output`]).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let scale = IndexFn::parse("h[i; j] = g[i; j] * 0.125", &[("g", &[2, 3][..])])?;
+    /// assert!(scale.is_pointwise_map());
+    /// let shifted = IndexFn::parse_with_sizes("h[i] = g[i + 1]", &[("g", &[4][..])], &[("i", 3)])?;
+    /// assert!(!shifted.is_pointwise_map());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn is_pointwise_map(&self) -> bool {
+        let identity: Vec<Affine> = self.out_vars.iter().map(|&v| Affine::var(v)).collect();
+        self.args.len() == 1
+            && self.args[0].shape == self.out_shape
+            && self
+                .graph
+                .reachable(self.root)
+                .into_iter()
+                .all(|n| match self.graph.node(n) {
+                    Node::Const(_) | Node::Unary(..) | Node::Binary(..) => true,
+                    Node::Access { arg, index } => *arg == 0 && *index == identity,
+                    Node::Select { cond, .. } => matches!(cond, Cond::Value(..)),
+                    Node::Index(_) | Node::Random { .. } | Node::Reduce { .. } => false,
+                })
+    }
+
+    /// The pointwise map `h` ([`IndexFn::is_pointwise_map`]) applied to
+    /// this function's value, element for element: `i… ↦ φ(self[i…])`,
+    /// with this function's name, shape and arguments. `h` may be declared
+    /// over another shape of as many elements (a gradient that reached it
+    /// through a reshape); this function may have reductions.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = sum{j}_0^2 (a[i; j])", &[("a", &[2, 3][..])])?;
+    /// let h = IndexFn::parse("h[i] = g[i] * 0.5", &[("g", &[2][..])])?;
+    /// let g = f.map_output(&h)?;
+    /// assert_eq!(g.to_string(), "f[i] = sum{j}_0^2 (a[i; j]) * 0.5");
+    /// assert_eq!(g.eval_f64(&[("a", &[1., 2., 3., 4., 5., 6.][..])])?, vec![3., 7.5]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn map_output(&self, h: &IndexFn) -> Result<IndexFn, Error> {
+        let elements = |shape: &[usize]| shape.iter().product::<usize>();
+        if !h.is_pointwise_map() || elements(&h.out_shape) != elements(&self.out_shape) {
+            return Err(self.invalid(format!(
+                "cannot apply {} (shape {:?}) to the value of {} (shape {:?}): not a pointwise map of as many elements",
+                h.name, h.out_shape, self.name, self.out_shape
+            )));
+        }
+        let mut out = self.clone();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        for n in h.graph.reachable(h.root) {
+            let g = &mut out.graph;
+            let new = match h.graph.node(n).map_children(&|c| map[&c]) {
+                Node::Const(bits) => g.constant(f64::from_bits(bits)),
+                Node::Access { .. } => self.root,
+                Node::Unary(op, a) => g.unary(op, a),
+                Node::Binary(op, a, b) => g.binary(op, a, b),
+                Node::Select {
+                    cond,
+                    then,
+                    otherwise,
+                } => g.select(cond, then, otherwise),
+                other => {
+                    return Err(self.invalid(format!("{other:?} in the pointwise map {}", h.name)))
+                }
+            };
+            map.insert(n, new);
+        }
+        let (graph, root) = out.graph.extract(map[&h.root]);
         out.graph = graph;
         out.root = root;
         Ok(out)

@@ -4,7 +4,8 @@
 //! Owns trace nodes (`Node`: one recorded operation, owning its inputs'
 //! nodes through `Arc`, so a graph nobody holds frees itself), leaves'
 //! gradient slots (`Leaf`), the thread-local no-grad scope, the backward
-//! schedule (`schedule`) and its one interpreter (`interpret`), run on
+//! schedule (`schedule`, with pointwise gradients folded into their
+//! producers when fusion is on: `fold`) and its one interpreter (`interpret`), run on
 //! storages by `backward` and on block sizes by `memory_plan`, and
 //! `explain`. A node holds its op's plan from the runtime's op-plan cache
 //! (which makes the second iteration of a training loop free of symbolic
@@ -14,6 +15,7 @@
 
 mod backward;
 mod explain;
+mod fold;
 mod interpret;
 mod memory_plan;
 mod schedule;

@@ -172,6 +172,7 @@ impl Schedule {
             }
         }
         finish(&mut steps, &nodes);
+        super::fold::fold_pointwise(&mut steps, &nodes, &targets)?;
         Ok(Schedule {
             nodes,
             root: root_ix,

@@ -1,0 +1,177 @@
+//! The backward pass's fold: a pointwise gradient computed by the step
+//! that produces its input.
+//!
+//! `q.matmul(&k_t)?.mul_scalar(s)?` records a node whose derivative is
+//! `s · df`: one pass over the gradient of the scores, which the step
+//! before it (the softmax's backward) wrote in a pass of its own. With
+//! fusion on for the device ([`crate::runtime::fusion`]), the schedule
+//! folds such a step into the one producing its input: the producer's
+//! stage computes `φ(its value)` ([`IndexFn::map_output`]), the pointwise
+//! step passes its input on, and a pass over the gradient is saved
+//! (PyTorch's inductor does the same: `fused__softmax_backward_data_div`).
+//! A producer that is a GEMM takes a constant factor as its scale.
+//!
+//! | rule | why |
+//! | --- | --- |
+//! | the step is its node's only step, reads the incoming gradient alone, runs generated code and is a pointwise map of it ([`IndexFn::is_pointwise_map`]) | it reads nothing but the producer's value, element for element |
+//! | exactly one edge feeds its node, directly or through nodes whose only step passes the gradient on (an addition's, a reshape's) | no other gradient is summed into the value it maps |
+//! | the producing step runs generated code or a GEMM, delivers to that edge alone, and no later step of its node reads its value | the value exists only to be mapped |
+//! | both compute the same dtype on the same device, and the composed stage takes the producer's route | a GEMM with a loop epilogue would write and read the value as the two steps do |
+//!
+//! A schedule is `Tensor::backward`'s, which gives leaves their
+//! gradients and nothing else: the values passed on in between are never
+//! observed. Must not change what a step reads or when a value is
+//! released (the memory plan replays the same schedule).
+//!
+//! [`IndexFn::map_output`]: crate::symbolic::IndexFn::map_output
+//! [`IndexFn::is_pointwise_map`]: crate::symbolic::IndexFn::is_pointwise_map
+
+use super::schedule::{Prog, Step, Val};
+use super::Node;
+use crate::kernel::RouteKind;
+use crate::runtime::{self, CompiledKernel};
+use crate::Error;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Folds every pointwise gradient step the rules allow into its producer
+/// (`steps` in schedule order, their `passes`, `kept` and `deliver` set).
+pub(super) fn fold_pointwise(
+    steps: &mut [Step],
+    nodes: &[Arc<Node>],
+    targets: &[Vec<Option<usize>>],
+) -> Result<(), Error> {
+    let graph = Graph::new(steps, nodes, targets);
+    for k in 0..steps.len() {
+        if !is_pointwise_step(&steps[k], &graph) {
+            continue;
+        }
+        let Some(p) = graph.producer(steps, steps[k].node) else {
+            continue;
+        };
+        let (made, map) = (&steps[p].kernel, &steps[k].kernel);
+        if made.dtype() != map.dtype() || made.device() != map.device() {
+            continue;
+        }
+        if let Some(folded) = folded(made, map)? {
+            steps[p].kernel = folded;
+            steps[k].passes = Some(0);
+            steps[k].in_place = None;
+        }
+    }
+    Ok(())
+}
+
+/// Who feeds whom, and which step delivers each gradient.
+struct Graph {
+    /// Per node: the gradient-carrying edges `(node, edge)` leading to it.
+    feeders: Vec<Vec<(usize, usize)>>,
+    /// `(node, edge)` → the step delivering that edge's gradient.
+    delivers: HashMap<(usize, usize), usize>,
+    /// Per node: how many steps it runs.
+    steps_of: Vec<usize>,
+}
+
+impl Graph {
+    fn new(steps: &[Step], nodes: &[Arc<Node>], targets: &[Vec<Option<usize>>]) -> Graph {
+        let mut feeders = vec![Vec::new(); nodes.len()];
+        for (c, n) in nodes.iter().enumerate() {
+            for &e in &n.grad.plan.wrt {
+                if let Some(t) = targets[c][e] {
+                    feeders[t].push((c, e));
+                }
+            }
+        }
+        let mut delivers = HashMap::new();
+        let mut steps_of = vec![0; nodes.len()];
+        for (k, st) in steps.iter().enumerate() {
+            steps_of[st.node] += 1;
+            for &e in &st.deliver {
+                delivers.insert((st.node, e), k);
+            }
+        }
+        Graph {
+            feeders,
+            delivers,
+            steps_of,
+        }
+    }
+
+    /// The step whose value alone reaches `node` as its incoming
+    /// gradient, through steps that pass it on (the second and third
+    /// rules), if there is one.
+    fn producer(&self, steps: &[Step], mut node: usize) -> Option<usize> {
+        loop {
+            let [edge] = self.feeders[node][..] else {
+                return None;
+            };
+            let d = *self.delivers.get(&edge)?;
+            let st = &steps[d];
+            if st.deliver.len() != 1 || st.kept {
+                return None;
+            }
+            match st.passes {
+                None => {
+                    return matches!(st.kernel.route(), RouteKind::Jit | RouteKind::Gemm)
+                        .then_some(d)
+                }
+                Some(p) if st.inputs[p] == Val::Df && self.steps_of[st.node] == 1 => {
+                    node = st.node;
+                }
+                Some(_) => return None,
+            }
+        }
+    }
+}
+
+/// The first rule, and fusion on for the step's device.
+fn is_pointwise_step(st: &Step, graph: &Graph) -> bool {
+    st.prog == Prog::Backward
+        && graph.steps_of[st.node] == 1
+        && st.passes.is_none()
+        && st.inputs == [Val::Df]
+        && st.kernel.route() == RouteKind::Jit
+        && runtime::fusion(st.kernel.device())
+        && st.kernel.source().is_pointwise_map()
+}
+
+/// Folded kernels by the (producer, map) pair they fold, holding both so
+/// their addresses stay theirs; a schedule is built on every backward.
+type FoldCache = HashMap<
+    (usize, usize),
+    (
+        Arc<CompiledKernel>,
+        Arc<CompiledKernel>,
+        Option<Arc<CompiledKernel>>,
+    ),
+>;
+static FOLDED: Mutex<Option<FoldCache>> = Mutex::new(None);
+/// Pairs the cache holds before it starts over.
+const FOLD_CACHE_PAIRS: usize = 4096;
+
+/// `made`'s stage with `map` applied to its value, compiled for its
+/// device, when it takes `made`'s route (the fourth rule).
+fn folded(
+    made: &Arc<CompiledKernel>,
+    map: &Arc<CompiledKernel>,
+) -> Result<Option<Arc<CompiledKernel>>, Error> {
+    let key = (Arc::as_ptr(made) as usize, Arc::as_ptr(map) as usize);
+    if let Some((_, _, k)) = FOLDED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Ok(k.clone());
+    }
+    let f = made.source().map_output(map.source())?;
+    let k = runtime::compile_for(&f, made.dtype(), made.device())?;
+    let k = (k.route() == made.route()).then_some(k);
+    let mut cache = FOLDED.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if cache.len() >= FOLD_CACHE_PAIRS {
+        cache.clear();
+    }
+    cache.insert(key, (made.clone(), map.clone(), k.clone()));
+    Ok(k)
+}
