@@ -264,6 +264,46 @@ fn layer_norm_plans_its_statistics_once() {
     }
 }
 
+/// On the GPU a layer norm's weight gradient cuts the row statistics as
+/// stages (it sums over the rows), and the input's gradient, whose team
+/// per row would compute them again, reads those stages: its kernel folds
+/// the two row sums of the incoming gradient and nothing else.
+#[test]
+fn a_layer_norms_input_gradient_reads_the_statistics_its_weight_gradient_cut() {
+    use tenjin::planner::{plan_node_for, Route, Target};
+    let (mean, var) = (
+        "sum{m}_0^767 (x[i; j; m]) * 0.0013020833333333333",
+        "sum{s}_0^767 ((x[i; j; s] - sum{m}_0^767 (x[i; j; m]) * 0.0013020833333333333) ** 2) * 0.0013020833333333333",
+    );
+    let f = IndexFn::parse(
+        &format!("f[i; j; k] = (x[i; j; k] - {mean}) / sqrt ({var} + 0.00001) * w[k] + b[k]"),
+        &[
+            ("x", &[8, 1024, 768][..]),
+            ("w", &[768][..]),
+            ("b", &[768][..]),
+        ],
+    )
+    .unwrap();
+    let plan = plan_node_for(&f, &[0, 1, 2], DType::F32, Target::Gpu).unwrap();
+    let back = &plan.backward;
+    let dx = &back.stages[back.outputs[0]];
+    assert!(
+        dx.sources.len() >= 5,
+        "dx reads x, w, df and two statistics: {back}"
+    );
+    let Route::Loop(k) = &dx.route else {
+        panic!("{back}")
+    };
+    assert_eq!(k.to_string().matches("sum").count(), 2, "{k}");
+    // The statistics are computed once in the program.
+    let stats = back
+        .stages
+        .iter()
+        .filter(|s| s.f.output_shape() == [8, 1024])
+        .count();
+    assert_eq!(stats, 2, "{back}");
+}
+
 /// On the GPU a softmax over many rows is one stage forward and one
 /// backward, a team per row. The forward folds the row maximum once
 /// (written twice, as the shift beside and inside the log-sum-exp, it is

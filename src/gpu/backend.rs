@@ -85,15 +85,21 @@ fn output(op: &OperandMut<'_>) -> Arg {
     buffer(op.address(), op.len(), op.dtype(), true)
 }
 
-/// Launches `function` over `n` elements with `args` (counted).
+/// Launches the built-in kernel `function` (`name` in the profile) over
+/// `n` elements with `args` (counted, timed when profiling).
 fn launch_over<D: Driver>(
     driver: &D,
+    name: &str,
     function: &D::Function,
     n: usize,
     args: &[Arg],
 ) -> Result<(), Error> {
     count(&COUNTERS.launches, 1);
-    driver.launch(function, grid(driver, n), BLOCK, args)
+    profile::timed(
+        driver,
+        || format!("builtin {name} n={n}"),
+        || driver.launch(function, grid(driver, n), BLOCK, args),
+    )
 }
 
 /// How a loop kernel is launched, fixed when it is compiled: its grid
@@ -343,7 +349,7 @@ fn cast_on<D: Driver>(
         return Ok(());
     }
     let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
-    launch_over(driver, function, n, &args)
+    launch_over(driver, "cast", function, n, &args)
 }
 
 /// A host stage the device runs with a kernel of its own
@@ -409,7 +415,14 @@ impl<D: Driver> FormKernel<D> {
             scalar(lines.inner),
             scalar(lines.count),
         ];
-        launch_over(&*self.driver, &*self.function(builtin)?, threads, &args)
+        let name = format!("{builtin:?}");
+        launch_over(
+            &*self.driver,
+            &name,
+            &*self.function(builtin)?,
+            threads,
+            &args,
+        )
     }
 }
 
@@ -633,7 +646,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         let n = out.len();
         let value = element_bits(value, out.dtype());
         let args = [output(&out), Arg::Scalar(n as u64), Arg::Scalar(value)];
-        launch_over(&*self.driver, &f, n, &args)
+        launch_over(&*self.driver, "fill", &f, n, &args)
     }
 
     fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
@@ -656,8 +669,14 @@ impl<D: Driver> Backend for GpuBackend<D> {
             }
             (s, d) if s == self.device && d == self.device => {
                 let bytes = src.len() * src.dtype().size();
-                self.driver
-                    .copy_on_device(dst.address(), src.address(), bytes)
+                profile::timed(
+                    &*self.driver,
+                    || format!("builtin copy bytes={bytes}"),
+                    || {
+                        self.driver
+                            .copy_on_device(dst.address(), src.address(), bytes)
+                    },
+                )
             }
             (s, d) => Err(self.err(format!("copy from {s} to {d}"))),
         }
@@ -673,7 +692,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         let f = self.builtin(Builtin::AddAssign, src.dtype())?;
         let n = src.len();
         let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
-        launch_over(&*self.driver, &f, n, &args)
+        launch_over(&*self.driver, "add_assign", &f, n, &args)
     }
 
     fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {

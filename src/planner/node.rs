@@ -72,12 +72,13 @@ pub fn plan_node_for(
     back.wanted = candidates.clone();
     let sources: Vec<Source> = (0..n + 2).map(Source::Input).collect();
     let mut derivatives = Vec::with_capacity(wrt.len());
-    let mut outputs = Vec::with_capacity(wrt.len());
     for &a in wrt {
         let name = &f.args().get(a).ok_or_else(|| f_invalid(f, a))?.name;
-        let d = fnorm.derive_reusing_output(name)?;
-        outputs.push(back.add(&d, &sources)?);
-        derivatives.push(d);
+        derivatives.push(fnorm.derive_reusing_output(name)?);
+    }
+    let mut outputs = vec![0; wrt.len()];
+    for k in planning_order(&derivatives, target) {
+        outputs[k] = back.add(&derivatives[k], &sources)?;
     }
 
     // Forward: materialise what the backward wants and the forward has.
@@ -132,6 +133,20 @@ pub fn plan_node_for(
         wrt: wrt.to_vec(),
         derivatives,
     })
+}
+
+/// The order in which the derivatives are planned into one program. On
+/// a GPU, the smallest first: a parameter's gradient (a layer norm's
+/// weight, summed over every row) cuts the row statistics it reads as
+/// stages of their own, and the input's gradient, whose team per row
+/// would otherwise compute them again, then reads those stages
+/// (`extract`'s row-fused rule). On the CPU, in `wrt` order.
+fn planning_order(derivatives: &[IndexFn], target: Target) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..derivatives.len()).collect();
+    if target == Target::Gpu {
+        order.sort_by_key(|&k| derivatives[k].output_shape().iter().product::<usize>());
+    }
+    order
 }
 
 /// A backward cut as the forward builder would key it: stage sources

@@ -192,8 +192,17 @@ impl<'a> Normalizer<'a> {
     ) -> NodeId {
         let mut map: HashMap<NodeId, NodeId> = HashMap::new();
         for old in self.g.reachable(root) {
-            let node = self.g.node(old).map_children(&|c| map[&c]);
-            let id = self.g.intern(node);
+            let id = match self.g.node(old).map_children(&|c| map[&c]) {
+                // A sum whose terms became zero is zero (`Σ_k (x[k] − mean)`
+                // after its terms cancel), not a loop adding zeros.
+                Node::Reduce {
+                    op,
+                    var,
+                    range,
+                    body,
+                } => self.g.reduce(op, var, range, body),
+                node => self.g.intern(node),
+            };
             let new = rule(self, id, old);
             map.insert(old, new);
         }
