@@ -296,13 +296,35 @@ fn pointwise_gradients_fold_into_the_step_producing_their_input() {
     });
     assert_eq!(on + 2, off, "two folds: {on} launches folded, {off} not");
     // A scaled value read twice: its gradient is a sum of two, which the
-    // scale's step reads whole; nothing folds.
+    // scale's step reads whole, so the scale does not fold (the second
+    // term adds itself to the first: one launch less, and no more).
     let (on, off) = folded_launches("scale read twice", |x, w| {
         let z = x.matmul(w)?.mul_scalar(2.0)?;
         z.exp()?.add(&z.sin()?)
     });
     assert_eq!(
-        on, off,
+        on + 1,
+        off,
         "a summed gradient: {on} launches folded, {off} not"
     );
+}
+
+/// A gradient summed from several terms: each term after the first is
+/// added by the kernel computing it (over the sum so far, in place), not
+/// by an addition of its own.
+#[test]
+fn a_gradient_term_is_added_by_the_kernel_computing_it() {
+    let _s = serial();
+    let (on, off) = folded_launches("two terms", |x, w| {
+        let y = x.matmul(w)?;
+        y.tanh()?.add(&y.exp()?)
+    });
+    assert_eq!(on + 1, off, "one sum: {on} launches folded, {off} not");
+    // A residual stream: the layer norm's input gradient is added to the
+    // gradient the residual passes on.
+    let (on, off) = folded_launches("residual", |x, w| {
+        let z = x.matmul(w)?;
+        z.add(&z.layer_norm(1, None, None, 1e-5)?.mul_scalar(2.0)?)
+    });
+    assert!(on < off, "residual: {on} launches folded, {off} not");
 }

@@ -65,6 +65,35 @@ impl IndexFn {
         })
     }
 
+    /// The function reading its one argument `arg` (of `shape`) whole:
+    /// `f[i…] = arg[i…]`, the term that [`IndexFn::add_fn`] adds to a
+    /// function to add a buffer to its value.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = x[i] * 2", &[("x", &[3][..])])?;
+    /// let g = f.add_fn(&IndexFn::read_whole("sum", &[3])?)?;
+    /// assert_eq!(g.to_string(), "f[i] = x[i] * 2 + sum[i]");
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn read_whole(arg: &str, shape: &[usize]) -> Result<IndexFn, Error> {
+        let mut graph = Graph::new();
+        let out_vars: Vec<VarId> = (0..shape.len() as u32).map(VarId).collect();
+        let root = graph.access(0, out_vars.iter().map(|&v| Affine::var(v)).collect());
+        Ok(IndexFn {
+            name: "f".into(),
+            out_vars,
+            out_shape: shape.to_vec(),
+            args: vec![ArgDecl {
+                name: arg.into(),
+                shape: shape.to_vec(),
+            }],
+            var_names: (0..shape.len()).map(|k| format!("i{k}")).collect(),
+            graph,
+            root,
+        })
+    }
+
     /// This function with argument `arg` replaced by `def`, a function
     /// without reductions of that argument's shape: every read
     /// `arg[e…]` becomes `def`'s body at `e…`. `def`'s arguments follow the

@@ -1,5 +1,6 @@
-//! The backward pass's fold: a pointwise gradient computed by the step
-//! that produces its input.
+//! The backward pass's folds: a pointwise gradient computed by the step
+//! that produces its input, and a term of a sum of gradients added by
+//! the step computing it.
 //!
 //! `q.matmul(&k_t)?.mul_scalar(s)?` records a node whose derivative is
 //! `s · df`: one pass over the gradient of the scores, which the step
@@ -18,6 +19,15 @@
 //! | the producing step runs generated code or a GEMM, delivers to that edge alone, and no later step of its node reads its value | the value exists only to be mapped |
 //! | both compute the same dtype on the same device, and the composed stage takes the producer's route | a GEMM with a loop epilogue would write and read the value as the two steps do |
 //!
+//! **Sums of gradients.** A value read twice gets the sum of two
+//! gradients (a residual stream: the addition's, passed on, and the layer
+//! norm's input gradient); the second term's step would write its value
+//! and a built-in addition would then read it and the first. With fusion
+//! on, a step that delivers a later term of a sum and runs generated code
+//! takes the sum so far as a last input and adds it in its kernel
+//! (`f[i…] + sum[i…]`, `IndexFn::add_fn`), writing over it when nobody
+//! else holds it (`Step::into`): the term is never written on its own.
+//!
 //! A schedule is `Tensor::backward`'s, which gives leaves their
 //! gradients and nothing else: the values passed on in between are never
 //! observed. Must not change what a step reads or when a value is
@@ -30,6 +40,7 @@ use super::schedule::{Prog, Step, Val};
 use super::Node;
 use crate::kernel::RouteKind;
 use crate::runtime::{self, CompiledKernel};
+use crate::symbolic::IndexFn;
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -53,11 +64,49 @@ pub(super) fn fold_pointwise(
         if made.dtype() != map.dtype() || made.device() != map.device() {
             continue;
         }
-        if let Some(folded) = folded(made, map)? {
+        if let Some(folded) = folded(made, Some(map))? {
             steps[p].kernel = folded;
             steps[k].passes = Some(0);
             steps[k].in_place = None;
         }
+    }
+    Ok(())
+}
+
+/// Gives every step that delivers a term of a sum of gradients, after the
+/// first term, a kernel that adds its value to the sum so far (see the
+/// module documentation): `Step::into`.
+pub(super) fn fold_accumulations(
+    steps: &mut [Step],
+    nodes: &[Arc<Node>],
+    targets: &[Vec<Option<usize>>],
+) -> Result<(), Error> {
+    let mut reached = vec![false; nodes.len()];
+    for st in steps.iter_mut() {
+        let to: Vec<usize> = st
+            .deliver
+            .iter()
+            .filter_map(|&e| targets[st.node][e])
+            .collect();
+        let adds = match to[..] {
+            [t] => {
+                st.deliver.len() == 1
+                    && reached[t]
+                    && st.passes.is_none()
+                    && st.kernel.route() == RouteKind::Jit
+                    && !st.kernel.output_shape().is_empty()
+                    && runtime::fusion(st.kernel.device())
+            }
+            _ => false,
+        };
+        if adds {
+            if let Some(k) = folded(&st.kernel, None)? {
+                st.kernel = k;
+                st.into = Some(to[0]);
+                st.in_place = None;
+            }
+        }
+        to.iter().for_each(|&t| reached[t] = true);
     }
     Ok(())
 }
@@ -135,13 +184,14 @@ fn is_pointwise_step(st: &Step, graph: &Graph) -> bool {
         && st.kernel.source().is_pointwise_map()
 }
 
-/// Folded kernels by the (producer, map) pair they fold, holding both so
-/// their addresses stay theirs; a schedule is built on every backward.
+/// Folded kernels by the producer and the pointwise map they fold (0 for
+/// the sum so far, `fold_accumulations`), holding both so their addresses
+/// stay theirs: a schedule is built on every backward.
 type FoldCache = HashMap<
     (usize, usize),
     (
         Arc<CompiledKernel>,
-        Arc<CompiledKernel>,
+        Option<Arc<CompiledKernel>>,
         Option<Arc<CompiledKernel>>,
     ),
 >;
@@ -149,13 +199,17 @@ static FOLDED: Mutex<Option<FoldCache>> = Mutex::new(None);
 /// Pairs the cache holds before it starts over.
 const FOLD_CACHE_PAIRS: usize = 4096;
 
-/// `made`'s stage with `map` applied to its value, compiled for its
-/// device, when it takes `made`'s route (the fourth rule).
+/// `made`'s stage with `map` applied to its value, or with the sum so far
+/// added to it (`map` `None`: a last argument read at the output index),
+/// compiled for its device, when it takes `made`'s route.
 fn folded(
     made: &Arc<CompiledKernel>,
-    map: &Arc<CompiledKernel>,
+    map: Option<&Arc<CompiledKernel>>,
 ) -> Result<Option<Arc<CompiledKernel>>, Error> {
-    let key = (Arc::as_ptr(made) as usize, Arc::as_ptr(map) as usize);
+    let key = (
+        Arc::as_ptr(made) as usize,
+        map.map_or(0, |m| Arc::as_ptr(m) as usize),
+    );
     if let Some((_, _, k)) = FOLDED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -164,7 +218,11 @@ fn folded(
     {
         return Ok(k.clone());
     }
-    let f = made.source().map_output(map.source())?;
+    let f = made.source();
+    let f = match map {
+        Some(m) => f.map_output(m.source())?,
+        None => f.add_fn(&IndexFn::read_whole("sum", f.output_shape())?)?,
+    };
     let k = runtime::compile_for(&f, made.dtype(), made.device())?;
     let k = (k.route() == made.route()).then_some(k);
     let mut cache = FOLDED.lock().unwrap_or_else(|e| e.into_inner());
@@ -172,6 +230,6 @@ fn folded(
     if cache.len() >= FOLD_CACHE_PAIRS {
         cache.clear();
     }
-    cache.insert(key, (made.clone(), map.clone(), k.clone()));
+    cache.insert(key, (made.clone(), map.cloned(), k.clone()));
     Ok(k)
 }

@@ -52,6 +52,13 @@ pub(super) trait Machine {
     /// Called once after the last step: the leaves' gradients, held back
     /// until every step succeeded, are committed (all or none).
     fn finish(&mut self) -> Result<(), Error>;
+    /// Delivers `g`, which already is the sum of `target`'s incoming
+    /// gradient so far and a new term (a step with `Step::into`), into
+    /// its empty `slot`.
+    fn summed_into(&mut self, target: usize, slot: &mut Option<Self::Buf>, g: Self::Buf) {
+        let _ = target;
+        *slot = Some(g);
+    }
     /// Called after each step (for accounting).
     fn step_done(&mut self, step: &Step, in_place: bool) {
         let _ = (step, in_place);
@@ -118,11 +125,15 @@ pub(super) fn replay<M: Machine>(
                 })?;
                 (machine.share(input), false)
             }
-            None => run_step(machine, st, step)?,
+            None => match step.into {
+                Some(t) => run_adding(machine, st, step, &mut pending[t])?,
+                None => run_step(machine, st, step)?,
+            },
         };
         for &e in &step.deliver {
             let g = machine.share(&result);
             match schedule.targets[i][e] {
+                Some(t) if step.into == Some(t) => machine.summed_into(t, &mut pending[t], g),
                 Some(t) => machine.add_into(t, &mut pending[t], g)?,
                 None => machine.accumulate_leaf(i, e, g)?,
             }
@@ -221,6 +232,43 @@ fn run_step<M: Machine>(
 }
 
 /// The values of one node while its steps run.
+/// Runs a step whose kernel adds its value to `slot`, the gradient its
+/// target has summed so far (`Step::into`): that gradient is the kernel's
+/// last input, written over when nobody else holds it.
+fn run_adding<M: Machine>(
+    machine: &mut M,
+    st: &NodeState<M::Buf>,
+    step: &Step,
+    slot: &mut Option<M::Buf>,
+) -> Result<(M::Buf, bool), Error> {
+    let sum = slot.take().ok_or_else(|| {
+        super::autograd_error(
+            "backward",
+            "internal: a gradient to add into has no value".into(),
+        )
+    })?;
+    let over = machine.is_unique(&sum).then_some(step.inputs.len());
+    let mut inputs: Vec<&M::Buf> = step
+        .inputs
+        .iter()
+        .map(|v| {
+            st.value(v).ok_or_else(|| {
+                super::autograd_error("backward", format!("internal: {v:?} has no value"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    inputs.push(&sum);
+    let produced = machine.run(step, &inputs, over)?;
+    drop(inputs);
+    Ok(match produced {
+        Some(b) => {
+            machine.drop_buf(sum);
+            (b, false)
+        }
+        None => (sum, true),
+    })
+}
+
 struct NodeState<B> {
     df: Option<B>,
     temps: HashMap<(Prog, usize), B>,

@@ -97,6 +97,10 @@ pub(super) struct Step {
     pub passes: Option<usize>,
     /// Edges of the node whose gradient this value is.
     pub deliver: Vec<usize>,
+    /// The node whose incoming gradient the kernel adds this value to: its
+    /// last input is that gradient as summed so far, and its value is the
+    /// sum (`fold`).
+    pub into: Option<usize>,
     /// Whether a later step of the node reads this value.
     pub kept: bool,
     /// Values of the node read for the last time here.
@@ -173,6 +177,7 @@ impl Schedule {
         }
         finish(&mut steps, &nodes);
         super::fold::fold_pointwise(&mut steps, &nodes, &targets)?;
+        super::fold::fold_accumulations(&mut steps, &nodes, &targets)?;
         Ok(Schedule {
             nodes,
             root: root_ix,
@@ -471,6 +476,7 @@ fn step(
         in_place: None,
         passes: None,
         deliver,
+        into: None,
         kept: false,
         release: Vec::new(),
         first_of_node: false,

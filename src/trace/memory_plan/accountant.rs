@@ -187,6 +187,12 @@ impl Machine for Accountant<'_> {
         Ok(())
     }
 
+    fn summed_into(&mut self, target: usize, slot: &mut Option<usize>, g: usize) {
+        self.p.name(g, Some(format!("z{}", target + 1)));
+        self.new_slot.push(false);
+        *slot = Some(g);
+    }
+
     fn step_done(&mut self, step: &Step, in_place: bool) {
         let n = &self.schedule.nodes[step.node];
         let args = n.plan.f.args();
