@@ -308,6 +308,20 @@ fn indexing_ops_and_their_gradients_are_bitwise_the_cpus() {
                     w.embedding(&ids)?.mul(b)
                 },
             );
+            // A long table read by many ids: each line's rows are split
+            // into ranges of two or three rows, one thread each, every id
+            // scanned by every range.
+            agree_within(
+                &format!("embedding, rows in ranges, {what}"),
+                [&[1000, 1], &[2100, 1]],
+                dtype,
+                0.0,
+                |w, b| {
+                    let picks: Vec<i64> = (0..2100).map(|k| (k * 37 + k / 700) % 1000).collect();
+                    w.embedding(&ids(&picks, &[2100], id_type, w.device()))?
+                        .mul(b)
+                },
+            );
             agree_within(
                 &format!("index_select dim 1 {what}"),
                 [&[3, 6, 4], &[3, 5, 4]],

@@ -379,8 +379,8 @@ impl<D: Driver> FormKernel<D> {
     }
 
     /// Launches the indexing `builtin` over `threads` with data `src`,
-    /// integer `ids` and the layout `lines`; `(out, src, ids)` must have
-    /// `lens` elements.
+    /// integer `ids`, the layout `lines` and `ranges` (`Builtin`'s
+    /// parameters); `(out, src, ids)` must have `lens` elements.
     #[allow(clippy::too_many_arguments)]
     fn launch_indexing(
         &self,
@@ -388,7 +388,7 @@ impl<D: Driver> FormKernel<D> {
         out: OperandMut<'_>,
         src: &Operand<'_>,
         ids: &Operand<'_>,
-        threads: usize,
+        (threads, ranges): (usize, usize),
         lines: Lines,
         (out_len, src_len, ids_len): (usize, usize, usize),
     ) -> Result<(), Error> {
@@ -414,6 +414,7 @@ impl<D: Driver> FormKernel<D> {
             scalar(lines.size),
             scalar(lines.inner),
             scalar(lines.count),
+            scalar(ranges),
         ];
         let name = format!("{builtin:?}");
         launch_over(
@@ -424,6 +425,23 @@ impl<D: Driver> FormKernel<D> {
             &args,
         )
     }
+}
+
+/// Threads that fill a large GPU (132 SMs of 1024).
+const FILL_THREADS: usize = 1 << 17;
+/// Ids the row ranges of one line of a scatter-add read in all.
+const SCATTER_SCAN: usize = 1 << 20;
+
+/// The row ranges a scatter-add splits each of `lines` lines of `size`
+/// rows into (`Builtin::ScatterAdd`): enough threads to fill the GPU (an
+/// embedding's 768 columns alone leave it nearly idle, each thread adding
+/// 8192 rows in series), while every range reads all `count` ids, so the
+/// ranges of a line read at most [`SCATTER_SCAN`] ids together.
+fn scatter_ranges(lines: usize, size: usize, count: usize) -> usize {
+    (FILL_THREADS / lines.max(1))
+        .min(SCATTER_SCAN / count.max(1))
+        .min(size)
+        .max(1)
 }
 
 impl<D: Driver> Executable for FormKernel<D> {
@@ -447,7 +465,7 @@ impl<D: Driver> Executable for FormKernel<D> {
                     along,
                 };
                 let lens = (lines.picked_len(), lines.data_len(), lines.ids_len(along));
-                self.launch_indexing(b, out, x, ids, lines.picked_len(), lines, lens)
+                self.launch_indexing(b, out, x, ids, (lines.picked_len(), 1), lines, lens)
             }
             DeviceForm::ScatterAdd { lines, along } => {
                 let [ids, dy] = inputs else {
@@ -461,7 +479,9 @@ impl<D: Driver> Executable for FormKernel<D> {
                     along,
                 };
                 let lens = (lines.data_len(), lines.picked_len(), lines.ids_len(along));
-                let threads = lines.outer * lines.inner;
+                let line_count = lines.outer * lines.inner;
+                let ranges = scatter_ranges(line_count, lines.size, lines.count);
+                let threads = (line_count * ranges, ranges);
                 self.launch_indexing(b, out, dy, ids, threads, lines, lens)
             }
             DeviceForm::Block => Err(self.err("internal: a block reached a builtin kernel".into())),

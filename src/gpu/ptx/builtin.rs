@@ -23,12 +23,16 @@ pub enum Builtin {
     /// `out[p] = src[(o·size + id)·inner + i]` for the output element
     /// `p = (o·count + t)·inner + i < n`, `id = ids[t]` (or `ids[p]` when
     /// `along`), ids of type `ids` in range; parameters `(out, src, ids,
-    /// n, size, inner, count)`.
+    /// n, size, inner, count, ranges)`, `ranges` 1.
     Gather { ids: DType, along: bool },
-    /// Its gradient, one thread per line `l = o·inner + i < n`: zeroes
-    /// `out[o; ·; i]`, then adds `src[(o·count + t)·inner + i]` into
-    /// `out[o; id; i]` for `t` in increasing order (no atomics, the CPU's
-    /// order); same parameters.
+    /// Its gradient, one thread per line `l = o·inner + i` and range `r`
+    /// of the `size` rows, `p = r·lines + l < n` (`lines = n / ranges`):
+    /// zeroes `out[o; v; i]` for the rows `v` of its range, then adds
+    /// `src[(o·count + t)·inner + i]` into `out[o; id; i]` for `t` in
+    /// increasing order where `id` is in its range (no atomics, every
+    /// element summed by one thread in the CPU's order; the ranges give a
+    /// short line, an embedding's column over a large vocabulary, threads
+    /// enough to fill the GPU); same parameters.
     ScatterAdd { ids: DType, along: bool },
 }
 
@@ -44,9 +48,10 @@ fn load_id(ids: DType, at: &str) -> String {
 }
 
 /// The parameters and setup of the indexing kernels: `%rd0` out, `%rd2`
-/// src, `%rd9` ids, `%rd1` n, `%rd20` size, `%rd21` inner, `%rd22` count.
-const INDEXING_PARAMS: &str = "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 ids,\n\t.param .u64 n,\n\t.param .u64 size,\n\t.param .u64 inner,\n\t.param .u64 count";
-const INDEXING_SETUP: &str = "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd9, [ids];\n\tcvta.to.global.u64 %rd9, %rd9;\n\tld.param.u64 %rd1, [n];\n\tld.param.u64 %rd20, [size];\n\tld.param.u64 %rd21, [inner];\n\tld.param.u64 %rd22, [count];\n";
+/// src, `%rd9` ids, `%rd1` n, `%rd20` size, `%rd21` inner, `%rd22` count,
+/// `%rd24` ranges (1 for a gather).
+const INDEXING_PARAMS: &str = "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 ids,\n\t.param .u64 n,\n\t.param .u64 size,\n\t.param .u64 inner,\n\t.param .u64 count,\n\t.param .u64 ranges";
+const INDEXING_SETUP: &str = "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd9, [ids];\n\tcvta.to.global.u64 %rd9, %rd9;\n\tld.param.u64 %rd1, [n];\n\tld.param.u64 %rd20, [size];\n\tld.param.u64 %rd21, [inner];\n\tld.param.u64 %rd22, [count];\n\tld.param.u64 %rd24, [ranges];\n";
 
 /// A dtype's register declaration type, load/store type and size.
 fn parts(dtype: DType) -> (&'static str, &'static str, usize) {
@@ -150,18 +155,20 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 INDEXING_PARAMS,
                 format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;"),
                 INDEXING_SETUP.to_string(),
+                // lines (%rd25) = n / ranges, l (%rd26) = p % lines, r
+                // (%rd27) = p / lines, its rows [lo, hi) = [%rd28, %rd29);
                 // i = l % inner, o = l / inner; %rd12 = o·size, %rd15 =
-                // o·count; v (%rd13) over the line's zeroes, t (%rd16)
+                // o·count; v (%rd13) over the range's zeroes, t (%rd16)
                 // over the positions, p (%rd17) = (o·count + t)·inner + i.
                 format!(
-                    "\trem.u64 %rd10, %rd5, %rd21;\n\tdiv.u64 %rd11, %rd5, %rd21;\n\tmul.lo.s64 %rd12, %rd11, %rd20;\n\tmov.{ty} %b0, {zero};\n\tmov.u64 %rd13, 0;\nZ1:\n\tsetp.ge.u64 %p1, %rd13, %rd20;\n\t@%p1 bra Z2;\n\tadd.s64 %rd14, %rd12, %rd13;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd0;\n\tst.global.{ty} [%rd14], %b0;\n\tadd.s64 %rd13, %rd13, 1;\n\tbra.uni Z1;\nZ2:\n\tmul.lo.s64 %rd15, %rd11, %rd22;\n\tmov.u64 %rd16, 0;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n\tadd.s64 %rd17, %rd15, %rd16;\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n{}\tadd.s64 %rd19, %rd12, %rd18;\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\n\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n",
+                    "\tdiv.u64 %rd25, %rd1, %rd24;\n\trem.u64 %rd26, %rd5, %rd25;\n\tdiv.u64 %rd27, %rd5, %rd25;\n\tmul.lo.s64 %rd28, %rd27, %rd20;\n\tdiv.u64 %rd28, %rd28, %rd24;\n\tadd.s64 %rd29, %rd27, 1;\n\tmul.lo.s64 %rd29, %rd29, %rd20;\n\tdiv.u64 %rd29, %rd29, %rd24;\n\trem.u64 %rd10, %rd26, %rd21;\n\tdiv.u64 %rd11, %rd26, %rd21;\n\tmul.lo.s64 %rd12, %rd11, %rd20;\n\tmov.{ty} %b0, {zero};\n\tmov.u64 %rd13, %rd28;\nZ1:\n\tsetp.ge.u64 %p1, %rd13, %rd29;\n\t@%p1 bra Z2;\n\tadd.s64 %rd14, %rd12, %rd13;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd0;\n\tst.global.{ty} [%rd14], %b0;\n\tadd.s64 %rd13, %rd13, 1;\n\tbra.uni Z1;\nZ2:\n\tmul.lo.s64 %rd15, %rd11, %rd22;\n\tmov.u64 %rd16, 0;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n\tadd.s64 %rd17, %rd15, %rd16;\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n{}\tsetp.lt.s64 %p1, %rd18, %rd28;\n\t@%p1 bra A3;\n\tsetp.ge.s64 %p1, %rd18, %rd29;\n\t@%p1 bra A3;\n\tadd.s64 %rd19, %rd12, %rd18;\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\nA3:\n\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n",
                     load_id(ids, if along { "%rd17" } else { "%rd16" })
                 ),
             )
         }
     };
     let text = format!(
-        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<24>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
+        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<30>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
         arch.ptx_version(),
         arch.target(),
         super::ENTRY,
