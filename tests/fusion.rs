@@ -328,3 +328,33 @@ fn a_gradient_term_is_added_by_the_kernel_computing_it() {
     });
     assert!(on < off, "residual: {on} launches folded, {off} not");
 }
+
+/// On the GPU a term of a sum that a GEMM computes is added by the GEMM
+/// itself (`beta = 1` over the sum so far): the input that three
+/// projections share gets its gradient with no addition of its own.
+#[test]
+fn a_gemm_adds_its_term_of_a_sum_with_beta() {
+    let _s = serial();
+    let (on, off) = folded_launches("three projections", |x, w| {
+        let h = x.tanh()?;
+        let (a, b, c) = (h.matmul(w)?, h.matmul(&w.cos()?)?, h.matmul(&w.exp()?)?);
+        a.mul(&b)?.add(&c)
+    });
+    assert!(on + 2 <= off, "GEMM terms: {on} launches folded, {off} not");
+    // A product plus an argument written by hand: one cuBLAS call over a
+    // copy of the argument, the CPU's values.
+    let run = |device: Device| {
+        let t = |n: usize, shape: &[usize], seed: u64| leaf(&values(n, seed), shape, device);
+        let (a, b, c) = (t(24, &[4, 6], 21), t(30, &[6, 5], 22), t(20, &[4, 5], 23));
+        let before = launches();
+        let y = tenjin::index_fn(
+            "f[i; j] = sum{k}_0^5 (a[i; k] * b[k; j]) + c[i; j]",
+            &[("a", &a), ("b", &b), ("c", &c)],
+        )
+        .unwrap();
+        (y.to_vec_f64().unwrap(), launches() - before)
+    };
+    let (gpu_values, calls) = run(gpu());
+    assert_close("Σ a·b + c", &gpu_values, &run(Device::Cpu).0, 1e-12);
+    assert_eq!(calls, 1, "one cuBLAS call, no epilogue kernel");
+}

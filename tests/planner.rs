@@ -382,3 +382,38 @@ fn a_few_output_loss_spreads_its_row_reductions_on_the_gpu() {
     let got = gpu.eval_f64(&[&x[..], &t[..]]).unwrap();
     close(&got[0], &want, "spread loss");
 }
+
+/// A product plus a whole argument (a term of a gradient added to the sum
+/// so far) is one GEMM on the GPU, cuBLAS adding the argument with
+/// `beta = 1`; the CPU runs the addition as the GEMM's epilogue.
+#[test]
+fn a_product_plus_an_argument_is_one_gemm_on_the_gpu() {
+    use tenjin::planner::{route_for, Target};
+    let f = IndexFn::parse(
+        "f[i; j] = sum{k}_0^63 (a[i; k] * b[k; j]) + c[i; j]",
+        &[
+            ("a", &[64, 64][..]),
+            ("b", &[64, 64][..]),
+            ("c", &[64, 64][..]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        route_for(&f, DType::F32, Target::Gpu).unwrap().name(),
+        "gemm"
+    );
+    assert_eq!(
+        route_for(&f, DType::F32, Target::Cpu).unwrap().name(),
+        "gemm+loop"
+    );
+    // A broadcast bias is not the output's shape: an epilogue.
+    let g = IndexFn::parse(
+        "f[i; j] = sum{k}_0^63 (a[i; k] * b[k; j]) + c[j]",
+        &[("a", &[64, 64][..]), ("b", &[64, 64][..]), ("c", &[64][..])],
+    )
+    .unwrap();
+    assert_eq!(
+        route_for(&g, DType::F32, Target::Gpu).unwrap().name(),
+        "gemm+loop"
+    );
+}

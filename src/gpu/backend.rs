@@ -224,15 +224,43 @@ impl<D: Driver> Executable for GemmKernel<D> {
             return Ok(());
         }
         let target = output(&out);
-        profile::timed(&*self.driver, || self.label(), || self.gemms(inputs, &out))?;
+        if let Some(k) = self.contraction.accumulate {
+            // The product is added to argument `k`: a copy of it first.
+            let addend = inputs
+                .get(k)
+                .ok_or_else(|| self.err(format!("no addend {k}")))?;
+            let bytes = total * out.dtype().size();
+            self.driver
+                .copy_on_device(out.address(), addend.address(), bytes)?;
+        }
+        profile::timed(
+            &*self.driver,
+            || self.label(),
+            || self.gemms(inputs, target, out.dtype()),
+        )?;
         if let Some(e) = &self.epilogue {
             e.launch(target, total, inputs, Some(&out.as_operand()))?;
         }
         Ok(())
     }
 
-    unsafe fn run_in_place(&self, _: &[Operand<'_>], _: usize) -> Result<bool, Error> {
-        Ok(false)
+    /// In place over the addend of a product added to an argument
+    /// (`Contraction::accumulate`): cuBLAS's `beta = 1` over it.
+    unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
+        let Some(over) = inputs
+            .get(aliased)
+            .filter(|_| self.contraction.accumulate == Some(aliased) && self.epilogue.is_none())
+        else {
+            return Ok(false);
+        };
+        count(&COUNTERS.kernels_run, 1);
+        let target = buffer(over.address(), over.len(), over.dtype(), true);
+        profile::timed(
+            &*self.driver,
+            || self.label(),
+            || self.gemms(inputs, target, over.dtype()),
+        )?;
+        Ok(true)
     }
 }
 
@@ -257,6 +285,8 @@ impl<D: Driver> GemmKernel<D> {
             p.batch,
             if self.epilogue.is_some() {
                 " +epilogue"
+            } else if self.contraction.accumulate.is_some() {
+                " +addend"
             } else {
                 ""
             }
@@ -264,9 +294,9 @@ impl<D: Driver> GemmKernel<D> {
     }
 
     /// The cuBLAS calls of one run.
-    fn gemms(&self, inputs: &[Operand<'_>], out: &OperandMut<'_>) -> Result<(), Error> {
-        let dtype = out.dtype();
-        let target = output(out);
+    fn gemms(&self, inputs: &[Operand<'_>], target: Arg, dtype: DType) -> Result<(), Error> {
+        // A product added to an argument accumulates over its copy.
+        let added = self.contraction.accumulate.is_some();
         let p = &self.plan;
         let [first, second] = self.contraction.operands();
         let (a, b) = if p.swapped {
@@ -319,7 +349,7 @@ impl<D: Driver> GemmKernel<D> {
                         stride: p.stride_b,
                     },
                     // The extra summed dimensions accumulate.
-                    beta: if ki > 0 { 1.0 } else { 0.0 },
+                    beta: if ki > 0 || added { 1.0 } else { 0.0 },
                     c: Matrix {
                         buffer: target,
                         offset: at(0, oo)?,

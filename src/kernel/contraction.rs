@@ -88,6 +88,11 @@ pub struct Contraction {
     /// with or without a diagonal factor), so one triangle is computed and
     /// mirrored.
     pub(crate) symmetric: bool,
+    /// An argument read at the output index alone that the product is
+    /// added to (`Σ_k a·b + c[i; j]`): a GPU runs cuBLAS's `beta = 1`
+    /// over it (in place when it may write over it, else over a copy).
+    /// Only GPU routes set it (`planner::route_for`).
+    pub(crate) accumulate: Option<usize>,
     pub(crate) threads: usize,
 }
 

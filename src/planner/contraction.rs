@@ -343,6 +343,7 @@ fn detect_with(f: &IndexFn, diagonal: bool) -> Option<Contraction> {
             base: d.base,
         }),
         symmetric,
+        accumulate: None,
         threads: 1,
     })
 }

@@ -2,14 +2,14 @@
 //! `exp(Σ_k a·b) / 2 + c[i]`, ...): one GEMM, then one fused element-wise
 //! kernel.
 //!
-//! Owns [`split`]: finding the outermost sum that `contraction::detect` accepts
+//! Owns [`split`] and [`added_argument`]: finding the outermost sum that `contraction::detect` accepts
 //! inside a function that is not itself a contraction, and rewriting the
 //! function into the contraction (over the output's indices) and an
 //! epilogue that reads it from a temporary. Must not generate code: the
 //! caller compiles both halves.
 
 use super::contraction::{self, Contraction};
-use crate::symbolic::expr::{Node, ReduceOp};
+use crate::symbolic::expr::{BinaryOp, Node, ReduceOp};
 use crate::symbolic::subst::replace;
 use crate::symbolic::{Affine, ArgDecl, IndexFn};
 
@@ -93,4 +93,29 @@ fn fresh_arg_name(f: &IndexFn, base: &str) -> String {
         k += 1;
     }
     name
+}
+
+/// The argument an epilogue only adds to the product, `tmp[i…] + c[i…]`
+/// (the product its last argument, `c` of the output's shape read at the
+/// output index): a GPU adds it with the GEMM's `beta = 1`
+/// (`Contraction::accumulate`), where an epilogue kernel would read and
+/// write the product again.
+pub(crate) fn added_argument(epilogue: &IndexFn) -> Option<usize> {
+    let g = &epilogue.graph;
+    let identity: Vec<Affine> = epilogue.out_vars.iter().map(|&v| Affine::var(v)).collect();
+    let whole = |n| match g.node(n) {
+        Node::Access { arg, index } if *index == identity => Some(*arg),
+        _ => None,
+    };
+    let Node::Binary(BinaryOp::Add, x, y) = g.node(epilogue.root) else {
+        return None;
+    };
+    let product = epilogue.args().len().checked_sub(1)?;
+    let (x, y) = (whole(*x)?, whole(*y)?);
+    let addend = match (x == product, y == product) {
+        (true, false) => y,
+        (false, true) => x,
+        _ => return None,
+    };
+    (epilogue.args()[addend].shape == epilogue.output_shape()).then_some(addend)
 }

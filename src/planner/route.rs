@@ -91,6 +91,13 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     }
     if let Some(split) = epilogue::split(f) {
         if runs(&split.contraction) {
+            // A GPU adds a whole argument with the GEMM's `beta = 1`.
+            let added = epilogue::added_argument(&split.epilogue);
+            if let Some(k) = added.filter(|_| target == Target::Gpu) {
+                let mut contraction = split.contraction;
+                contraction.accumulate = Some(k);
+                return Ok(Route::Gemm(contraction));
+            }
             let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
             return Ok(Route::GemmThenLoop {
                 contraction: split.contraction,

@@ -23,10 +23,14 @@
 //! gradients (a residual stream: the addition's, passed on, and the layer
 //! norm's input gradient); the second term's step would write its value
 //! and a built-in addition would then read it and the first. With fusion
-//! on, a step that delivers a later term of a sum and runs generated code
-//! takes the sum so far as a last input and adds it in its kernel
-//! (`f[i…] + sum[i…]`, `IndexFn::add_fn`), writing over it when nobody
-//! else holds it (`Step::into`): the term is never written on its own.
+//! on, a step that delivers a later term of a sum takes the sum so far as
+//! a last input and adds it in its kernel (`f[i…] + sum[i…]`,
+//! `IndexFn::add_fn`), writing over it when nobody else holds it
+//! (`Step::into`): the term is never written on its own. A loop kernel
+//! adds it as it stores; a GEMM on a GPU (three GEMMs give the gradient
+//! of the input that `q`, `k` and `v` share) with cuBLAS's `beta = 1`
+//! (`Contraction::accumulate`). Where the composed stage would take
+//! another route (a GEMM with an epilogue on the CPU), nothing folds.
 //!
 //! A schedule is `Tensor::backward`'s, which gives leaves their
 //! gradients and nothing else: the values passed on in between are never
@@ -93,7 +97,7 @@ pub(super) fn fold_accumulations(
                 st.deliver.len() == 1
                     && reached[t]
                     && st.passes.is_none()
-                    && st.kernel.route() == RouteKind::Jit
+                    && matches!(st.kernel.route(), RouteKind::Jit | RouteKind::Gemm)
                     && !st.kernel.output_shape().is_empty()
                     && runtime::fusion(st.kernel.device())
             }
