@@ -19,8 +19,9 @@
 //! - `attention`: value and gradients of `Σ softmax(QKᵀ/√E)·V·G` at
 //!   N = 512 and 2048, E = 64 (one line);
 //! - `elementwise_forward`, `elementwise_value_grad`: the chain
-//!   `tanh(x)·sigmoid(2x) + x²/(1 + e^{−x})` over 16M f32 values (each op
-//!   a kernel, as in PyTorch eager);
+//!   `tanh(x)·sigmoid(2x) + x²/(1 + e^{−x})` over 16M f32 values (one
+//!   fused kernel forward, `realize`d, with fusion on, the GPU's default;
+//!   each op a kernel with `TENJIN_FUSION=0`, as in PyTorch eager);
 //! - `elementwise_exp`: `exp` of the same 16M values, one kernel, whose
 //!   bytes per second `bench/gpu.sh` sets against a device copy;
 //! - `softmax`, `layer_norm`: value and gradient over [4096, 4096];
@@ -478,7 +479,8 @@ fn main() -> Result<(), Error> {
     let n = sizes.elementwise;
     if run("elementwise_forward") {
         let x = on(device, &[n], 60, 3.0)?;
-        let ms = median_ms(reps, device, || chain(&x).map(drop))?;
+        // Fusion defers the chain's ops until the result is read: run it.
+        let ms = median_ms(reps, device, || chain(&x)?.realize())?;
         // One read and one write of each element.
         report(
             "elementwise_forward",
@@ -490,7 +492,8 @@ fn main() -> Result<(), Error> {
     if run("elementwise_exp") {
         // One kernel: its bandwidth against the device's copy.
         let x = on(device, &[n], 61, 3.0)?;
-        let ms = median_ms(reps, device, || x.exp().map(drop))?;
+        // Fusion defers an element-wise result until it is read: run it.
+        let ms = median_ms(reps, device, || x.exp()?.realize())?;
         report(
             "elementwise_exp",
             &format!("n={n}"),

@@ -236,6 +236,28 @@ impl Tensor {
         }
     }
 
+    /// Runs the kernel of this tensor's value now if fusion deferred it
+    /// (`tenjin::set_fusion`: an element-wise result runs inside the
+    /// kernel of the op reading it, or when read otherwise; one dropped
+    /// unread never runs). Like tinygrad's `realize`: the work is queued
+    /// on the device, with no host synchronisation. For timing a
+    /// producer alone; reading a value never needs it.
+    ///
+    /// ```
+    /// use tenjin::{Device, DType, Tensor};
+    /// tenjin::cuda::simulate()?;
+    /// let x = Tensor::ones_on(&[4], DType::F32, Device::Cuda(0))?;
+    /// let before = tenjin::stats().ptx_launches;
+    /// let y = x.exp()?; // deferred
+    /// assert_eq!(tenjin::stats().ptx_launches, before);
+    /// y.realize()?;
+    /// assert_eq!(tenjin::stats().ptx_launches, before + 1);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn realize(&self) -> Result<(), Error> {
+        self.base_and_map().0.storage_and_origin().0.settle()
+    }
+
     /// The gradient accumulated into this leaf by `backward`, if any.
     /// `None` for tensors that do not require a gradient, for non-leaves and
     /// before the first `backward`; [`Tensor::try_grad`] says which.
