@@ -37,14 +37,57 @@ pub enum Builtin {
 }
 
 /// The instructions loading the id at element `at` (a register) of the ids
-/// (`%rd9`) into `%rd18` as s64.
-fn load_id(ids: DType, at: &str) -> String {
+/// (`%rd9`) into `dst` as s64.
+fn load_id(ids: DType, at: &str, dst: &str) -> String {
     match ids {
         DType::I32 => format!(
-            "\tmad.lo.s64 %rd23, {at}, 4, %rd9;\n\tld.global.s32 %w5, [%rd23];\n\tcvt.s64.s32 %rd18, %w5;\n"
+            "\tmad.lo.s64 %rd23, {at}, 4, %rd9;\n\tld.global.s32 %w5, [%rd23];\n\tcvt.s64.s32 {dst}, %w5;\n"
         ),
-        _ => format!("\tmad.lo.s64 %rd23, {at}, 8, %rd9;\n\tld.global.s64 %rd18, [%rd23];\n"),
+        _ => format!("\tmad.lo.s64 %rd23, {at}, 8, %rd9;\n\tld.global.s64 {dst}, [%rd23];\n"),
     }
+}
+
+/// Ids a scatter-add thread loads before it adds the first of them: the
+/// loads overlap, where one at a time each waits for the one before.
+const SCATTER_UNROLL: usize = 4;
+
+/// The scan of a scatter-add thread over the positions `t` (`%rd16`, from
+/// 0, `%rd15` = o·count): each id in its rows [`%rd28`, `%rd29`) adds the
+/// source element `p = (o·count + t)·inner + i` into `out[o; id; i]`, in
+/// increasing `t`; [`SCATTER_UNROLL`] ids loaded at a time, then one at a
+/// time for the rest.
+fn scatter_scan(ids: DType, along: bool, ty: &str, size: usize) -> String {
+    // Adds the source element at position `t + k` for the id in `id`.
+    let add = |k: usize, id: &str, skip: &str| {
+        format!(
+            "\tsetp.lt.s64 %p1, {id}, %rd28;\n\t@%p1 bra {skip};\n\tsetp.ge.s64 %p1, {id}, %rd29;\n\t@%p1 bra {skip};\n\tadd.s64 %rd17, %rd15, %rd16;\n\tadd.s64 %rd17, %rd17, {k};\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n\tadd.s64 %rd19, %rd12, {id};\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\n{skip}:\n"
+        )
+    };
+    // The element of the ids read for position `t + k`, into `%rd35`.
+    let at = |k: usize| {
+        if along {
+            format!("\tadd.s64 %rd35, %rd15, %rd16;\n\tadd.s64 %rd35, %rd35, {k};\n\tmad.lo.s64 %rd35, %rd35, %rd21, %rd10;\n")
+        } else {
+            format!("\tadd.s64 %rd35, %rd16, {k};\n")
+        }
+    };
+    let mut out = format!(
+        "\tmov.u64 %rd16, 0;\n\tand.b64 %rd30, %rd22, {};\nB1:\n\tsetp.ge.u64 %p1, %rd16, %rd30;\n\t@%p1 bra A1;\n",
+        -(SCATTER_UNROLL as i64)
+    );
+    for k in 0..SCATTER_UNROLL {
+        out += &at(k);
+        out += &load_id(ids, "%rd35", &format!("%rd{}", 31 + k));
+    }
+    for k in 0..SCATTER_UNROLL {
+        out += &add(k, &format!("%rd{}", 31 + k), &format!("S{k}"));
+    }
+    out += &format!("\tadd.s64 %rd16, %rd16, {SCATTER_UNROLL};\n\tbra.uni B1;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n");
+    out += &at(0);
+    out += &load_id(ids, "%rd35", "%rd18");
+    out += &add(0, "%rd18", "A3");
+    out += "\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n";
+    out
 }
 
 /// The parameters and setup of the indexing kernels: `%rd0` out, `%rd2`
@@ -146,7 +189,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
             // i = p % inner, q = p / inner, t = q % count, o = q / count.
             format!(
                 "\trem.u64 %rd10, %rd5, %rd21;\n\tdiv.u64 %rd11, %rd5, %rd21;\n\trem.u64 %rd12, %rd11, %rd22;\n\tdiv.u64 %rd13, %rd11, %rd22;\n{}\tmad.lo.s64 %rd14, %rd13, %rd20, %rd18;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd2;\n\tld.global.{ty} %b0, [%rd14];\n\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tst.global.{ty} [%rd7], %b0;\n",
-                load_id(ids, if along { "%rd5" } else { "%rd12" })
+                load_id(ids, if along { "%rd5" } else { "%rd12" }, "%rd18")
             ),
         ),
         Builtin::ScatterAdd { ids, along } => {
@@ -161,14 +204,14 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 // o·count; v (%rd13) over the range's zeroes, t (%rd16)
                 // over the positions, p (%rd17) = (o·count + t)·inner + i.
                 format!(
-                    "\tdiv.u64 %rd25, %rd1, %rd24;\n\trem.u64 %rd26, %rd5, %rd25;\n\tdiv.u64 %rd27, %rd5, %rd25;\n\tmul.lo.s64 %rd28, %rd27, %rd20;\n\tdiv.u64 %rd28, %rd28, %rd24;\n\tadd.s64 %rd29, %rd27, 1;\n\tmul.lo.s64 %rd29, %rd29, %rd20;\n\tdiv.u64 %rd29, %rd29, %rd24;\n\trem.u64 %rd10, %rd26, %rd21;\n\tdiv.u64 %rd11, %rd26, %rd21;\n\tmul.lo.s64 %rd12, %rd11, %rd20;\n\tmov.{ty} %b0, {zero};\n\tmov.u64 %rd13, %rd28;\nZ1:\n\tsetp.ge.u64 %p1, %rd13, %rd29;\n\t@%p1 bra Z2;\n\tadd.s64 %rd14, %rd12, %rd13;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd0;\n\tst.global.{ty} [%rd14], %b0;\n\tadd.s64 %rd13, %rd13, 1;\n\tbra.uni Z1;\nZ2:\n\tmul.lo.s64 %rd15, %rd11, %rd22;\n\tmov.u64 %rd16, 0;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n\tadd.s64 %rd17, %rd15, %rd16;\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n{}\tsetp.lt.s64 %p1, %rd18, %rd28;\n\t@%p1 bra A3;\n\tsetp.ge.s64 %p1, %rd18, %rd29;\n\t@%p1 bra A3;\n\tadd.s64 %rd19, %rd12, %rd18;\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\nA3:\n\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n",
-                    load_id(ids, if along { "%rd17" } else { "%rd16" })
+                    "\tdiv.u64 %rd25, %rd1, %rd24;\n\trem.u64 %rd26, %rd5, %rd25;\n\tdiv.u64 %rd27, %rd5, %rd25;\n\tmul.lo.s64 %rd28, %rd27, %rd20;\n\tdiv.u64 %rd28, %rd28, %rd24;\n\tadd.s64 %rd29, %rd27, 1;\n\tmul.lo.s64 %rd29, %rd29, %rd20;\n\tdiv.u64 %rd29, %rd29, %rd24;\n\trem.u64 %rd10, %rd26, %rd21;\n\tdiv.u64 %rd11, %rd26, %rd21;\n\tmul.lo.s64 %rd12, %rd11, %rd20;\n\tmov.{ty} %b0, {zero};\n\tmov.u64 %rd13, %rd28;\nZ1:\n\tsetp.ge.u64 %p1, %rd13, %rd29;\n\t@%p1 bra Z2;\n\tadd.s64 %rd14, %rd12, %rd13;\n\tmad.lo.s64 %rd14, %rd14, %rd21, %rd10;\n\tmad.lo.s64 %rd14, %rd14, {size}, %rd0;\n\tst.global.{ty} [%rd14], %b0;\n\tadd.s64 %rd13, %rd13, 1;\n\tbra.uni Z1;\nZ2:\n\tmul.lo.s64 %rd15, %rd11, %rd22;\n{}",
+                    scatter_scan(ids, along, ty, size)
                 ),
             )
         }
     };
     let text = format!(
-        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<30>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
+        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<36>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
         arch.ptx_version(),
         arch.target(),
         super::ENTRY,
