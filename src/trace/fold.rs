@@ -96,6 +96,7 @@ pub(super) fn fold_accumulations(
             [t] => {
                 st.deliver.len() == 1
                     && reached[t]
+                    && !st.kept
                     && st.passes.is_none()
                     && matches!(st.kernel.route(), RouteKind::Jit | RouteKind::Gemm)
                     && !st.kernel.output_shape().is_empty()

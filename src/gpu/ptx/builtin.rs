@@ -49,44 +49,54 @@ fn load_id(ids: DType, at: &str, dst: &str) -> String {
 
 /// Ids a scatter-add thread loads before it adds the first of them: the
 /// loads overlap, where one at a time each waits for the one before.
-const SCATTER_UNROLL: usize = 4;
+const SCATTER_UNROLL: usize = 8;
 
 /// The scan of a scatter-add thread over the positions `t` (`%rd16`, from
 /// 0, `%rd15` = o·count): each id in its rows [`%rd28`, `%rd29`) adds the
 /// source element `p = (o·count + t)·inner + i` into `out[o; id; i]`, in
-/// increasing `t`; [`SCATTER_UNROLL`] ids loaded at a time, then one at a
-/// time for the rest.
+/// increasing `t`; [`SCATTER_UNROLL`] ids loaded at a time (through a
+/// pointer stepping over the ids, unless they are read per element), then
+/// one at a time for the rest. A range check is one unsigned comparison
+/// of `id − lo` with the range's width (`%rd36`).
 fn scatter_scan(ids: DType, along: bool, ty: &str, size: usize) -> String {
     // Adds the source element at position `t + k` for the id in `id`.
     let add = |k: usize, id: &str, skip: &str| {
         format!(
-            "\tsetp.lt.s64 %p1, {id}, %rd28;\n\t@%p1 bra {skip};\n\tsetp.ge.s64 %p1, {id}, %rd29;\n\t@%p1 bra {skip};\n\tadd.s64 %rd17, %rd15, %rd16;\n\tadd.s64 %rd17, %rd17, {k};\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n\tadd.s64 %rd19, %rd12, {id};\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\n{skip}:\n"
+            "\tsub.s64 %rd38, {id}, %rd28;\n\tsetp.ge.u64 %p1, %rd38, %rd36;\n\t@%p1 bra {skip};\n\tadd.s64 %rd17, %rd15, %rd16;\n\tadd.s64 %rd17, %rd17, {k};\n\tmad.lo.s64 %rd17, %rd17, %rd21, %rd10;\n\tadd.s64 %rd19, %rd12, {id};\n\tmad.lo.s64 %rd19, %rd19, %rd21, %rd10;\n\tmad.lo.s64 %rd19, %rd19, {size}, %rd0;\n\tmad.lo.s64 %rd14, %rd17, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd19];\n\tld.global.{ty} %a1, [%rd14];\n\tadd.rn.{ty} %b0, %a0, %a1;\n\tst.global.{ty} [%rd19], %b0;\n{skip}:\n"
         )
     };
-    // The element of the ids read for position `t + k`, into `%rd35`.
-    let at = |k: usize| {
+    // Loads the id of position `t + k` into `dst`.
+    let load = |k: usize, dst: &str| {
         if along {
-            format!("\tadd.s64 %rd35, %rd15, %rd16;\n\tadd.s64 %rd35, %rd35, {k};\n\tmad.lo.s64 %rd35, %rd35, %rd21, %rd10;\n")
+            let at = format!("\tadd.s64 %rd35, %rd15, %rd16;\n\tadd.s64 %rd35, %rd35, {k};\n\tmad.lo.s64 %rd35, %rd35, %rd21, %rd10;\n");
+            at + &load_id(ids, "%rd35", dst)
         } else {
-            format!("\tadd.s64 %rd35, %rd16, {k};\n")
+            // (`[%rd37+offset]` written as an addition: ptxas folds it.)
+            let at = format!("\tadd.s64 %rd39, %rd37, {};\n", ids.size() * k);
+            at + &match ids {
+                DType::I32 => format!("\tld.global.s32 %w5, [%rd39];\n\tcvt.s64.s32 {dst}, %w5;\n"),
+                _ => format!("\tld.global.s64 {dst}, [%rd39];\n"),
+            }
         }
     };
+    let step = SCATTER_UNROLL * ids.size();
     let mut out = format!(
-        "\tmov.u64 %rd16, 0;\n\tand.b64 %rd30, %rd22, {};\nB1:\n\tsetp.ge.u64 %p1, %rd16, %rd30;\n\t@%p1 bra A1;\n",
+        "\tsub.s64 %rd36, %rd29, %rd28;\n\tmov.u64 %rd16, 0;\n\tmov.u64 %rd37, %rd9;\n\tand.b64 %rd30, %rd22, {};\nB1:\n\tsetp.ge.u64 %p1, %rd16, %rd30;\n\t@%p1 bra A1;\n",
         -(SCATTER_UNROLL as i64)
     );
     for k in 0..SCATTER_UNROLL {
-        out += &at(k);
-        out += &load_id(ids, "%rd35", &format!("%rd{}", 31 + k));
+        out += &load(k, &format!("%rd{}", 40 + k));
     }
     for k in 0..SCATTER_UNROLL {
-        out += &add(k, &format!("%rd{}", 31 + k), &format!("S{k}"));
+        out += &add(k, &format!("%rd{}", 40 + k), &format!("S{k}"));
     }
-    out += &format!("\tadd.s64 %rd16, %rd16, {SCATTER_UNROLL};\n\tbra.uni B1;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n");
-    out += &at(0);
-    out += &load_id(ids, "%rd35", "%rd18");
+    out += &format!("\tadd.s64 %rd16, %rd16, {SCATTER_UNROLL};\n\tadd.s64 %rd37, %rd37, {step};\n\tbra.uni B1;\nA1:\n\tsetp.ge.u64 %p1, %rd16, %rd22;\n\t@%p1 bra A2;\n");
+    out += &load(0, "%rd18");
     out += &add(0, "%rd18", "A3");
-    out += "\tadd.s64 %rd16, %rd16, 1;\n\tbra.uni A1;\nA2:\n";
+    out += &format!(
+        "\tadd.s64 %rd16, %rd16, 1;\n\tadd.s64 %rd37, %rd37, {};\n\tbra.uni A1;\nA2:\n",
+        ids.size()
+    );
     out
 }
 
@@ -211,7 +221,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
         }
     };
     let text = format!(
-        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<36>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
+        ".version {}\n.target {}\n.address_size 64\n\n// {builtin:?} {dtype:?}\n.visible .entry {}(\n{params}\n)\n{{\n\t.reg .pred %p<2>;\n\t.reg .b32 %w<6>;\n\t.reg .b64 %rd<48>;\n\t{decls}\n{setup}\tmov.u32 %w1, %ctaid.x;\n\tmov.u32 %w2, %ntid.x;\n\tmov.u32 %w3, %tid.x;\n\tmov.u32 %w4, %nctaid.x;\n\tmul.wide.u32 %rd3, %w1, %w2;\n\tcvt.u64.u32 %rd4, %w3;\n\tadd.s64 %rd5, %rd3, %rd4;\n\tmul.wide.u32 %rd6, %w2, %w4;\nL1:\n\tsetp.ge.u64 %p0, %rd5, %rd1;\n\t@%p0 bra L2;\n{body}\tadd.s64 %rd5, %rd5, %rd6;\n\tbra.uni L1;\nL2:\n\tret;\n}}\n",
         arch.ptx_version(),
         arch.target(),
         super::ENTRY,
