@@ -198,15 +198,7 @@ fn run_step<M: Machine>(
         st.value(&step.inputs[p])
             .is_some_and(|b| machine.is_unique(b))
     });
-    let inputs: Vec<&M::Buf> = step
-        .inputs
-        .iter()
-        .map(|v| {
-            st.value(v).ok_or_else(|| {
-                super::autograd_error("backward", format!("internal: {v:?} has no value"))
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let inputs = st.inputs(step)?;
     let produced = machine.run(step, &inputs, over)?;
     drop(inputs);
     Ok(match (produced, over) {
@@ -231,7 +223,6 @@ fn run_step<M: Machine>(
     })
 }
 
-/// The values of one node while its steps run.
 /// Runs a step whose kernel adds its value to `slot`, the gradient its
 /// target has summed so far (`Step::into`): that gradient is the kernel's
 /// last input, written over when nobody else holds it.
@@ -248,15 +239,7 @@ fn run_adding<M: Machine>(
         )
     })?;
     let over = machine.is_unique(&sum).then_some(step.inputs.len());
-    let mut inputs: Vec<&M::Buf> = step
-        .inputs
-        .iter()
-        .map(|v| {
-            st.value(v).ok_or_else(|| {
-                super::autograd_error("backward", format!("internal: {v:?} has no value"))
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let mut inputs = st.inputs(step)?;
     inputs.push(&sum);
     let produced = machine.run(step, &inputs, over)?;
     drop(inputs);
@@ -269,6 +252,7 @@ fn run_adding<M: Machine>(
     })
 }
 
+/// The values of one node while its steps run.
 struct NodeState<B> {
     df: Option<B>,
     temps: HashMap<(Prog, usize), B>,
@@ -276,6 +260,18 @@ struct NodeState<B> {
 }
 
 impl<B> NodeState<B> {
+    /// The values `step` reads, in its inputs' order.
+    fn inputs(&self, step: &Step) -> Result<Vec<&B>, Error> {
+        step.inputs
+            .iter()
+            .map(|v| {
+                self.value(v).ok_or_else(|| {
+                    super::autograd_error("backward", format!("internal: {v:?} has no value"))
+                })
+            })
+            .collect()
+    }
+
     fn value(&self, v: &Val) -> Option<&B> {
         match *v {
             Val::Df => self.df.as_ref(),
