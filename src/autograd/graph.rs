@@ -263,18 +263,41 @@ impl Walk {
     fn value(&self, p: Pending) -> Result<Tensor, Error> {
         match p {
             Pending::Value(v) => Ok(v),
-            Pending::Lazy { f, args } => {
-                let refs: Vec<&Tensor> = args.iter().collect();
-                apply_index_fn(
-                    "gradient",
-                    &f,
-                    &f.to_string(),
-                    &refs,
-                    self.dtype,
-                    self.device,
-                )
+            Pending::Lazy { f, args } => self.evaluate("gradient", &f, None, &args),
+        }
+    }
+
+    /// `f` applied to `args`, a tensor passed twice read once: a
+    /// symbolic gradient names a tensor once per derivative it composes
+    /// (`x` and `x_1`), and merged the planner sees one operand (the
+    /// Hessian `Σ_i x[i; b]·d(i)·x[i; a]` of a linear model is then one
+    /// scaled, symmetric GEMM).
+    /// `text` is `f`'s, when the caller has it.
+    fn evaluate(
+        &self,
+        name: &str,
+        f: &IndexFn,
+        text: Option<&str>,
+        args: &[Tensor],
+    ) -> Result<Tensor, Error> {
+        let mut merged: Option<IndexFn> = None;
+        let mut args: Vec<&Tensor> = args.iter().collect();
+        let mut j = 1;
+        while j < args.len() {
+            match (0..j).find(|&i| args[i].reads_as(args[j])) {
+                Some(i) => {
+                    merged = Some(merged.as_ref().unwrap_or(f).merge_args(i, j)?);
+                    args.remove(j);
+                }
+                None => j += 1,
             }
         }
+        let f = merged.as_ref().unwrap_or(f);
+        let text = match (&merged, text) {
+            (None, Some(t)) => t.to_string(),
+            _ => f.to_string(),
+        };
+        apply_index_fn(name, f, &text, &args, self.dtype, self.device)
     }
 
     /// `pending[t] += g`, symbolically while both are symbolic and small.
@@ -403,8 +426,7 @@ impl Walk {
         mut args: Vec<Tensor>,
     ) -> Result<Pending, Error> {
         let run = |f: &IndexFn, text: &str, args: &[Tensor]| -> Result<Pending, Error> {
-            let refs: Vec<&Tensor> = args.iter().collect();
-            apply_index_fn(name, f, text, &refs, self.dtype, self.device).map(Pending::Value)
+            self.evaluate(name, f, Some(text), args).map(Pending::Value)
         };
         let with_seed = |args: &mut Vec<Tensor>, v: &Tensor| {
             if let Some(k) = seed {

@@ -239,6 +239,50 @@ impl IndexFn {
         Ok(out)
     }
 
+    /// This function with argument `drop` read as argument `keep` (the
+    /// same tensor passed twice): `drop` removed, the arguments after it
+    /// renumbered. Composition names a tensor read by two composed
+    /// functions twice (`x` and `x_1`); merged, the planner sees one
+    /// operand (`Σ_i x[i; b]·d[i]·x[i; a]` is then one scaled GEMM).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = a[i] * b[i] + a_1[i]", &[("a", &[3][..]), ("b", &[3][..]), ("a_1", &[3][..])])?;
+    /// let g = f.merge_args(0, 2)?;
+    /// assert_eq!(g.to_string(), "f[i] = a[i] * b[i] + a[i]");
+    /// assert_eq!(g.args().len(), 2);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn merge_args(&self, keep: usize, drop: usize) -> Result<IndexFn, Error> {
+        let n = self.args.len();
+        if keep == drop || keep >= n || drop >= n || self.args[keep].shape != self.args[drop].shape
+        {
+            return Err(self.invalid(format!(
+                "cannot read argument {drop} as argument {keep} of {} arguments",
+                n
+            )));
+        }
+        let renumber = |a: usize| match a {
+            a if a == drop => keep - usize::from(keep > drop),
+            a if a > drop => a - 1,
+            a => a,
+        };
+        let mut out = self.clone();
+        out.args.remove(drop);
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        for n in self.graph.reachable(self.root) {
+            let new = match self.graph.node(n).map_children(&|c| map[&c]) {
+                Node::Access { arg, index } => out.graph.access(renumber(arg), index),
+                other => out.graph.intern(other),
+            };
+            map.insert(n, new);
+        }
+        let (graph, root) = out.graph.extract(map[&self.root]);
+        out.graph = graph;
+        out.root = root;
+        Ok(out)
+    }
+
     /// `self + other` over the same output shape, `other` without
     /// reductions; `other`'s arguments follow this function's.
     ///

@@ -236,6 +236,35 @@ impl Tensor {
         }
     }
 
+    /// Whether `other` is this tensor read again: the same elements (one
+    /// storage, the same view of it) and the same place on the tape, so a
+    /// function reading both may read one (`IndexFn::merge_args`).
+    pub(crate) fn reads_as(&self, other: &Tensor) -> bool {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return true;
+        }
+        let ((a, ma), (b, mb)) = (self.base_and_map(), other.base_and_map());
+        let same_view = match (ma, mb) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.coeffs == y.coeffs && x.offsets == y.offsets,
+            _ => false,
+        };
+        let (sa, oa) = a.storage_and_origin();
+        let (sb, ob) = b.storage_and_origin();
+        let same_origin = match (oa, ob) {
+            (Origin::Constant, Origin::Constant) => true,
+            (Origin::Leaf(x), Origin::Leaf(y)) => Arc::ptr_eq(x, y),
+            (Origin::Op(x), Origin::Op(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        self.shape() == other.shape()
+            && self.dtype() == other.dtype()
+            && a.shape() == b.shape()
+            && Arc::ptr_eq(sa, sb)
+            && same_view
+            && same_origin
+    }
+
     /// Runs the kernel of this tensor's value now if fusion deferred it
     /// (`tenjin::set_fusion`: an element-wise result runs inside the
     /// kernel of the op reading it, or when read otherwise; one dropped
