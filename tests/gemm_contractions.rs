@@ -10,7 +10,7 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenjin::planner::contraction::{detect, detect_scaled, Contraction};
-use tenjin::planner::route::{route_for, Target};
+use tenjin::planner::route::{route_for, Route, Target};
 use tenjin::symbolic::IndexFn;
 use tenjin::DType;
 
@@ -537,6 +537,15 @@ fn diagonal_factors_and_symmetric_products() {
             true,
             true,
         ),
+        // The output the other way round: M is the output's contiguous
+        // index, and the symmetric C is written with M's and N's output
+        // strides swapped (its lower triangle, not the whole transpose).
+        (
+            "h[b; a] = sum{i}_0^299 (x[i; a] * d[i] * x[i; b])",
+            &[("x", &[300, 270]), ("d", &[300])],
+            true,
+            true,
+        ),
         (
             "h[a; b] = sum{i}_0^99 (d[2 * i + 1] * x[a; i] * x[b; i])",
             &[("x", &[260, 100]), ("d", &[201])],
@@ -610,6 +619,71 @@ fn a_weighted_gram_matrix_is_one_gemm_on_the_cpu() {
     let gpu = tenjin::planner::plan_function_for(&f, DType::F32, Target::Gpu).unwrap();
     let routes: Vec<&str> = gpu.stages.iter().map(|s| s.route.name()).collect();
     assert_eq!(routes, ["loop", "gemm"], "{f}");
+}
+
+/// A diagonal factor written as an expression (a logistic regression's
+/// Hessian: the composed derivative's terms share the reads of `x`, taken
+/// out of their difference by the CPU's normalisation) is cut alone on the
+/// CPU, an [i] stage, and the rest is one scaled, symmetric GEMM.
+#[test]
+fn a_diagonal_expression_is_cut_alone_on_the_cpu() {
+    let f = parse(
+        "h[a; b] = sum{i}_0^199 (x[i; a] * exp (p[i]) * x[i; b] - x[i; a] * q[i] * p[i] * x[i; b])",
+        &[("x", &[200, 300]), ("p", &[200]), ("q", &[200])],
+        &[],
+    );
+    let cpu = tenjin::planner::plan_function(&f, DType::F32).unwrap();
+    let stages: Vec<(&str, Vec<usize>)> = cpu
+        .stages
+        .iter()
+        .map(|s| (s.route.name(), s.f.output_shape().to_vec()))
+        .collect();
+    assert_eq!(
+        stages,
+        [("loop", vec![200]), ("gemm", vec![300, 300])],
+        "{cpu}"
+    );
+    let Route::Gemm(c) = &cpu.stages[1].route else {
+        panic!("{cpu}")
+    };
+    assert!(c.has_diagonal() && c.is_symmetric(), "{cpu}");
+    let reference = f
+        .eval_f64(&[
+            (
+                "x",
+                &(0..200 * 300)
+                    .map(|k| (k % 17) as f64 / 17.0)
+                    .collect::<Vec<_>>()[..],
+            ),
+            (
+                "p",
+                &(0..200).map(|k| (k % 5) as f64 / 5.0).collect::<Vec<_>>()[..],
+            ),
+            (
+                "q",
+                &(0..200).map(|k| (k % 3) as f64).collect::<Vec<_>>()[..],
+            ),
+        ])
+        .unwrap();
+    let planned = cpu
+        .eval_f64(&[
+            &(0..200 * 300)
+                .map(|k| (k % 17) as f64 / 17.0)
+                .collect::<Vec<_>>(),
+            &(0..200).map(|k| (k % 5) as f64 / 5.0).collect::<Vec<_>>(),
+            &(0..200).map(|k| (k % 3) as f64).collect::<Vec<_>>(),
+        ])
+        .unwrap();
+    let last = planned.last().unwrap();
+    for (a, b) in last.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} against {b}");
+    }
+    // The GPU's BLAS has no diagonal factor: no [i] stage is cut there.
+    let gpu = tenjin::planner::plan_function_for(&f, DType::F32, Target::Gpu).unwrap();
+    assert!(
+        gpu.stages.iter().all(|s| s.f.output_shape() != [200]),
+        "{gpu}"
+    );
 }
 
 #[test]

@@ -221,7 +221,17 @@ impl Contraction {
         }
         let alpha = T::from_f64(self.scale);
         let n_batch: usize = self.batch.iter().map(|d| d.len).product();
-        let (m, n) = (self.m, self.n);
+        // A symmetric C is its own transpose: with M's and N's output
+        // strides swapped, a C whose M is contiguous is written row-major,
+        // and its lower triangle suffices (where `blis::gemm` would
+        // compute a column-major C whole).
+        let (m, n) = if self.symmetric && blis::computes_transpose(self.m.out, self.n.out) {
+            let (mut m, mut n) = (self.m, self.n);
+            std::mem::swap(&mut m.out, &mut n.out);
+            (m, n)
+        } else {
+            (self.m, self.n)
+        };
         let tables = Terms::tables(self.k, &self.k_outer);
         let terms = Terms::of(self.k, &tables);
         // The whole product's blocks of K, not a tile's (`blis::k_block`);

@@ -1,6 +1,7 @@
 //! Combining the terms of a sum or difference: cancellation of equal
-//! products and the common-operand rule (two contractions with one read
-//! merged into one sum).
+//! products, the common-operand rule (two contractions with one read
+//! merged into one sum) and reads common to both terms' products taken
+//! out of the difference.
 
 use super::product::all_but;
 use super::Normalizer;
@@ -23,11 +24,18 @@ struct Contraction {
 impl Normalizer<'_> {
     /// The common-operand rule on every sum and difference under `root`
     /// (see the module documentation), bottom-up.
-    pub(super) fn merge_common_operands(&mut self, root: NodeId) -> NodeId {
+    /// With `factor_reads`, reads common to both terms' products are then
+    /// taken out (`factor_common_reads`).
+    pub(super) fn merge_common_operands(&mut self, root: NodeId, factor_reads: bool) -> NodeId {
         self.bottom_up(root, |n, id, _| match n.g.node(id).clone() {
             Node::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) => n
                 .cancel(op, a, b)
                 .or_else(|| n.merge_pair(op, a, b))
+                .or_else(|| {
+                    factor_reads
+                        .then(|| n.factor_common_reads(op, a, b))
+                        .flatten()
+                })
                 .unwrap_or(id),
             _ => id,
         })
@@ -45,6 +53,35 @@ impl Normalizer<'_> {
             }
         };
         (ca == cb).then(|| self.g.constant(0.0))
+    }
+
+    /// `c · (a′ op b′)` for `a op b` whose products share the reads `c`
+    /// (`x[i; b]·p − x[i; b]·q`, two terms of a composed derivative): the
+    /// reads taken once, and the rest one factor (the diagonal factor of
+    /// `Σ_i x[i; b]·d(i)·x[i; a]`, which the CPU's GEMM then applies while
+    /// it packs, where the product `x·d` was a matrix of its own).
+    fn factor_common_reads(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Option<NodeId> {
+        let (pa, pb) = (self.flattened(a), self.flattened(b));
+        let mut rest_b = pb.num.clone();
+        let (mut common, mut rest_a) = (Vec::new(), Vec::new());
+        for &x in &pa.num {
+            let read = matches!(self.g.node(x), Node::Access { .. });
+            match rest_b.iter().position(|&y| y == x) {
+                Some(k) if read => {
+                    rest_b.remove(k);
+                    common.push(x);
+                }
+                _ => rest_a.push(x),
+            }
+        }
+        if common.is_empty() {
+            return None;
+        }
+        let ra = self.build(pa.negative, &rest_a, &pa.den);
+        let rb = self.build(pb.negative, &rest_b, &pb.den);
+        let rest = self.g.binary(op, ra, rb);
+        common.push(rest);
+        Some(self.product_of(&common))
     }
 
     /// `a op b` as one sum when both are a contraction with the same read

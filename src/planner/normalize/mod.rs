@@ -85,12 +85,25 @@ use std::collections::HashMap;
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn normalize(f: &IndexFn) -> IndexFn {
+    normalize_with(f, false)
+}
+
+/// [`normalize`], and reads common to both terms of a sum or difference
+/// taken out of it (`x[i; b]·p − x[i; b]·q` → `x[i; b]·(p − q)`): for the
+/// CPU, whose GEMM takes the factor left (`p − q`, a diagonal) while it
+/// packs; a GPU's BLAS cannot, and there the product stays an operand of
+/// its own (`extract` plans with this on the CPU only).
+pub(crate) fn normalize_factoring_reads(f: &IndexFn) -> IndexFn {
+    normalize_with(f, true)
+}
+
+fn normalize_with(f: &IndexFn, factor_reads: bool) -> IndexFn {
     let f = canonical_order(&reorder_nests(f));
     let f = &f;
     let iv = Intervals::of(f);
     let mut n = Normalizer::new(f, &iv);
     let root = n.bottom_up(f.root, |n, id, old| n.rewrite(id, old));
-    let root = n.merge_common_operands(root);
+    let root = n.merge_common_operands(root, factor_reads);
     n.finish(root)
 }
 
