@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::ports::{close, load, value};
+use common::ports::{close, close_above, load, value};
 use std::f64::consts::PI;
 use tenjin::nn::utils::clip_grad_norm;
 use tenjin::nn::{
@@ -224,7 +224,12 @@ fn check_final(model: &Model, out: &[(String, Tensor)]) -> Result<(), Error> {
             .iter()
             .find(|(n, _)| n == name)
             .expect("in PyTorch's state");
-        close(name, &t.to_vec_f64()?, &want.to_vec_f64()?);
+        // The key projection's bias has a zero gradient (a softmax over
+        // the keys does not see a term constant across them), so its
+        // entries are rounding noise that Adam scales by lr / eps: about
+        // 1e-12 on both sides, each its own. An absolute 1e-11 is above
+        // that noise; every other entry is compared to 1e-9 relative.
+        close_above(name, &t.to_vec_f64()?, &want.to_vec_f64()?, 1e-2);
     }
     Ok(())
 }

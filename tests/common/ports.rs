@@ -20,10 +20,17 @@ pub fn value(entries: &[(String, Tensor)], name: &str) -> Vec<f64> {
 
 /// `got` equals PyTorch's `want` to 1e-9 (relative; absolute below 1e-3).
 pub fn close(what: &str, got: &[f64], want: &[f64]) {
+    close_above(what, got, want, 1e-3);
+}
+
+/// `got` equals PyTorch's `want` to 1e-9, relative above `floor` and
+/// absolute (1e-9 · `floor`) below it.
+#[allow(dead_code)] // not every port needs it
+pub fn close_above(what: &str, got: &[f64], want: &[f64], floor: f64) {
     assert_eq!(got.len(), want.len(), "{what}");
     for (k, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
-            (g - w).abs() <= 1e-9 * w.abs().max(1e-3),
+            (g - w).abs() <= 1e-9 * w.abs().max(floor),
             "{what}[{k}]: {g}, PyTorch {w}"
         );
     }
