@@ -294,8 +294,8 @@ impl Walk {
         }
         let f = merged.as_ref().unwrap_or(f);
         let text = match (&merged, text) {
-            (None, Some(t)) => t.to_string(),
-            _ => f.to_string(),
+            (None, Some(t)) => std::borrow::Cow::Borrowed(t),
+            _ => std::borrow::Cow::Owned(f.to_string()),
         };
         apply_index_fn(name, f, &text, &args, self.dtype, self.device)
     }

@@ -35,6 +35,7 @@ mod heavy;
 pub mod host;
 mod node;
 mod normalize;
+mod operand;
 pub mod passes;
 pub(crate) mod peel;
 mod program;
