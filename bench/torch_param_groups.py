@@ -2,7 +2,8 @@
 and RMSprop, each with two parameter groups of their own options, on
 loss = sum over parameters of sum(p³)/3 (gradient p²), float64: every
 parameter after each of 6 steps, and the optimizer's state after step 5
-by its state-dict keys (parameters numbered across the groups). Run once
+by its state-dict keys (parameters numbered across the groups; each
+group's rate), in float64 and in float32. Run once
 with the venv of ../shared/bench/setup.sh:
 
     $(../shared/bench/setup.sh) bench/torch_param_groups.py > tests/data/torch_param_groups.txt
@@ -42,19 +43,24 @@ def rmsprop(a, b, c):
     )
 
 
-print(f"# torch {torch.__version__}, float64: parameters after each step, then the state after step 5")
-for name, make in {"adamw": adamw, "sgd": sgd, "rmsprop": rmsprop}.items():
-    ps = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in INIT.items()}
-    opt = make(ps["a"], ps["b"], ps["c"])
-    print("case", name)
-    for step in range(1, 7):
-        opt.zero_grad()
-        sum((p ** 3).sum() / 3 for p in ps.values()).backward()
-        opt.step()
-        for k, p in ps.items():
-            print("step", step, k, " ".join(repr(x) for x in p.detach().tolist()))
-        if step == 5:
-            for i, st in sorted(opt.state_dict()["state"].items()):
-                for key, v in sorted(st.items()):
-                    vals = v.reshape(-1).tolist() if torch.is_tensor(v) else [float(v)]
-                    print("state", f"state.{i}.{key}", " ".join(repr(float(x)) for x in vals))
+print(f"# torch {torch.__version__}: parameters after each step, then the state after step 5 "
+      "(cases in float64; `_f32` cases in float32)")
+for dtype, suffix in [(torch.float64, ""), (torch.float32, "_f32")]:
+    for name, make in {"adamw": adamw, "sgd": sgd, "rmsprop": rmsprop}.items():
+        ps = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in INIT.items()}
+        opt = make(ps["a"], ps["b"], ps["c"])
+        print("case", name + suffix)
+        for step in range(1, 7):
+            opt.zero_grad()
+            sum((p ** 3).sum() / 3 for p in ps.values()).backward()
+            opt.step()
+            for k, p in ps.items():
+                print("step", step, k, " ".join(repr(x) for x in p.detach().tolist()))
+            if step == 5:
+                sd = opt.state_dict()
+                for i, st in sorted(sd["state"].items()):
+                    for key, v in sorted(st.items()):
+                        vals = v.reshape(-1).tolist() if torch.is_tensor(v) else [float(v)]
+                        print("state", f"state.{i}.{key}", " ".join(repr(float(x)) for x in vals))
+                for g, group in enumerate(sd["param_groups"]):
+                    print("state", f"param_groups.{g}.lr", repr(float(group["lr"])))

@@ -258,9 +258,7 @@ impl Model {
         }
         Ok(Model {
             c,
-            tokens: Embedding {
-                weight: param(&[vocab, c.width], 0.1, seed)?,
-            },
+            tokens: Embedding::from_weight(param(&[vocab, c.width], 0.1, seed)?),
             positions: param(&[c.context, c.width], 0.1, seed + 1)?,
             blocks: (0..c.blocks)
                 .map(|b| Block::new(c, seed + 10 * (b as u64 + 1)))
@@ -501,10 +499,8 @@ fn main() -> Result<(), Error> {
             })?;
         tenjin::no_grad(|| -> Result<(), Error> {
             // Copy in place: a state dict of one tensor.
-            Embedding {
-                weight: target.clone(),
-            }
-            .load_state_dict(&[("weight".to_string(), value.clone())])
+            Embedding::from_weight(target.clone())
+                .load_state_dict(&[("weight".to_string(), value.clone())])
         })?;
     }
     std::fs::remove_file(&path).ok();

@@ -3,7 +3,10 @@
 //! through `named_children`), `ModuleList`, the `GELU`/`SiLU` modules, an
 //! optimizer given no parameters, and dimensions counted from the back.
 
-use tenjin::nn::{BatchNorm, Linear, Module, ModuleList, ReLU, Sequential, SiLU, GELU};
+use tenjin::nn::{
+    BatchNorm, Conv2d, Dropout, Embedding, LayerNorm, Linear, Mode, Module, ModuleList, ReLU,
+    Sequential, SiLU, GELU,
+};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Error, Tensor};
 
@@ -37,12 +40,9 @@ impl Module for Block {
         vec![("layers".into(), &self.layers)]
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("scale".to_string(), self.scale.clone())];
-        for (n, p) in self.layers.named_parameters() {
-            out.push((format!("layers.{n}"), p));
-        }
-        out
+    /// Listed before the children's, as PyTorch lists a module's own.
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("scale".into(), self.scale.clone())]
     }
 }
 
@@ -70,6 +70,54 @@ fn train_and_eval_reach_every_module() -> Result<(), Error> {
     );
     m.train();
     assert!(m.is_training() && block.is_training());
+    Ok(())
+}
+
+/// A module that keeps its own flag, as a PyTorch module does.
+struct Flagged {
+    mode: Mode,
+}
+
+impl Module for Flagged {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        Ok(x.clone())
+    }
+
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
+    }
+}
+
+#[test]
+fn every_layer_keeps_its_own_mode() -> Result<(), Error> {
+    let model = Sequential::new()
+        .add(Linear::new(4, 4, 0)?)
+        .add(Conv2d::new(1, 1, [1, 1], 0)?)
+        .add(LayerNorm::new(&[4], 1e-5, DType::F32)?)
+        .add(Embedding::new(4, 4, 0)?)
+        .add(Dropout::new(0.5)?)
+        .add(ModuleList::from_modules([Linear::new(4, 4, 1)?]))
+        .add(Sequential::new().add(Linear::new(4, 4, 2)?))
+        .add(Flagged {
+            mode: Mode::default(),
+        })
+        .add(ReLU);
+    let modes =
+        |m: &Sequential| -> Vec<bool> { m.layers().iter().map(|l| l.is_training()).collect() };
+    assert!(model.is_training() && modes(&model).iter().all(|t| *t));
+    model.eval();
+    // Each module with a flag reports evaluation; ReLU keeps none (a
+    // stateless unit value) and reports training, and the container its own flag.
+    assert_eq!(
+        modes(&model),
+        [false, false, false, false, false, false, false, false, true]
+    );
+    assert!(!model.is_training());
+    // A layer switched on its own: the container keeps its flag, as in PyTorch.
+    model.layers()[0].train();
+    assert!(model.layers()[0].is_training() && !model.is_training());
+    model.train();
+    assert!(modes(&model).iter().all(|t| *t) && model.is_training());
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use common::ports::{close, close_above, load, value};
 use std::f64::consts::PI;
 use tenjin::nn::utils::clip_grad_norm;
 use tenjin::nn::{
-    AttendOptions, Embedding, LayerNorm, Linear, Module, MultiheadAttention,
+    AttendOptions, Embedding, LayerNorm, Linear, Module, ModuleList, MultiheadAttention,
     MultiheadAttentionConfig, Sequential, GELU,
 };
 use tenjin::optim::lr_scheduler::{LambdaLR, LrScheduler};
@@ -83,7 +83,7 @@ impl Module for Block {
 struct Model {
     pos: Tensor,
     tok: Embedding,
-    blocks: Vec<Block>,
+    blocks: ModuleList,
     ln_f: LayerNorm,
     head: Linear,
 }
@@ -92,55 +92,34 @@ impl Model {
     fn new() -> Result<Model, Error> {
         Ok(Model {
             pos: Tensor::zeros(&[L, E], DType::F64)?.requires_grad(),
-            tok: Embedding {
-                weight: Tensor::zeros(&[V, E], DType::F64)?.requires_grad(),
-            },
-            blocks: vec![Block::new()?, Block::new()?],
+            tok: Embedding::with_dtype(V, E, DType::F64, 0)?,
+            blocks: ModuleList::from_modules([Block::new()?, Block::new()?]),
             ln_f: LayerNorm::new(&[E], 1e-5, DType::F64)?,
             head: Linear::with_options(E, V, false, DType::F64, 3)?,
         })
     }
-
-    fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor, Error> {
-        let mut x = self.tok.forward(ids)?.add(&self.pos)?;
-        for b in &self.blocks {
-            x = b.forward(&x)?;
-        }
-        let logits = self.head.forward(&self.ln_f.forward(&x)?)?;
-        logits
-            .reshape(&[B * L, V])?
-            .cross_entropy_with(targets, CrossEntropyOptions::default())
-    }
 }
 
 impl Module for Model {
-    fn forward(&self, _: &Tensor) -> Result<Tensor, Error> {
-        Err(Error::Invalid {
-            function: "Model".into(),
-            message: "use loss".into(),
-        })
+    fn forward(&self, ids: &Tensor) -> Result<Tensor, Error> {
+        let mut x = self.tok.forward(ids)?.add(&self.pos)?;
+        for b in self.blocks.iter() {
+            x = b.forward(&x)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
     }
 
-    /// PyTorch's order: the module's own parameter first, then its
-    /// children's.
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("pos".to_string(), self.pos.clone())];
-        for (name, child) in self.named_children() {
-            for (n, t) in child.named_parameters() {
-                out.push((format!("{name}.{n}"), t));
-            }
-        }
-        out
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("pos".into(), self.pos.clone())]
     }
 
     fn named_children(&self) -> Vec<(String, &dyn Module)> {
-        let mut out: Vec<(String, &dyn Module)> = vec![("tok".into(), &self.tok)];
-        for (k, b) in self.blocks.iter().enumerate() {
-            out.push((format!("blocks.{k}"), b));
-        }
-        out.push(("ln_f".into(), &self.ln_f));
-        out.push(("head".into(), &self.head));
-        out
+        vec![
+            ("tok".into(), &self.tok as &dyn Module),
+            ("blocks".into(), &self.blocks),
+            ("ln_f".into(), &self.ln_f),
+            ("head".into(), &self.head),
+        ]
     }
 }
 
@@ -206,7 +185,10 @@ fn train(
     for step in range {
         let (ids, targets) = batch(step)?;
         opt.zero_grad();
-        let loss = model.loss(&ids, &targets)?;
+        let loss = model
+            .forward(&ids)?
+            .reshape(&[B * L, V])?
+            .cross_entropy_with(&targets, CrossEntropyOptions::default())?;
         loss.backward()?;
         clip_grad_norm(&params, 0.75, 2.0)?;
         opt.step()?;
@@ -267,7 +249,6 @@ fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> 
         .map(|(n, t)| (n, t.item().unwrap()))
         .collect();
     schedule.load_state_dict(&sched)?;
-    opt.set_learning_rates(&schedule.last_lrs())?;
     let losses = train(&model, &mut opt, &mut schedule, MID..STEPS)?;
     let out = load("transformer_out.safetensors");
     close("losses", &losses, &value(&out, "losses")[MID..]);

@@ -4,9 +4,8 @@
 //! initialisation and mask conventions. No backward code: every piece is
 //! an op whose derivative is derived.
 
-use super::{config_error, init, Module};
+use super::{config_error, init, Mode, Module};
 use crate::{AttentionOptions, DType, Error, Tensor};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// The options of [`MultiheadAttention::with_config`], with PyTorch's
 /// names and defaults.
@@ -76,7 +75,7 @@ pub struct MultiheadAttention {
     in_proj_bias: Option<Tensor>,
     out_weight: Tensor,
     out_bias: Option<Tensor>,
-    training: AtomicBool,
+    mode: Mode,
 }
 
 impl MultiheadAttention {
@@ -155,7 +154,7 @@ impl MultiheadAttention {
             in_proj_bias: in_proj_bias.map(Tensor::requires_grad),
             out_weight: out_weight.requires_grad(),
             out_bias: out_bias.map(Tensor::requires_grad),
-            training: AtomicBool::new(true),
+            mode: Mode::default(),
         })
     }
 
@@ -322,11 +321,7 @@ impl Module for MultiheadAttention {
         out
     }
 
-    fn set_training(&self, training: bool) {
-        self.training.store(training, Relaxed);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.load(Relaxed)
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
     }
 }

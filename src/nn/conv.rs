@@ -1,6 +1,6 @@
 //! [`Conv2d`]: a 2-D convolution layer.
 
-use super::{check_bias, config_error, init, Module};
+use super::{check_bias, config_error, init, Mode, Module};
 use crate::{DType, Error, PaddingMode, Tensor};
 
 /// Stride, padding, dilation, groups, bias and padding mode of a
@@ -57,6 +57,7 @@ pub struct Conv2d {
     weight: Tensor,
     bias: Option<Tensor>,
     config: Conv2dConfig,
+    mode: Mode,
 }
 
 impl Conv2d {
@@ -119,6 +120,7 @@ impl Conv2d {
             weight: w.requires_grad(),
             bias: b.map(Tensor::requires_grad),
             config,
+            mode: Mode::default(),
         })
     }
 
@@ -148,6 +150,7 @@ impl Conv2d {
                 ..config
             },
             bias: bias.map(Tensor::requires_grad),
+            mode: Mode::default(),
         })
     }
 
@@ -181,6 +184,10 @@ fn check_config(c: &Conv2dConfig) -> Result<(), Error> {
 }
 
 impl Module for Conv2d {
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         let c = &self.config;
         let [ph, pw] = c.padding;

@@ -3,9 +3,8 @@
 //! kernel from the thread's default generator (`crate::manual_seed`) and
 //! drawn again by the derivative: nothing is stored.
 
-use super::{config_error, Module};
+use super::{config_error, Mode, Module};
 use crate::{Error, Tensor};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Zeroes each element with probability `p` and scales the rest by
 /// `1/(1-p)` while training; passes its input through in evaluation mode.
@@ -26,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 #[derive(Debug)]
 pub struct Dropout {
     p: f64,
-    training: AtomicBool,
+    mode: Mode,
 }
 
 impl Dropout {
@@ -40,7 +39,7 @@ impl Dropout {
         }
         Ok(Dropout {
             p,
-            training: AtomicBool::new(true),
+            mode: Mode::default(),
         })
     }
 
@@ -55,11 +54,7 @@ impl Module for Dropout {
         x.dropout(self.p, self.is_training())
     }
 
-    fn set_training(&self, training: bool) {
-        self.training.store(training, Relaxed);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.load(Relaxed)
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
     }
 }

@@ -1,6 +1,6 @@
 //! [`Linear`]: `y = x·Wᵀ + b`.
 
-use super::{check_bias, config_error, init, Module};
+use super::{check_bias, config_error, init, Mode, Module};
 use crate::{DType, Error, Tensor};
 
 /// A fully connected layer, `y = x·Wᵀ + b` for `x` of shape `[.., in]`, as
@@ -22,6 +22,7 @@ use crate::{DType, Error, Tensor};
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    mode: Mode,
 }
 
 impl Linear {
@@ -78,6 +79,7 @@ impl Linear {
         Ok(Linear {
             weight: weight.requires_grad(),
             bias: bias.map(Tensor::requires_grad),
+            mode: Mode::default(),
         })
     }
 
@@ -105,6 +107,10 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         x.linear(&self.weight, self.bias.as_ref())
+    }
+
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

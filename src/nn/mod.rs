@@ -38,6 +38,7 @@ mod dropout;
 mod embedding;
 pub mod init;
 mod linear;
+mod mode;
 mod norm;
 mod pool;
 pub mod utils;
@@ -48,6 +49,7 @@ pub use conv::{Conv2d, Conv2dConfig};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::Linear;
+pub use mode::Mode;
 pub use norm::{BatchNorm, BatchNormConfig, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 
@@ -75,7 +77,40 @@ pub trait Module {
     /// ([`Module::named_children`]) under `{child}.{name}`, a parameter
     /// shared by two children once, under its first name.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        from_children(self, |c| c.named_parameters())
+        with_own(
+            self.own_parameters(),
+            from_children(self, |c| c.named_parameters()),
+        )
+    }
+
+    /// The parameters this module holds itself, not through a child
+    /// (PyTorch's `named_parameters(recurse=False)`): a custom model's
+    /// position table. The default of [`Module::named_parameters`] lists
+    /// them first, then the children's, as PyTorch orders them. None by
+    /// default.
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module};
+    /// use tenjin::{DType, Error, Tensor};
+    /// struct Model { pos: Tensor, head: Linear }
+    /// impl Module for Model {
+    ///     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+    ///         self.head.forward(&x.add(&self.pos)?)
+    ///     }
+    ///     fn own_parameters(&self) -> Vec<(String, Tensor)> {
+    ///         vec![("pos".into(), self.pos.clone())]
+    ///     }
+    ///     fn named_children(&self) -> Vec<(String, &dyn Module)> {
+    ///         vec![("head".into(), &self.head)]
+    ///     }
+    /// }
+    /// let m = Model { pos: Tensor::zeros(&[3], DType::F32)?.requires_grad(), head: Linear::new(3, 2, 0)? };
+    /// let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["pos", "head.weight", "head.bias"]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
     }
 
     /// The modules inside this one, by PyTorch's names (`0`, `1`, … in a
@@ -90,13 +125,33 @@ pub trait Module {
     /// (a batch norm's running statistics), named as PyTorch names it; the
     /// default lists the children's.
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        from_children(self, |c| c.named_buffers())
+        with_own(
+            self.own_buffers(),
+            from_children(self, |c| c.named_buffers()),
+        )
+    }
+
+    /// The buffers this module holds itself, listed before the
+    /// children's by the default of [`Module::named_buffers`]. None by
+    /// default.
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// This module's own training flag (PyTorch's `self.training`), for a
+    /// module that keeps one: the layers of this crate do, and a custom
+    /// module holds a [`Mode`] and returns it here. `None` by default.
+    fn mode(&self) -> Option<&Mode> {
+        None
     }
 
     /// Puts this module and every module inside it into training (`true`)
-    /// or evaluation mode. A module whose forward depends on the mode
-    /// ([`BatchNorm`]) keeps it; the default passes it on to the children.
+    /// or evaluation mode: the default sets [`Module::mode`] and passes it
+    /// on to the children.
     fn set_training(&self, training: bool) {
+        if let Some(mode) = self.mode() {
+            mode.set(training);
+        }
         for (_, c) in self.named_children() {
             c.set_training(training);
         }
@@ -126,10 +181,23 @@ pub trait Module {
         self.set_training(false)
     }
 
-    /// Whether the module is in training mode: its own mode when it has
-    /// one, else whether every child is (true for a module with neither).
+    /// Whether the module is in training mode: its own [`Module::mode`]
+    /// when it keeps one, else whether every child is. A module with
+    /// neither (the stateless activations [`ReLU`], [`Tanh`], …: unit
+    /// values whose output does not depend on the mode) reports `true`.
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module, ReLU, Sequential};
+    /// let model = Sequential::new().add(Linear::new(2, 2, 0)?).add(ReLU);
+    /// model.eval();
+    /// assert!(!model.is_training() && !model.layers()[0].is_training());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
     fn is_training(&self) -> bool {
-        self.named_children().iter().all(|(_, c)| c.is_training())
+        match self.mode() {
+            Some(mode) => mode.get(),
+            None => self.named_children().iter().all(|(_, c)| c.is_training()),
+        }
     }
 
     /// Parameters and buffers by name: what [`crate::safetensors::save`]
@@ -235,6 +303,18 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).forward(x)
     }
 
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        (**self).own_parameters()
+    }
+
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).own_buffers()
+    }
+
+    fn mode(&self) -> Option<&Mode> {
+        (**self).mode()
+    }
+
     fn parameters(&self) -> Vec<Tensor> {
         (**self).parameters()
     }
@@ -263,6 +343,18 @@ impl<M: Module + ?Sized> Module for Box<M> {
 impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         (**self).forward(x)
+    }
+
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        (**self).own_parameters()
+    }
+
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
+        (**self).own_buffers()
+    }
+
+    fn mode(&self) -> Option<&Mode> {
+        (**self).mode()
     }
 
     fn parameters(&self) -> Vec<Tensor> {
@@ -309,6 +401,7 @@ impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
 #[derive(Default)]
 pub struct Sequential {
     layers: Vec<Box<dyn Module + Send + Sync>>,
+    mode: Mode,
 }
 
 impl Sequential {
@@ -354,6 +447,10 @@ impl Module for Sequential {
         Ok(h)
     }
 
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
+    }
+
     /// The layers by index (`0`, `1`, …): parameters are named
     /// `{index}.{name}`, each shared one once (its first name).
     fn named_children(&self) -> Vec<(String, &dyn Module)> {
@@ -387,11 +484,30 @@ impl Module for Sequential {
 #[derive(Default)]
 pub struct ModuleList {
     modules: Vec<Box<dyn Module + Send + Sync>>,
+    mode: Mode,
 }
 
 impl ModuleList {
     pub fn new() -> ModuleList {
         ModuleList::default()
+    }
+
+    /// A list of `modules` (PyTorch's `nn.ModuleList([...])`).
+    ///
+    /// ```
+    /// use tenjin::nn::{Linear, Module, ModuleList};
+    /// let blocks = ModuleList::from_modules([Linear::new(2, 2, 0)?, Linear::new(2, 2, 1)?]);
+    /// assert_eq!((blocks.len(), blocks.named_parameters()[3].0.as_str()), (2, "1.bias"));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn from_modules<M: Module + Send + Sync + 'static>(
+        modules: impl IntoIterator<Item = M>,
+    ) -> ModuleList {
+        let mut list = ModuleList::new();
+        for m in modules {
+            list.push(m);
+        }
+        list
     }
 
     /// Appends `module`.
@@ -431,6 +547,10 @@ impl Module for ModuleList {
         ))
     }
 
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
+    }
+
     fn named_children(&self) -> Vec<(String, &dyn Module)> {
         self.modules
             .iter()
@@ -446,8 +566,19 @@ impl std::fmt::Debug for Sequential {
     }
 }
 
-/// Whether `a` and `b` are the same parameter: clones of one tensor, or
-/// tensors of one leaf.
+/// `own` first, then `children`'s tensors that are not among them.
+fn with_own(
+    mut own: Vec<(String, Tensor)>,
+    children: Vec<(String, Tensor)>,
+) -> Vec<(String, Tensor)> {
+    for (n, t) in children {
+        if !own.iter().any(|(_, q)| same_tensor(q, &t)) {
+            own.push((n, t));
+        }
+    }
+    own
+}
+
 /// `f` of every child of `m`, named `{child}.{name}`, each tensor once
 /// (under its first name).
 fn from_children<M: Module + ?Sized>(
@@ -465,6 +596,8 @@ fn from_children<M: Module + ?Sized>(
     out
 }
 
+/// Whether `a` and `b` are the same parameter: clones of one tensor, or
+/// tensors of one leaf.
 pub(crate) fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
     use crate::trace::Origin;
     if std::sync::Arc::ptr_eq(&a.0, &b.0) {

@@ -2,10 +2,9 @@
 //! `BatchNorm1d`/`BatchNorm2d`: training with batch statistics and running
 //! statistics, evaluation with the running ones).
 
-use super::Module;
+use super::{Mode, Module};
 use crate::ops::normalize;
 use crate::{DType, Error, Tensor};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// `(x − mean) / √(var + eps) · weight + bias` over the last dimensions
 /// (PyTorch's `nn.LayerNorm(normalized_shape, eps)`): weight ones and bias
@@ -27,6 +26,7 @@ pub struct LayerNorm {
     pub bias: Tensor,
     eps: f64,
     elementwise_affine: bool,
+    mode: Mode,
 }
 
 impl LayerNorm {
@@ -68,11 +68,16 @@ impl LayerNorm {
             bias,
             eps,
             elementwise_affine,
+            mode: Mode::default(),
         })
     }
 }
 
 impl Module for LayerNorm {
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         let affine = self.elementwise_affine;
         x.layer_norm(
@@ -130,7 +135,7 @@ pub struct BatchNorm {
     /// Training batches seen (an `i64` scalar).
     pub num_batches_tracked: Tensor,
     config: BatchNormConfig,
-    training: AtomicBool,
+    mode: Mode,
 }
 
 /// [`BatchNorm`]'s options, by PyTorch's names; `Default` is PyTorch's
@@ -213,7 +218,7 @@ impl BatchNorm {
             running_var: Tensor::ones(&[channels], dtype)?,
             num_batches_tracked: Tensor::from_vec_i64(vec![0], &[])?.to_device(on)?,
             config,
-            training: AtomicBool::new(true),
+            mode: Mode::default(),
         })
     }
 
@@ -282,7 +287,7 @@ impl Module for BatchNorm {
             (None, None)
         };
         let tracking = self.config.track_running_stats;
-        let training = self.training.load(Relaxed);
+        let training = self.mode.get();
         if tracking && !training {
             let mean = BatchNorm::per_channel(&self.running_mean, r)?;
             let var = BatchNorm::per_channel(&self.running_var, r)?;
@@ -337,12 +342,8 @@ impl Module for BatchNorm {
     /// Training: batch statistics normalise (and update the running
     /// ones); evaluation: the running statistics normalise (the batch's
     /// without `track_running_stats`).
-    fn set_training(&self, training: bool) {
-        self.training.store(training, Relaxed);
-    }
-
-    fn is_training(&self) -> bool {
-        self.training.load(Relaxed)
+    fn mode(&self) -> Option<&Mode> {
+        Some(&self.mode)
     }
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {

@@ -323,19 +323,27 @@ macro_rules! adam_impls {
 
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
                 let g = &self.inner.groups;
-                stepped_state_dict(&g.params, &self.inner.state, &|k| rows(g.config_of(k)))
+                let mut out =
+                    stepped_state_dict(&g.params, &self.inner.state, &|k| rows(g.config_of(k)))?;
+                out.extend(g.rate_entries()?);
+                Ok(out)
             }
 
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
                 let c = &mut self.inner;
+                let (rates, state) = c.groups.split_rates(c.name, state)?;
                 let g = &c.groups;
                 load_stepped_state(
                     c.name,
                     &g.params,
                     &mut c.state,
                     &|k| rows(g.config_of(k)),
-                    state,
-                )
+                    &state,
+                )?;
+                match rates {
+                    Some(lrs) => c.groups.set_learning_rates(c.name, &lrs),
+                    None => Ok(()),
+                }
             }
         }
     };

@@ -12,7 +12,7 @@
 
 use super::{check_non_negative, invalid, Param, Scalars};
 use crate::tensor::Tensor;
-use crate::Error;
+use crate::{DType, Error};
 
 /// Parameters with the hyperparameters an optimizer applies to them.
 ///
@@ -145,6 +145,64 @@ impl<C: Rate> Groups<C> {
             c.set_lr(lr);
         }
         Ok(())
+    }
+
+    /// `param_groups.{g}.lr` for every group: the part of PyTorch's
+    /// `param_groups` that changes while training (a schedule's rate), kept
+    /// beside the per-parameter state so a resumed run continues at it.
+    pub(crate) fn rate_entries(&self) -> Result<Vec<(String, Tensor)>, Error> {
+        self.configs
+            .iter()
+            .enumerate()
+            .map(|(g, c)| {
+                Ok((
+                    format!("param_groups.{g}.lr"),
+                    Tensor::scalar(c.lr(), DType::F64)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Splits the `param_groups.*` entries off `state`: the rates they
+    /// give (one per group, or none at all), checked, and the rest.
+    pub(crate) fn split_rates(
+        &self,
+        op: &str,
+        state: &[(String, Tensor)],
+    ) -> Result<(Option<Vec<f64>>, Vec<(String, Tensor)>), Error> {
+        let (groups, rest): (Vec<_>, Vec<_>) = state
+            .iter()
+            .cloned()
+            .partition(|(n, _)| n.starts_with("param_groups."));
+        if groups.is_empty() {
+            return Ok((None, rest));
+        }
+        let mut rates = Vec::with_capacity(self.configs.len());
+        for g in 0..self.configs.len() {
+            let key = format!("param_groups.{g}.lr");
+            let Some((_, t)) = groups.iter().find(|(n, _)| *n == key) else {
+                return Err(invalid(
+                    op,
+                    format!("the state has param_groups entries but no `{key}`"),
+                ));
+            };
+            let lr = t.item()?;
+            check_non_negative(op, &key, lr)?;
+            rates.push(lr);
+        }
+        if let Some((n, _)) = groups
+            .iter()
+            .find(|(n, _)| !(0..self.configs.len()).any(|g| *n == format!("param_groups.{g}.lr")))
+        {
+            return Err(invalid(
+                op,
+                format!(
+                    "unexpected key `{n}` in the optimizer state ({} parameter groups; only `lr` is kept)",
+                    self.configs.len()
+                ),
+            ));
+        }
+        Ok((Some(rates), rest))
     }
 
     /// Sets a value of every group's configuration through `set`, which

@@ -125,14 +125,18 @@ pub trait Optimizer {
     /// The per-parameter state with PyTorch's names: `state.{k}.{name}`
     /// for parameter `k` (SGD: `momentum_buffer`; Adam: `step`, `exp_avg`,
     /// `exp_avg_sq`; RMSprop: `step`, `square_avg`, `grad_avg`,
-    /// `momentum_buffer`). Entries appear once the state exists (after the
-    /// first step). Hyperparameters are the configuration's, not part of
-    /// this state.
+    /// `momentum_buffer`), entries that appear once the state exists
+    /// (after the first step); and each group's current rate,
+    /// `param_groups.{g}.lr` (PyTorch's `param_groups[g]["lr"]`), so a
+    /// resumed run continues at the rate a schedule had set. The other
+    /// hyperparameters are the configuration's.
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error>;
 
     /// Restores a state made by [`Optimizer::state_dict`] for the same
-    /// parameters; a parameter with no entries starts afresh. A wrong
-    /// shape or an unknown key is an error, and then nothing has changed.
+    /// parameters; a parameter with no entries starts afresh, and the
+    /// rates are left as they are when no `param_groups` entry is given
+    /// (then every group needs one). A wrong shape or an unknown key is
+    /// an error, and then nothing has changed.
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error>;
 }
 

@@ -226,17 +226,24 @@ impl Optimizer for RMSprop {
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>, Error> {
         let g = &self.groups;
-        stepped_state_dict(&g.params, &self.state, &|k| rows(g.config_of(k)))
+        let mut out = stepped_state_dict(&g.params, &self.state, &|k| rows(g.config_of(k)))?;
+        out.extend(g.rate_entries()?);
+        Ok(out)
     }
 
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
+        let (rates, state) = self.groups.split_rates("RMSprop", state)?;
         let g = &self.groups;
         load_stepped_state(
             "RMSprop",
             &g.params,
             &mut self.state,
             &|k| rows(g.config_of(k)),
-            state,
-        )
+            &state,
+        )?;
+        match rates {
+            Some(lrs) => self.groups.set_learning_rates("RMSprop", &lrs),
+            None => Ok(()),
+        }
     }
 }

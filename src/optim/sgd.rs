@@ -250,11 +250,13 @@ impl Optimizer for SGD {
                 out.push((format!("state.{k}.momentum_buffer"), u.row(p, 1)?));
             }
         }
+        out.extend(self.groups.rate_entries()?);
         Ok(out)
     }
 
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error> {
-        let mut given = StateDict::new("SGD", state);
+        let (rates, state) = self.groups.split_rates("SGD", state)?;
+        let mut given = StateDict::new("SGD", &state);
         let mut loads = Vec::new();
         for (k, p) in self.groups.params.iter().enumerate() {
             if let Some(t) = given.take(k, "momentum_buffer", p.shape())? {
@@ -286,6 +288,9 @@ impl Optimizer for SGD {
                 *started = true;
             }
         }
-        Ok(())
+        match rates {
+            Some(lrs) => self.groups.set_learning_rates("SGD", &lrs),
+            None => Ok(()),
+        }
     }
 }

@@ -5,7 +5,8 @@ tests/port_transformer.rs. Writes, to tests/data/ports/:
 
 - transformer_init.safetensors: the initial parameters;
 - transformer_mid.safetensors: the parameters after 6 steps, the AdamW
-  state (`opt.state.{k}.{name}`) and the schedule's (`sched.{name}`);
+  state (`opt.state.{k}.{name}`, `opt.param_groups.{g}.lr`) and the
+  schedule's (`sched.{name}`);
 - transformer_out.safetensors: the 12 losses and the final parameters.
 
 Run once with the venv of ../shared/bench/setup.sh:
@@ -49,13 +50,12 @@ class Model(nn.Module):
         self.ln_f = nn.LayerNorm(E)
         self.head = nn.Linear(E, V, bias=False)
 
-    def forward(self, ids, targets):
+    def forward(self, ids):
         x = self.tok(ids) + self.pos
         mask = torch.ones(L, L, dtype=torch.bool).triu(1)
         for b in self.blocks:
             x = b(x, mask)
-        logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        return self.head(self.ln_f(x))
 
 
 def batch(step):
@@ -81,6 +81,8 @@ for step in range(STEPS):
         for i, st in opt.state_dict()["state"].items():
             for name, v in st.items():
                 mid[f"opt.state.{i}.{name}"] = v.reshape(()) if name == "step" else v.contiguous()
+        for g, group in enumerate(opt.state_dict()["param_groups"]):
+            mid[f"opt.param_groups.{g}.lr"] = torch.tensor(group["lr"])
         s = sched.state_dict()
         for g, v in enumerate(s["base_lrs"]):
             mid[f"sched.base_lrs.{g}"] = torch.tensor(v)
@@ -91,7 +93,7 @@ for step in range(STEPS):
         save_file(mid, OUT + "transformer_mid.safetensors")
     ids, targets = batch(step)
     opt.zero_grad()
-    loss = model(ids, targets)
+    loss = F.cross_entropy(model(ids).reshape(-1, V), targets.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.75)
     opt.step()
