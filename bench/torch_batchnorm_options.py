@@ -1,6 +1,6 @@
 """Reference values for tests/batchnorm_options.rs: torch.nn.BatchNorm2d(2)
 with momentum=None, affine=False and track_running_stats=False (and the
-defaults), float64: the state-dict keys, then per training batch (three)
+defaults), in float64 and float32: the state-dict keys, then per training batch (three)
 the output and the buffers, then the output in eval mode on the first
 batch. Run once with the venv of ../shared/bench/setup.sh:
 
@@ -22,15 +22,16 @@ def line(tag, t):
     print(tag, " ".join(repr(v) for v in t.flatten().tolist()))
 
 
-print(f"# torch {torch.__version__}, float64")
-for name, cfg in configs.items():
-    bn = torch.nn.BatchNorm2d(2, **cfg)
-    print("case", name)
-    print("keys", " ".join(bn.state_dict().keys()))
-    for x in BATCHES:
-        line("train", bn(x).detach())
-        for k, v in bn.state_dict().items():
-            if k in ("running_mean", "running_var", "num_batches_tracked"):
-                line(k, v.double())
-    bn.eval()
-    line("eval", bn(BATCHES[0]).detach())
+print(f"# torch {torch.__version__}: cases in float64, then in float32 (`_f32`, the same batches rounded)")
+for dtype, suffix in [(torch.float64, ""), (torch.float32, "_f32")]:
+    for name, cfg in configs.items():
+        bn = torch.nn.BatchNorm2d(2, dtype=dtype, **cfg)
+        print("case", name + suffix)
+        print("keys", " ".join(bn.state_dict().keys()))
+        for x in BATCHES:
+            line("train", bn(x.to(dtype)).detach())
+            for k, v in bn.state_dict().items():
+                if k in ("running_mean", "running_var", "num_batches_tracked"):
+                    line(k, v.double())
+        bn.eval()
+        line("eval", bn(BATCHES[0].to(dtype)).detach())

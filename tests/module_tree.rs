@@ -245,6 +245,17 @@ fn dimensions_count_from_the_back_when_negative() -> Result<(), Error> {
     );
     let y = x.unsqueeze(-1)?;
     same(y.squeeze(-1)?, y.squeeze(3)?)?;
+    same(x.permute(&[-1, 0, -2])?, x.permute(&[2, 0, 1])?)?;
+    same(x.flip(&[-1, -3])?, x.flip(&[2, 0])?)?;
+    same(x.slice(-1, 1, 4, 2)?, x.slice(2, 1, 4, 2)?)?;
+    same(x.split(2, -1)?.remove(1), x.split(2, 2)?.remove(1))?;
+    same(x.chunk(3, -2)?.remove(2), x.chunk(3, 1)?.remove(2))?;
+    same(x.sum_dims(&[-1, -2], false)?, x.sum_dims(&[2, 1], false)?)?;
+    same(x.mean_dims(&[-3], true)?, x.mean_dims(&[0], true)?)?;
+    let ids = Tensor::from_vec_i64(vec![3, 0, 3], &[3])?;
+    same(x.index_select(-1, &ids)?, x.index_select(2, &ids)?)?;
+    let idx = Tensor::from_vec_i64(vec![1, 0, 2, 1, 0, 0], &[2, 3, 1])?;
+    same(x.gather(-1, &idx)?, x.gather(2, &idx)?)?;
     // A `usize` variable still works.
     let d: usize = 1;
     same(x.softmax(d)?, x.softmax(1)?)?;
@@ -254,6 +265,11 @@ fn dimensions_count_from_the_back_when_negative() -> Result<(), Error> {
         x.transpose(0, -5).unwrap_err(),
         x.unsqueeze(-5).unwrap_err(),
         Tensor::stack(&[&x], 4).unwrap_err(),
+        x.permute(&[0, 1, -4]).unwrap_err(),
+        x.flip(&[3]).unwrap_err(),
+        x.slice(-4, 0, 1, 1).unwrap_err(),
+        x.index_select(-4, &ids).unwrap_err(),
+        x.gather(3, &idx).unwrap_err(),
     ] {
         let e = e.to_string();
         assert!(e.contains("out of range") && e.contains("[2, 3, 4]"), "{e}");

@@ -29,7 +29,7 @@ use crate::planner::host::{
     host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
 };
 use crate::planner::{NodePlan, Program, Source};
-use crate::tensor::Tensor;
+use crate::tensor::{Dim, Tensor};
 use crate::Error;
 use std::sync::Arc;
 
@@ -428,7 +428,8 @@ impl Tensor {
     /// assert!(e.contains("index 3") && e.contains("size 3"), "{e}");
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn index_select(&self, dim: usize, ids: &Tensor) -> Result<Tensor, Error> {
+    pub fn index_select(&self, dim: impl Dim, ids: &Tensor) -> Result<Tensor, Error> {
+        let dim = dim.resolve("index_select", self.shape())?;
         if ids.rank() != 1 {
             return Err(Error::shape(
                 "index_select",
@@ -503,9 +504,9 @@ impl Tensor {
     /// assert_eq!(x.grad().unwrap().to_vec_f64()?, vec![0., 2., 1., 1.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn gather(&self, dim: usize, index: &Tensor) -> Result<Tensor, Error> {
+    pub fn gather(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor, Error> {
         let op = "gather";
-        check_dim(op, self, dim)?;
+        let dim = dim.resolve(op, self.shape())?;
         check_index_tensor(op, self, index)?;
         let (xs, is) = (self.shape(), index.shape());
         let fits = is.len() == xs.len()

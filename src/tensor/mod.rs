@@ -389,6 +389,37 @@ impl Tensor {
         Ok(())
     }
 
+    /// Edits this leaf's gradient: it becomes `edit(gradient)` (PyTorch's
+    /// `p.grad.mul_(0.5)` is `p.grad_mut(|g| g.mul_scalar(0.5))`), which
+    /// must keep its shape, dtype and device. Returns whether there was a
+    /// gradient to edit; before the first `backward` there is none and
+    /// `edit` is not called. All or nothing: when `edit` fails or returns
+    /// a tensor of another shape, the gradient is as it was.
+    ///
+    /// ```
+    /// use tenjin::Tensor;
+    /// let w = Tensor::from_vec_f64(vec![1.0, -2.0], &[2])?.requires_grad();
+    /// assert!(!w.grad_mut(|g| g.neg())?); // no gradient yet
+    /// w.mul(&w)?.sum()?.backward()?; // gradient (2, -4)
+    /// assert!(w.grad_mut(|g| g.clamp(-3.0, 3.0))?);
+    /// assert_eq!(w.grad().unwrap().to_vec_f64()?, vec![2.0, -3.0]);
+    /// assert!(w.grad_mut(|g| g.sum()).is_err()); // a scalar for a [2] gradient
+    /// assert_eq!(w.grad().unwrap().to_vec_f64()?, vec![2.0, -3.0]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn grad_mut(
+        &self,
+        edit: impl FnOnce(&Tensor) -> Result<Tensor, Error>,
+    ) -> Result<bool, Error> {
+        let Some(g) = self.try_grad()? else {
+            return Ok(false);
+        };
+        let edited = crate::no_grad(|| edit(&g))?;
+        drop(g);
+        self.set_grad(Some(&edited.detach()))?;
+        Ok(true)
+    }
+
     /// Clears the gradient of this leaf (the next `backward` starts from
     /// zero). A no-op on tensors without a gradient.
     pub fn zero_grad(&self) {

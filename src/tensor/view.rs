@@ -11,7 +11,7 @@
 
 use super::{Layout, Tensor};
 use crate::symbolic::compose::AffineMap;
-use crate::tensor::Dim;
+use crate::tensor::{resolve_dims, Dim};
 use crate::Error;
 
 pub(crate) fn view_error(op: &str, shape: &[usize], message: String) -> Error {
@@ -44,16 +44,19 @@ impl Tensor {
         Ok(())
     }
 
-    /// Dimensions reordered: result dimension `j` is dimension `dims[j]`.
+    /// Dimensions reordered: result dimension `j` is dimension `dims[j]`
+    /// (negative ones count from the back).
     ///
     /// ```
     /// let x = tenjin::Tensor::arange(6, tenjin::DType::F32)?.reshape(&[1, 2, 3])?;
     /// let y = x.permute(&[2, 0, 1])?;
     /// assert_eq!(y.shape(), &[3, 1, 2]);
     /// assert_eq!(y.to_vec()?, vec![0., 3., 1., 4., 2., 5.]);
+    /// assert_eq!(x.permute(&[-1, 0, 1])?.to_vec()?, y.to_vec()?);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn permute(&self, dims: &[usize]) -> Result<Tensor, Error> {
+    pub fn permute<D: Dim>(&self, dims: &[D]) -> Result<Tensor, Error> {
+        let dims = &resolve_dims("permute", self.shape(), dims)?;
         let mut seen = vec![false; self.rank()];
         let ok = dims.len() == self.rank()
             && dims
@@ -203,12 +206,12 @@ impl Tensor {
     /// ```
     pub fn slice(
         &self,
-        dim: usize,
+        dim: impl Dim,
         start: usize,
         end: usize,
         step: usize,
     ) -> Result<Tensor, Error> {
-        self.check_dim("slice", dim)?;
+        let dim = dim.resolve("slice", self.shape())?;
         let size = self.shape()[dim];
         if step == 0 || start > end || end > size {
             return Err(view_error(
@@ -225,17 +228,18 @@ impl Tensor {
         Ok(self.view(shape, map))
     }
 
-    /// The order of elements reversed along each of `dims`.
+    /// The order of elements reversed along each of `dims` (negative ones
+    /// count from the back).
     ///
     /// ```
     /// let x = tenjin::Tensor::arange(3, tenjin::DType::F64)?;
     /// assert_eq!(x.flip(&[0])?.to_vec_f64()?, vec![2., 1., 0.]);
+    /// assert_eq!(x.flip(&[-1])?.to_vec_f64()?, vec![2., 1., 0.]);
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn flip(&self, dims: &[usize]) -> Result<Tensor, Error> {
+    pub fn flip<D: Dim>(&self, dims: &[D]) -> Result<Tensor, Error> {
         let mut map = AffineMap::identity(self.rank());
-        for &d in dims {
-            self.check_dim("flip", d)?;
+        for d in resolve_dims("flip", self.shape(), dims)? {
             map.coeffs[d][d] = -map.coeffs[d][d];
             map.offsets[d] = self.shape()[d] as i64 - 1 - map.offsets[d];
         }
