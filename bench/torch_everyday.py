@@ -127,6 +127,8 @@ cases = {
     "avg_pool2d_ceil_padded": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)),
     "avg_pool2d_ceil_exclude_pad": ([PX], lambda x: F.avg_pool2d(x, (2, 3), (2, 2), (1, 1), ceil_mode=True, count_include_pad=False)),
     "avg_pool2d_exclude_pad": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+    "avg_pool2d_divisor_override": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, divisor_override=5)),
+    "layer_norm_no_bias": ([X, G], lambda x, g: F.layer_norm(x, (4,), g, None, 1e-5)),
     "pad_reflect": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="reflect")),
     "pad_replicate": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="replicate")),
     "pad_circular": ([PX], lambda x: F.pad(x, (2, 1, 1, 3), mode="circular")),

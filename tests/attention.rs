@@ -35,12 +35,12 @@ fn causal_run(device: Device, dtype: DType, via_mask: bool) -> Result<[Vec<f64>;
         .to_device(device)?;
     let o = if via_mask {
         AttentionOptions {
-            mask: Some(&minus_inf),
+            attn_mask: Some(&minus_inf),
             ..Default::default()
         }
     } else {
         AttentionOptions {
-            causal: true,
+            is_causal: true,
             ..Default::default()
         }
     };
@@ -66,7 +66,7 @@ fn causal_attention_is_a_masked_one_with_exact_zeros() -> Result<(), Error> {
     let q = Tensor::randn(&[6, 4], DType::F64, 5)?.requires_grad();
     let k = Tensor::randn(&[6, 4], DType::F64, 6)?.requires_grad();
     let o = AttentionOptions {
-        causal: true,
+        is_causal: true,
         ..Default::default()
     };
     let p = q.attention_weights(&k, &o)?;
@@ -185,8 +185,8 @@ fn attention_errors_name_the_problem() -> Result<(), Error> {
     let q = Tensor::randn(&[5, 4], DType::F64, 0)?;
     let mask = Tensor::zeros(&[5, 5], DType::F64)?;
     let both = AttentionOptions {
-        mask: Some(&mask),
-        causal: true,
+        attn_mask: Some(&mask),
+        is_causal: true,
         ..Default::default()
     };
     let e = q
@@ -194,7 +194,7 @@ fn attention_errors_name_the_problem() -> Result<(), Error> {
         .err()
         .unwrap()
         .to_string();
-    assert!(e.contains("either a mask or causal"), "{e}");
+    assert!(e.contains("either attn_mask or is_causal"), "{e}");
     let wrong = Tensor::randn(&[5, 3], DType::F64, 0)?;
     let e = q
         .scaled_dot_product_attention(&wrong, &q, &AttentionOptions::default())

@@ -5,7 +5,7 @@
 //! with the venv of `../shared/bench/setup.sh`; no Python needed here).
 
 use tenjin::nn::{
-    AttendOptions, BatchNorm, Conv2d, Conv2dConfig, Module, MultiheadAttention,
+    AttendOptions, AvgPool2d, BatchNorm, Conv2d, Conv2dConfig, Module, MultiheadAttention,
     MultiheadAttentionConfig,
 };
 use tenjin::{
@@ -134,6 +134,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "tril_0" => t[0].tril(0),
         "triu_1" => t[0].triu(1),
         "layer_norm" => t[0].layer_norm(1, Some(&t[1]), Some(&t[2]), 1e-5),
+        "layer_norm_no_bias" => t[0].layer_norm(1, Some(&t[1]), None, 1e-5),
         "layer_norm_no_affine" => {
             tenjin::nn::LayerNorm::with_options(&[4], 1e-5, false, dtype)?.forward(&t[0])
         }
@@ -217,6 +218,26 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
             count_include_pad: false,
             ..Pool2d::new([2, 3])
         }),
+        "avg_pool2d_divisor_override" => {
+            let o = Pool2d {
+                stride: [2, 2],
+                padding: [1, 1],
+                ceil_mode: true,
+                divisor_override: Some(5),
+                ..Pool2d::new([3, 3])
+            };
+            let via_module = AvgPool2d {
+                stride: [2, 2],
+                padding: [1, 1],
+                ceil_mode: true,
+                divisor_override: Some(5),
+                ..AvgPool2d::new([3, 3])
+            }
+            .forward(&t[0].detach())?;
+            let y = t[0].avg_pool2d_with(&o)?;
+            assert_eq!(via_module.to_vec_f64()?, y.to_vec_f64()?);
+            Ok(y)
+        }
         "avg_pool2d_exclude_pad" => t[0].avg_pool2d_with(&Pool2d {
             stride: [2, 2],
             padding: [1, 1],
@@ -242,7 +263,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "sdpa" => t[0].scaled_dot_product_attention(&t[1], &t[2], &AttentionOptions::default()),
         "sdpa_causal_l5_s6" => {
             let o = AttentionOptions {
-                causal: true,
+                is_causal: true,
                 ..Default::default()
             };
             t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
@@ -254,7 +275,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
                 .collect();
             let mask = like(m, &[5, 6], &t[0])?;
             let o = AttentionOptions {
-                mask: Some(&mask),
+                attn_mask: Some(&mask),
                 scale: Some(0.3),
                 ..Default::default()
             };
@@ -267,7 +288,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
                 .collect();
             let mask = ids(m, &[2, 1, 5, 6])?;
             let o = AttentionOptions {
-                mask: Some(&mask),
+                attn_mask: Some(&mask),
                 ..Default::default()
             };
             t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
@@ -277,7 +298,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
             let padding = ids(vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1], &[2, 5])?;
             let o = AttendOptions {
                 key_padding_mask: Some(&padding),
-                causal: true,
+                is_causal: true,
                 ..Default::default()
             };
             mha(t, &o)
@@ -398,5 +419,29 @@ fn every_op_in(dtype: DType) -> Result<(), Error> {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+    Ok(())
+}
+
+#[test]
+fn pool_options_out_of_their_domain_are_errors() -> Result<(), Error> {
+    let x = Tensor::ones(&[1, 1, 4, 4], DType::F32)?;
+    let zero = Pool2d {
+        divisor_override: Some(0),
+        ..Pool2d::new([2, 2])
+    };
+    let e = x.avg_pool2d_with(&zero).unwrap_err().to_string();
+    assert!(
+        e.contains("avg_pool2d") && e.contains("divisor_override must not be zero"),
+        "{e}"
+    );
+    let max = Pool2d {
+        divisor_override: Some(3),
+        ..Pool2d::new([2, 2])
+    };
+    let e = x.max_pool2d_with(&max).unwrap_err().to_string();
+    assert!(
+        e.contains("max_pool2d") && e.contains("[1, 1, 4, 4]"),
+        "{e}"
+    );
     Ok(())
 }

@@ -202,7 +202,7 @@ fn a_module_list_has_no_forward_of_its_own() -> Result<(), Error> {
     let mut l = ModuleList::new();
     l.push(GELU::default());
     l.push(SiLU);
-    l.push(GELU { tanh: true });
+    l.push(GELU::new("tanh")?);
     assert_eq!(l.len(), 3);
     let x = Tensor::from_vec_f64(vec![-1.5, 0.25, 2.0], &[3])?;
     let e = l.forward(&x).unwrap_err().to_string();

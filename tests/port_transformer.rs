@@ -62,7 +62,7 @@ impl Module for Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
         let h = self.ln1.forward(x)?;
         let causal = AttendOptions {
-            causal: true,
+            is_causal: true,
             ..Default::default()
         };
         let (a, _) = self.attn.attend(&h, &h, &h, &causal)?;

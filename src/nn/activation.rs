@@ -17,19 +17,49 @@ pub struct Tanh;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sigmoid;
 
-/// GELU, `x·Φ(x)` (PyTorch's `nn.GELU()`), or with `tanh: true` its tanh
-/// approximation (`nn.GELU(approximate="tanh")`).
+/// GELU, `x·Φ(x)` (PyTorch's `nn.GELU()`), or its tanh approximation
+/// (`nn.GELU(approximate="tanh")`, here `GELU::new("tanh")` or
+/// `GELU { approximate: GeluApproximate::Tanh }`).
 ///
 /// ```
-/// use tenjin::nn::{Module, GELU};
+/// use tenjin::nn::{GeluApproximate, Module, GELU};
 /// let x = tenjin::Tensor::from_vec_f64(vec![-1.0, 0.0, 2.0], &[3])?;
 /// let y = GELU::default().forward(&x)?.to_vec_f64()?;
 /// assert!((y[2] - 1.954499736103642).abs() < 1e-15 && y[1] == 0.0);
+/// assert_eq!(GELU::new("tanh")?.approximate, GeluApproximate::Tanh);
+/// assert!(GELU::new("sigmoid").is_err());
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GELU {
-    pub tanh: bool,
+    pub approximate: GeluApproximate,
+}
+
+/// GELU's `approximate` option, as PyTorch spells it: `"none"` (the exact
+/// `x·Φ(x)`, the default) or `"tanh"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GeluApproximate {
+    #[default]
+    None,
+    Tanh,
+}
+
+impl GELU {
+    /// PyTorch's `nn.GELU(approximate=…)`: `"none"` or `"tanh"`; any
+    /// other string is an error naming the two.
+    pub fn new(approximate: &str) -> Result<GELU, Error> {
+        let approximate = match approximate {
+            "none" => GeluApproximate::None,
+            "tanh" => GeluApproximate::Tanh,
+            other => {
+                return Err(super::config_error(
+                    "GELU",
+                    format!("approximate must be \"none\" or \"tanh\", got {other:?}"),
+                ))
+            }
+        };
+        Ok(GELU { approximate })
+    }
 }
 
 /// SiLU (swish), `x·σ(x)` element-wise.
@@ -70,10 +100,9 @@ impl Module for Sigmoid {
 
 impl Module for GELU {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        if self.tanh {
-            x.gelu_tanh()
-        } else {
-            x.gelu()
+        match self.approximate {
+            GeluApproximate::None => x.gelu(),
+            GeluApproximate::Tanh => x.gelu_tanh(),
         }
     }
 }

@@ -43,7 +43,7 @@ pub struct AttendOptions<'a> {
     /// `[L, S]` or `[N·heads, L, S]`.
     pub attn_mask: Option<&'a Tensor>,
     /// Query `l` attends to keys `s ≤ l` (with no `attn_mask` needed).
-    pub causal: bool,
+    pub is_causal: bool,
     /// Return the attention weights, `[N, L, S]` averaged over the heads
     /// (or `[N, heads, L, S]` with `average_attn_weights: false`).
     pub need_weights: bool,
@@ -59,7 +59,7 @@ pub struct AttendOptions<'a> {
 /// let mha = MultiheadAttention::with_config(16, 4, config, 0)?;
 /// let x = Tensor::randn(&[2, 5, 16], DType::F32, 1)?; // [N, L, E]
 /// assert_eq!(mha.forward(&x)?.shape(), &[2, 5, 16]); // self-attention
-/// let opts = AttendOptions { causal: true, need_weights: true, average_attn_weights: true, ..Default::default() };
+/// let opts = AttendOptions { is_causal: true, need_weights: true, average_attn_weights: true, ..Default::default() };
 /// let (y, w) = mha.attend(&x, &x, &x, &opts)?;
 /// let w = w.unwrap().to_vec()?; // [2, 5, 5]: zero above the diagonal
 /// assert_eq!((y.shape(), w[1]), (&[2, 5, 16][..], 0.0));
@@ -209,10 +209,10 @@ impl MultiheadAttention {
         };
         let (q, k, v) = (project(&q, 0, l)?, project(&k, 1, s)?, project(&v, 2, s)?);
         let mask = self.additive_mask(options, n, l, s)?;
-        let causal = options.causal && mask.is_none();
+        let causal = options.is_causal && mask.is_none();
         let sdpa = AttentionOptions {
-            mask: mask.as_ref(),
-            causal,
+            attn_mask: mask.as_ref(),
+            is_causal: causal,
             ..Default::default()
         };
         let weights = q.attention_weights(&k, &sdpa)?;
@@ -289,7 +289,7 @@ impl MultiheadAttention {
         if parts.is_empty() {
             return Ok(None);
         }
-        if o.causal && o.attn_mask.is_none() {
+        if o.is_causal && o.attn_mask.is_none() {
             let above = Tensor::ones_on(&[l, s], dtype, device)?.triu(1)?;
             parts.push(
                 Tensor::zeros_on(&[l, s], dtype, device)?.masked_fill(&above, f64::NEG_INFINITY)?,

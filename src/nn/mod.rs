@@ -43,7 +43,7 @@ mod norm;
 mod pool;
 pub mod utils;
 
-pub use activation::{Flatten, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
+pub use activation::{Flatten, GeluApproximate, Lambda, ReLU, SiLU, Sigmoid, Tanh, GELU};
 pub use attention::{AttendOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use dropout::Dropout;

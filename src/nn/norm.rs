@@ -22,10 +22,11 @@ pub struct LayerNorm {
     /// The scale (ones at first); a constant the forward does not read
     /// without `elementwise_affine`.
     pub weight: Tensor,
-    /// The shift (zeros at first); likewise.
+    /// The shift (zeros at first); likewise, and without `bias`.
     pub bias: Tensor,
     eps: f64,
     elementwise_affine: bool,
+    has_bias: bool,
     mode: Mode,
 }
 
@@ -54,20 +55,48 @@ impl LayerNorm {
         elementwise_affine: bool,
         dtype: DType,
     ) -> Result<LayerNorm, Error> {
-        let (weight, bias) = (
+        LayerNorm::with_bias(normalized_shape, eps, elementwise_affine, true, dtype)
+    }
+
+    /// PyTorch's `LayerNorm(normalized_shape, eps, elementwise_affine,
+    /// bias)`: with `bias: false` the affine part is a scale only.
+    ///
+    /// ```
+    /// use tenjin::nn::{LayerNorm, Module};
+    /// use tenjin::DType;
+    /// let ln = LayerNorm::with_bias(&[3], 1e-5, true, false, DType::F32)?;
+    /// let names: Vec<String> = ln.state_dict().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["weight"]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_bias(
+        normalized_shape: &[usize],
+        eps: f64,
+        elementwise_affine: bool,
+        bias: bool,
+        dtype: DType,
+    ) -> Result<LayerNorm, Error> {
+        let (weight, shift) = (
             Tensor::ones(normalized_shape, dtype)?,
             Tensor::zeros(normalized_shape, dtype)?,
         );
-        let (weight, bias) = if elementwise_affine {
-            (weight.requires_grad(), bias.requires_grad())
+        let has_bias = elementwise_affine && bias;
+        let weight = if elementwise_affine {
+            weight.requires_grad()
         } else {
-            (weight, bias)
+            weight
+        };
+        let shift = if has_bias {
+            shift.requires_grad()
+        } else {
+            shift
         };
         Ok(LayerNorm {
             weight,
-            bias,
+            bias: shift,
             eps,
             elementwise_affine,
+            has_bias,
             mode: Mode::default(),
         })
     }
@@ -83,19 +112,20 @@ impl Module for LayerNorm {
         x.layer_norm(
             self.weight.rank(),
             affine.then_some(&self.weight),
-            affine.then_some(&self.bias),
+            self.has_bias.then_some(&self.bias),
             self.eps,
         )
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        if !self.elementwise_affine {
-            return Vec::new();
+        let mut out = Vec::new();
+        if self.elementwise_affine {
+            out.push(("weight".into(), self.weight.clone()));
         }
-        vec![
-            ("weight".into(), self.weight.clone()),
-            ("bias".into(), self.bias.clone()),
-        ]
+        if self.has_bias {
+            out.push(("bias".into(), self.bias.clone()));
+        }
+        out
     }
 }
 

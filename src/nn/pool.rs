@@ -50,6 +50,8 @@ pub struct AvgPool2d {
     pub ceil_mode: bool,
     /// Padded positions count in a window's divisor (default `true`).
     pub count_include_pad: bool,
+    /// A divisor for every window instead of its count (default `None`).
+    pub divisor_override: Option<usize>,
 }
 
 impl MaxPool2d {
@@ -76,6 +78,7 @@ impl AvgPool2d {
             padding: [0, 0],
             ceil_mode: false,
             count_include_pad: true,
+            divisor_override: None,
         }
     }
 }
@@ -88,7 +91,7 @@ impl Module for MaxPool2d {
             padding: self.padding,
             dilation: self.dilation,
             ceil_mode: self.ceil_mode,
-            count_include_pad: true,
+            ..Pool2d::new(self.kernel_size)
         })
     }
 }
@@ -102,6 +105,7 @@ impl Module for AvgPool2d {
             dilation: [1, 1],
             ceil_mode: self.ceil_mode,
             count_include_pad: self.count_include_pad,
+            divisor_override: self.divisor_override,
         })
     }
 }

@@ -22,7 +22,7 @@ use crate::Error;
 /// let q = Tensor::randn(&[2, 4, 5, 8], DType::F32, 0)?; // [batch, heads, L, E]
 /// let k = Tensor::randn(&[2, 4, 5, 8], DType::F32, 1)?;
 /// let v = Tensor::randn(&[2, 4, 5, 3], DType::F32, 2)?;
-/// let causal = AttentionOptions { causal: true, ..Default::default() };
+/// let causal = AttentionOptions { is_causal: true, ..Default::default() };
 /// let o = q.scaled_dot_product_attention(&k, &v, &causal)?;
 /// assert_eq!(o.shape(), &[2, 4, 5, 3]);
 /// // The first query sees only the first key.
@@ -36,10 +36,10 @@ pub struct AttentionOptions<'a> {
     /// added to the scores; an integer one keeps the scores where it is
     /// non-zero and masks the rest (PyTorch's boolean mask, `True` taking
     /// part).
-    pub mask: Option<&'a Tensor>,
+    pub attn_mask: Option<&'a Tensor>,
     /// Query `l` attends to the keys `s ≤ l` (PyTorch's `is_causal`,
     /// aligned to the top left when `L ≠ S`). Not together with `mask`.
-    pub causal: bool,
+    pub is_causal: bool,
     /// The scores' factor (default `1/√E`).
     pub scale: Option<f64>,
     /// Dropout of the attention weights, drawn from this thread's default
@@ -85,7 +85,7 @@ impl Tensor {
         options: &AttentionOptions,
     ) -> Result<Tensor, Error> {
         let scores = scores(self, key, options)?;
-        if options.causal {
+        if options.is_causal {
             causal_softmax(&scores)
         } else {
             scores.softmax(-1)
@@ -147,15 +147,15 @@ fn scores(q: &Tensor, k: &Tensor, o: &AttentionOptions) -> Result<Tensor, Error>
     );
     let score = format!("{dot} * {}", lit("scaled_dot_product_attention", scale)?);
     let out: Vec<String> = b.iter().cloned().chain(["l".into(), "s".into()]).collect();
-    let Some(mask) = o.mask else {
+    let Some(mask) = o.attn_mask else {
         let src = define("z", &out, score);
         return apply("attention_scores", &src, &[("q", &q), ("k", &k)], &[]);
     };
-    if o.causal {
+    if o.is_causal {
         return Err(shape_error(
             qs,
             ks,
-            "give either a mask or causal, not both (as PyTorch)",
+            "give either attn_mask or is_causal, not both (as PyTorch)",
         ));
     }
     let mask = mask.detach().broadcast_to(&with([l, s])).map_err(|_| {

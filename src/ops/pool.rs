@@ -32,6 +32,9 @@ pub struct Pool2d {
     pub ceil_mode: bool,
     /// Averages count padded positions (default `true`).
     pub count_include_pad: bool,
+    /// Averages divide by this instead of the window's count (PyTorch's
+    /// `divisor_override`, ≥ 1; average pooling only).
+    pub divisor_override: Option<usize>,
 }
 
 impl Pool2d {
@@ -45,6 +48,7 @@ impl Pool2d {
             dilation: [1, 1],
             ceil_mode: false,
             count_include_pad: true,
+            divisor_override: None,
         }
     }
 
@@ -66,6 +70,7 @@ impl Pool2d {
             dilation: &self.dilation,
             ceil_mode: self.ceil_mode,
             count_include_pad: self.count_include_pad,
+            divisor_override: self.divisor_override,
         }
     }
 }
@@ -78,6 +83,7 @@ struct PoolSpec<'a> {
     dilation: &'a [usize],
     ceil_mode: bool,
     count_include_pad: bool,
+    divisor_override: Option<usize>,
 }
 
 const ONES: [usize; 3] = [1, 1, 1];
@@ -92,6 +98,7 @@ impl<'a> PoolSpec<'a> {
             dilation: &ONES[..kernel.len()],
             ceil_mode: false,
             count_include_pad: true,
+            divisor_override: None,
         }
     }
 
@@ -157,6 +164,21 @@ fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, 
     }
     let (kernel, stride, padding, dilation) =
         (spec.kernel, spec.stride, spec.padding, spec.dilation);
+    match (kind, spec.divisor_override) {
+        (Pool::Max, Some(_)) => {
+            return Err(Error::shape(
+                op,
+                format!("input of shape {xs:?}: divisor_override is an option of average pooling"),
+            ))
+        }
+        (Pool::Avg, Some(0)) => {
+            return Err(Error::shape(
+                op,
+                format!("input of shape {xs:?}: divisor_override must not be zero"),
+            ))
+        }
+        _ => {}
+    }
     let lead = xs.len() - s;
     let mut out_shape = xs[..lead].to_vec();
     for d in 0..s {
@@ -247,7 +269,9 @@ fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, 
         reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
     });
     if let Pool::Avg = kind {
-        if counts.iter().all(|c| c.parse::<usize>().is_ok()) {
+        if let Some(divisor) = spec.divisor_override {
+            body = format!("{body} * {}", lit(op, 1.0 / divisor as f64)?);
+        } else if counts.iter().all(|c| c.parse::<usize>().is_ok()) {
             let count: usize = kernel.iter().product();
             body = format!("{body} * {}", lit(op, 1.0 / count as f64)?);
         } else {
@@ -411,9 +435,10 @@ impl Tensor {
     }
 
     /// Average pooling over `[.., H, W]` with PyTorch's `F.avg_pool2d`
-    /// options: padding, `ceil_mode` and `count_include_pad` (a window's
+    /// options: padding, `ceil_mode`, `count_include_pad` (a window's
     /// divisor counts its positions inside the padded input, or inside the
-    /// input only). Dilation must be 1, as PyTorch has none for averages.
+    /// input only) and `divisor_override`. Dilation must be 1, as PyTorch
+    /// has none for averages.
     ///
     /// ```
     /// use tenjin::{DType, Pool2d, Tensor};
