@@ -1,5 +1,6 @@
 """Reference trajectories for tests/param_groups.rs: torch.optim.AdamW, SGD
-and RMSprop, each with two parameter groups of their own options, on
+and RMSprop, each with two parameter groups of their own options (the
+second group with maximize=True), on
 loss = sum over parameters of sum(p³)/3 (gradient p²), float64: every
 parameter after each of 6 steps, and the optimizer's state after step 5
 by its state-dict keys (parameters numbered across the groups; each
@@ -17,7 +18,7 @@ def adamw(a, b, c):
     return torch.optim.AdamW(
         [
             {"params": [a, b], "weight_decay": 0.1},
-            {"params": [c], "weight_decay": 0.0, "lr": 0.05, "amsgrad": True},
+            {"params": [c], "weight_decay": 0.0, "lr": 0.05, "amsgrad": True, "maximize": True},
         ],
         lr=0.1, betas=(0.8, 0.95),
     )
@@ -27,7 +28,7 @@ def sgd(a, b, c):
     return torch.optim.SGD(
         [
             {"params": [a], "momentum": 0.9, "nesterov": True},
-            {"params": [b, c], "momentum": 0.5, "dampening": 0.1, "lr": 0.2, "weight_decay": 0.01},
+            {"params": [b, c], "momentum": 0.5, "dampening": 0.1, "lr": 0.2, "weight_decay": 0.01, "maximize": True},
         ],
         lr=0.1,
     )
@@ -37,7 +38,7 @@ def rmsprop(a, b, c):
     return torch.optim.RMSprop(
         [
             {"params": [a, b], "centered": True},
-            {"params": [c], "momentum": 0.9, "lr": 0.02},
+            {"params": [c], "momentum": 0.9, "lr": 0.02, "maximize": True},
         ],
         lr=0.01, alpha=0.9,
     )

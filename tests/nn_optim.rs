@@ -306,6 +306,7 @@ fn adam_matches_pytorch() {
             eps: 1e-6,
             weight_decay: 0.1,
             amsgrad: false,
+            maximize: false,
         },
         false,
     );
@@ -322,6 +323,7 @@ fn adamw_matches_pytorch() {
             eps: 1e-8,
             weight_decay: 0.3,
             amsgrad: false,
+            maximize: false,
         },
         true,
     );

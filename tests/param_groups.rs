@@ -1,6 +1,7 @@
 //! Parameter groups against PyTorch (`bench/torch_param_groups.py` →
 //! `tests/data/torch_param_groups.txt`): AdamW (one group with `amsgrad`),
-//! SGD and RMSprop, each with two groups of their own options, follow
+//! SGD and RMSprop, each with two groups of their own options (the second
+//! with `maximize`), follow
 //! PyTorch's f64 and f32 trajectories; their state dicts number the
 //! parameters across the groups as PyTorch does and keep each group's
 //! rate, so PyTorch's optimizer state loads and resumes; bad groupings and
@@ -87,6 +88,7 @@ fn optimizer(name: &str, p: &[Tensor]) -> Result<Box<dyn Optimizer>, Error> {
                 lr: 0.05,
                 weight_decay: 0.0,
                 amsgrad: true,
+                maximize: true,
                 ..base
             };
             Box::new(AdamW::with_groups(vec![
@@ -106,6 +108,7 @@ fn optimizer(name: &str, p: &[Tensor]) -> Result<Box<dyn Optimizer>, Error> {
                 momentum: 0.5,
                 dampening: 0.1,
                 weight_decay: 0.01,
+                maximize: true,
                 ..SgdConfig::default()
             };
             Box::new(SGD::with_groups(vec![
@@ -132,6 +135,7 @@ fn optimizer(name: &str, p: &[Tensor]) -> Result<Box<dyn Optimizer>, Error> {
                     RmspropConfig {
                         momentum: 0.9,
                         lr: 0.02,
+                        maximize: true,
                         ..base
                     },
                 ),

@@ -294,6 +294,7 @@ fn rmsprop_follows_pytorchs_trajectories() -> Result<(), Error> {
                 weight_decay: 0.1,
                 momentum: 0.9,
                 centered: true,
+                maximize: false,
             },
         ),
         (

@@ -1,6 +1,7 @@
 //! Gradient clipping between `backward` and an optimizer's `step`:
 //! [`clip_grad_norm`] and [`clip_grad_value`], PyTorch's
-//! `torch.nn.utils.clip_grad_norm_` and `clip_grad_value_`.
+//! `torch.nn.utils.clip_grad_norm_` and `clip_grad_value_`
+//! ([`clip_grad_norm_error_if_nonfinite`] with `error_if_nonfinite=True`).
 //!
 //! Everything stays on the gradients' device: the total norm is a scalar
 //! tensor there, the clipping coefficient is computed there (one kernel
@@ -43,6 +44,38 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Result<Tensor, Error> {
+    clip_norm(params, max_norm, norm_type, false)
+}
+
+/// [`clip_grad_norm`] with PyTorch's `error_if_nonfinite=True`: a NaN or
+/// infinite total norm is an error naming it, and the gradients are left
+/// as they were. Checking reads the total back to the host, so on a GPU
+/// the step waits for it here, as PyTorch's does.
+///
+/// ```
+/// use tenjin::nn::utils::clip_grad_norm_error_if_nonfinite;
+/// use tenjin::Tensor;
+/// let w = Tensor::from_vec_f64(vec![1.0, 2.0], &[2])?.requires_grad();
+/// w.set_grad(Some(&Tensor::from_vec_f64(vec![f64::INFINITY, 1.0], &[2])?))?;
+/// let e = clip_grad_norm_error_if_nonfinite(&[w.clone()], 1.0, 2.0).unwrap_err();
+/// assert!(e.to_string().contains("non-finite"), "{e}");
+/// assert_eq!(w.grad().unwrap().to_vec_f64()?[1], 1.0); // unchanged
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn clip_grad_norm_error_if_nonfinite(
+    params: &[Tensor],
+    max_norm: f64,
+    norm_type: f64,
+) -> Result<Tensor, Error> {
+    clip_norm(params, max_norm, norm_type, true)
+}
+
+fn clip_norm(
+    params: &[Tensor],
+    max_norm: f64,
+    norm_type: f64,
+    error_if_nonfinite: bool,
+) -> Result<Tensor, Error> {
     if !(max_norm.is_finite() && max_norm >= 0.0) {
         return Err(invalid(format!(
             "max_norm must be finite and >= 0, got {max_norm}"
@@ -87,6 +120,15 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
     };
     let args: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&flat).collect();
     let norm = crate::index_fn(&format!("n[] = {body}"), &args)?;
+    if error_if_nonfinite {
+        let total = norm.item()?;
+        if !total.is_finite() {
+            return Err(invalid(format!(
+                "the total norm of order {norm_type} of the gradients of {} parameters is non-finite ({total}), so they cannot be clipped (error_if_nonfinite)",
+                params.len()
+            )));
+        }
+    }
     let coef = crate::index_fn(
         &format!("c[] = min({max_norm:?} / (n[] + 0.000001), 1)"),
         &[("n", &norm)],

@@ -29,6 +29,9 @@ pub struct AdamConfig {
     /// parameter's block (`max_exp_avg_sq` in the state dict). Default
     /// `false`.
     pub amsgrad: bool,
+    /// Ascend instead: the update follows `−g` (PyTorch's `maximize`,
+    /// default `false`).
+    pub maximize: bool,
 }
 
 impl Default for AdamConfig {
@@ -39,6 +42,7 @@ impl Default for AdamConfig {
             eps: 1e-8,
             weight_decay: 0.0,
             amsgrad: false,
+            maximize: false,
         }
     }
 }
@@ -167,10 +171,11 @@ fn build_state(
     // m ← β₁·m + (1 − β₁)·d, v ← β₂·v + (1 − β₂)·d², and
     // p ← p − step·m / (√v / bc2 + eps) with the new m and v (AdamW
     // first scales p by 1 − lr·weight_decay).
+    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
     let d = if l2 {
-        "(g[i] + wd[] * s[0; i])"
+        format!("({g} + wd[] * s[0; i])")
     } else {
-        "g[i]"
+        g.to_string()
     };
     let m = format!("(b1[] * s[1; i] + omb1[] * {d})");
     let v = format!("(b2[] * s[2; i] + omb2[] * {d} * {d})");

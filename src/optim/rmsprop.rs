@@ -18,6 +18,9 @@ pub struct RmspropConfig {
     pub weight_decay: f64,
     pub momentum: f64,
     pub centered: bool,
+    /// Ascend instead: the update follows `−g` (PyTorch's `maximize`,
+    /// default `false`).
+    pub maximize: bool,
 }
 
 impl Default for RmspropConfig {
@@ -29,6 +32,7 @@ impl Default for RmspropConfig {
             weight_decay: 0.0,
             momentum: 0.0,
             centered: false,
+            maximize: false,
         }
     }
 }
@@ -111,10 +115,11 @@ fn build_state(param: &Param, c: &RmspropConfig) -> Result<StepState, Error> {
     let n = param.numel();
     let rows = rows(c);
     let row = |name: &str| rows.iter().find(|(r, _)| *r == name).map(|(_, k)| *k);
+    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
     let d = if c.weight_decay != 0.0 {
-        "(g[i] + wd[] * s[0; i])"
+        format!("({g} + wd[] * s[0; i])")
     } else {
-        "g[i]"
+        g.to_string()
     };
     let v = format!("(al[] * s[1; i] + oma[] * {d} * {d})");
     let mut values = vec![v.clone()];

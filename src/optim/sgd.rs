@@ -22,6 +22,9 @@ pub struct SgdConfig {
     pub nesterov: bool,
     /// L2 penalty added to the gradient (default 0).
     pub weight_decay: f64,
+    /// Ascend instead: the update follows `−g` (PyTorch's `maximize`,
+    /// default `false`).
+    pub maximize: bool,
 }
 
 impl Default for SgdConfig {
@@ -32,6 +35,7 @@ impl Default for SgdConfig {
             dampening: 0.0,
             nesterov: false,
             weight_decay: 0.0,
+            maximize: false,
         }
     }
 }
@@ -121,13 +125,14 @@ fn build_state(param: &Param, c: &SgdConfig) -> Result<State, Error> {
     let v1: &[usize] = &[n];
     let s0: &[usize] = &[];
     // The gradient with weight decay, `d` in the documentation.
+    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
     let (d, mut d_args) = if c.weight_decay != 0.0 {
         (
-            "(g[i] + wd[] * p[i])",
+            format!("({g} + wd[] * p[i])"),
             vec![("g", v1), ("p", v1), ("wd", s0)],
         )
     } else {
-        ("g[i]", vec![("g", v1)])
+        (g.to_string(), vec![("g", v1)])
     };
     if c.momentum == 0.0 {
         let src = format!("sgd[i] = p[i] - lr[] * {d}");
