@@ -200,6 +200,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A worker's stack: as large as a main thread's usual 8 MiB, so a kernel
+/// that runs on the calling thread runs on a worker too (a large kernel's
+/// spilled values take megabytes of frame; `symbolic::derive` bounds how
+/// large a derivative may grow). Only touched pages are committed.
+const WORKER_STACK: usize = 8 << 20;
+
 /// Makes sure at least `want` workers exist; returns how many can be used
 /// (fewer only if the OS refuses to spawn threads).
 fn ensure_workers(pool: &mut Pool, want: usize) -> usize {
@@ -216,6 +222,7 @@ fn ensure_workers(pool: &mut Pool, want: usize) -> usize {
         let worker_slot = Arc::clone(&slot);
         let spawned = thread::Builder::new()
             .name(format!("tenjin-pool-{index}"))
+            .stack_size(WORKER_STACK)
             .spawn(move || worker_main(index, &worker_slot, seen));
         if spawned.is_err() {
             break;

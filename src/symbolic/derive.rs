@@ -86,6 +86,11 @@ impl IndexFn {
     }
 }
 
+/// The most distinct expressions one derivative may add (a product of
+/// about 300 distinct factors; its kernel compiles in about 3 s with a
+/// stack frame of about 2 MiB).
+pub(crate) const MAX_DERIVATIVE_NODES: usize = 200_000;
+
 enum DeriveError {
     Overflow,
     Other(Error),
@@ -150,6 +155,24 @@ impl<'a> Derivation<'a> {
         })
     }
 
+    /// An error when the derivative has grown past
+    /// [`MAX_DERIVATIVE_NODES`] distinct expressions since `before`,
+    /// instead of building (and later compiling) it.
+    fn check_size(&self, before: usize) -> Result<(), DeriveError> {
+        let grown = self.g.len().saturating_sub(before);
+        if grown <= MAX_DERIVATIVE_NODES {
+            return Ok(());
+        }
+        let f = self.f;
+        Err(DeriveError::Other(f.invalid(format!(
+            "the derivative with respect to `{}` needs more than {MAX_DERIVATIVE_NODES} distinct expressions \
+             (the limit of one derivative: its kernel would take minutes to compile and megabytes of stack); \
+             a product of hundreds of distinct factors grows with the square of their number \
+             (each factor's derivative is the product of all the others): split it into several ops",
+            f.args[self.target].name
+        ))))
+    }
+
     fn fresh_var(&mut self, kind: char) -> VarId {
         self.var_names
             .push(format!("{}_{kind}{}", self.prefix, self.fresh));
@@ -164,8 +187,10 @@ impl<'a> Derivation<'a> {
         let seed = self.g.access(df_arg, seed_index);
         let occurrences = self.accumulate(seed);
         let mut gathers = Vec::with_capacity(occurrences.len());
+        let before = self.g.len();
         for ((node, ctx), adjoint) in occurrences {
             gathers.push(self.gather(node, ctx, adjoint)?);
+            self.check_size(before)?;
         }
         let mut total = self.g.add_all(&gathers);
         if self.saved_output.is_some() {
