@@ -19,33 +19,15 @@ mod curves;
 mod device_arg;
 mod digits;
 
-use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, ReLU, Sequential};
-use tenjin::{DType, Error};
-
-fn model() -> Result<Sequential, Error> {
-    let padded = Conv2dConfig {
-        padding: [1, 1],
-        ..Default::default()
-    };
-    Ok(Sequential::new()
-        .add(Lambda::new(|x| x.reshape(&[x.shape()[0], 1, 8, 8])))
-        .add(Conv2d::with_config(1, 16, [3, 3], padded, DType::F32, 1)?)
-        .add(ReLU)
-        .add(Lambda::new(|x| x.max_pool2d([2, 2], [2, 2])))
-        .add(Conv2d::with_config(16, 32, [3, 3], padded, DType::F32, 2)?)
-        .add(ReLU)
-        .add(Lambda::new(|x| x.max_pool2d([2, 2], [2, 2])))
-        .add(Flatten)
-        .add(Linear::new(32 * 2 * 2, digits::CLASSES, 3)?))
-}
+use tenjin::Error;
 
 fn main() -> Result<(), Error> {
     match device_arg::from_args() {
-        device_arg::Where::Sim => return digits::compare_on_simulated_gpu(model, 5),
+        device_arg::Where::Sim => return digits::compare_on_simulated_gpu(digits::cnn, 5),
         device_arg::Where::Cuda => tenjin::set_default_device(tenjin::Device::Cuda(0)),
         device_arg::Where::Cpu => {}
     }
-    let model = model()?;
+    let model = digits::cnn()?;
     let mut opt = digits::nesterov_sgd(&model)?;
     if digits::train("train_cnn", &model, &mut opt, 30)? < 0.98 {
         eprintln!("test accuracy below 98%");

@@ -14,9 +14,9 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tenjin::data::{DataLoader, Dataset};
-use tenjin::nn::{Module, Sequential};
+use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
-use tenjin::{Error, Tensor};
+use tenjin::{DType, Error, Tensor};
 
 const DIGITS: &[u8] = include_bytes!("../../data/digits.csv.gz");
 pub const FEATURES: usize = 64;
@@ -37,7 +37,7 @@ impl Digits {
     }
 
     /// Rows `rows` as a `[rows.len(), 64]` tensor and their labels.
-    fn batch(&self, rows: &[usize]) -> Result<(Tensor, Vec<usize>), Error> {
+    pub fn batch(&self, rows: &[usize]) -> Result<(Tensor, Vec<usize>), Error> {
         let mut x = Vec::with_capacity(rows.len() * FEATURES);
         for &r in rows {
             x.extend_from_slice(&self.pixels[r * FEATURES..(r + 1) * FEATURES]);
@@ -51,7 +51,7 @@ impl Digits {
 /// `rows[i]`; a batch is `[batch, 64]` pixels and the labels.
 pub struct Split {
     data: Arc<Digits>,
-    rows: Vec<usize>,
+    pub rows: Vec<usize>,
 }
 
 impl Dataset for Split {
@@ -68,11 +68,11 @@ impl Dataset for Split {
 }
 
 /// The training split's loader, the whole data set and the test rows.
-type Splits = (DataLoader<Split>, Arc<Digits>, Vec<usize>);
+pub type Splits = (DataLoader<Split>, Arc<Digits>, Vec<usize>);
 
 /// The training split in shuffled full batches of 64 (one shape, one set
 /// of kernels), and the data with the test rows.
-fn training_batches() -> Result<Splits, Error> {
+pub fn training_batches() -> Result<Splits, Error> {
     let data = Arc::new(load());
     let order = shuffled(data.len(), 2024);
     let (train, test) = order.split_at(TRAIN);
@@ -119,6 +119,27 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
         p.swap(i, (s % (i as u64 + 1)) as usize);
     }
     p
+}
+
+/// The convolutional network of `train_cnn`: conv 3×3 (1 → 16 channels,
+/// padding 1), ReLU, 2×2 max pool, conv 3×3 (16 → 32, padding 1), ReLU,
+/// 2×2 max pool, linear 128 → 10.
+#[allow(dead_code)] // train_cnn's and loader_step's, not train_mlp's
+pub fn cnn() -> Result<Sequential, Error> {
+    let padded = Conv2dConfig {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    Ok(Sequential::new()
+        .add(Lambda::new(|x| x.reshape(&[x.shape()[0], 1, 8, 8])))
+        .add(Conv2d::with_config(1, 16, [3, 3], padded, DType::F32, 1)?)
+        .add(ReLU)
+        .add(Lambda::new(|x| x.max_pool2d([2, 2], [2, 2])))
+        .add(Conv2d::with_config(16, 32, [3, 3], padded, DType::F32, 2)?)
+        .add(ReLU)
+        .add(Lambda::new(|x| x.max_pool2d([2, 2], [2, 2])))
+        .add(Flatten)
+        .add(Linear::new(32 * 2 * 2, CLASSES, 3)?))
 }
 
 /// Fraction of `rows` the model classifies correctly.
