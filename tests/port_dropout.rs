@@ -4,9 +4,12 @@
 //!
 //! PyTorch's random stream is not tenjin's, so with dropout on the run is
 //! held to what a stream must give: the same losses from the same seed
-//! (and other ones from another), the kept fraction and scale of the
-//! masks, no effect in eval mode. With `p = 0` the whole trajectory
-//! matches PyTorch's to 1e-9, which checks the rest of the port.
+//! (and other ones from another), each step's loss over 32 seeds with
+//! PyTorch's mean and spread over its 32, the kept fraction and scale of
+//! the masks, no effect in eval mode. With `p = 0` the whole trajectory
+//! matches PyTorch's to 1e-9, and so does a run resumed from PyTorch's
+//! Adam and schedule state after five steps, which checks the rest of the
+//! port.
 
 mod common;
 
@@ -17,6 +20,8 @@ use tenjin::optim::{Adam, AdamConfig, Optimizer};
 use tenjin::{DType, Error, Tensor};
 
 const STEPS: usize = 10;
+const MID: usize = 5;
+const SEEDS: usize = 32;
 
 fn make(p: f64) -> Result<Sequential, Error> {
     Ok(Sequential::new()
@@ -37,6 +42,17 @@ fn data() -> Result<(Tensor, Vec<usize>), Error> {
 /// The script's `train`: the losses of `STEPS` Adam steps with a cosine
 /// schedule, in train mode.
 fn train(model: &Sequential) -> Result<Vec<f64>, Error> {
+    train_from(model, 0, None)
+}
+
+/// Steps `start..STEPS` of the script's `train`, from the optimizer and
+/// schedule state of `state` when given (PyTorch's, as the script saved
+/// them after `MID` steps).
+fn train_from(
+    model: &Sequential,
+    start: usize,
+    state: Option<&[(String, Tensor)]>,
+) -> Result<Vec<f64>, Error> {
     let (x, y) = data()?;
     let config = AdamConfig {
         lr: 1e-2,
@@ -44,9 +60,23 @@ fn train(model: &Sequential) -> Result<Vec<f64>, Error> {
     };
     let mut opt = Adam::new(model.parameters(), config)?;
     let mut schedule = CosineAnnealingLR::new(&mut opt, STEPS, 0.0)?;
+    if let Some(state) = state {
+        let strip = |prefix: &str| -> Vec<(String, Tensor)> {
+            state
+                .iter()
+                .filter_map(|(n, t)| n.strip_prefix(prefix).map(|s| (s.to_string(), t.clone())))
+                .collect()
+        };
+        opt.load_state_dict(&strip("opt."))?;
+        let sched: Vec<(String, f64)> = strip("sched.")
+            .into_iter()
+            .map(|(n, t)| (n, t.item().unwrap()))
+            .collect();
+        schedule.load_state_dict(&sched)?;
+    }
     model.train();
     let mut losses = Vec::new();
-    for _ in 0..STEPS {
+    for _ in start..STEPS {
         opt.zero_grad();
         let loss = model.forward(&x)?.cross_entropy(&y)?;
         loss.backward()?;
@@ -71,6 +101,63 @@ fn without_dropout_the_run_is_pytorchs() -> Result<(), Error> {
     close("losses", &losses, &value(&out, "losses"));
     for (name, t) in model.state_dict() {
         close(&name, &t.to_vec_f64()?, &value(&out, &name));
+    }
+    Ok(())
+}
+
+#[test]
+fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> {
+    let mid = load("dropout_mlp_mid.safetensors");
+    let model = make(0.0)?;
+    let weights: Vec<(String, Tensor)> = mid
+        .iter()
+        .filter(|(n, _)| !n.starts_with("opt.") && !n.starts_with("sched."))
+        .cloned()
+        .collect();
+    model.load_state_dict(&weights)?;
+    let losses = train_from(&model, MID, Some(&mid))?;
+    let out = load("dropout_mlp_out.safetensors");
+    close("losses", &losses, &value(&out, "losses")[MID..]);
+    for (name, t) in model.state_dict() {
+        close(&name, &t.to_vec_f64()?, &value(&out, &name));
+    }
+    Ok(())
+}
+
+/// With dropout on, each step's loss over 32 seeds has PyTorch's mean (over
+/// its own 32 seeds) within four standard errors of the difference: the
+/// masks act as PyTorch's do, whatever stream draws them.
+#[test]
+fn with_dropout_the_losses_have_pytorchs_statistics() -> Result<(), Error> {
+    let out = load("dropout_mlp_out.safetensors");
+    let (want_mean, want_sd) = (
+        value(&out, "dropout_loss_mean"),
+        value(&out, "dropout_loss_std"),
+    );
+    let runs: Vec<Vec<f64>> = (0..SEEDS as u64)
+        .map(|seed| {
+            tenjin::manual_seed(1000 + seed);
+            train(&from_init(0.3)?)
+        })
+        .collect::<Result<_, _>>()?;
+    let n = SEEDS as f64;
+    for step in 0..STEPS {
+        let losses: Vec<f64> = runs.iter().map(|r| r[step]).collect();
+        let mean = losses.iter().sum::<f64>() / n;
+        let var = losses.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let se = ((var + want_sd[step].powi(2)) / n).sqrt();
+        assert!(
+            (mean - want_mean[step]).abs() <= 4.0 * se,
+            "step {step}: mean loss {mean} (sd {}) against PyTorch's {} (sd {})",
+            var.sqrt(),
+            want_mean[step],
+            want_sd[step]
+        );
+        let ratio = var.sqrt() / want_sd[step];
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "step {step}: spread {ratio} of PyTorch's"
+        );
     }
     Ok(())
 }
