@@ -213,6 +213,53 @@ fn reduce_on_plateau_follows_pytorch() -> Result<(), Error> {
     Ok(())
 }
 
+/// ReduceLROnPlateau restored from its state dict mid-plateau (its best
+/// value, bad-epoch count and cooldown inside) reduces at the same steps
+/// as the original.
+#[test]
+fn a_restored_plateau_schedule_continues_exactly() -> Result<(), Error> {
+    let (_, metric) = reference();
+    let config = PlateauConfig {
+        mode: PlateauMode::Min,
+        factor: 0.5,
+        patience: 2,
+        threshold: 1e-3,
+        cooldown: 1,
+        min_lr: 0.004,
+        ..PlateauConfig::default()
+    };
+    for cut in [9, 12, 17, 23] {
+        let mut opt = sgd()?;
+        let mut s = ReduceLROnPlateau::new(&opt, config)?;
+        for &m in &metric[..cut] {
+            s.step(&mut opt, m)?;
+        }
+        let state = s.state_dict();
+        let mut opt2 = sgd()?;
+        let mut s2 = ReduceLROnPlateau::new(&opt2, config)?;
+        s2.load_state_dict(&state)?;
+        assert_eq!(s2.state_dict(), state, "cut at {cut}");
+        opt2.set_learning_rates(&opt.learning_rates())?;
+        for (k, &m) in metric[cut..].iter().enumerate() {
+            s.step(&mut opt, m)?;
+            s2.step(&mut opt2, m)?;
+            assert_eq!(
+                opt.learning_rates(),
+                opt2.learning_rates(),
+                "cut at {cut}: step {k} after restoring"
+            );
+            assert_eq!((s.best(), s.num_bad_epochs()), (s2.best(), s2.num_bad_epochs()));
+        }
+    }
+    // A state from another mode or with a missing entry is refused.
+    let opt = sgd()?;
+    let mut s = ReduceLROnPlateau::new(&opt, config)?;
+    let state = s.state_dict();
+    assert!(s.load_state_dict(&state[1..]).is_err());
+    assert_eq!(s.state_dict(), state, "a refused state changes nothing");
+    Ok(())
+}
+
 /// A schedule restored from its state dict into a fresh one continues
 /// with the same rates as the original.
 #[test]
