@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use tenjin::data::{DataLoader, Dataset, TensorDataset};
+use tenjin::data::{Collated, DataLoader, Dataset, TensorDataset};
 use tenjin::{Error, Tensor};
 
 fn rows(n: usize) -> TensorDataset {
@@ -138,4 +138,42 @@ fn bad_loaders_and_data_sets_are_errors() {
     assert!(TensorDataset::new(vec![Tensor::scalar(1.0, tenjin::DType::F32).unwrap()]).is_err());
     let err = rows(5).batch(&[1, 7]).unwrap_err().to_string();
     assert!(err.contains("sample 7"), "{err}");
+}
+
+/// A data set read sample by sample with a collate function: the batches
+/// hold each sample once per epoch, in the loader's order, with or without
+/// prefetching; a failing sample ends the epoch with its error.
+#[test]
+fn samples_collated_by_a_function_follow_the_loaders_order() {
+    let make = || {
+        Collated::new(23, |i| Ok(i as i64), |ids: Vec<i64>| Ok(ids))
+    };
+    let loader = DataLoader::new(make(), 5).unwrap().shuffle(3);
+    let inline = DataLoader::new(make(), 5).unwrap().shuffle(3).prefetch(0);
+    for epoch in 0..3 {
+        let batches: Vec<Vec<i64>> = loader.epoch(epoch).map(|b| b.unwrap()).collect();
+        let flat: Vec<usize> = batches.concat().iter().map(|&i| i as usize).collect();
+        assert_eq!(flat, loader.order(epoch), "the loader's order");
+        let again: Vec<Vec<i64>> = inline.epoch(epoch).map(|b| b.unwrap()).collect();
+        assert_eq!(batches, again, "prefetching changes nothing");
+        assert_eq!(batches.last().unwrap().len(), 3, "23 = 4·5 + 3");
+    }
+    let failing = Collated::new(
+        4,
+        |i| {
+            if i == 2 {
+                Err(Error::Invalid {
+                    function: "sample".into(),
+                    message: "sample 2 is corrupt".into(),
+                })
+            } else {
+                Ok(i)
+            }
+        },
+        |ids: Vec<usize>| Ok(ids),
+    );
+    let results: Vec<_> = DataLoader::new(failing, 2).unwrap().epoch(0).collect();
+    assert!(results[0].is_ok());
+    let e = results[1].as_ref().unwrap_err().to_string();
+    assert!(e.contains("sample 2 is corrupt"), "{e}");
 }

@@ -4,10 +4,11 @@
 //! `torch.utils.data`).
 //!
 //! Owns the `Dataset` trait, [`TensorDataset`] (rows of tensors that share
-//! their first dimension) and the loader (`loader.rs`). A data set
-//! collates its own batches (`Dataset::batch` takes the indices of a
-//! batch), so a batch of 64 images is one copy of 64 rows, not 64 tensors
-//! stacked. Batches are built with host copies only (no kernel runs on the
+//! their first dimension), [`Collated`] (samples read one at a time and a
+//! collate function, as PyTorch's map-style data sets with a `collate_fn`)
+//! and the loader (`loader.rs`). A data set collates its own batches
+//! (`Dataset::batch` takes the indices of a batch), so a batch of 64
+//! images can be one copy of 64 rows, not 64 tensors stacked. Batches are built with host copies only (no kernel runs on the
 //! worker thread) on the default device. Must not touch parameters,
 //! gradients or the tape.
 //!
@@ -49,6 +50,80 @@ pub trait Dataset: Send + Sync + 'static {
 
     /// The samples `indices` (each below `len`), collated into one batch.
     fn batch(&self, indices: &[usize]) -> Result<Self::Batch, Error>;
+}
+
+/// A data set read one sample at a time and collated by a function: PyTorch's
+/// map-style `Dataset` (`__getitem__`) with a `DataLoader`'s `collate_fn`.
+/// `sample(i)` reads sample `i`; `collate` makes the samples of a batch,
+/// in the batch's order, into one batch. Both run on the loader's worker
+/// thread when it prefetches.
+///
+/// ```
+/// use tenjin::data::{Collated, DataLoader};
+/// use tenjin::Tensor;
+/// // Samples are (feature row, label); a batch stacks the rows.
+/// let data = Collated::new(
+///     10,
+///     |i| Ok((vec![i as f32, 2.0 * i as f32], i % 3)),
+///     |samples: Vec<(Vec<f32>, usize)>| {
+///         let n = samples.len();
+///         let (rows, labels): (Vec<Vec<f32>>, Vec<usize>) = samples.into_iter().unzip();
+///         Ok((Tensor::from_vec(rows.concat(), &[n, 2])?, labels))
+///     },
+/// );
+/// let loader = DataLoader::new(data, 4)?;
+/// let (x, y) = loader.epoch(0).next().unwrap()?;
+/// assert_eq!((x.shape(), y), (&[4, 2][..], vec![0, 1, 2, 0]));
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct Collated<S, C> {
+    len: usize,
+    sample: S,
+    collate: C,
+}
+
+impl<T, B, S, C> Collated<S, C>
+where
+    S: Fn(usize) -> Result<T, Error>,
+    C: Fn(Vec<T>) -> Result<B, Error>,
+{
+    /// `len` samples read by `sample`, batched by `collate`.
+    pub fn new(len: usize, sample: S, collate: C) -> Collated<S, C> {
+        Collated {
+            len,
+            sample,
+            collate,
+        }
+    }
+}
+
+impl<T, B, S, C> Dataset for Collated<S, C>
+where
+    S: Fn(usize) -> Result<T, Error> + Send + Sync + 'static,
+    C: Fn(Vec<T>) -> Result<B, Error> + Send + Sync + 'static,
+    B: Send + 'static,
+{
+    type Batch = B;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Each sample read in the batch's order, then collated; an index at
+    /// or past `len` is an error naming it.
+    fn batch(&self, indices: &[usize]) -> Result<B, Error> {
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.len) {
+            return Err(Error::Invalid {
+                function: "Collated".into(),
+                message: format!("sample {bad} of a data set of {} samples", self.len),
+            });
+        }
+        let samples = indices
+            .iter()
+            .map(|&i| (self.sample)(i))
+            .collect::<Result<Vec<T>, Error>>()?;
+        (self.collate)(samples)
+    }
 }
 
 /// Tensors that share their first dimension, a sample being one row of
