@@ -137,6 +137,8 @@ cases = {
     "sdpa_causal_l5_s6": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     "sdpa_float_mask_scale": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=FM, scale=0.3)),
     "sdpa_bool_mask": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=BM)),
+    "sdpa_gqa_causal": ([QA.reshape(1, 4, 5, 4), KA[:1].clone(), VA[:1].clone()],
+                        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)),
     "mha": ([XM, IW, IB, OW, OB], lambda *t: mha(*t)),
     "mha_causal_key_padding": ([XM, IW, IB, OW, OB], lambda *t: mha(*t, key_padding_mask=KPM, attn_mask=CAUSAL)),
 }

@@ -204,3 +204,23 @@ fn attention_errors_name_the_problem() -> Result<(), Error> {
     assert!(e.contains("same E"), "{e}");
     Ok(())
 }
+
+#[test]
+fn grouped_query_heads_must_divide_evenly() -> Result<(), Error> {
+    let q = Tensor::randn(&[1, 3, 4, 8], DType::F32, 0)?;
+    let k = Tensor::randn(&[1, 2, 4, 8], DType::F32, 1)?;
+    let o = AttentionOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    let e = q
+        .scaled_dot_product_attention(&k, &k, &o)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3 query heads are not a multiple of 2"), "{e}");
+    // Without enable_gqa the head counts must broadcast, as in PyTorch.
+    assert!(q
+        .scaled_dot_product_attention(&k, &k, &AttentionOptions::default())
+        .is_err());
+    Ok(())
+}

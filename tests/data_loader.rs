@@ -145,9 +145,7 @@ fn bad_loaders_and_data_sets_are_errors() {
 /// prefetching; a failing sample ends the epoch with its error.
 #[test]
 fn samples_collated_by_a_function_follow_the_loaders_order() {
-    let make = || {
-        Collated::new(23, |i| Ok(i as i64), |ids: Vec<i64>| Ok(ids))
-    };
+    let make = || Collated::new(23, |i| Ok(i as i64), |ids: Vec<i64>| Ok(ids));
     let loader = DataLoader::new(make(), 5).unwrap().shuffle(3);
     let inline = DataLoader::new(make(), 5).unwrap().shuffle(3).prefetch(0);
     for epoch in 0..3 {

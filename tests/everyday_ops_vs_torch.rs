@@ -261,6 +261,14 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
             conv.forward(&t[0])
         }
         "sdpa" => t[0].scaled_dot_product_attention(&t[1], &t[2], &AttentionOptions::default()),
+        "sdpa_gqa_causal" => {
+            let o = AttentionOptions {
+                is_causal: true,
+                enable_gqa: true,
+                ..Default::default()
+            };
+            t[0].scaled_dot_product_attention(&t[1], &t[2], &o)
+        }
         "sdpa_causal_l5_s6" => {
             let o = AttentionOptions {
                 is_causal: true,

@@ -248,7 +248,10 @@ fn a_restored_plateau_schedule_continues_exactly() -> Result<(), Error> {
                 opt2.learning_rates(),
                 "cut at {cut}: step {k} after restoring"
             );
-            assert_eq!((s.best(), s.num_bad_epochs()), (s2.best(), s2.num_bad_epochs()));
+            assert_eq!(
+                (s.best(), s.num_bad_epochs()),
+                (s2.best(), s2.num_bad_epochs())
+            );
         }
     }
     // A state from another mode or with a missing entry is refused.

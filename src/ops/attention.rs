@@ -45,6 +45,11 @@ pub struct AttentionOptions<'a> {
     /// Dropout of the attention weights, drawn from this thread's default
     /// generator (PyTorch applies it whenever it is given, too).
     pub dropout_p: f64,
+    /// Grouped-query attention: keys and values with fewer heads (the
+    /// third dimension from the back) than the queries, each serving
+    /// `query heads / key heads` consecutive query heads (PyTorch's
+    /// `enable_gqa`).
+    pub enable_gqa: bool,
 }
 
 impl Tensor {
@@ -67,6 +72,7 @@ impl Tensor {
                 ),
             ));
         }
+        let value = &grouped(self, value, options)?;
         let weights = self.attention_weights(key, options)?;
         let weights = if options.dropout_p > 0.0 {
             weights.dropout(options.dropout_p, true)?
@@ -84,6 +90,7 @@ impl Tensor {
         key: &Tensor,
         options: &AttentionOptions,
     ) -> Result<Tensor, Error> {
+        let key = &grouped(self, key, options)?;
         let scores = scores(self, key, options)?;
         if options.is_causal {
             causal_softmax(&scores)
@@ -91,6 +98,41 @@ impl Tensor {
             scores.softmax(-1)
         }
     }
+}
+
+/// Keys or values `t` with their heads repeated to the queries' count
+/// under `enable_gqa` (each key head serving consecutive query heads, as
+/// PyTorch's `repeat_interleave`); `t` itself otherwise.
+fn grouped(q: &Tensor, t: &Tensor, o: &AttentionOptions) -> Result<Tensor, Error> {
+    let (qs, ts) = (q.shape(), t.shape());
+    if !o.enable_gqa || (qs.len() >= 3 && ts.len() >= 3 && qs[qs.len() - 3] == ts[ts.len() - 3]) {
+        return Ok(t.clone());
+    }
+    if qs.len() < 3 || ts.len() < 3 {
+        return Err(shape_error(
+            qs,
+            ts,
+            "enable_gqa needs [..., heads, L, E] tensors",
+        ));
+    }
+    let (hq, hk) = (qs[qs.len() - 3], ts[ts.len() - 3]);
+    if hk == 0 || hq % hk != 0 {
+        return Err(shape_error(
+            qs,
+            ts,
+            &format!("enable_gqa: {hq} query heads are not a multiple of {hk} key/value heads"),
+        ));
+    }
+    let r = ts.len();
+    let mut wide = ts[..r - 2].to_vec();
+    wide.insert(r - 2, hq / hk);
+    wide.extend_from_slice(&ts[r - 2..]);
+    let mut repeated = ts.to_vec();
+    repeated[r - 3] = hq;
+    t.unsqueeze(-3)?
+        .broadcast_to(&wide)?
+        .contiguous()?
+        .reshape(&repeated)
 }
 
 fn shape_error(q: &[usize], k: &[usize], why: &str) -> Error {
