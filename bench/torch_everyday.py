@@ -137,6 +137,8 @@ cases = {
     "sdpa_causal_l5_s6": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     "sdpa_float_mask_scale": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=FM, scale=0.3)),
     "sdpa_bool_mask": ([QA, KA, VA], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=BM)),
+    "unfold_dim1_size2_step1": ([X], lambda x: x.unfold(1, 2, 1)),
+    "unfold_last_size2_step2": ([PX], lambda x: x.unfold(-1, 2, 2)),
     "sdpa_gqa_causal": ([QA.reshape(1, 4, 5, 4), KA[:1].clone(), VA[:1].clone()],
                         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)),
     "mha": ([XM, IW, IB, OW, OB], lambda *t: mha(*t)),
@@ -166,3 +168,9 @@ for name, (inputs, f) in cases.items():
 print("case argmax_dim1")
 line("in0[3,4]", X)
 line("out [3]", torch.argmax(X, 1).double())
+for name, kw in [("max_pool2d_indices_dilated_ceil", dict(kernel_size=2, stride=2, padding=1, dilation=2, ceil_mode=True)),
+                 ("max_pool2d_indices_3x3_s1_p1", dict(kernel_size=3, stride=1, padding=1))]:
+    print("case", name)
+    line("in0[1,2,5,5]", PX)
+    _, at = F.max_pool2d(PX, return_indices=True, **kw)
+    line(f"out {list(at.shape)}".replace(" ", "").replace("out", "out "), at.double())

@@ -149,7 +149,29 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "smooth_l1_loss_beta0.5" => t[0].smooth_l1_loss(&t[1], 0.5, r),
         "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
         "bce_with_logits_sum" => t[0].binary_cross_entropy_with_logits(&t[1], LossReduction::Sum),
+        "unfold_dim1_size2_step1" => t[0].unfold(1, 2, 1),
+        "unfold_last_size2_step2" => t[0].unfold(-1, 2, 2),
         "argmax_dim1" => t[0].argmax(1, false),
+        "max_pool2d_indices_dilated_ceil" => {
+            let o = Pool2d {
+                stride: [2, 2],
+                padding: [1, 1],
+                dilation: [2, 2],
+                ceil_mode: true,
+                ..Pool2d::new([2, 2])
+            };
+            let (y, at) = t[0].max_pool2d_with_indices(&o)?;
+            assert_eq!(y.to_vec_f64()?, t[0].max_pool2d_with(&o)?.to_vec_f64()?);
+            Ok(at)
+        }
+        "max_pool2d_indices_3x3_s1_p1" => {
+            let o = Pool2d {
+                stride: [1, 1],
+                padding: [1, 1],
+                ..Pool2d::new([3, 3])
+            };
+            Ok(t[0].max_pool2d_with_indices(&o)?.1)
+        }
         "index_select_dim0" => t[0].index_select(0, &ids(vec![2, 0, 2, 1, 2], &[5])?),
         "index_select_dim1" => t[0].index_select(1, &ids(vec![3, 3, 1], &[3])?),
         "gather_dim1" => t[0].gather(1, &ids(vec![3, 3, 0, 1, 2, 1, 0, 0, 0], &[3, 3])?),

@@ -68,6 +68,25 @@ impl MaxPool2d {
     }
 }
 
+impl MaxPool2d {
+    /// The pooled values and where each maximum is (PyTorch's
+    /// `MaxPool2d(return_indices=True)`): see
+    /// [`Tensor::max_pool2d_with_indices`].
+    pub fn forward_with_indices(&self, x: &Tensor) -> Result<(Tensor, Tensor), Error> {
+        x.max_pool2d_with_indices(&self.options())
+    }
+
+    fn options(&self) -> Pool2d {
+        Pool2d {
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            ceil_mode: self.ceil_mode,
+            ..Pool2d::new(self.kernel_size)
+        }
+    }
+}
+
 impl AvgPool2d {
     /// Windows of `kernel_size`, stride = kernel size, no padding, floor
     /// mode, padding counted.
@@ -85,14 +104,7 @@ impl AvgPool2d {
 
 impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        x.max_pool2d_with(&Pool2d {
-            kernel_size: self.kernel_size,
-            stride: self.stride,
-            padding: self.padding,
-            dilation: self.dilation,
-            ceil_mode: self.ceil_mode,
-            ..Pool2d::new(self.kernel_size)
-        })
+        x.max_pool2d_with(&self.options())
     }
 }
 

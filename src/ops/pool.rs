@@ -434,6 +434,74 @@ impl Tensor {
         pool_nd("max_pool2d", self, &o.spec(), Pool::Max)
     }
 
+    /// [`Tensor::max_pool2d_with`] and, for each output, where its maximum
+    /// is: the flat index `h·W + w` into its input plane (PyTorch's
+    /// `return_indices=True`, the first maximum in window order). The
+    /// indices are `i64` with no gradient; the values' gradient is the max
+    /// pool's.
+    ///
+    /// ```
+    /// use tenjin::{DType, Pool2d, Tensor};
+    /// let x = Tensor::from_vec(vec![1., 5., 2., 0., 3., 9., 4., 4., 7.], &[1, 1, 3, 3])?;
+    /// let (y, at) = x.max_pool2d_with_indices(&Pool2d { stride: [1, 1], ..Pool2d::new([2, 2]) })?;
+    /// assert_eq!(y.to_vec()?, vec![5., 9., 4., 9.]);
+    /// assert_eq!(at.to_vec_i64()?, vec![1, 5, 6, 5]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn max_pool2d_with_indices(&self, o: &Pool2d) -> Result<(Tensor, Tensor), Error> {
+        let values = self.max_pool2d_with(o)?;
+        if values.numel() == 0 {
+            let none = Tensor::zeros_on(values.shape(), crate::DType::I64, self.device())?;
+            return Ok((values, none));
+        }
+        let xs = self.shape();
+        let (r, ys) = (xs.len(), values.shape().to_vec());
+        let (h, w) = (xs[r - 2], xs[r - 1]);
+        let (oh, ow) = (ys[r - 2], ys[r - 1]);
+        let [kh, kw] = o.kernel_size;
+        let [sh, sw] = o.stride;
+        let [ph, pw] = o.padding;
+        let [dh, dw] = o.dilation;
+        // The input padded with the lowest finite value (an element of the
+        // input wins every tie with padding unless it is −∞), wide enough
+        // for the last window (ceil mode may reach past the right padding),
+        // cut into windows.
+        let (reach_h, reach_w) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
+        let (right_h, right_w) = (
+            ((oh - 1) * sh + reach_h).saturating_sub(h + ph),
+            ((ow - 1) * sw + reach_w).saturating_sub(w + pw),
+        );
+        let mut pads = vec![(0, 0); r - 2];
+        pads.extend([(ph, right_h), (pw, right_w)]);
+        let padded = self.detach().pad(&pads, f64::MIN)?;
+        let windows = padded
+            .unfold(r - 2, reach_h, sh)?
+            .unfold(r - 1, reach_w, sw)?
+            .slice(r, 0, reach_h, dh)?
+            .slice(r + 1, 0, reach_w, dw)?
+            .narrow(r - 2, 0, oh)?
+            .narrow(r - 1, 0, ow)?;
+        let mut flat = ys.clone();
+        flat.push(kh * kw);
+        let k = windows.contiguous()?.reshape(&flat)?.argmax(-1, false)?;
+        // Window position k = (i, j) of output (t, u) is input row
+        // t·sh + i·dh − ph and column u·sw + j·dw − pw.
+        let at: Vec<i64> = k
+            .to_vec_i64()?
+            .into_iter()
+            .enumerate()
+            .map(|(e, k)| {
+                let (t, u) = ((e / ow) % oh, e % ow);
+                let (i, j) = (k as usize / kw, k as usize % kw);
+                let row = (t * sh + i * dh) as i64 - ph as i64;
+                let col = (u * sw + j * dw) as i64 - pw as i64;
+                row * w as i64 + col
+            })
+            .collect();
+        let at = Tensor::from_vec_i64(at, &ys)?.to_device(self.device())?;
+        Ok((values, at))
+    }
+
     /// Average pooling over `[.., H, W]` with PyTorch's `F.avg_pool2d`
     /// options: padding, `ceil_mode`, `count_include_pad` (a window's
     /// divisor counts its positions inside the padded input, or inside the

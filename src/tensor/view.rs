@@ -228,6 +228,43 @@ impl Tensor {
         Ok(self.view(shape, map))
     }
 
+    /// Every slice of `size` elements along `dim`, `step` apart, as a new
+    /// last dimension (PyTorch's `Tensor.unfold`): dimension `dim` becomes
+    /// the `(n − size) / step + 1` window starts, and element `[…; w; …; j]`
+    /// is element `step·w + j` of the original dimension. A view: nothing is
+    /// copied, and the windows' gradients add up where they overlap.
+    ///
+    /// ```
+    /// let x = tenjin::Tensor::arange(7, tenjin::DType::F64)?;
+    /// let w = x.unfold(0, 3, 2)?; // starts 0, 2, 4
+    /// assert_eq!(w.shape(), &[3, 3]);
+    /// assert_eq!(w.to_vec_f64()?, vec![0., 1., 2., 2., 3., 4., 4., 5., 6.]);
+    /// assert!(x.unfold(0, 8, 1).is_err());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn unfold(&self, dim: impl Dim, size: usize, step: usize) -> Result<Tensor, Error> {
+        let d = dim.resolve("unfold", self.shape())?;
+        let n = self.shape()[d];
+        if step == 0 || size > n {
+            return Err(view_error(
+                "unfold",
+                self.shape(),
+                format!("windows of {size} every {step} do not fit dimension {d} of size {n} (size ≤ {n}, step ≥ 1)"),
+            ));
+        }
+        let r = self.rank();
+        let mut map = AffineMap::identity(r);
+        for row in map.coeffs.iter_mut() {
+            row.push(0);
+        }
+        map.coeffs[d][d] = step as i64;
+        map.coeffs[d][r] = 1;
+        let mut shape = self.shape().to_vec();
+        shape[d] = (n - size) / step + 1;
+        shape.push(size);
+        Ok(self.view(shape, map))
+    }
+
     /// The order of elements reversed along each of `dims` (negative ones
     /// count from the back).
     ///
