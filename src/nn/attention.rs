@@ -17,6 +17,18 @@ pub struct MultiheadAttentionConfig {
     pub bias: bool,
     /// Inputs and outputs are `[N, L, E]` (default `false`: `[L, N, E]`).
     pub batch_first: bool,
+    /// A learned key and value (`bias_k`, `bias_v`, `[1, 1, E]`) appended
+    /// to every sequence of keys and values (default `false`).
+    pub add_bias_kv: bool,
+    /// A zero key and value appended after the projections (default
+    /// `false`).
+    pub add_zero_attn: bool,
+    /// The keys' and values' features when not `E` (PyTorch's `kdim`,
+    /// `vdim`): the projections are then three weights `q_proj_weight`
+    /// `[E, E]`, `k_proj_weight` `[E, kdim]`, `v_proj_weight` `[E, vdim]`
+    /// instead of one `in_proj_weight`.
+    pub kdim: Option<usize>,
+    pub vdim: Option<usize>,
     pub dtype: DType,
 }
 
@@ -26,9 +38,21 @@ impl Default for MultiheadAttentionConfig {
             dropout: 0.0,
             bias: true,
             batch_first: false,
+            add_bias_kv: false,
+            add_zero_attn: false,
+            kdim: None,
+            vdim: None,
             dtype: DType::F32,
         }
     }
+}
+
+/// The input projections: one packed `[3E, E]` weight, or one weight per
+/// query, key and value when their features differ (`kdim`, `vdim`).
+#[derive(Debug)]
+enum InProjection {
+    Packed(Tensor),
+    Separate([Tensor; 3]),
 }
 
 /// What a call of [`MultiheadAttention::attend`] masks and returns, as
@@ -71,8 +95,10 @@ pub struct AttendOptions<'a> {
 pub struct MultiheadAttention {
     heads: usize,
     config: MultiheadAttentionConfig,
-    in_proj_weight: Tensor,
+    in_proj: InProjection,
     in_proj_bias: Option<Tensor>,
+    /// `bias_k` and `bias_v` with `add_bias_kv`.
+    bias_kv: Option<[Tensor; 2]>,
     out_weight: Tensor,
     out_bias: Option<Tensor>,
     mode: Mode,
@@ -107,14 +133,48 @@ impl MultiheadAttention {
         }
         let (e, dtype) = (embed_dim, config.dtype);
         let zeros = |n: usize| Tensor::zeros(&[n], dtype);
-        MultiheadAttention::from_parameters(
+        let (kdim, vdim) = (config.kdim.unwrap_or(e), config.vdim.unwrap_or(e));
+        if kdim == 0 || vdim == 0 {
+            return Err(config_error(
+                "MultiheadAttention",
+                format!("kdim {kdim} and vdim {vdim} must be positive"),
+            ));
+        }
+        let packed = MultiheadAttentionConfig {
+            kdim: None,
+            vdim: None,
+            add_bias_kv: false,
+            ..config
+        };
+        let mut layer = MultiheadAttention::from_parameters(
             heads,
             init::xavier_uniform(&[3 * e, e], dtype, seed)?,
             config.bias.then(|| zeros(3 * e)).transpose()?,
             init::fan_in_uniform(&[e, e], e, dtype, init::sub_seed(seed))?,
             config.bias.then(|| zeros(e)).transpose()?,
-            config,
-        )
+            packed,
+        )?;
+        layer.config = config;
+        if (kdim, vdim) != (e, e) {
+            // As PyTorch: each of the three Xavier-uniform on its own shape.
+            let mut s = init::sub_seed(init::sub_seed(seed));
+            let mut next = |shape: [usize; 2]| {
+                s = init::sub_seed(s);
+                init::xavier_uniform(&shape, dtype, s).map(Tensor::requires_grad)
+            };
+            layer.in_proj =
+                InProjection::Separate([next([e, e])?, next([e, kdim])?, next([e, vdim])?]);
+        }
+        if config.add_bias_kv {
+            // PyTorch's xavier_normal_ on [1, 1, E]: std √(2 / (E + E)).
+            let std = (1.0 / e as f64).sqrt();
+            let b = |k: u64| {
+                init::normal(&[1, 1, e], 0.0, std, dtype, seed ^ (0xb1a5 + k))
+                    .map(Tensor::requires_grad)
+            };
+            layer.bias_kv = Some([b(0)?, b(1)?]);
+        }
+        Ok(layer)
     }
 
     /// A layer with the given `in_proj_weight` `[3E, E]`, `in_proj_bias`
@@ -147,11 +207,21 @@ impl MultiheadAttention {
         }
         super::check_bias("MultiheadAttention", &in_proj_weight, in_proj_bias.as_ref())?;
         super::check_bias("MultiheadAttention", &out_weight, out_bias.as_ref())?;
+        if config.kdim.is_some_and(|k| k != e)
+            || config.vdim.is_some_and(|v| v != e)
+            || config.add_bias_kv
+        {
+            return Err(config_error(
+                "MultiheadAttention",
+                "from_parameters takes a packed in_proj_weight: build a layer with kdim, vdim or add_bias_kv by with_config and load its state".into(),
+            ));
+        }
         Ok(MultiheadAttention {
             heads,
             config,
-            in_proj_weight: in_proj_weight.requires_grad(),
+            in_proj: InProjection::Packed(in_proj_weight.requires_grad()),
             in_proj_bias: in_proj_bias.map(Tensor::requires_grad),
+            bias_kv: None,
             out_weight: out_weight.requires_grad(),
             out_bias: out_bias.map(Tensor::requires_grad),
             mode: Mode::default(),
@@ -167,13 +237,14 @@ impl MultiheadAttention {
         value: &Tensor,
         options: &AttendOptions,
     ) -> Result<(Tensor, Option<Tensor>), Error> {
-        let e = self.in_proj_weight.shape()[1];
-        let batch_first = |t: &Tensor| -> Result<Tensor, Error> {
-            if t.rank() != 3 || t.shape()[2] != e {
+        let e = self.out_weight.shape()[0];
+        let (kdim, vdim) = (self.config.kdim.unwrap_or(e), self.config.vdim.unwrap_or(e));
+        let batch_first = |t: &Tensor, what: &str, features: usize| -> Result<Tensor, Error> {
+            if t.rank() != 3 || t.shape()[2] != features {
                 return Err(config_error(
                     "MultiheadAttention",
                     format!(
-                        "inputs must be 3-dimensional with {e} features, got {:?}",
+                        "the {what} must be 3-dimensional with {features} features, got {:?}",
                         t.shape()
                     ),
                 ));
@@ -184,7 +255,11 @@ impl MultiheadAttention {
                 t.transpose(0, 1)
             }
         };
-        let (q, k, v) = (batch_first(query)?, batch_first(key)?, batch_first(value)?);
+        let (q, k, v) = (
+            batch_first(query, "query", e)?,
+            batch_first(key, "key", kdim)?,
+            batch_first(value, "value", vdim)?,
+        );
         let (n, l, s) = (q.shape()[0], q.shape()[1], k.shape()[1]);
         if k.shape()[0] != n || v.shape()[..2] != k.shape()[..2] {
             return Err(config_error(
@@ -198,17 +273,48 @@ impl MultiheadAttention {
             ));
         }
         let (h, d) = (self.heads, e / self.heads);
-        // [N, L, E] → [N, heads, L, E/heads], the projection `part` of three.
-        let project = |x: &Tensor, part: usize, len: usize| -> Result<Tensor, Error> {
-            let w = self.in_proj_weight.narrow(0, part * e, e)?;
+        // [N, len, features] → [N, len, E], the projection `part` of three.
+        let project = |x: &Tensor, part: usize| -> Result<Tensor, Error> {
+            let w = match &self.in_proj {
+                InProjection::Packed(w) => w.narrow(0, part * e, e)?,
+                InProjection::Separate(ws) => ws[part].clone(),
+            };
             let mut y = x.matmul(&w.transpose(0, 1)?)?;
             if let Some(b) = &self.in_proj_bias {
                 y = y.add(&b.narrow(0, part * e, e)?)?;
             }
-            y.reshape(&[n, len, h, d])?.permute(&[0, 2, 1, 3])
+            Ok(y)
         };
-        let (q, k, v) = (project(&q, 0, l)?, project(&k, 1, s)?, project(&v, 2, s)?);
-        let mask = self.additive_mask(options, n, l, s)?;
+        let (q, mut k, mut v) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
+        // Keys and values appended to every sequence: the learned bias,
+        // then the zero one, as PyTorch appends them.
+        let mut extra = 0;
+        if let Some([bk, bv]) = &self.bias_kv {
+            k = Tensor::cat(&[&k, &bk.broadcast_to(&[n, 1, e])?], 1)?;
+            v = Tensor::cat(&[&v, &bv.broadcast_to(&[n, 1, e])?], 1)?;
+            extra += 1;
+        }
+        if self.config.add_zero_attn {
+            let zero = Tensor::zeros_on(&[n, 1, e], k.dtype(), k.device())?;
+            k = Tensor::cat(&[&k, &zero], 1)?;
+            v = Tensor::cat(&[&v, &zero], 1)?;
+            extra += 1;
+        }
+        let heads_of = |x: &Tensor, len: usize| x.reshape(&[n, len, h, d])?.permute(&[0, 2, 1, 3]);
+        let (q, k, v) = (
+            heads_of(&q, l)?,
+            heads_of(&k, s + extra)?,
+            heads_of(&v, s + extra)?,
+        );
+        let mask = self
+            .additive_mask(options, n, l, s, extra > 0)?
+            .map(|m| {
+                // The appended keys are never masked.
+                let mut pads = vec![(0, 0); m.rank() - 1];
+                pads.push((0, extra));
+                m.pad(&pads, 0.0)
+            })
+            .transpose()?;
         let causal = options.is_causal && mask.is_none();
         let sdpa = AttentionOptions {
             attn_mask: mask.as_ref(),
@@ -239,16 +345,18 @@ impl MultiheadAttention {
     }
 
     /// The masks of `options` (and the causal one when combined with
-    /// them) as one additive mask broadcasting to `[N, heads, L, S]`.
+    /// them, or when `explicit_causal` says keys are appended) as one
+    /// additive mask broadcasting to `[N, heads, L, S]`.
     fn additive_mask(
         &self,
         o: &AttendOptions,
         n: usize,
         l: usize,
         s: usize,
+        explicit_causal: bool,
     ) -> Result<Option<Tensor>, Error> {
-        let dtype = self.in_proj_weight.dtype();
-        let device = self.in_proj_weight.device();
+        let dtype = self.out_weight.dtype();
+        let device = self.out_weight.device();
         // Float masks are added; integer ones are −∞ where non-zero.
         let additive = |m: &Tensor| -> Result<Tensor, Error> {
             if m.dtype().is_float() {
@@ -286,7 +394,7 @@ impl MultiheadAttention {
             }
             parts.push(additive(m)?.reshape(&[n, 1, 1, s])?);
         }
-        if parts.is_empty() {
+        if parts.is_empty() && !(explicit_causal && o.is_causal) {
             return Ok(None);
         }
         if o.is_causal && o.attn_mask.is_none() {
@@ -309,10 +417,24 @@ impl Module for MultiheadAttention {
         Ok(self.attend(x, x, x, &AttendOptions::default())?.0)
     }
 
+    /// PyTorch's names and order: `in_proj_weight` (or `q_proj_weight`,
+    /// `k_proj_weight`, `v_proj_weight`), `in_proj_bias`, `bias_k`,
+    /// `bias_v`, `out_proj.weight`, `out_proj.bias`.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("in_proj_weight".to_string(), self.in_proj_weight.clone())];
+        let mut out = match &self.in_proj {
+            InProjection::Packed(w) => vec![("in_proj_weight".to_string(), w.clone())],
+            InProjection::Separate([q, k, v]) => vec![
+                ("q_proj_weight".to_string(), q.clone()),
+                ("k_proj_weight".into(), k.clone()),
+                ("v_proj_weight".into(), v.clone()),
+            ],
+        };
         if let Some(b) = &self.in_proj_bias {
             out.push(("in_proj_bias".into(), b.clone()));
+        }
+        if let Some([bk, bv]) = &self.bias_kv {
+            out.push(("bias_k".into(), bk.clone()));
+            out.push(("bias_v".into(), bv.clone()));
         }
         out.push(("out_proj.weight".into(), self.out_weight.clone()));
         if let Some(b) = &self.out_bias {
