@@ -23,6 +23,9 @@ use crate::{DType, Error, Tensor};
 /// ```
 pub struct Embedding {
     pub weight: Tensor,
+    /// A row that gets no gradient (PyTorch's `padding_idx`): see
+    /// [`Embedding::with_padding_idx`].
+    padding_idx: Option<usize>,
     mode: Mode,
 }
 
@@ -56,8 +59,46 @@ impl Embedding {
     pub fn from_weight(weight: Tensor) -> Embedding {
         Embedding {
             weight,
+            padding_idx: None,
             mode: Mode::default(),
         }
+    }
+
+    /// This table with row `padding_idx` as PyTorch's `padding_idx`: the
+    /// row is zeroed, and looking it up gives that row's value but passes
+    /// no gradient to it (padding tokens leave the table untouched). A row
+    /// past the table is an error.
+    ///
+    /// ```
+    /// use tenjin::nn::{Embedding, Module};
+    /// use tenjin::Tensor;
+    /// let emb = Embedding::new(4, 2, 0)?.with_padding_idx(0)?;
+    /// let ids = Tensor::from_vec_i64(vec![0, 3, 0], &[3])?;
+    /// let h = emb.forward(&ids)?;
+    /// assert_eq!(&h.to_vec()?[..2], &[0.0, 0.0]);
+    /// h.sum()?.backward()?;
+    /// let g = emb.weight.grad().unwrap().to_vec()?;
+    /// assert_eq!((&g[..2], &g[6..]), (&[0.0, 0.0][..], &[1.0, 1.0][..]));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_padding_idx(mut self, padding_idx: usize) -> Result<Embedding, Error> {
+        let rows = self.weight.shape().first().copied().unwrap_or(0);
+        if padding_idx >= rows {
+            return Err(super::config_error(
+                "Embedding",
+                format!("padding_idx {padding_idx} is not a row of a table of {rows}"),
+            ));
+        }
+        let width: usize = self.weight.shape()[1..].iter().product();
+        let mut values = self.weight.to_vec_f64()?;
+        values[padding_idx * width..(padding_idx + 1) * width].fill(0.0);
+        let zeroed = Tensor::from_vec_f64(values, self.weight.shape())?;
+        super::load_into(
+            &[("weight".into(), self.weight.clone())],
+            &[("weight".into(), zeroed)],
+        )?;
+        self.padding_idx = Some(padding_idx);
+        Ok(self)
     }
 }
 
@@ -67,7 +108,14 @@ impl Module for Embedding {
     }
 
     fn forward(&self, ids: &Tensor) -> Result<Tensor, Error> {
-        self.weight.embedding(ids)
+        let rows = self.weight.embedding(ids)?;
+        let Some(pad) = self.padding_idx else {
+            return Ok(rows);
+        };
+        // The padding rows' values, with no path back to the table.
+        let pad = Tensor::full(&[], pad as f64, ids.dtype())?.to_device(ids.device())?;
+        let learned = ids.ne(&pad)?.to_dtype(rows.dtype())?.unsqueeze(-1)?;
+        Tensor::where_(&learned, &rows, &rows.detach())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
