@@ -119,6 +119,7 @@ cases = {
     "split3_dim1_weighted": ([X], lambda x: torch.cat([c * (k + 1) for k, c in enumerate(torch.split(x, 3, dim=1))], 1)),
     "split_sizes_dim0_weighted": ([X], lambda x: torch.cat([c * (k + 1) for k, c in enumerate(torch.split(x, [1, 2], dim=0))], 0)),
     "l1_loss": ([X, Y], lambda a, b: F.l1_loss(a, b)),
+    "mse_loss_sum": ([X, Y], lambda a, b: F.mse_loss(a, b, reduction="sum")),
     "smooth_l1_loss_beta0.5": ([X, Y], lambda a, b: F.smooth_l1_loss(a, b, beta=0.5)),
     "bce_with_logits": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b)),
     "bce_with_logits_sum": ([X, T], lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="sum")),

@@ -146,6 +146,7 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "split3_dim1_weighted" => weighted_cat(t[0].split(3, -1)?, 1),
         "split_sizes_dim0_weighted" => weighted_cat(t[0].split_sizes(&[1, 2], 0)?, 0),
         "l1_loss" => t[0].l1_loss(&t[1], r),
+        "mse_loss_sum" => t[0].mse_loss_with(&t[1], LossReduction::Sum),
         "smooth_l1_loss_beta0.5" => t[0].smooth_l1_loss(&t[1], 0.5, r),
         "bce_with_logits" => t[0].binary_cross_entropy_with_logits(&t[1], r),
         "bce_with_logits_sum" => t[0].binary_cross_entropy_with_logits(&t[1], LossReduction::Sum),

@@ -1,5 +1,6 @@
 //! Losses that compare a prediction with a target element by element:
-//! `l1_loss smooth_l1_loss binary_cross_entropy_with_logits`, each with a
+//! `l1_loss mse_loss_with smooth_l1_loss binary_cross_entropy_with_logits`,
+//! each with a
 //! [`LossReduction`] (PyTorch's `reduction=`).
 //!
 //! Each loss is a table row: the element's loss as text over `{x}` (the
@@ -23,6 +24,7 @@ pub enum LossReduction {
 /// Per-element losses: name and body over `{x}`, `{y}` and `{beta}`.
 const POINTWISE: &[(&str, &str)] = &[
     ("l1_loss", "abs ({x} - {y})"),
+    ("mse_loss", "({x} - {y}) * ({x} - {y})"),
     (
         "smooth_l1_loss",
         "if {abs ({x} - {y}) < {beta}} then (0.5 * ({x} - {y}) ** 2 / {beta}) else (abs ({x} - {y}) - 0.5 * {beta})",
@@ -108,6 +110,25 @@ impl Tensor {
     /// ```
     pub fn l1_loss(&self, target: &Tensor, reduction: LossReduction) -> Result<Tensor, Error> {
         pointwise("l1_loss", self, target, 1.0, reduction)
+    }
+
+    /// `(x − y)²` per element, reduced as asked (PyTorch's
+    /// `mse_loss(reduction=…)`; [`Tensor::mse_loss`] is the mean).
+    ///
+    /// ```
+    /// use tenjin::{LossReduction, Tensor};
+    /// let p = Tensor::from_vec_f64(vec![1., 2.], &[2])?;
+    /// let t = Tensor::from_vec_f64(vec![0., 4.], &[2])?;
+    /// assert_eq!(p.mse_loss_with(&t, LossReduction::Sum)?.item()?, 5.0);
+    /// assert_eq!(p.mse_loss_with(&t, LossReduction::None)?.to_vec_f64()?, vec![1., 4.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn mse_loss_with(
+        &self,
+        target: &Tensor,
+        reduction: LossReduction,
+    ) -> Result<Tensor, Error> {
+        pointwise("mse_loss", self, target, 1.0, reduction)
     }
 
     /// Huber-like smooth L1: `0.5·d²/β` where `|d| < β`, else `|d| − β/2`,
