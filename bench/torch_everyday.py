@@ -27,6 +27,7 @@ PX = torch.sin(torch.arange(50, dtype=torch.float64) * 0.83).reshape(1, 2, 5, 5)
 IDS = torch.tensor([2, 0, 2, 1, 2])                     # repeated ids
 GIDX = torch.tensor([[3, 3, 0], [1, 2, 1], [0, 0, 0]])  # gather along dim 1
 LAB = torch.tensor([3, 0, 1])                           # class labels of X's rows
+CWT = torch.tensor([0.5, 2.0, 1.0, 3.0])                 # class weights
 
 # Attention: queries [2, 2, 5, 4], keys [2, 2, 6, 4], values [2, 2, 6, 3].
 QA = torch.sin(torch.arange(80, dtype=torch.float64) * 0.71).reshape(2, 2, 5, 4)
@@ -79,6 +80,9 @@ cases = {
     "cross_entropy_smoothing": ([X], lambda x: F.cross_entropy(x, LAB, label_smoothing=0.1)),
     "cross_entropy_ignore_sum": ([X], lambda x: F.cross_entropy(x, LAB, ignore_index=0, reduction="sum")),
     "cross_entropy_none": ([X], lambda x: F.cross_entropy(x, LAB, reduction="none")),
+    "cross_entropy_weighted": ([X], lambda x: F.cross_entropy(x, LAB, weight=CWT)),
+    "cross_entropy_weighted_smooth_ignore": ([X], lambda x: F.cross_entropy(x, LAB, weight=CWT, label_smoothing=0.2, ignore_index=0)),
+    "nll_loss_weighted_none": ([X], lambda x: F.nll_loss(F.log_softmax(x, 1), LAB, weight=CWT, reduction="none")),
     "conv_transpose2d": ([CX, CW, CB], lambda x, w, b: F.conv_transpose2d(
         x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2))),
     "avg_pool2d_padded": ([PX], lambda x: F.avg_pool2d(x, 3, 2, 1)),

@@ -199,6 +199,28 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
                 ..Default::default()
             },
         ),
+        "cross_entropy_weighted" => t[0].cross_entropy_with(
+            &labels()?,
+            CrossEntropyOptions {
+                weight: Some(&class_weights(&t[0])?),
+                ..Default::default()
+            },
+        ),
+        "cross_entropy_weighted_smooth_ignore" => t[0].cross_entropy_with(
+            &labels()?,
+            CrossEntropyOptions {
+                weight: Some(&class_weights(&t[0])?),
+                label_smoothing: 0.2,
+                ignore_index: Some(0),
+                ..Default::default()
+            },
+        ),
+        "nll_loss_weighted_none" => t[0].log_softmax(1)?.nll_loss_weighted(
+            &labels()?,
+            &class_weights(&t[0])?,
+            None,
+            LossReduction::None,
+        ),
         "batch_norm_train" => batch_norm(t, true).map(|(y, _)| y),
         "batch_norm_eval" => batch_norm(t, false).map(|(y, _)| y),
         "batch_norm_running_stats" => {
@@ -339,6 +361,11 @@ fn op(name: &str, t: &[Tensor]) -> Result<Tensor, Error> {
         "adaptive_avg_pool2d" => t[0].adaptive_avg_pool2d([2, 3]),
         other => panic!("no tenjin op for the reference case {other}"),
     }
+}
+
+/// The script's class weights `CWT`, in `x`'s dtype.
+fn class_weights(x: &Tensor) -> Result<Tensor, Error> {
+    like(vec![0.5, 2.0, 1.0, 3.0], &[4], x)
 }
 
 /// `nn::MultiheadAttention` (2 heads, sequence first) over `t[0]` with the

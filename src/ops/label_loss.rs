@@ -1,5 +1,6 @@
-//! Losses over integer class labels: `nll_loss` and `cross_entropy_with`
-//! (label smoothing, `ignore_index`, [`LossReduction`]), as PyTorch's.
+//! Losses over integer class labels: `nll_loss` (`nll_loss_weighted`) and
+//! `cross_entropy_with` (label smoothing, `ignore_index`, class weights,
+//! [`LossReduction`]), as PyTorch's.
 //!
 //! `nll_loss` picks its log-probabilities with [`Tensor::gather`] (a host
 //! stage, see `super::indexing`): `O(B)` work for the pick and its
@@ -16,8 +17,8 @@ use crate::Error;
 
 /// Options of [`Tensor::cross_entropy_with`] (PyTorch's keyword
 /// arguments; the defaults are PyTorch's).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CrossEntropyOptions {
+#[derive(Clone, Copy, Debug)]
+pub struct CrossEntropyOptions<'a> {
     /// `ε`: the target is `(1 − ε)` on the label plus `ε / C` on every
     /// class.
     pub label_smoothing: f64,
@@ -25,14 +26,20 @@ pub struct CrossEntropyOptions {
     /// the mean).
     pub ignore_index: Option<i64>,
     pub reduction: LossReduction,
+    /// A weight per class `[C]` (PyTorch's `weight`): a row's loss is
+    /// scaled by its label's weight (each smoothed class term by its
+    /// class's), and the mean divides by the kept rows' label weights
+    /// summed. No gradient flows to it.
+    pub weight: Option<&'a Tensor>,
 }
 
-impl Default for CrossEntropyOptions {
+impl Default for CrossEntropyOptions<'_> {
     fn default() -> Self {
         CrossEntropyOptions {
             label_smoothing: 0.0,
             ignore_index: None,
             reduction: LossReduction::Mean,
+            weight: None,
         }
     }
 }
@@ -97,6 +104,49 @@ impl Labels {
             mask,
             kept,
         })
+    }
+
+    /// Each row's label weight `w[t_i]` (0 on ignored rows) for class
+    /// weights `w` `[C]` of `x`'s dtype; an error naming the shapes
+    /// otherwise.
+    fn label_weights(&self, op: &str, x: &Tensor, w: &Tensor) -> Result<Tensor, Error> {
+        let c = x.shape()[1];
+        if w.shape() != [c] || w.dtype() != x.dtype() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "class weights {:?} ({:?}) for scores {:?} ({:?}): expected [{c}] of the scores' dtype",
+                    w.shape(),
+                    w.dtype(),
+                    x.shape(),
+                    x.dtype()
+                ),
+            ));
+        }
+        let n = self.ids.numel();
+        let picked = w.detach().index_select(0, &self.ids.reshape(&[n])?)?;
+        match &self.mask {
+            Some(m) => picked.mul(m),
+            None => Ok(picked),
+        }
+    }
+
+    /// `per_row` (already weighted, ignored rows zeroed) reduced as
+    /// PyTorch reduces a class-weighted loss: the mean divides by the sum
+    /// of the kept rows' label weights `label_w`.
+    fn reduce_weighted(
+        &self,
+        op: &str,
+        per_row: Tensor,
+        label_w: &Tensor,
+        reduction: LossReduction,
+    ) -> Result<Tensor, Error> {
+        match reduction {
+            LossReduction::None => Ok(per_row),
+            LossReduction::Sum => per_row.sum(),
+            LossReduction::Mean if self.kept == 0 => Err(no_rows_kept(op)),
+            LossReduction::Mean => per_row.sum()?.div(&label_w.sum()?),
+        }
     }
 
     /// `per_row` with ignored rows zeroed, reduced: the mean divides by
@@ -197,6 +247,32 @@ fn gathered(
     l.reduce(op, per_row, reduction)
 }
 
+/// The class-weighted cross-entropy (PyTorch's `weight`), from dense
+/// log-probabilities: per row `(1 − ε)·w[t_i]·(−lp[i; t_i]) + (ε/C)·Σ_c
+/// w[c]·(−lp[i; c])`, ignored rows zeroed, the mean over `Σ w[t_i]`.
+fn class_weighted(
+    op: &str,
+    x: &Tensor,
+    l: &Labels,
+    w: &Tensor,
+    eps: f64,
+    reduction: LossReduction,
+) -> Result<Tensor, Error> {
+    let label_w = l.label_weights(op, x, w)?;
+    let lp = x.log_softmax(1)?;
+    let nll = lp.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?.neg()?;
+    let mut per_row = nll.mul(&label_w)?.mul_scalar(1.0 - eps)?;
+    if eps > 0.0 {
+        let smooth = lp.mul(&w.detach())?.sum_dims(&[1], false)?.neg()?;
+        let smooth = match &l.mask {
+            Some(m) => smooth.mul(m)?,
+            None => smooth,
+        };
+        per_row = per_row.add(&smooth.mul_scalar(eps / x.shape()[1] as f64)?)?;
+    }
+    l.reduce_weighted(op, per_row, &label_w, reduction)
+}
+
 fn no_rows_kept(op: &str) -> Error {
     Error::shape(
         op,
@@ -228,6 +304,33 @@ impl Tensor {
         l.reduce("nll_loss", picked.neg()?, reduction)
     }
 
+    /// [`Tensor::nll_loss`] with a weight per class `[C]` (PyTorch's
+    /// `nll_loss(weight=…)`): each row's term scaled by its label's weight,
+    /// the mean divided by the kept rows' weights summed.
+    ///
+    /// ```
+    /// use tenjin::{LossReduction, Tensor};
+    /// let lp = Tensor::from_vec_f64(vec![-1., -2., -3., -4.], &[2, 2])?;
+    /// let y = Tensor::from_vec_i64(vec![1, 0], &[2])?;
+    /// let w = Tensor::from_vec_f64(vec![1., 3.], &[2])?;
+    /// // (3·2 + 1·3) / (3 + 1)
+    /// assert_eq!(lp.nll_loss_weighted(&y, &w, None, LossReduction::Mean)?.item()?, 2.25);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn nll_loss_weighted(
+        &self,
+        labels: &Tensor,
+        weight: &Tensor,
+        ignore_index: Option<i64>,
+        reduction: LossReduction,
+    ) -> Result<Tensor, Error> {
+        let op = "nll_loss";
+        let l = Labels::new(op, self, labels, ignore_index)?;
+        let label_w = l.label_weights(op, self, weight)?;
+        let picked = self.gather(1, &l.ids)?.reshape(&[l.ids.numel()])?;
+        l.reduce_weighted(op, picked.neg()?.mul(&label_w)?, &label_w, reduction)
+    }
+
     /// The cross-entropy of logits `[B, C]` with integer `labels` `[B]`,
     /// with PyTorch's `label_smoothing`, `ignore_index` and `reduction`
     /// ([`CrossEntropyOptions`]): `(1 − ε)·nll + ε·mean_c(−log_softmax)`
@@ -255,7 +358,9 @@ impl Tensor {
             ));
         }
         let l = Labels::new(op, self, labels, options.ignore_index)?;
-        if exact_class_values(self.dtype(), self.shape()[1]) {
+        if let Some(w) = options.weight {
+            class_weighted(op, self, &l, w, eps, options.reduction)
+        } else if exact_class_values(self.dtype(), self.shape()[1]) {
             fused(op, self, &l, eps, options.reduction)
         } else {
             gathered(op, self, &l, eps, options.reduction)
