@@ -20,6 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from models import torch_chain, torch_mlp, torch_sgd_step
+
 tf32 = "tf32" in sys.argv
 torch.backends.cuda.matmul.allow_tf32 = tf32
 torch.backends.cudnn.allow_tf32 = tf32
@@ -116,22 +118,9 @@ def gpt_step(layers=12, d=768, h=12, t=1024, b=8, vocab=50257):
 
 
 def mlp_step(batch):
-    widths = [784, 512, 512, 10]
-    layers = [torch.nn.Linear(i, o).to(dev) for i, o in zip(widths, widths[1:])]
-    params = [p for layer in layers for p in layer.parameters()]
-    opt = torch.optim.SGD(params, lr=0.01)
     x = rand(batch, 784)
     y = torch.arange(batch, device=dev) % 10
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        z = x
-        for k, layer in enumerate(layers):
-            z = layer(z)
-            if k < 2:
-                z = torch.relu(z)
-        F.cross_entropy(z, y).backward()
-        opt.step()
+    step = torch_sgd_step(torch_mlp(dev), x, y, lr=0.01)
     report("torch", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, step))
 
 
@@ -145,8 +134,7 @@ def value_grad(system, workload, size, shapes, f, **extra):
     report(system, workload, size, median_ms(11, vg), **extra)
 
 
-def chain(x):
-    return torch.tanh(x) * torch.sigmoid(2 * x) + x ** 2 / (1 + torch.exp(-x))
+chain = torch_chain
 
 
 def main():

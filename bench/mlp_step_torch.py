@@ -9,6 +9,8 @@ import os
 import sys
 import time
 
+from models import jax_mlp_train, torch_mlp, torch_sgd_step
+
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 system = sys.argv[3] if len(sys.argv) > 3 else "eager"
@@ -25,24 +27,17 @@ def status(key):
 
 def torch_step(compiled):
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     x = torch.randn(B, 784)
     y = torch.tensor([(i * 7 + 3) % 10 for i in range(B)])
-    m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    m = torch_mlp()
 
     def loss_fn(x, y):
         return F.cross_entropy(m(x), y)
-    loss_fn = torch.compile(loss_fn) if compiled else loss_fn
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss_fn(x, y).backward()
-        opt.step()
+    step = torch_sgd_step(m, x, y, loss_fn=torch.compile(loss_fn) if compiled else loss_fn)
     label = "torch.compile" if compiled else "torch eager"
     return f"{label} ({torch.__version__})", step
 
@@ -52,27 +47,8 @@ def jax_step():
         os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
-    import jax.numpy as jnp
 
-    keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    sizes = [(784, 512), (512, 512), (512, 10)]
-    params = [(jax.random.normal(k, s) / s[0] ** 0.5, jnp.zeros(s[1])) for k, s in zip(keys, sizes)]
-    x = jax.random.normal(keys[3], (B, 784))
-    y = jnp.array([(i * 7 + 3) % 10 for i in range(B)])
-
-    def loss(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w + b
-            if i < len(params) - 1:
-                h = jax.nn.relu(h)
-        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], axis=1))
-
-    @jax.jit
-    def train(params, x, y):
-        g = jax.grad(loss)(params, x, y)
-        return jax.tree_util.tree_map(lambda p, d: p - 1e-3 * d, params, g)
-
+    train, params, x, y = jax_mlp_train(B)
     state = {"params": params}
 
     def step():

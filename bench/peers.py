@@ -15,6 +15,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
+from models import torch_chain, torch_mlp, torch_sgd_step  # noqa: E402
+
 torch.set_num_threads(threads)
 rng = np.random.default_rng(0)
 
@@ -40,10 +42,10 @@ def chain(n):
 
     def fwd():
         with torch.no_grad():
-            return torch.tanh(x) * torch.sigmoid(2 * x) + x ** 2 / (1 + torch.exp(-x))
+            return torch_chain(x)
 
     def vg():
-        y = (torch.tanh(xg) * torch.sigmoid(2 * xg) + xg ** 2 / (1 + torch.exp(-xg))).sum()
+        y = torch_chain(xg).sum()
         (g,) = torch.autograd.grad(y, xg)
         return y, g
 
@@ -86,19 +88,11 @@ def matmul(m, k, n):
 
 
 def mlp(B, reps=41):
-    """One SGD step of the MLP 784-512-512-10 (as ../shared/bench/workloads.py)."""
-    import torch.nn as nn
-    import torch.nn.functional as F
+    """One SGD step of the MLP 784-512-512-10 (`models.py`, as
+    ../shared/bench/workloads.py)."""
     x = torch.from_numpy(rng.standard_normal((B, 784)).astype(np.float32))
     y = torch.from_numpy(rng.integers(0, 10, size=B))
-    m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(m(x), y)
-        loss.backward()
-        opt.step()
+    step = torch_sgd_step(torch_mlp(), x, y)
     t = time.perf_counter()
     step()
     report("torch", "mlp_first_step", f"batch={B}", (time.perf_counter() - t) * 1e3)
