@@ -107,13 +107,16 @@ fn too_long_a_product(n: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// One case: builds, derives, compiles, runs and checks.
+type Case = dyn Fn() -> Result<(), Error>;
+
 fn main() -> Result<(), Error> {
     assert_eq!(
         std::thread::current().name(),
         Some("main"),
         "runs on the main thread"
     );
-    let cases: [(&str, &dyn Fn() -> Result<(), Error>); 5] = [
+    let cases: [(&str, &Case); 5] = [
         ("10,000 products sharing one access", &|| {
             shared_products(10_000)
         }),

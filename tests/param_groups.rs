@@ -284,8 +284,7 @@ fn a_state_with_bad_rates_is_refused_and_changes_nothing() -> Result<(), Error> 
     ] {
         let e = opt
             .load_state_dict(&state)
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .to_string();
         assert!(e.contains(says), "{e}");
         assert_eq!(opt.learning_rates(), before, "{says}: rates unchanged");

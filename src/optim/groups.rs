@@ -46,6 +46,10 @@ impl<C> ParamGroup<C> {
     }
 }
 
+/// What [`Groups::split_rates`] splits a state into: each group's rate,
+/// when the state has them, and the per-parameter entries.
+pub(crate) type RatesAndRest = (Option<Vec<f64>>, Vec<(String, Tensor)>);
+
 /// A configuration with a learning rate.
 pub(crate) trait Rate: Copy {
     fn lr(&self) -> f64;
@@ -169,7 +173,7 @@ impl<C: Rate> Groups<C> {
         &self,
         op: &str,
         state: &[(String, Tensor)],
-    ) -> Result<(Option<Vec<f64>>, Vec<(String, Tensor)>), Error> {
+    ) -> Result<RatesAndRest, Error> {
         let (groups, rest): (Vec<_>, Vec<_>) = state
             .iter()
             .cloned()
