@@ -280,9 +280,15 @@ impl Model {
         logits.reshape(&[b * t, self.head.shape()[1]])
     }
 
-    fn loss(&self, x: &Tensor, y: &Tensor) -> Result<Tensor, Error> {
-        self.logits(x)?
-            .cross_entropy_with(y, CrossEntropyOptions::default())
+    /// The loss of a batch and its next-character accuracy (the argmax of
+    /// each position's logits against its label, read on the host).
+    fn loss_and_accuracy(&self, x: &Tensor, y: &Tensor) -> Result<(Tensor, f64), Error> {
+        let logits = self.logits(x)?;
+        let loss = logits.cross_entropy_with(y, CrossEntropyOptions::default())?;
+        let best = logits.argmax(-1, false)?.to_vec_i64()?;
+        let labels = y.to_vec_i64()?;
+        let hits = best.iter().zip(&labels).filter(|(a, b)| a == b).count();
+        Ok((loss, hits as f64 / labels.len() as f64))
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -347,12 +353,16 @@ impl Model {
 }
 
 /// Trains from `seed` for `steps`; the losses of every step.
+/// The trained model, each step's loss and each step's next-character
+/// accuracy on its batch.
+type Trained = (Model, Vec<f64>, Vec<f64>);
+
 fn train(
     text: &Text,
     steps: usize,
     seed: u64,
     bar: Option<&ProgressBar>,
-) -> Result<(Model, Vec<f64>), Error> {
+) -> Result<Trained, Error> {
     let model = Model::new(CONFIG, text.chars.len(), seed)?;
     let params: Vec<Tensor> = model
         .named_parameters()
@@ -375,14 +385,15 @@ fn train(
         .shuffle(seed)
         .drop_last(true);
     let batches = (0..).flat_map(|epoch| loader.epoch(epoch));
-    let mut losses = Vec::with_capacity(steps);
+    let (mut losses, mut accuracies) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
     for (step, batch) in batches.take(steps).enumerate() {
         let (x, y) = batch?;
         opt.zero_grad();
-        let loss = model.loss(&x, &y)?;
+        let (loss, accuracy) = model.loss_and_accuracy(&x, &y)?;
         loss.backward()?;
         opt.step()?;
         losses.push(loss.item()?);
+        accuracies.push(accuracy);
         if let Some(bar) = bar {
             let recent = &losses[losses.len().saturating_sub(20)..];
             bar.set_message(format!(
@@ -392,7 +403,7 @@ fn train(
             bar.set_position(step as u64 + 1);
         }
     }
-    Ok((model, losses))
+    Ok((model, losses, accuracies))
 }
 
 fn mean_tail(losses: &[f64], n: usize) -> f64 {
@@ -429,8 +440,8 @@ fn main() -> Result<(), Error> {
     );
     if check {
         // The same seed gives the same losses, bit for bit.
-        let (_, a) = train(&text, 5, 7, None)?;
-        let (_, b) = train(&text, 5, 7, None)?;
+        let (_, a, _) = train(&text, 5, 7, None)?;
+        let (_, b, _) = train(&text, 5, 7, None)?;
         assert_eq!(a, b, "the same seed gave different losses");
         println!("same seed, same losses: {:?}", a);
     }
@@ -440,7 +451,7 @@ fn main() -> Result<(), Error> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let start = std::time::Instant::now();
-    let (model, losses) = train(&text, steps, 1, Some(&bar))?;
+    let (model, losses, accuracies) = train(&text, steps, 1, Some(&bar))?;
     bar.finish();
     let final_loss = mean_tail(&losses, 50);
     println!(
@@ -476,7 +487,30 @@ fn main() -> Result<(), Error> {
             },
         ],
     };
-    if let Err(e) = curves::save("char_lm", &[panel]) {
+    let accuracy = curves::Panel {
+        title: "char_lm: next-character accuracy on the training batch".into(),
+        x_label: "step",
+        series: vec![
+            curves::Series {
+                name: "per step",
+                points: (0..accuracies.len())
+                    .map(|k| ((k + 1) as f64, accuracies[k]))
+                    .collect(),
+            },
+            curves::Series {
+                name: "mean of the last 50",
+                points: (0..accuracies.len())
+                    .map(|k| ((k + 1) as f64, mean_tail(&accuracies[..=k], 50)))
+                    .collect(),
+            },
+        ],
+    };
+    println!(
+        "next-character accuracy on the training batches: {:.3} -> {:.3} (means of the first 10 and last 50 steps)",
+        mean_tail(&accuracies[..accuracies.len().min(10)], 10),
+        mean_tail(&accuracies, 50)
+    );
+    if let Err(e) = curves::save("char_lm", &[panel, accuracy]) {
         eprintln!("the curves were not saved: {e}");
     }
 
@@ -507,7 +541,10 @@ fn main() -> Result<(), Error> {
     let mut rng = Rng(2026);
     let (x, y) = text.batch(&mut rng, CONFIG)?;
     let (a, b) = tenjin::no_grad(|| {
-        Ok::<_, Error>((model.loss(&x, &y)?.item()?, loaded.loss(&x, &y)?.item()?))
+        Ok::<_, Error>((
+            model.loss_and_accuracy(&x, &y)?.0.item()?,
+            loaded.loss_and_accuracy(&x, &y)?.0.item()?,
+        ))
     })?;
     println!(
         "saved to and reloaded from {}: loss on a batch {a:.4} (trained) = {b:.4} (reloaded)",
