@@ -160,23 +160,25 @@ fn every_schedule_follows_pytorchs_rates_step_for_step() -> Result<(), Error> {
     Ok(())
 }
 
+/// The script's `plateau_min` case: mode min, relative threshold, a
+/// cool-down and a floor.
+fn plateau_min() -> PlateauConfig {
+    PlateauConfig {
+        mode: PlateauMode::Min,
+        factor: 0.5,
+        patience: 2,
+        threshold: 1e-3,
+        cooldown: 1,
+        min_lr: 0.004,
+        ..PlateauConfig::default()
+    }
+}
+
 #[test]
 fn reduce_on_plateau_follows_pytorch() -> Result<(), Error> {
     let (reference, metric) = reference();
     let cases = [
-        (
-            "plateau_min",
-            PlateauConfig {
-                mode: PlateauMode::Min,
-                factor: 0.5,
-                patience: 2,
-                threshold: 1e-3,
-                cooldown: 1,
-                min_lr: 0.004,
-                ..PlateauConfig::default()
-            },
-            1.0,
-        ),
+        ("plateau_min", plateau_min(), 1.0),
         (
             "plateau_max_abs",
             PlateauConfig {
@@ -219,15 +221,7 @@ fn reduce_on_plateau_follows_pytorch() -> Result<(), Error> {
 #[test]
 fn a_restored_plateau_schedule_continues_exactly() -> Result<(), Error> {
     let (_, metric) = reference();
-    let config = PlateauConfig {
-        mode: PlateauMode::Min,
-        factor: 0.5,
-        patience: 2,
-        threshold: 1e-3,
-        cooldown: 1,
-        min_lr: 0.004,
-        ..PlateauConfig::default()
-    };
+    let config = plateau_min();
     for cut in [9, 12, 17, 23] {
         let mut opt = sgd()?;
         let mut s = ReduceLROnPlateau::new(&opt, config)?;

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::ports::{close, load, value};
+use common::ports::{close, load, mid_run, value, MidRun};
 use tenjin::nn::{Dropout, Linear, Module, ReLU, Sequential};
 use tenjin::optim::lr_scheduler::{CosineAnnealingLR, LrScheduler};
 use tenjin::optim::{Adam, AdamConfig, Optimizer};
@@ -48,11 +48,7 @@ fn train(model: &Sequential) -> Result<Vec<f64>, Error> {
 /// Steps `start..STEPS` of the script's `train`, from the optimizer and
 /// schedule state of `state` when given (PyTorch's, as the script saved
 /// them after `MID` steps).
-fn train_from(
-    model: &Sequential,
-    start: usize,
-    state: Option<&[(String, Tensor)]>,
-) -> Result<Vec<f64>, Error> {
+fn train_from(model: &Sequential, start: usize, state: Option<&MidRun>) -> Result<Vec<f64>, Error> {
     let (x, y) = data()?;
     let config = AdamConfig {
         lr: 1e-2,
@@ -61,18 +57,8 @@ fn train_from(
     let mut opt = Adam::new(model.parameters(), config)?;
     let mut schedule = CosineAnnealingLR::new(&mut opt, STEPS, 0.0)?;
     if let Some(state) = state {
-        let strip = |prefix: &str| -> Vec<(String, Tensor)> {
-            state
-                .iter()
-                .filter_map(|(n, t)| n.strip_prefix(prefix).map(|s| (s.to_string(), t.clone())))
-                .collect()
-        };
-        opt.load_state_dict(&strip("opt."))?;
-        let sched: Vec<(String, f64)> = strip("sched.")
-            .into_iter()
-            .map(|(n, t)| (n, t.item().unwrap()))
-            .collect();
-        schedule.load_state_dict(&sched)?;
+        opt.load_state_dict(&state.optimizer)?;
+        schedule.load_state_dict(&state.schedule)?;
     }
     model.train();
     let mut losses = Vec::new();
@@ -107,14 +93,9 @@ fn without_dropout_the_run_is_pytorchs() -> Result<(), Error> {
 
 #[test]
 fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> {
-    let mid = load("dropout_mlp_mid.safetensors");
+    let mid = mid_run(&load("dropout_mlp_mid.safetensors"));
     let model = make(0.0)?;
-    let weights: Vec<(String, Tensor)> = mid
-        .iter()
-        .filter(|(n, _)| !n.starts_with("opt.") && !n.starts_with("sched."))
-        .cloned()
-        .collect();
-    model.load_state_dict(&weights)?;
+    model.load_state_dict(&mid.weights)?;
     let losses = train_from(&model, MID, Some(&mid))?;
     let out = load("dropout_mlp_out.safetensors");
     close("losses", &losses, &value(&out, "losses")[MID..]);

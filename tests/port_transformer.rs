@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::ports::{close, close_above, load, value};
+use common::ports::{close, close_above, load, mid_run, value};
 use std::f64::consts::PI;
 use tenjin::nn::utils::clip_grad_norm;
 use tenjin::nn::{
@@ -229,26 +229,12 @@ fn from_pytorchs_initial_weights_the_run_is_pytorchs() -> Result<(), Error> {
 
 #[test]
 fn from_pytorchs_optimizer_and_schedule_state_it_resumes() -> Result<(), Error> {
-    let mid = load("transformer_mid.safetensors");
+    let mid = mid_run(&load("transformer_mid.safetensors"));
     let model = Model::new()?;
-    let weights: Vec<(String, Tensor)> = mid
-        .iter()
-        .filter(|(n, _)| !n.starts_with("opt.") && !n.starts_with("sched."))
-        .cloned()
-        .collect();
-    model.load_state_dict(&weights)?;
+    model.load_state_dict(&mid.weights)?;
     let (mut opt, mut schedule) = optimizer(&model)?;
-    let strip = |prefix: &str| -> Vec<(String, Tensor)> {
-        mid.iter()
-            .filter_map(|(n, t)| n.strip_prefix(prefix).map(|s| (s.to_string(), t.clone())))
-            .collect()
-    };
-    opt.load_state_dict(&strip("opt."))?;
-    let sched: Vec<(String, f64)> = strip("sched.")
-        .into_iter()
-        .map(|(n, t)| (n, t.item().unwrap()))
-        .collect();
-    schedule.load_state_dict(&sched)?;
+    opt.load_state_dict(&mid.optimizer)?;
+    schedule.load_state_dict(&mid.schedule)?;
     let losses = train(&model, &mut opt, &mut schedule, MID..STEPS)?;
     let out = load("transformer_out.safetensors");
     close("losses", &losses, &value(&out, "losses")[MID..]);

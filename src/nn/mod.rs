@@ -298,89 +298,55 @@ pub(crate) fn load_into(own: &[(String, Tensor)], state: &[(String, Tensor)]) ->
     Ok(())
 }
 
-impl<M: Module + ?Sized> Module for Box<M> {
-    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        (**self).forward(x)
-    }
+/// `Module` for a pointer to a module (`Box`, `Arc`): every method
+/// forwarded, so a boxed or shared layer is the layer.
+macro_rules! forward_module {
+    ($($ptr:ty),*) => {$(
+        impl<M: Module + ?Sized> Module for $ptr {
+            fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+                (**self).forward(x)
+            }
 
-    fn own_parameters(&self) -> Vec<(String, Tensor)> {
-        (**self).own_parameters()
-    }
+            fn own_parameters(&self) -> Vec<(String, Tensor)> {
+                (**self).own_parameters()
+            }
 
-    fn own_buffers(&self) -> Vec<(String, Tensor)> {
-        (**self).own_buffers()
-    }
+            fn own_buffers(&self) -> Vec<(String, Tensor)> {
+                (**self).own_buffers()
+            }
 
-    fn mode(&self) -> Option<&Mode> {
-        (**self).mode()
-    }
+            fn mode(&self) -> Option<&Mode> {
+                (**self).mode()
+            }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        (**self).parameters()
-    }
+            fn parameters(&self) -> Vec<Tensor> {
+                (**self).parameters()
+            }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        (**self).named_parameters()
-    }
+            fn named_parameters(&self) -> Vec<(String, Tensor)> {
+                (**self).named_parameters()
+            }
 
-    fn named_children(&self) -> Vec<(String, &dyn Module)> {
-        (**self).named_children()
-    }
+            fn named_children(&self) -> Vec<(String, &dyn Module)> {
+                (**self).named_children()
+            }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        (**self).named_buffers()
-    }
+            fn named_buffers(&self) -> Vec<(String, Tensor)> {
+                (**self).named_buffers()
+            }
 
-    fn set_training(&self, training: bool) {
-        (**self).set_training(training)
-    }
+            fn set_training(&self, training: bool) {
+                (**self).set_training(training)
+            }
 
-    fn is_training(&self) -> bool {
-        (**self).is_training()
-    }
+            fn is_training(&self) -> bool {
+                (**self).is_training()
+            }
+        }
+    )*};
 }
 
-impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
-    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
-        (**self).forward(x)
-    }
-
-    fn own_parameters(&self) -> Vec<(String, Tensor)> {
-        (**self).own_parameters()
-    }
-
-    fn own_buffers(&self) -> Vec<(String, Tensor)> {
-        (**self).own_buffers()
-    }
-
-    fn mode(&self) -> Option<&Mode> {
-        (**self).mode()
-    }
-
-    fn parameters(&self) -> Vec<Tensor> {
-        (**self).parameters()
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        (**self).named_parameters()
-    }
-
-    fn named_children(&self) -> Vec<(String, &dyn Module)> {
-        (**self).named_children()
-    }
-
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        (**self).named_buffers()
-    }
-
-    fn set_training(&self, training: bool) {
-        (**self).set_training(training)
-    }
-
-    fn is_training(&self) -> bool {
-        (**self).is_training()
-    }
-}
+forward_module!(Box<M>, std::sync::Arc<M>);
 
 /// Layers applied one after the other.
 ///

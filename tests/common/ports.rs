@@ -35,3 +35,36 @@ pub fn close_above(what: &str, got: &[f64], want: &[f64], floor: f64) {
         );
     }
 }
+
+/// A mid-run file's parts: the module's weights (the entries without an
+/// `opt.` or `sched.` prefix), the optimizer's state (`opt.…`, prefix
+/// dropped) and the schedule's (`sched.…`, as numbers).
+#[allow(dead_code)] // not every port resumes
+pub fn mid_run(entries: &[(String, Tensor)]) -> MidRun {
+    let strip = |prefix: &str| -> Vec<(String, Tensor)> {
+        entries
+            .iter()
+            .filter_map(|(n, t)| n.strip_prefix(prefix).map(|s| (s.to_string(), t.clone())))
+            .collect()
+    };
+    MidRun {
+        weights: entries
+            .iter()
+            .filter(|(n, _)| !n.starts_with("opt.") && !n.starts_with("sched."))
+            .cloned()
+            .collect(),
+        optimizer: strip("opt."),
+        schedule: strip("sched.")
+            .into_iter()
+            .map(|(n, t)| (n, t.item().expect("a number")))
+            .collect(),
+    }
+}
+
+/// See [`mid_run`].
+#[allow(dead_code)]
+pub struct MidRun {
+    pub weights: Vec<(String, Tensor)>,
+    pub optimizer: Vec<(String, Tensor)>,
+    pub schedule: Vec<(String, f64)>,
+}
