@@ -32,7 +32,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | user API | `nn` `optim` `data` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, data loading, gradients as tensors, checks, recomputed blocks, weights on disk |
+//! | user API | `nn` `optim` `data` `distributed` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, data loading, data-parallel training, gradients as tensors, checks, recomputed blocks, weights on disk |
 //! | ops | `ops` | every op: one index function, one path through the runtime |
 //! | tensor | `tensor` | the `Tensor` type, creation, views as affine maps |
 //! | tape | `trace` | nodes, leaves, the backward schedule and its interpreter |
@@ -67,6 +67,7 @@ pub mod autograd;
 mod checkpoint;
 mod cpu;
 pub mod data;
+pub mod distributed;
 pub mod dtype;
 pub mod error;
 pub mod gpu;

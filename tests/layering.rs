@@ -396,7 +396,7 @@ fn the_check_catches_each_kind_of_violation() {
             1,
         ),
         // A module nobody put in the table.
-        (file("distributed/mod.rs", "use crate::Error;\n"), 1),
+        (file("serving/mod.rs", "use crate::Error;\n"), 1),
         // Allowed: downward imports, the runtime importing a backend,
         // same-row imports in the user layer, comments, in-module super.
         (file("runtime/exec.rs", "use crate::cpu::CPU;\nuse super::storage::Storage;\n"), 0),

@@ -42,6 +42,8 @@ pub struct DataLoader<D: Dataset> {
     seed: Option<u64>,
     drop_last: bool,
     prefetch: usize,
+    /// `(rank, world)`: this rank's share of each epoch.
+    shard: Option<(usize, usize)>,
 }
 
 impl<D: Dataset> DataLoader<D> {
@@ -64,6 +66,7 @@ impl<D: Dataset> DataLoader<D> {
             seed: None,
             drop_last: false,
             prefetch: 2,
+            shard: None,
         })
     }
 
@@ -86,6 +89,33 @@ impl<D: Dataset> DataLoader<D> {
         self
     }
 
+    /// This rank's share of every epoch in data-parallel training
+    /// (PyTorch's `DistributedSampler`): the epoch's order (the same on
+    /// every rank, from the shared seed) padded by its first samples to a
+    /// multiple of `world`, then every `world`-th sample from `rank` on.
+    /// The ranks see disjoint samples (but for the padding) and the same
+    /// number of batches. `rank` must be below `world`.
+    ///
+    /// ```
+    /// # use tenjin::data::{DataLoader, TensorDataset};
+    /// # let x = tenjin::Tensor::from_vec(vec![0.0; 10], &[10])?;
+    /// let all = DataLoader::new(TensorDataset::new(vec![x.clone()])?, 2)?.shuffle(4);
+    /// let r1 = DataLoader::new(TensorDataset::new(vec![x])?, 2)?.shuffle(4).shard(1, 3)?;
+    /// let full = all.order(0);
+    /// assert_eq!(r1.order(0), vec![full[1], full[4], full[7], full[0]]); // 10 padded to 12
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn shard(mut self, rank: usize, world: usize) -> Result<DataLoader<D>, Error> {
+        if world == 0 || rank >= world {
+            return Err(Error::Invalid {
+                function: "DataLoader".into(),
+                message: format!("shard {rank} of {world}: the rank must be below the world size"),
+            });
+        }
+        self.shard = Some((rank, world));
+        Ok(self)
+    }
+
     /// The data set.
     pub fn dataset(&self) -> &D {
         &self.dataset
@@ -93,7 +123,10 @@ impl<D: Dataset> DataLoader<D> {
 
     /// Batches per epoch.
     pub fn len(&self) -> usize {
-        let n = self.dataset.len();
+        let n = match self.shard {
+            Some((_, world)) => self.dataset.len().div_ceil(world),
+            None => self.dataset.len(),
+        };
         if self.drop_last {
             n / self.batch_size
         } else {
@@ -108,7 +141,8 @@ impl<D: Dataset> DataLoader<D> {
     }
 
     /// The order of the samples in `epoch`: `0..len` without shuffling,
-    /// else a permutation fixed by the seed and the epoch.
+    /// else a permutation fixed by the seed and the epoch (with
+    /// [`DataLoader::shard`], this rank's share of it).
     ///
     /// ```
     /// # use tenjin::data::{DataLoader, TensorDataset};
@@ -132,7 +166,16 @@ impl<D: Dataset> DataLoader<D> {
                 order.swap(i, j);
             }
         }
-        order
+        match self.shard {
+            Some((rank, world)) => {
+                let padded = n.div_ceil(world) * world;
+                (rank..padded)
+                    .step_by(world)
+                    .map(|k| order[k % n])
+                    .collect()
+            }
+            None => order,
+        }
     }
 
     /// The batches of `epoch`, in order (see [`DataLoader::order`]).

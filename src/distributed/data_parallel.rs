@@ -1,0 +1,272 @@
+//! [`DataParallel`]: one model's gradients averaged over the ranks of a
+//! [`Collective`], in buckets, as PyTorch's `DistributedDataParallel`.
+
+use super::{error, Collective, PendingReduce};
+use crate::nn::Module;
+use crate::{DType, Error, Tensor};
+use std::cell::Cell;
+use std::sync::Arc;
+
+/// PyTorch's bucket sizes: the first bucket small, so its reduction starts
+/// early; the rest large, so few reductions run.
+const FIRST_BUCKET_BYTES: usize = 1 << 20;
+const BUCKET_BYTES: usize = 25 << 20;
+
+/// A model trained on every rank of `comm`, each on its own data: made
+/// after the model and before its optimizer; call
+/// [`DataParallel::sync_gradients`] between `backward` and the optimizer's
+/// `step`.
+///
+/// - At creation every rank checks that it holds the same parameters
+///   (names, shapes, dtypes); a difference is an `Err` on every rank,
+///   naming the first one. Then rank 0's values are copied to all.
+/// - Gradients go in buckets in reverse parameter order (the order
+///   backward finishes them): the first of at most 1 MiB, the others of
+///   at most 25 MiB. All buckets' reductions are started, then collected,
+///   and each gradient becomes its sum over the ranks divided by their
+///   number (the average is taken as the values are written back).
+/// - [`DataParallel::no_sync`] accumulates gradients locally (gradient
+///   accumulation): the next `sync_gradients` outside it averages them.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tenjin::distributed::{DataParallel, Local};
+/// use tenjin::nn::{Linear, Module};
+/// let model = Linear::new(4, 2, 0)?;
+/// let ddp = DataParallel::new(&model, Arc::new(Local))?;
+/// let x = tenjin::Tensor::ones(&[3, 4], tenjin::DType::F32)?;
+/// model.forward(&x)?.sum()?.backward()?;
+/// ddp.sync_gradients()?; // one rank: the gradients stay as they are
+/// assert_eq!(ddp.buckets().len(), 1);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub struct DataParallel {
+    comm: Arc<dyn Collective>,
+    params: Vec<(String, Tensor)>,
+    /// Parameter indices per bucket, in the order the buckets reduce.
+    buckets: Vec<Vec<usize>>,
+    /// Inside `no_sync`.
+    local_only: Cell<bool>,
+}
+
+impl DataParallel {
+    /// `model`'s parameters, checked against every rank's and set to rank
+    /// 0's, in PyTorch's buckets.
+    pub fn new(model: &dyn Module, comm: Arc<dyn Collective>) -> Result<DataParallel, Error> {
+        DataParallel::with_bucket_bytes(model, comm, FIRST_BUCKET_BYTES, BUCKET_BYTES)
+    }
+
+    /// As [`DataParallel::new`] with other bucket sizes (bytes of the
+    /// gradients' dtype; a parameter larger than a bucket has one alone).
+    pub fn with_bucket_bytes(
+        model: &dyn Module,
+        comm: Arc<dyn Collective>,
+        first: usize,
+        rest: usize,
+    ) -> Result<DataParallel, Error> {
+        let params = model.named_parameters();
+        if params.is_empty() {
+            return Err(error(
+                "DataParallel",
+                "the model has no parameters to keep in step".into(),
+            ));
+        }
+        check_same_parameters(comm.as_ref(), &params)?;
+        broadcast_values(comm.as_ref(), &params)?;
+        let buckets = buckets(&params, first, rest);
+        Ok(DataParallel {
+            comm,
+            params,
+            buckets,
+            local_only: Cell::new(false),
+        })
+    }
+
+    /// The parameters' names per bucket, in the order they reduce.
+    pub fn buckets(&self) -> Vec<Vec<String>> {
+        self.buckets
+            .iter()
+            .map(|b| b.iter().map(|&k| self.params[k].0.clone()).collect())
+            .collect()
+    }
+
+    /// Runs `f` (a forward and backward whose gradients are to accumulate)
+    /// with synchronisation off: a `sync_gradients` inside does nothing.
+    pub fn no_sync<R>(&self, f: impl FnOnce() -> R) -> R {
+        let before = self.local_only.replace(true);
+        let out = f();
+        self.local_only.set(before);
+        out
+    }
+
+    /// Averages every parameter's gradient over the ranks (a parameter
+    /// without one counts as zeros, and gets the average). A no-op inside
+    /// [`DataParallel::no_sync`]. On an error (a rank that does not arrive,
+    /// a mismatch) no gradient has changed.
+    pub fn sync_gradients(&self) -> Result<(), Error> {
+        if self.local_only.get() {
+            return Ok(());
+        }
+        let mut pending: Vec<PendingReduce> = Vec::with_capacity(self.buckets.len());
+        for bucket in &self.buckets {
+            let mut flat = Vec::new();
+            for &k in bucket {
+                let (_, p) = &self.params[k];
+                match p.grad() {
+                    Some(g) => flat.extend(g.to_vec_f64()?),
+                    None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
+                }
+            }
+            pending.push(self.comm.all_reduce_sum_start(flat)?);
+        }
+        let world = self.comm.world_size() as f64;
+        let mut averaged = Vec::with_capacity(self.params.len());
+        for (bucket, reduce) in self.buckets.iter().zip(pending) {
+            let sum = reduce.wait()?;
+            let mut at = 0;
+            for &k in bucket {
+                let (_, p) = &self.params[k];
+                let n = p.numel();
+                let mean: Vec<f64> = sum[at..at + n].iter().map(|v| v / world).collect();
+                at += n;
+                let g = Tensor::from_vec_f64(mean, p.shape())?
+                    .to_dtype(p.dtype())?
+                    .to_device(p.device())?;
+                averaged.push((k, g));
+            }
+        }
+        for (k, g) in averaged {
+            self.params[k].1.set_grad(Some(&g))?;
+        }
+        Ok(())
+    }
+}
+
+/// Every rank's parameters against rank 0's: counts, names, shapes and
+/// dtypes. Each rank finds its first difference with rank 0's; if any rank
+/// found one, every rank returns an error (none waits for the others).
+fn check_same_parameters(comm: &dyn Collective, params: &[(String, Tensor)]) -> Result<(), Error> {
+    let own = signature(params);
+    let mut len = [own.len() as f64];
+    comm.broadcast(&mut len, 0)?;
+    let mut first = vec![0.0; len[0] as usize];
+    if comm.rank() == 0 {
+        first.copy_from_slice(&own);
+    }
+    let differs = (own.len() != first.len()) as usize;
+    // Ranks whose signature has rank 0's length take part in its broadcast
+    // only if all do: agree on that first.
+    let mut any = [differs as f64];
+    comm.all_reduce_sum(&mut any)?;
+    if any[0] > 0.0 {
+        return Err(error(
+            "DataParallel",
+            format!(
+                "rank {} has {} parameters; the ranks do not all have rank 0's count",
+                comm.rank(),
+                params.len()
+            ),
+        ));
+    }
+    comm.broadcast(&mut first, 0)?;
+    let mismatch = first
+        .chunks(ENTRY)
+        .zip(own.chunks(ENTRY))
+        .position(|(a, b)| a != b);
+    let mut bad = [mismatch.is_some() as usize as f64];
+    comm.all_reduce_sum(&mut bad)?;
+    match mismatch {
+        Some(k) => Err(error(
+            "DataParallel",
+            format!(
+                "rank {}'s parameter {k} (`{}`, {:?} {:?}) differs from rank 0's",
+                comm.rank(),
+                params[k].0,
+                params[k].1.shape(),
+                params[k].1.dtype()
+            ),
+        )),
+        None if bad[0] > 0.0 => Err(error(
+            "DataParallel",
+            format!(
+                "{} rank(s) hold parameters that differ from rank 0's (see their errors)",
+                bad[0]
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Values per parameter in a signature: a hash of the name, the dtype, the
+/// rank and six dimensions (more are folded into the hash).
+const ENTRY: usize = 9;
+
+fn signature(params: &[(String, Tensor)]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(params.len() * ENTRY);
+    for (name, t) in params {
+        let shape = t.shape();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name
+            .bytes()
+            .chain(shape.iter().skip(6).flat_map(|d| d.to_le_bytes()))
+        {
+            h = (h ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+        }
+        out.push((h >> 12) as f64); // 52 bits: exact in f64
+        out.push(dtype_code(t.dtype()));
+        out.push(shape.len() as f64);
+        out.extend((0..6).map(|d| shape.get(d).map_or(-1.0, |&n| n as f64)));
+    }
+    out
+}
+
+fn dtype_code(d: DType) -> f64 {
+    match d {
+        DType::F32 => 0.0,
+        DType::F64 => 1.0,
+        DType::I32 => 2.0,
+        DType::I64 => 3.0,
+    }
+}
+
+/// Rank 0's values copied into every rank's parameters, in place.
+fn broadcast_values(comm: &dyn Collective, params: &[(String, Tensor)]) -> Result<(), Error> {
+    if comm.world_size() == 1 {
+        return Ok(());
+    }
+    let mut values = Vec::new();
+    for (_, p) in params {
+        values.extend(p.to_vec_f64()?);
+    }
+    comm.broadcast(&mut values, 0)?;
+    let mut at = 0;
+    let mut state = Vec::with_capacity(params.len());
+    for (name, p) in params {
+        let n = p.numel();
+        state.push((
+            name.clone(),
+            Tensor::from_vec_f64(values[at..at + n].to_vec(), p.shape())?,
+        ));
+        at += n;
+    }
+    crate::nn::load_into(params, &state)
+}
+
+/// Parameter indices in buckets: reverse order, the first bucket up to
+/// `first` bytes, the others up to `rest`.
+fn buckets(params: &[(String, Tensor)], first: usize, rest: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for k in (0..params.len()).rev() {
+        let t = &params[k].1;
+        let size = t.numel() * t.dtype().size();
+        let cap = if out.len() == 1 { first } else { rest };
+        if !out.last().is_some_and(Vec::is_empty) && bytes + size > cap {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        out.last_mut().expect("a bucket").push(k);
+        bytes += size;
+    }
+    out
+}

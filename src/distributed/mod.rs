@@ -1,0 +1,131 @@
+//! Data-parallel training (PyTorch's `torch.distributed` and
+//! `DistributedDataParallel`): the same training loop on `k` ranks, each
+//! on its own shard of the data, gradients averaged across the ranks
+//! before every optimizer step, so the ranks keep identical parameters.
+//!
+//! Owns the [`Collective`] interface (rank, world size, all-reduce,
+//! broadcast, barrier, a non-blocking all-reduce), its backends — [`Local`]
+//! (one rank, always built) and [`InProcess`] (ranks that are threads of
+//! one process, sharing memory: tests and one machine) — and
+//! [`DataParallel`], which checks that every rank holds the same
+//! parameters, broadcasts rank 0's, and averages gradients in buckets.
+//! Collectives work on host `f64` buffers; a rank that does not arrive
+//! makes the others' calls fail after a timeout instead of hanging. Must
+//! not touch the tape or the kernels: gradients are read and written
+//! through `Tensor::grad` and `Tensor::set_grad`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tenjin::distributed::{Collective, InProcess};
+//! let ranks = InProcess::group(3);
+//! let sums: Vec<Vec<f64>> = std::thread::scope(|s| {
+//!     let handles: Vec<_> = ranks
+//!         .into_iter()
+//!         .map(|c| s.spawn(move || {
+//!             let mut v = vec![c.rank() as f64, 1.0];
+//!             c.all_reduce_sum(&mut v).map(|_| v)
+//!         }))
+//!         .collect();
+//!     handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+//! });
+//! assert!(sums.iter().all(|v| v == &vec![3.0, 3.0])); // 0 + 1 + 2, 1 + 1 + 1
+//! ```
+
+mod data_parallel;
+mod in_process;
+
+pub use data_parallel::DataParallel;
+pub use in_process::InProcess;
+
+use crate::Error;
+
+/// What every rank of a group can do together. Every rank must call the
+/// collectives in the same order (as with MPI and NCCL); the `n`-th call
+/// of each rank meets the `n`-th call of the others.
+pub trait Collective: Send + Sync {
+    /// This process's (or thread's) number, `0..world_size()`.
+    fn rank(&self) -> usize;
+
+    /// The number of ranks.
+    fn world_size(&self) -> usize;
+
+    /// Replaces `buf` by the element-wise sum of every rank's `buf` (all of
+    /// one length), summed in rank order: every rank gets the same bits.
+    fn all_reduce_sum(&self, buf: &mut [f64]) -> Result<(), Error> {
+        let sum = self.all_reduce_sum_start(buf.to_vec())?.wait()?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    /// Starts an all-reduce of `buf` and returns at once; the sum is
+    /// [`PendingReduce::wait`]'s. Several may be in flight.
+    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error>;
+
+    /// Replaces `buf` on every rank by rank `root`'s.
+    fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error>;
+
+    /// Returns when every rank has called it.
+    fn barrier(&self) -> Result<(), Error> {
+        self.all_reduce_sum(&mut [])
+    }
+}
+
+/// An all-reduce in flight: [`PendingReduce::wait`] gives its sum.
+pub struct PendingReduce(Box<dyn FnOnce() -> Result<Vec<f64>, Error> + Send>);
+
+impl PendingReduce {
+    /// A reduce whose sum `wait` computes or collects.
+    pub fn new(wait: impl FnOnce() -> Result<Vec<f64>, Error> + Send + 'static) -> PendingReduce {
+        PendingReduce(Box::new(wait))
+    }
+
+    /// Blocks until every rank has contributed; the sum, or the error that
+    /// ended the collective (a timeout, a mismatch between ranks).
+    pub fn wait(self) -> Result<Vec<f64>, Error> {
+        (self.0)()
+    }
+}
+
+/// One rank alone: every collective returns its input (PyTorch's world of
+/// size 1). The default a training loop gets without a launcher.
+///
+/// ```
+/// use tenjin::distributed::{Collective, Local};
+/// let mut v = vec![1.0, 2.0];
+/// Local.all_reduce_sum(&mut v)?;
+/// assert_eq!((Local.rank(), Local.world_size(), v), (0, 1, vec![1.0, 2.0]));
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Local;
+
+impl Collective for Local {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn world_size(&self) -> usize {
+        1
+    }
+
+    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error> {
+        Ok(PendingReduce::new(move || Ok(buf)))
+    }
+
+    fn broadcast(&self, _: &mut [f64], root: usize) -> Result<(), Error> {
+        if root != 0 {
+            return Err(error(
+                "broadcast",
+                format!("root {root} in a world of 1 rank"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn error(op: &str, message: String) -> Error {
+    Error::Invalid {
+        function: format!("distributed::{op}"),
+        message,
+    }
+}
