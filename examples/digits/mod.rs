@@ -73,6 +73,11 @@ pub type Splits = (DataLoader<Split>, Arc<Digits>, Vec<usize>);
 /// The training split in shuffled full batches of 64 (one shape, one set
 /// of kernels), and the data with the test rows.
 pub fn training_batches() -> Result<Splits, Error> {
+    training_loader(BATCH)
+}
+
+/// As [`training_batches`], in batches of `batch`.
+pub fn training_loader(batch: usize) -> Result<Splits, Error> {
     let data = Arc::new(load());
     let order = shuffled(data.len(), 2024);
     let (train, test) = order.split_at(TRAIN);
@@ -80,7 +85,7 @@ pub fn training_batches() -> Result<Splits, Error> {
         data: data.clone(),
         rows: train.to_vec(),
     };
-    let loader = DataLoader::new(split, BATCH)?.shuffle(SEED).drop_last(true);
+    let loader = DataLoader::new(split, batch)?.shuffle(SEED).drop_last(true);
     Ok((loader, data, test.to_vec()))
 }
 

@@ -5,8 +5,9 @@
 //!
 //! Owns the [`Collective`] interface (rank, world size, all-reduce,
 //! broadcast, barrier, a non-blocking all-reduce), its backends — [`Local`]
-//! (one rank, always built) and [`InProcess`] (ranks that are threads of
-//! one process, sharing memory: tests and one machine) — and
+//! (one rank, always built), [`InProcess`] (ranks that are threads of
+//! one process, sharing memory: tests and one machine) and `Mpi` (ranks
+//! that are processes under `mpirun`, feature `mpi`) — and
 //! [`DataParallel`], which checks that every rank holds the same
 //! parameters, broadcasts rank 0's, and averages gradients in buckets.
 //! Collectives work on host `f64` buffers; a rank that does not arrive
@@ -33,9 +34,13 @@
 
 mod data_parallel;
 mod in_process;
+#[cfg(feature = "mpi")]
+mod mpi;
 
 pub use data_parallel::DataParallel;
 pub use in_process::InProcess;
+#[cfg(feature = "mpi")]
+pub use mpi::Mpi;
 
 use crate::Error;
 

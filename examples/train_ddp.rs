@@ -1,0 +1,154 @@
+//! Data-parallel training: `train_mlp`'s digits classifier on `k` ranks,
+//! each on its shard of every epoch (a batch of 64 split between them),
+//! gradients averaged by `tenjin::distributed::DataParallel` before every
+//! step, so every rank ends with the same parameters. Prints each rank's
+//! throughput and test accuracy; exits non-zero unless every rank reaches
+//! 95 % and all hold the same bits.
+//!
+//! ```sh
+//! cargo run --release --example train_ddp -- --threads 2      # ranks as threads
+//! cargo build --release --features mpi --example train_ddp    # ranks as processes
+//! mpirun -np 2 target/release/examples/train_ddp
+//! ```
+//!
+//! Under `mpirun` (Open MPI's or MPICH's environment variables seen) the
+//! ranks are MPI processes, which needs the build with feature `mpi`; each
+//! process runs one compute thread unless `TENJIN_NUM_THREADS` says
+//! otherwise.
+
+// The digits module's training loop (and the curves, the device
+// comparison) is train_mlp's; this example uses its data and helpers.
+#[allow(dead_code)]
+mod curves;
+#[allow(dead_code)]
+mod device_arg;
+#[allow(dead_code)]
+mod digits;
+
+use std::sync::Arc;
+use std::time::Instant;
+use tenjin::distributed::{Collective, DataParallel, InProcess};
+use tenjin::nn::{Linear, Module, ReLU, Sequential};
+use tenjin::optim::Optimizer;
+use tenjin::Error;
+
+const EPOCHS: u64 = 40;
+const GLOBAL_BATCH: usize = 64;
+
+/// What a rank reports: its rank, steps, samples a second, test accuracy,
+/// and whether its parameters are every rank's.
+struct Report {
+    rank: usize,
+    steps: usize,
+    samples_per_s: f64,
+    accuracy: f64,
+    same_as_all: bool,
+}
+
+fn run_rank(comm: Arc<dyn Collective>) -> Result<Report, Error> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    // Each rank starts from its own seed: DataParallel copies rank 0's.
+    let model = Sequential::new()
+        .add(Linear::new(digits::FEATURES, 128, 1 + 10 * rank as u64)?)
+        .add(ReLU)
+        .add(Linear::new(128, digits::CLASSES, 2 + 10 * rank as u64)?);
+    let ddp = DataParallel::new(&model, comm.clone())?;
+    let mut opt = digits::nesterov_sgd(&model)?;
+    let (loader, data, test) = digits::training_loader(GLOBAL_BATCH / world)?;
+    let loader = loader.shard(rank, world)?;
+    let (mut steps, mut samples) = (0, 0);
+    let start = Instant::now();
+    for epoch in 0..EPOCHS {
+        for batch in loader.epoch(epoch) {
+            let (x, y) = batch?;
+            opt.zero_grad();
+            model.forward(&x)?.cross_entropy(&y)?.backward()?;
+            ddp.sync_gradients()?;
+            opt.step()?;
+            steps += 1;
+            samples += y.len();
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let accuracy = digits::accuracy(&model, &data, &test)?;
+    // Identical bits on every rank: the sum of the ranks' values of each
+    // parameter element is world × this rank's.
+    let mut own = Vec::new();
+    for p in model.parameters() {
+        own.extend(p.to_vec_f64()?);
+    }
+    let mut all = own.clone();
+    comm.all_reduce_sum(&mut all)?;
+    let same_as_all = own.iter().zip(&all).all(|(v, s)| v * world as f64 == *s);
+    Ok(Report {
+        rank,
+        steps,
+        samples_per_s: samples as f64 / seconds,
+        accuracy,
+        same_as_all,
+    })
+}
+
+/// Whether `mpirun`/`mpiexec` started this process.
+fn under_mpi_launcher() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+fn main() -> Result<(), Error> {
+    let reports: Vec<Report> = if under_mpi_launcher() {
+        #[cfg(feature = "mpi")]
+        {
+            if std::env::var_os("TENJIN_NUM_THREADS").is_none() {
+                tenjin::jit::set_num_threads(1);
+            }
+            vec![run_rank(Arc::new(tenjin::distributed::Mpi::init()?))?]
+        }
+        #[cfg(not(feature = "mpi"))]
+        {
+            eprintln!("started by an MPI launcher, but built without feature `mpi`: cargo build --release --features mpi --example train_ddp");
+            std::process::exit(2);
+        }
+    } else {
+        let args: Vec<String> = std::env::args().collect();
+        let k = args
+            .iter()
+            .position(|a| a == "--threads")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2usize);
+        println!("{k} ranks as threads of this process (tenjin::distributed::InProcess)");
+        std::thread::scope(|s| {
+            let handles: Vec<_> = InProcess::group(k)
+                .into_iter()
+                .map(|c| s.spawn(move || run_rank(Arc::new(c))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a rank panicked"))
+                .collect::<Result<Vec<_>, Error>>()
+        })?
+    };
+    let mut ok = true;
+    for r in &reports {
+        println!(
+            "rank {}: {} steps, {:.0} samples/s, test accuracy {:.1}%, parameters {} every rank's",
+            r.rank,
+            r.steps,
+            r.samples_per_s,
+            100.0 * r.accuracy,
+            if r.same_as_all {
+                "equal to"
+            } else {
+                "DIFFERENT from"
+            }
+        );
+        ok &= r.accuracy >= 0.95 && r.same_as_all;
+    }
+    if !ok {
+        eprintln!("a rank is below 95% test accuracy or holds other parameters");
+        std::process::exit(1);
+    }
+    Ok(())
+}
