@@ -66,7 +66,13 @@ fn train(
 ) -> Result<Vec<f64>, Error> {
     let ddp = DataParallel::new(model, comm)?;
     let (lr, steps) = if exact { (0.0625, 3) } else { (0.1, 20) };
-    let mut opt = SGD::new(model.parameters(), SgdConfig { lr, ..Default::default() })?;
+    let mut opt = SGD::new(
+        model.parameters(),
+        SgdConfig {
+            lr,
+            ..Default::default()
+        },
+    )?;
     let (x, y) = rows(rows_, exact)?;
     for _ in 0..steps {
         opt.zero_grad();
@@ -87,7 +93,9 @@ fn main() -> Result<(), Error> {
     for exact in [false, true] {
         let batch = if exact { 8 } else { 12 };
         if exact && !(world.is_power_of_two() && batch % world == 0) {
-            println!("rank {rank} of {world}: no exact variant (the shares of 8 are not powers of two)");
+            println!(
+                "rank {rank} of {world}: no exact variant (the shares of 8 are not powers of two)"
+            );
             continue;
         }
         let whole: Vec<usize> = (0..batch).collect();
@@ -103,7 +111,10 @@ fn main() -> Result<(), Error> {
         let what = if exact { "exact data" } else { "MLP" };
         println!("rank {rank} of {world}, {what}: largest relative difference from one process on the whole batch {worst:.3e}");
         if exact {
-            assert_eq!(alone, together, "rank {rank}: bitwise equality on exact data");
+            assert_eq!(
+                alone, together,
+                "rank {rank}: bitwise equality on exact data"
+            );
         } else {
             assert!(worst <= 1e-6, "rank {rank}: {worst} over 1e-6");
         }

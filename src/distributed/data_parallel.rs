@@ -104,15 +104,20 @@ impl DataParallel {
     /// [`DataParallel::no_sync`]. On an error (a rank that does not arrive,
     /// a mismatch) no gradient has changed.
     pub fn sync_gradients(&self) -> Result<(), Error> {
-        if self.local_only.get() {
+        // One rank: the average is the gradient itself.
+        if self.local_only.get() || self.comm.world_size() == 1 {
             return Ok(());
         }
         let mut pending: Vec<PendingReduce> = Vec::with_capacity(self.buckets.len());
         for bucket in &self.buckets {
-            let mut flat = Vec::new();
+            let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
+            let mut flat = Vec::with_capacity(size);
             for &k in bucket {
                 let (_, p) = &self.params[k];
                 match p.grad() {
+                    Some(g) if g.dtype() == DType::F32 => {
+                        flat.extend(g.to_vec()?.into_iter().map(f64::from))
+                    }
                     Some(g) => flat.extend(g.to_vec_f64()?),
                     None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
                 }
@@ -126,12 +131,19 @@ impl DataParallel {
             let mut at = 0;
             for &k in bucket {
                 let (_, p) = &self.params[k];
-                let n = p.numel();
-                let mean: Vec<f64> = sum[at..at + n].iter().map(|v| v / world).collect();
-                at += n;
-                let g = Tensor::from_vec_f64(mean, p.shape())?
-                    .to_dtype(p.dtype())?
-                    .to_device(p.device())?;
+                let part = &sum[at..at + p.numel()];
+                at += p.numel();
+                let g = if p.dtype() == DType::F32 {
+                    Tensor::from_vec(part.iter().map(|v| (v / world) as f32).collect(), p.shape())?
+                } else {
+                    let mean = part.iter().map(|v| v / world).collect();
+                    Tensor::from_vec_f64(mean, p.shape())?.to_dtype(p.dtype())?
+                };
+                let g = if p.device() == crate::Device::Cpu {
+                    g
+                } else {
+                    g.to_device(p.device())?
+                };
                 averaged.push((k, g));
             }
         }
