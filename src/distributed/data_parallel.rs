@@ -101,8 +101,8 @@ impl DataParallel {
 
     /// Averages every parameter's gradient over the ranks (a parameter
     /// without one counts as zeros, and gets the average). A no-op inside
-    /// [`DataParallel::no_sync`]. On an error (a rank that does not arrive,
-    /// a mismatch) no gradient has changed.
+    /// [`DataParallel::no_sync`] and in a world of one rank. On an error
+    /// (a rank that does not arrive, a mismatch) no gradient has changed.
     pub fn sync_gradients(&self) -> Result<(), Error> {
         // One rank: the average is the gradient itself.
         if self.local_only.get() || self.comm.world_size() == 1 {
