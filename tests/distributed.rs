@@ -267,3 +267,63 @@ fn shards_split_every_epoch_between_the_ranks() -> Result<(), Error> {
         .is_err());
     Ok(())
 }
+
+/// Each parameter's gradient values.
+type Grads = Vec<Vec<f64>>;
+
+#[test]
+fn backward_with_overlap_gives_the_averages_of_backward_then_sync() -> Result<(), Error> {
+    // Small buckets, so several reductions start while backward runs.
+    let out = on_ranks(3, |c| -> Result<(Grads, Grads), Error> {
+        let rank = c.rank();
+        let comm: Arc<dyn Collective> = Arc::new(c);
+        let grads = |overlap: bool| -> Result<Grads, Error> {
+            let m = model(0)?;
+            let ddp = DataParallel::with_bucket_bytes(&m, comm.clone(), 8 * 10, 8 * 20)?;
+            let (x, y) = batch(rank, 3)?;
+            let loss = m.forward(&x)?.mse_loss(&y)?;
+            if overlap {
+                ddp.backward(&loss)?;
+            } else {
+                loss.backward()?;
+                ddp.sync_gradients()?;
+            }
+            m.parameters()
+                .iter()
+                .map(|p| p.grad().expect("a gradient").to_vec_f64())
+                .collect()
+        };
+        Ok((grads(true)?, grads(false)?))
+    });
+    let out: Vec<(Grads, Grads)> = out.into_iter().collect::<Result<_, _>>()?;
+    for (overlapped, after) in &out {
+        assert_eq!(overlapped, after, "the same averages, bit for bit");
+        assert_eq!(overlapped, &out[0].0, "on every rank");
+    }
+    // Accumulated gradients (after no_sync) reduce after backward, still right.
+    let out = on_ranks(2, |c| -> Result<Vec<f64>, Error> {
+        let rank = c.rank();
+        let m = model(0)?;
+        let ddp = DataParallel::new(&m, Arc::new(c))?;
+        let (x, y) = batch(rank, 2)?;
+        ddp.no_sync(|| m.forward(&x)?.mse_loss(&y)?.backward())?;
+        ddp.backward(&m.forward(&x)?.mse_loss(&y)?)?;
+        m.parameters()[0].grad().unwrap().to_vec_f64()
+    });
+    let out: Vec<Vec<f64>> = out.into_iter().collect::<Result<_, _>>()?;
+    assert_eq!(out[0], out[1]);
+    let m = model(0)?;
+    for rank in 0..2 {
+        let (x, y) = batch(rank, 2)?;
+        m.forward(&x)?.mse_loss(&y)?.mul_scalar(1.0)?.backward()?;
+    }
+    // Each rank accumulated twice its own gradient: the average of the two
+    // ranks' doubled gradients is the sum of their gradients.
+    for (g, want) in out[0]
+        .iter()
+        .zip(m.parameters()[0].grad().unwrap().to_vec_f64()?)
+    {
+        assert!((g - want).abs() <= 1e-12, "{g} against {want}");
+    }
+    Ok(())
+}

@@ -4,7 +4,8 @@
 //! so `main` is the test.
 //!
 //! Every rank trains a small MLP on its share of a batch of 12 (every
-//! k-th sample) for 20 SGD steps with `DataParallel`, and also, alone and
+//! k-th sample) for 20 SGD steps with `DataParallel::backward` (buckets
+//! reduced while backward runs), and also, alone and
 //! locally, on the whole batch; the two must agree within 1e-6 relative.
 //! Then, where the world size is a power of two, a linear model on data
 //! whose every partial sum is exact (dyadic values of few bits, a batch of
@@ -76,8 +77,14 @@ fn train(
     let (x, y) = rows(rows_, exact)?;
     for _ in 0..steps {
         opt.zero_grad();
-        model.forward(&x)?.mse_loss(&y)?.backward()?;
-        ddp.sync_gradients()?;
+        let loss = model.forward(&x)?.mse_loss(&y)?;
+        if exact {
+            loss.backward()?;
+            ddp.sync_gradients()?;
+        } else {
+            // Buckets reduced while backward runs.
+            ddp.backward(&loss)?;
+        }
         opt.step()?;
     }
     let mut out = Vec::new();

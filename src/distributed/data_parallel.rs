@@ -108,26 +108,170 @@ impl DataParallel {
         if self.local_only.get() || self.comm.world_size() == 1 {
             return Ok(());
         }
-        let mut pending: Vec<PendingReduce> = Vec::with_capacity(self.buckets.len());
-        for bucket in &self.buckets {
-            let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
-            let mut flat = Vec::with_capacity(size);
+        let mut pending = Vec::with_capacity(self.buckets.len());
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let mut flat = Vec::with_capacity(self.bucket_len(b));
             for &k in bucket {
                 let (_, p) = &self.params[k];
                 match p.grad() {
-                    Some(g) if g.dtype() == DType::F32 => {
-                        flat.extend(g.to_vec()?.into_iter().map(f64::from))
-                    }
-                    Some(g) => flat.extend(g.to_vec_f64()?),
+                    Some(g) => flat.extend(host_values(&g)?),
                     None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
                 }
             }
-            pending.push(self.comm.all_reduce_sum_start(flat)?);
+            pending.push((b, self.comm.all_reduce_sum_start(flat)?));
         }
+        self.write_back(pending)
+    }
+
+    /// `loss.backward()` with the gradients averaged over the ranks, each
+    /// bucket's all-reduce started as soon as backward has produced the
+    /// last gradient in it, so communication overlaps the rest of
+    /// backward (PyTorch's DDP does this from its autograd hooks). A bucket
+    /// whose parameters already hold gradients (accumulation after
+    /// [`DataParallel::no_sync`]) or get none is reduced after backward.
+    /// Inside `no_sync`, or with one rank, it is `loss.backward()`. The
+    /// averages equal [`DataParallel::sync_gradients`]'s bit for bit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tenjin::distributed::{DataParallel, Local};
+    /// use tenjin::nn::{Linear, Module};
+    /// let model = Linear::new(4, 2, 0)?;
+    /// let ddp = DataParallel::new(&model, Arc::new(Local))?;
+    /// let x = tenjin::Tensor::ones(&[3, 4], tenjin::DType::F32)?;
+    /// ddp.backward(&model.forward(&x)?.sum()?)?;
+    /// assert!(model.parameters()[0].grad().is_some());
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn backward(&self, loss: &Tensor) -> Result<(), Error> {
+        if self.local_only.get() || self.comm.world_size() == 1 {
+            return loss.backward();
+        }
+        // Which parameter a leaf is, and where its values go in its bucket.
+        let mut slot_of = std::collections::HashMap::new();
+        let mut fills: Vec<Fill> = Vec::with_capacity(self.buckets.len());
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let mut at = 0;
+            let mut late = false;
+            for &k in bucket {
+                let (_, p) = &self.params[k];
+                late |= p.grad().is_some();
+                if let crate::trace::Origin::Leaf(leaf) = p.origin() {
+                    slot_of.insert(std::sync::Arc::as_ptr(leaf) as usize, (b, at, k));
+                }
+                at += p.numel();
+            }
+            fills.push(Fill {
+                values: vec![0.0; at],
+                missing: bucket.len(),
+                late,
+                started: None,
+            });
+        }
+        let state = std::rc::Rc::new(std::cell::RefCell::new(Overlap {
+            fills,
+            order: Vec::new(),
+            error: None,
+        }));
+        let observer: crate::trace::FinalGradients = {
+            let state = state.clone();
+            let params: Vec<Tensor> = self.params.iter().map(|(_, t)| t.clone()).collect();
+            let comm = self.comm.clone();
+            std::rc::Rc::new(move |address, g| {
+                let Some(&(b, at, k)) = slot_of.get(&address) else {
+                    return;
+                };
+                let mut st = state.borrow_mut();
+                if st.error.is_some() || st.fills[b].late {
+                    return;
+                }
+                let p = &params[k];
+                let g = Tensor::dense(
+                    p.shape().to_vec(),
+                    g.clone(),
+                    crate::trace::Origin::Constant,
+                );
+                match host_values(&g) {
+                    Ok(v) => st.fills[b].values[at..at + v.len()].copy_from_slice(&v),
+                    Err(e) => {
+                        st.error = Some(e);
+                        return;
+                    }
+                }
+                st.fills[b].missing -= 1;
+                if st.fills[b].missing == 0 {
+                    let values = std::mem::take(&mut st.fills[b].values);
+                    match comm.all_reduce_sum_start(values) {
+                        Ok(p) => {
+                            st.fills[b].started = Some(p);
+                            st.order.push(b);
+                        }
+                        Err(e) => st.error = Some(e),
+                    }
+                }
+            })
+        };
+        let ran = crate::trace::observing_final_gradients(observer, || loss.backward());
+        let mut st = state.borrow_mut();
+        // Buckets not started during backward, in bucket order (the same
+        // on every rank): reduced from the committed gradients.
+        let mut pending: Vec<(usize, PendingReduce)> = Vec::with_capacity(self.buckets.len());
+        for &b in &st.order.clone() {
+            if let Some(p) = st.fills[b].started.take() {
+                pending.push((b, p));
+            }
+        }
+        for b in 0..self.buckets.len() {
+            if st.order.contains(&b) {
+                continue;
+            }
+            let mut flat = Vec::with_capacity(self.bucket_len(b));
+            for &k in &self.buckets[b] {
+                let (_, p) = &self.params[k];
+                match p.grad() {
+                    Some(g) => flat.extend(host_values(&g)?),
+                    None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
+                }
+            }
+            pending.push((b, self.comm.all_reduce_sum_start(flat)?));
+        }
+        // Every started reduction is waited for, so the ranks stay in step
+        // even when this rank's backward failed; then nothing is written.
+        if let Some(e) = st.error.take().or(ran.err()) {
+            for (_, reduce) in pending {
+                let _ = reduce.wait();
+            }
+            return Err(e);
+        }
+        self.write_back(pending)
+    }
+
+    /// How many values bucket `b` holds.
+    fn bucket_len(&self, b: usize) -> usize {
+        self.buckets[b]
+            .iter()
+            .map(|&k| self.params[k].1.numel())
+            .sum()
+    }
+
+    /// Waits for each bucket's sum and sets its parameters' gradients to
+    /// the average, after every wait succeeded (all or nothing).
+    fn write_back(&self, pending: Vec<(usize, PendingReduce)>) -> Result<(), Error> {
         let world = self.comm.world_size() as f64;
+        let mut sums = Vec::with_capacity(pending.len());
+        let mut failed = None;
+        for (b, reduce) in pending {
+            match reduce.wait() {
+                Ok(sum) => sums.push((b, sum)),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
         let mut averaged = Vec::with_capacity(self.params.len());
-        for (bucket, reduce) in self.buckets.iter().zip(pending) {
-            let sum = reduce.wait()?;
+        for (b, sum) in sums {
+            let bucket = &self.buckets[b];
             let mut at = 0;
             for &k in bucket {
                 let (_, p) = &self.params[k];
@@ -151,6 +295,34 @@ impl DataParallel {
             self.params[k].1.set_grad(Some(&g))?;
         }
         Ok(())
+    }
+}
+
+/// A bucket being filled during backward.
+struct Fill {
+    values: Vec<f64>,
+    /// Parameters whose final gradient has not arrived.
+    missing: usize,
+    /// Reduced after backward instead (a parameter held a gradient).
+    late: bool,
+    started: Option<PendingReduce>,
+}
+
+/// What the backward observer shares with [`DataParallel::backward`].
+struct Overlap {
+    fills: Vec<Fill>,
+    /// Buckets in the order their reductions started.
+    order: Vec<usize>,
+    error: Option<Error>,
+}
+
+/// A gradient's values on the host as `f64` (f32 read without a cast
+/// kernel).
+fn host_values(g: &Tensor) -> Result<Vec<f64>, Error> {
+    if g.dtype() == DType::F32 {
+        Ok(g.to_vec()?.into_iter().map(f64::from).collect())
+    } else {
+        g.to_vec_f64()
     }
 }
 

@@ -23,8 +23,36 @@ use crate::runtime::exec;
 use crate::runtime::Storage;
 use crate::trace::Origin;
 use crate::Error;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
+
+/// Told, during a backward, each leaf's gradient as soon as the schedule
+/// will add nothing more to it: the leaf's address and the gradient this
+/// backward computed for it (before it is added to one the leaf holds, and
+/// before the all-or-nothing commit at the end).
+pub(crate) type FinalGradients = Rc<dyn Fn(usize, &Arc<Storage>)>;
+
+thread_local! {
+    static OBSERVER: RefCell<Option<FinalGradients>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (which runs backward passes on this thread) with `observer`
+/// told every leaf's final gradient as the schedule produces it: what a
+/// data-parallel step needs to start reducing a bucket while backward goes
+/// on. The previous observer is restored after `f`, even if it panics.
+pub(crate) fn observing_final_gradients<R>(observer: FinalGradients, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<FinalGradients>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            OBSERVER.with(|o| *o.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(OBSERVER.with(|o| o.borrow_mut().replace(observer)));
+    f()
+}
 
 struct Executor<'a> {
     schedule: &'a Schedule,
@@ -33,6 +61,24 @@ struct Executor<'a> {
     leaves: Vec<(Arc<Leaf>, Option<Arc<Storage>>)>,
     /// Leaf address → index in `leaves`.
     leaf_index: HashMap<usize, usize>,
+    /// With an observer: each leaf's deliveries still to come, and whom to
+    /// tell when a leaf's count reaches zero.
+    observed: Option<(HashMap<usize, usize>, FinalGradients)>,
+}
+
+/// How many gradients `schedule` delivers to each leaf (by address).
+fn deliveries(schedule: &Schedule) -> HashMap<usize, usize> {
+    let mut count = HashMap::new();
+    for step in &schedule.steps {
+        for &e in &step.deliver {
+            if schedule.targets[step.node][e].is_none() {
+                if let Origin::Leaf(leaf) = &schedule.nodes[step.node].edges[e] {
+                    *count.entry(Arc::as_ptr(leaf) as usize).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    count
 }
 
 impl Machine for Executor<'_> {
@@ -150,14 +196,23 @@ impl Machine for Executor<'_> {
             ));
         };
         let next = self.leaves.len();
-        let k = *self
-            .leaf_index
-            .entry(Arc::as_ptr(leaf) as usize)
-            .or_insert(next);
+        let address = Arc::as_ptr(leaf) as usize;
+        let k = *self.leaf_index.entry(address).or_insert(next);
         if k == next {
             self.leaves.push((leaf.clone(), None));
         }
-        add_into(&mut self.leaves[k].1, g)
+        add_into(&mut self.leaves[k].1, g)?;
+        if let Some((remaining, observer)) = &mut self.observed {
+            if let Some(left) = remaining.get_mut(&address) {
+                *left -= 1;
+                if *left == 0 {
+                    if let Some(g) = &self.leaves[k].1 {
+                        observer(address, g);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<(), Error> {
@@ -197,12 +252,16 @@ pub(crate) fn run(
     retain_graph: bool,
 ) -> Result<(), Error> {
     let schedule = Schedule::new(root)?;
+    let observed = OBSERVER
+        .with(|o| o.borrow().clone())
+        .map(|observer| (deliveries(&schedule), observer));
     replay(
         &schedule,
         &mut Executor {
             schedule: &schedule,
             leaves: Vec::new(),
             leaf_index: HashMap::new(),
+            observed,
         },
         seed,
         retain_graph,

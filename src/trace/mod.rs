@@ -25,6 +25,7 @@ pub use crate::runtime::{
     plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
 };
 pub(crate) use backward::run as run_backward;
+pub(crate) use backward::{observing_final_gradients, FinalGradients};
 pub(crate) use explain::explain_node;
 pub use explain::{Explanation, StageLine};
 pub(crate) use memory_plan::plan_backward;
