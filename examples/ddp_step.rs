@@ -15,9 +15,11 @@
 //! mpirun -np 2 target/release/examples/ddp_step            # ranks as processes
 //! ```
 
+mod ranks;
+
 use std::sync::Arc;
 use std::time::Instant;
-use tenjin::distributed::{Collective, DataParallel, InProcess};
+use tenjin::distributed::{Collective, DataParallel};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Error, Tensor};
@@ -114,43 +116,7 @@ fn main() -> Result<(), Error> {
     } else {
         41
     };
-    let launched = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    if launched {
-        #[cfg(feature = "mpi")]
-        {
-            if std::env::var_os("TENJIN_NUM_THREADS").is_none() {
-                tenjin::jit::set_num_threads(1);
-            }
-            println!(
-                "{}",
-                run_rank(Arc::new(tenjin::distributed::Mpi::init()?), rounds)?
-            );
-            return Ok(());
-        }
-        #[cfg(not(feature = "mpi"))]
-        {
-            eprintln!("started by an MPI launcher, but built without feature `mpi`");
-            std::process::exit(2);
-        }
-    }
-    let k = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2usize);
-    let lines = std::thread::scope(|s| {
-        let handles: Vec<_> = InProcess::group(k)
-            .into_iter()
-            .map(|c| s.spawn(move || run_rank(Arc::new(c), rounds)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a rank panicked"))
-            .collect::<Result<Vec<_>, Error>>()
-    })?;
+    let lines = ranks::run(|comm| run_rank(comm, rounds))?;
     for l in lines {
         println!("{l}");
     }

@@ -24,10 +24,11 @@ mod curves;
 mod device_arg;
 #[allow(dead_code)]
 mod digits;
+mod ranks;
 
 use std::sync::Arc;
 use std::time::Instant;
-use tenjin::distributed::{Collective, DataParallel, InProcess};
+use tenjin::distributed::{Collective, DataParallel};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::optim::Optimizer;
 use tenjin::Error;
@@ -89,47 +90,8 @@ fn run_rank(comm: Arc<dyn Collective>) -> Result<Report, Error> {
     })
 }
 
-/// Whether `mpirun`/`mpiexec` started this process.
-fn under_mpi_launcher() -> bool {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-}
-
 fn main() -> Result<(), Error> {
-    let reports: Vec<Report> = if under_mpi_launcher() {
-        #[cfg(feature = "mpi")]
-        {
-            if std::env::var_os("TENJIN_NUM_THREADS").is_none() {
-                tenjin::jit::set_num_threads(1);
-            }
-            vec![run_rank(Arc::new(tenjin::distributed::Mpi::init()?))?]
-        }
-        #[cfg(not(feature = "mpi"))]
-        {
-            eprintln!("started by an MPI launcher, but built without feature `mpi`: cargo build --release --features mpi --example train_ddp");
-            std::process::exit(2);
-        }
-    } else {
-        let args: Vec<String> = std::env::args().collect();
-        let k = args
-            .iter()
-            .position(|a| a == "--threads")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2usize);
-        println!("{k} ranks as threads of this process (tenjin::distributed::InProcess)");
-        std::thread::scope(|s| {
-            let handles: Vec<_> = InProcess::group(k)
-                .into_iter()
-                .map(|c| s.spawn(move || run_rank(Arc::new(c))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a rank panicked"))
-                .collect::<Result<Vec<_>, Error>>()
-        })?
-    };
+    let reports = ranks::run(run_rank)?;
     let mut ok = true;
     for r in &reports {
         println!(
