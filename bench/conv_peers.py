@@ -4,7 +4,9 @@ sum(conv(x, w) * G), as ../shared/bench/workloads.py's conv and conv2d;
 value and gradient of sum(pool(x) * G) for the pools), one JSON line each
 with the median time in ms.
 
-Usage: python bench/conv_peers.py THREADS [WORKLOAD] [smoke]   (under taskset with as many cores)
+Usage: python bench/conv_peers.py THREADS [WORKLOAD] [smoke] [peers]   (under taskset with as many cores)
+
+`peers` adds torch.compile and JAX jit for the pools.
 """
 import sys
 
@@ -16,7 +18,7 @@ import torch.nn.functional as F
 from peers import median_ms, report, rng
 
 reps = 1 if "smoke" in sys.argv else 11
-only = next((a for a in sys.argv[2:] if a != "smoke"), None)
+only = next((a for a in sys.argv[2:] if a not in ("smoke", "peers")), None)
 
 
 def value_grad(workload, size, x_shape, w_shape, conv):
@@ -50,8 +52,44 @@ def pool_value_grad(workload, size, pool):
     report("torch", workload, size, median_ms(reps, vg))
 
 
+def pool_value_grad_peers(workload, size, pool, jax_pool):
+    """`pool_value_grad` under torch.compile and JAX jit (with `peers` on
+    the command line)."""
+    x_np = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
+    x = torch.from_numpy(x_np).requires_grad_(True)
+    G_np = rng.standard_normal(pool(x).shape).astype(np.float32)
+    G = torch.from_numpy(G_np)
+    compiled = torch.compile(lambda x: (pool(x) * G).sum())
+
+    def vg():
+        v = compiled(x)
+        return v, torch.autograd.grad(v, (x,))
+    report("torch_compile", workload, size, median_ms(reps, vg))
+    import jax
+    import jax.numpy as jnp
+    f = jax.jit(jax.value_and_grad(lambda x: (jax_pool(x) * jnp.asarray(G_np)).sum()))
+    xj = jnp.asarray(x_np)
+    report("jax", workload, size, median_ms(reps, lambda: jax.block_until_ready(f(xj))))
+
+
+def jax_pool(op, init, kernel, stride, padding, scale=1.0):
+    import jax
+    pads = ((0, 0), (0, 0), (padding, padding), (padding, padding))
+    return lambda x: jax.lax.reduce_window(x, init, op, (1, 1, kernel, kernel), (1, 1, stride, stride), pads) * scale
+
+
+peers = "peers" in sys.argv
 if only in (None, "max_pool2d"):
     pool_value_grad("max_pool2d", "B=32,C=O=64,32x32,3x3,s2,p1",
                     lambda x: F.max_pool2d(x, 3, stride=2, padding=1))
+    if peers:
+        import jax.lax
+        pool_value_grad_peers("max_pool2d", "B=32,C=O=64,32x32,3x3,s2,p1",
+                              lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+                              jax_pool(jax.lax.max, -np.inf, 3, 2, 1))
 if only in (None, "avg_pool2d"):
     pool_value_grad("avg_pool2d", "B=32,C=O=64,32x32,2x2,s2", lambda x: F.avg_pool2d(x, 2))
+    if peers:
+        import jax.lax
+        pool_value_grad_peers("avg_pool2d", "B=32,C=O=64,32x32,2x2,s2", lambda x: F.avg_pool2d(x, 2),
+                              jax_pool(jax.lax.add, 0.0, 2, 2, 0, 0.25))
