@@ -14,11 +14,14 @@
 //! cargo run --release --example clip_step -- smoke   # a few steps, untimed
 //! ```
 
+#[allow(dead_code)] // only its MLP is used here
+mod bench_common;
+
 use std::time::Instant;
 use tenjin::nn::utils::clip_grad_norm;
 use tenjin::nn::{
     AttendOptions, Embedding, LayerNorm, Linear, Module, ModuleList, MultiheadAttention,
-    MultiheadAttentionConfig, ReLU, Sequential, GELU,
+    MultiheadAttentionConfig, Sequential, GELU,
 };
 use tenjin::optim::{AdamConfig, AdamW, Optimizer};
 use tenjin::{CrossEntropyOptions, DType, Error, Tensor};
@@ -148,12 +151,7 @@ fn main() -> Result<(), Error> {
     let smoke = std::env::args().any(|a| a == "smoke");
     let rounds = if smoke { 3 } else { 101 };
 
-    let mlp = Sequential::new()
-        .add(Linear::new(784, 512, 1)?)
-        .add(ReLU)
-        .add(Linear::new(512, 512, 2)?)
-        .add(ReLU)
-        .add(Linear::new(512, 10, 3)?);
+    let mlp = bench_common::mlp()?;
     let x = Tensor::randn(&[64, 784], DType::F32, 4)?;
     let labels: Vec<usize> = (0..64).map(|i| (i * 7) % 10).collect();
     timed_steps(

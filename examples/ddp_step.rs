@@ -17,10 +17,13 @@
 
 mod ranks;
 
+#[allow(dead_code)] // only its MLP is used here
+mod bench_common;
+
 use std::sync::Arc;
 use std::time::Instant;
 use tenjin::distributed::{Collective, DataParallel};
-use tenjin::nn::{Linear, Module, ReLU, Sequential};
+use tenjin::nn::Module;
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Error, Tensor};
 
@@ -28,12 +31,7 @@ const GLOBAL_BATCH: usize = 256;
 
 fn run_rank(comm: Arc<dyn Collective>, rounds: usize) -> Result<String, Error> {
     let (rank, world) = (comm.rank(), comm.world_size());
-    let model = Sequential::new()
-        .add(Linear::new(784, 512, 1)?)
-        .add(ReLU)
-        .add(Linear::new(512, 512, 2)?)
-        .add(ReLU)
-        .add(Linear::new(512, 10, 3)?);
+    let model = bench_common::mlp()?;
     let ddp = match bucket_bytes() {
         Some(bytes) => DataParallel::with_bucket_bytes(&model, comm.clone(), bytes, bytes)?,
         None => DataParallel::new(&model, comm.clone())?,

@@ -131,17 +131,12 @@ fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
 /// One SGD step of the MLP 784-512-512-10 (ReLU, softmax cross-entropy),
 /// as `../shared/bench/workloads.py` writes it for PyTorch.
 fn mlp(batch: usize) -> Result<(), tenjin::Error> {
-    use tenjin::nn::{Linear, Module, ReLU, Sequential};
+    use tenjin::nn::Module;
     use tenjin::optim::{Optimizer, SgdConfig, SGD};
     use tenjin::Tensor;
     let x = Tensor::from_vec(data(batch * 784, 3, 1.0), &[batch, 784])?;
     let y: Vec<usize> = (0..batch).map(|i| (i * 7 + 3) % 10).collect();
-    let model = Sequential::new()
-        .add(Linear::new(784, 512, 1)?)
-        .add(ReLU)
-        .add(Linear::new(512, 512, 2)?)
-        .add(ReLU)
-        .add(Linear::new(512, 10, 3)?);
+    let model = bench_common::mlp()?;
     let mut opt = SGD::new(
         model.parameters(),
         SgdConfig {

@@ -1,9 +1,24 @@
-//! What the side-by-side benchmark examples (`peers`, `staged_peers`)
-//! share: their data, their timing and their JSON lines. Not an example
-//! itself (a folder without `main.rs`).
+//! What the side-by-side benchmark examples (`peers`, `staged_peers`,
+//! `clip_step`, `ddp_step`, …) share: their data, their timing, their JSON
+//! lines and the MLP of the training-step rows. Not an example itself (a
+//! folder without `main.rs`).
 
 use std::time::Instant;
+use tenjin::nn::{Linear, ReLU, Sequential};
 use tenjin::{jit, Error};
+
+/// The MLP 784-512-512-10 of the training-step rows (ReLU between the
+/// layers, f32, seeds 1, 2, 3), as `bench/models.py` writes it for the
+/// peers.
+#[allow(dead_code)] // not every benchmark trains it
+pub fn mlp() -> Result<Sequential, Error> {
+    Ok(Sequential::new()
+        .add(Linear::new(784, 512, 1)?)
+        .add(ReLU)
+        .add(Linear::new(512, 512, 2)?)
+        .add(ReLU)
+        .add(Linear::new(512, 10, 3)?))
+}
 
 /// Deterministic values in [-scale, scale).
 pub fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {

@@ -3,8 +3,11 @@
 
 use super::{error, Collective, PendingReduce};
 use crate::nn::Module;
+use crate::trace::{FinalGradients, Origin};
 use crate::{DType, Error, Tensor};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// PyTorch's bucket sizes: the first bucket small, so its reduction starts
@@ -109,16 +112,8 @@ impl DataParallel {
             return Ok(());
         }
         let mut pending = Vec::with_capacity(self.buckets.len());
-        for (b, bucket) in self.buckets.iter().enumerate() {
-            let mut flat = Vec::with_capacity(self.bucket_len(b));
-            for &k in bucket {
-                let (_, p) = &self.params[k];
-                match p.grad() {
-                    Some(g) => flat.extend(host_values(&g)?),
-                    None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
-                }
-            }
-            pending.push((b, self.comm.all_reduce_sum_start(flat)?));
+        for b in 0..self.buckets.len() {
+            pending.push((b, self.comm.all_reduce_sum_start(self.bucket_values(b)?)?));
         }
         self.write_back(pending)
     }
@@ -147,93 +142,23 @@ impl DataParallel {
         if self.local_only.get() || self.comm.world_size() == 1 {
             return loss.backward();
         }
-        // Which parameter a leaf is, and where its values go in its bucket.
-        let mut slot_of = std::collections::HashMap::new();
-        let mut fills: Vec<Fill> = Vec::with_capacity(self.buckets.len());
-        for (b, bucket) in self.buckets.iter().enumerate() {
-            let mut at = 0;
-            let mut late = false;
-            for &k in bucket {
-                let (_, p) = &self.params[k];
-                late |= p.grad().is_some();
-                if let crate::trace::Origin::Leaf(leaf) = p.origin() {
-                    slot_of.insert(std::sync::Arc::as_ptr(leaf) as usize, (b, at, k));
-                }
-                at += p.numel();
-            }
-            fills.push(Fill {
-                values: vec![0.0; at],
-                missing: bucket.len(),
-                late,
-                started: None,
-            });
-        }
-        let state = std::rc::Rc::new(std::cell::RefCell::new(Overlap {
+        let (slot_of, fills) = self.fills();
+        let state = Rc::new(RefCell::new(Overlap {
             fills,
-            order: Vec::new(),
+            started: Vec::new(),
             error: None,
         }));
-        let observer: crate::trace::FinalGradients = {
-            let state = state.clone();
-            let params: Vec<Tensor> = self.params.iter().map(|(_, t)| t.clone()).collect();
-            let comm = self.comm.clone();
-            std::rc::Rc::new(move |address, g| {
-                let Some(&(b, at, k)) = slot_of.get(&address) else {
-                    return;
-                };
-                let mut st = state.borrow_mut();
-                if st.error.is_some() || st.fills[b].late {
-                    return;
-                }
-                let p = &params[k];
-                let g = Tensor::dense(
-                    p.shape().to_vec(),
-                    g.clone(),
-                    crate::trace::Origin::Constant,
-                );
-                match host_values(&g) {
-                    Ok(v) => st.fills[b].values[at..at + v.len()].copy_from_slice(&v),
-                    Err(e) => {
-                        st.error = Some(e);
-                        return;
-                    }
-                }
-                st.fills[b].missing -= 1;
-                if st.fills[b].missing == 0 {
-                    let values = std::mem::take(&mut st.fills[b].values);
-                    match comm.all_reduce_sum_start(values) {
-                        Ok(p) => {
-                            st.fills[b].started = Some(p);
-                            st.order.push(b);
-                        }
-                        Err(e) => st.error = Some(e),
-                    }
-                }
-            })
-        };
+        let observer = self.observer(slot_of, state.clone());
         let ran = crate::trace::observing_final_gradients(observer, || loss.backward());
         let mut st = state.borrow_mut();
-        // Buckets not started during backward, in bucket order (the same
-        // on every rank): reduced from the committed gradients.
-        let mut pending: Vec<(usize, PendingReduce)> = Vec::with_capacity(self.buckets.len());
-        for &b in &st.order.clone() {
-            if let Some(p) = st.fills[b].started.take() {
-                pending.push((b, p));
-            }
-        }
+        // The buckets started during backward, in the order they started;
+        // then the others in bucket order (the same on every rank),
+        // reduced from the committed gradients.
+        let mut pending = std::mem::take(&mut st.started);
         for b in 0..self.buckets.len() {
-            if st.order.contains(&b) {
-                continue;
+            if !pending.iter().any(|(started, _)| *started == b) {
+                pending.push((b, self.comm.all_reduce_sum_start(self.bucket_values(b)?)?));
             }
-            let mut flat = Vec::with_capacity(self.bucket_len(b));
-            for &k in &self.buckets[b] {
-                let (_, p) = &self.params[k];
-                match p.grad() {
-                    Some(g) => flat.extend(host_values(&g)?),
-                    None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
-                }
-            }
-            pending.push((b, self.comm.all_reduce_sum_start(flat)?));
         }
         // Every started reduction is waited for, so the ranks stay in step
         // even when this rank's backward failed; then nothing is written.
@@ -246,12 +171,80 @@ impl DataParallel {
         self.write_back(pending)
     }
 
-    /// How many values bucket `b` holds.
-    fn bucket_len(&self, b: usize) -> usize {
-        self.buckets[b]
-            .iter()
-            .map(|&k| self.params[k].1.numel())
-            .sum()
+    /// Bucket `b`'s gradients on the host, zeros for a parameter without
+    /// one.
+    fn bucket_values(&self, b: usize) -> Result<Vec<f64>, Error> {
+        let bucket = &self.buckets[b];
+        let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
+        let mut flat = Vec::with_capacity(size);
+        for &k in bucket {
+            let (_, p) = &self.params[k];
+            match p.grad() {
+                Some(g) => flat.extend(host_values(&g)?),
+                None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
+            }
+        }
+        Ok(flat)
+    }
+
+    /// For [`DataParallel::backward`]: each parameter's leaf (by address)
+    /// → its bucket, its offset there and its index; and each bucket's
+    /// empty fill (late when a parameter already holds a gradient).
+    fn fills(&self) -> (Slots, Vec<Fill>) {
+        let mut slot_of = HashMap::new();
+        let mut fills = Vec::with_capacity(self.buckets.len());
+        for (b, bucket) in self.buckets.iter().enumerate() {
+            let mut at = 0;
+            let mut late = false;
+            for &k in bucket {
+                let (_, p) = &self.params[k];
+                late |= p.grad().is_some();
+                if let Origin::Leaf(leaf) = p.origin() {
+                    slot_of.insert(Arc::as_ptr(leaf) as usize, (b, at, k));
+                }
+                at += p.numel();
+            }
+            fills.push(Fill {
+                values: vec![0.0; at],
+                missing: bucket.len(),
+                late,
+            });
+        }
+        (slot_of, fills)
+    }
+
+    /// What backward tells each parameter's final gradient: it is copied
+    /// into its bucket, and a bucket's all-reduce starts when its last
+    /// gradient is in. An error stops the filling and is kept for later.
+    fn observer(&self, slot_of: Slots, state: Rc<RefCell<Overlap>>) -> FinalGradients {
+        let params: Vec<Tensor> = self.params.iter().map(|(_, t)| t.clone()).collect();
+        let comm = self.comm.clone();
+        Rc::new(move |address, g| {
+            let Some(&(b, at, k)) = slot_of.get(&address) else {
+                return;
+            };
+            let st = &mut *state.borrow_mut();
+            if st.error.is_some() || st.fills[b].late {
+                return;
+            }
+            let g = Tensor::dense(params[k].shape().to_vec(), g.clone(), Origin::Constant);
+            let fill = &mut st.fills[b];
+            match host_values(&g) {
+                Ok(v) => fill.values[at..at + v.len()].copy_from_slice(&v),
+                Err(e) => {
+                    st.error = Some(e);
+                    return;
+                }
+            }
+            fill.missing -= 1;
+            if fill.missing == 0 {
+                let values = std::mem::take(&mut fill.values);
+                match comm.all_reduce_sum_start(values) {
+                    Ok(p) => st.started.push((b, p)),
+                    Err(e) => st.error = Some(e),
+                }
+            }
+        })
     }
 
     /// Waits for each bucket's sum and sets its parameters' gradients to
@@ -298,6 +291,10 @@ impl DataParallel {
     }
 }
 
+/// Each parameter's leaf (by address) → its bucket, its offset in the
+/// bucket's values, and its index among the parameters.
+type Slots = HashMap<usize, (usize, usize, usize)>;
+
 /// A bucket being filled during backward.
 struct Fill {
     values: Vec<f64>,
@@ -305,14 +302,13 @@ struct Fill {
     missing: usize,
     /// Reduced after backward instead (a parameter held a gradient).
     late: bool,
-    started: Option<PendingReduce>,
 }
 
 /// What the backward observer shares with [`DataParallel::backward`].
 struct Overlap {
     fills: Vec<Fill>,
-    /// Buckets in the order their reductions started.
-    order: Vec<usize>,
+    /// The reductions started during backward, in the order they started.
+    started: Vec<(usize, PendingReduce)>,
     error: Option<Error>,
 }
 

@@ -66,9 +66,7 @@ impl MaxPool2d {
             ceil_mode: false,
         }
     }
-}
 
-impl MaxPool2d {
     /// The pooled values and where each maximum is (PyTorch's
     /// `MaxPool2d(return_indices=True)`): see
     /// [`Tensor::max_pool2d_with_indices`].

@@ -4,8 +4,8 @@
 
 use super::groups::{Groups, ParamGroup};
 use super::{
-    check_non_negative, invalid, load_stepped_state, stepped_state_dict, Optimizer, Param,
-    StackedUpdate, StepState,
+    check_non_negative, invalid, load_stepped_state, stepped_state_dict, update_gradient,
+    Optimizer, Param, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -171,12 +171,7 @@ fn build_state(
     // m ← β₁·m + (1 − β₁)·d, v ← β₂·v + (1 − β₂)·d², and
     // p ← p − step·m / (√v / bc2 + eps) with the new m and v (AdamW
     // first scales p by 1 − lr·weight_decay).
-    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
-    let d = if l2 {
-        format!("({g} + wd[] * s[0; i])")
-    } else {
-        g.to_string()
-    };
+    let d = update_gradient(c.maximize, l2.then_some("s[0; i]"));
     let m = format!("(b1[] * s[1; i] + omb1[] * {d})");
     let v = format!("(b2[] * s[2; i] + omb2[] * {d} * {d})");
     let p0 = if decoupled {
@@ -345,10 +340,7 @@ macro_rules! adam_impls {
                     &|k| rows(g.config_of(k)),
                     &state,
                 )?;
-                match rates {
-                    Some(lrs) => c.groups.set_learning_rates(c.name, &lrs),
-                    None => Ok(()),
-                }
+                c.groups.apply_rates(c.name, rates)
             }
         }
     };

@@ -209,6 +209,14 @@ impl<C: Rate> Groups<C> {
         Ok((Some(rates), rest))
     }
 
+    /// The rates [`Groups::split_rates`] found, set (nothing without any).
+    pub(crate) fn apply_rates(&mut self, op: &str, rates: Option<Vec<f64>>) -> Result<(), Error> {
+        match rates {
+            Some(lrs) => self.set_learning_rates(op, &lrs),
+            None => Ok(()),
+        }
+    }
+
     /// Sets a value of every group's configuration through `set`, which
     /// checks it against the group's own; all or none.
     pub(crate) fn set_all(&mut self, set: impl Fn(&C) -> Result<C, Error>) -> Result<(), Error> {

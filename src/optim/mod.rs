@@ -140,6 +140,17 @@ pub trait Optimizer {
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<(), Error>;
 }
 
+/// The gradient an update follows, `d` in the optimizers' documentation,
+/// as index-function text: `g[i]` (`(-g[i])` with `maximize`), plus
+/// `wd[] * {param}` with L2 weight decay on `param`'s element.
+pub(crate) fn update_gradient(maximize: bool, decay_of: Option<&str>) -> String {
+    let g = if maximize { "(-g[i])" } else { "g[i]" };
+    match decay_of {
+        Some(p) => format!("({g} + wd[] * {p})"),
+        None => g.to_string(),
+    }
+}
+
 pub(crate) fn invalid(op: &str, message: String) -> Error {
     Error::Invalid {
         function: op.to_string(),

@@ -4,7 +4,7 @@
 use super::groups::{Groups, ParamGroup};
 use super::{
     check_non_negative, checked_momentum, invalid, load_stepped_state, stepped_state_dict,
-    Optimizer, Param, StackedUpdate, StepState,
+    update_gradient, Optimizer, Param, StackedUpdate, StepState,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -115,12 +115,7 @@ fn build_state(param: &Param, c: &RmspropConfig) -> Result<StepState, Error> {
     let n = param.numel();
     let rows = rows(c);
     let row = |name: &str| rows.iter().find(|(r, _)| *r == name).map(|(_, k)| *k);
-    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
-    let d = if c.weight_decay != 0.0 {
-        format!("({g} + wd[] * s[0; i])")
-    } else {
-        g.to_string()
-    };
+    let d = update_gradient(c.maximize, (c.weight_decay != 0.0).then_some("s[0; i]"));
     let v = format!("(al[] * s[1; i] + oma[] * {d} * {d})");
     let mut values = vec![v.clone()];
     let scale = match row("grad_avg") {
@@ -246,9 +241,6 @@ impl Optimizer for RMSprop {
             &|k| rows(g.config_of(k)),
             &state,
         )?;
-        match rates {
-            Some(lrs) => self.groups.set_learning_rates("RMSprop", &lrs),
-            None => Ok(()),
-        }
+        self.groups.apply_rates("RMSprop", rates)
     }
 }

@@ -3,8 +3,8 @@
 
 use super::groups::{Groups, ParamGroup};
 use super::{
-    check_non_negative, checked_momentum, invalid, Optimizer, Param, StackedUpdate, StateDict,
-    Update,
+    check_non_negative, checked_momentum, invalid, update_gradient, Optimizer, Param,
+    StackedUpdate, StateDict, Update,
 };
 use crate::tensor::Tensor;
 use crate::Error;
@@ -125,14 +125,13 @@ fn build_state(param: &Param, c: &SgdConfig) -> Result<State, Error> {
     let v1: &[usize] = &[n];
     let s0: &[usize] = &[];
     // The gradient with weight decay, `d` in the documentation.
-    let g = if c.maximize { "(-g[i])" } else { "g[i]" };
     let (d, mut d_args) = if c.weight_decay != 0.0 {
         (
-            format!("({g} + wd[] * p[i])"),
+            update_gradient(c.maximize, Some("p[i]")),
             vec![("g", v1), ("p", v1), ("wd", s0)],
         )
     } else {
-        (g.to_string(), vec![("g", v1)])
+        (update_gradient(c.maximize, None), vec![("g", v1)])
     };
     if c.momentum == 0.0 {
         let src = format!("sgd[i] = p[i] - lr[] * {d}");
@@ -293,9 +292,6 @@ impl Optimizer for SGD {
                 *started = true;
             }
         }
-        match rates {
-            Some(lrs) => self.groups.set_learning_rates("SGD", &lrs),
-            None => Ok(()),
-        }
+        self.groups.apply_rates("SGD", rates)
     }
 }

@@ -244,11 +244,7 @@ impl Tensor {
             return true;
         }
         let ((a, ma), (b, mb)) = (self.base_and_map(), other.base_and_map());
-        let same_view = match (ma, mb) {
-            (None, None) => true,
-            (Some(x), Some(y)) => x.coeffs == y.coeffs && x.offsets == y.offsets,
-            _ => false,
-        };
+        let same_view = ma == mb;
         let (sa, oa) = a.storage_and_origin();
         let (sb, ob) = b.storage_and_origin();
         let same_origin = match (oa, ob) {
