@@ -15,6 +15,11 @@
 //! ranks are MPI processes, which needs the build with feature `mpi`; each
 //! process runs one compute thread unless `TENJIN_NUM_THREADS` says
 //! otherwise.
+//!
+//! `--nccl` (build with feature `nccl`, on a machine with a GPU and NCCL)
+//! trains on CUDA device 0 twice, alone and as a world of one NCCL rank,
+//! and exits non-zero unless the two end with the same parameters, bit
+//! for bit.
 
 // The digits module's training loop (and the curves, the device
 // comparison) is train_mlp's; this example uses its data and helpers.
@@ -44,6 +49,9 @@ struct Report {
     samples_per_s: f64,
     accuracy: f64,
     same_as_all: bool,
+    /// Every parameter's values (`--nccl` compares two runs' bits).
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    parameters: Vec<f64>,
 }
 
 fn run_rank(comm: Arc<dyn Collective>) -> Result<Report, Error> {
@@ -87,10 +95,51 @@ fn run_rank(comm: Arc<dyn Collective>) -> Result<Report, Error> {
         samples_per_s: samples as f64 / seconds,
         accuracy,
         same_as_all,
+        parameters: own,
     })
 }
 
+/// `--nccl`: on CUDA device 0, one rank over NCCL against the same
+/// training alone; exits 1 unless their parameters are equal.
+#[cfg(feature = "nccl")]
+fn nccl_world_of_one() -> Result<(), Error> {
+    if !tenjin::cuda::is_available() {
+        eprintln!("--nccl: no CUDA GPU is available");
+        std::process::exit(2);
+    }
+    tenjin::set_default_device(tenjin::Device::Cuda(0));
+    let alone = run_rank(Arc::new(tenjin::distributed::Local))?;
+    let nccl = run_rank(Arc::new(tenjin::distributed::Nccl::single(0)?))?;
+    for (what, r) in [("alone", &alone), ("NCCL, world of 1", &nccl)] {
+        println!(
+            "cuda:0 {what}: {} steps, {:.0} samples/s, test accuracy {:.1}%",
+            r.steps,
+            r.samples_per_s,
+            100.0 * r.accuracy
+        );
+    }
+    let same = alone.parameters == nccl.parameters;
+    println!(
+        "parameters after {} steps: {}",
+        nccl.steps,
+        if same { "bitwise equal" } else { "DIFFERENT" }
+    );
+    if !same || nccl.accuracy < 0.95 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
+    if std::env::args().any(|a| a == "--nccl") {
+        #[cfg(feature = "nccl")]
+        return nccl_world_of_one();
+        #[cfg(not(feature = "nccl"))]
+        {
+            eprintln!("--nccl needs the build with feature `nccl`");
+            std::process::exit(2);
+        }
+    }
     let reports = ranks::run(run_rank)?;
     let mut ok = true;
     for r in &reports {

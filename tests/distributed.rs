@@ -327,3 +327,45 @@ fn backward_with_overlap_gives_the_averages_of_backward_then_sync() -> Result<()
     }
     Ok(())
 }
+
+/// NCCL (feature `nccl`): with no GPU or no NCCL library every entry point
+/// is an error naming what is missing, on every rank of a shared id;
+/// where both are present, a world of one rank reduces and broadcasts
+/// through the device and returns its input.
+#[cfg(feature = "nccl")]
+#[test]
+fn nccl_refuses_cleanly_without_a_gpu_or_library_and_a_world_of_one_round_trips() {
+    use tenjin::distributed::{Nccl, NcclId};
+    let shared = on_ranks(2, |c| NcclId::share(&c).map_err(|e| e.to_string()));
+    match NcclId::new() {
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("libnccl"), "{e}");
+            assert!(shared[0].as_ref().unwrap_err().contains("libnccl"));
+            let e1 = shared[1].as_ref().unwrap_err();
+            assert!(e1.contains("rank 0 could not make an NCCL id"), "{e1}");
+        }
+        Ok(_) => assert_eq!(shared[0], shared[1], "both ranks hold rank 0's id"),
+    }
+    let single = Nccl::single(0);
+    if !tenjin::cuda::is_available() {
+        let e = single.err().expect("no GPU: an error").to_string();
+        assert!(e.contains("no CUDA device 0"), "{e}");
+        eprintln!("SKIPPED: no CUDA GPU; NCCL refused with: {e}");
+        return;
+    }
+    let Ok(comm) = single else {
+        eprintln!(
+            "SKIPPED: a GPU but no usable NCCL: {}",
+            single.err().unwrap()
+        );
+        return;
+    };
+    let mut v = vec![1.5, -2.0, f64::INFINITY];
+    comm.all_reduce_sum(&mut v).unwrap();
+    assert_eq!(v, vec![1.5, -2.0, f64::INFINITY]);
+    comm.broadcast(&mut v, 0).unwrap();
+    assert_eq!(v, vec![1.5, -2.0, f64::INFINITY]);
+    assert!(comm.broadcast(&mut v, 1).is_err());
+    comm.barrier().unwrap();
+}

@@ -13,8 +13,18 @@
 //! steps (each step adds about 12 bits to the weights: by the fifth they
 //! would no longer fit in f64's 53 and rounding would depend on the order
 //! of the sums).
+//!
+//! Faults, with an argument (`.ci/run` runs both under `mpirun -np 2`):
+//! - `fault-late`: the last rank arrives at an all-reduce 3 s late; the
+//!   others' calls end with an error after their 2 s timeout, and every
+//!   process still finalises MPI and exits 0 (the late rank completes the
+//!   abandoned collective while their handles wait one more timeout).
+//! - `fault-kill`: the last rank exits midway without finalising; the
+//!   others end with an error within their timeout (or the launcher ends
+//!   them first), so `mpirun` returns a failure instead of hanging.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tenjin::distributed::{Collective, DataParallel, Local, Mpi};
 use tenjin::nn::{Linear, Module, Sequential, Tanh};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
@@ -94,7 +104,55 @@ fn train(
     Ok(out)
 }
 
+/// The timeout of the fault runs' collectives.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `fault-late` or `fault-kill` (see the module documentation).
+fn fault(comm: Mpi, kill: bool) -> Result<(), Error> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    if world < 2 {
+        println!("a fault run needs 2 ranks or more (under mpirun)");
+        return Ok(());
+    }
+    comm.barrier()?;
+    let last = world - 1;
+    if rank == last {
+        if kill {
+            println!("rank {rank}: exiting without finalising MPI");
+            std::process::exit(3);
+        }
+        std::thread::sleep(TIMEOUT + Duration::from_secs(1));
+        let mut v = vec![1.0];
+        comm.all_reduce_sum(&mut v)?;
+        println!("rank {rank} of {world}: arrived late; its all-reduce completed");
+        return Ok(());
+    }
+    let start = Instant::now();
+    let r = comm.all_reduce_sum(&mut [1.0]);
+    let waited = start.elapsed();
+    let e = r.expect_err("a rank that does not arrive is an error");
+    assert!(
+        waited >= TIMEOUT && waited < TIMEOUT + Duration::from_secs(2),
+        "rank {rank}: the error came after {waited:?}, not after the {TIMEOUT:?} timeout"
+    );
+    assert!(e.to_string().contains("another rank did not arrive"), "{e}");
+    assert!(
+        comm.barrier().is_err(),
+        "rank {rank}: broken after a timeout"
+    );
+    println!(
+        "rank {rank} of {world}: an error after {:.2} s, as expected: {e}",
+        waited.as_secs_f64()
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(kind) = args.iter().find(|a| a.starts_with("fault-")) {
+        let comm = Mpi::init()?.with_timeout(TIMEOUT);
+        return fault(comm, kind == "fault-kill");
+    }
     let comm: Arc<dyn Collective> = Arc::new(Mpi::init()?);
     let (rank, world) = (comm.rank(), comm.world_size());
     for exact in [false, true] {

@@ -6,8 +6,9 @@
 //! Owns the [`Collective`] interface (rank, world size, all-reduce,
 //! broadcast, barrier, a non-blocking all-reduce), its backends — [`Local`]
 //! (one rank, always built), [`InProcess`] (ranks that are threads of
-//! one process, sharing memory: tests and one machine) and `Mpi` (ranks
-//! that are processes under `mpirun`, feature `mpi`) — and
+//! one process, sharing memory: tests and one machine), `Mpi` (ranks
+//! that are processes under `mpirun`, feature `mpi`) and `Nccl` (ranks
+//! that each drive a GPU, feature `nccl`) — and
 //! [`DataParallel`], which checks that every rank holds the same
 //! parameters, broadcasts rank 0's, and averages gradients in buckets.
 //! Collectives work on host `f64` buffers; a rank that does not arrive
@@ -36,11 +37,15 @@ mod data_parallel;
 mod in_process;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
 
 pub use data_parallel::DataParallel;
 pub use in_process::InProcess;
 #[cfg(feature = "mpi")]
 pub use mpi::Mpi;
+#[cfg(feature = "nccl")]
+pub use nccl::{Nccl, NcclId};
 
 use crate::Error;
 

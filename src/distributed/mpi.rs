@@ -41,6 +41,8 @@ pub struct Mpi {
     world: usize,
     jobs: Mutex<Option<Sender<Job>>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the MPI thread has ended.
+    ended: Mutex<Receiver<()>>,
     calls: AtomicU64,
     timeout: Duration,
     broken: Arc<AtomicBool>,
@@ -54,9 +56,13 @@ impl Mpi {
     pub fn init() -> Result<Mpi, Error> {
         let (send, jobs) = channel::<Job>();
         let (ready, started) = channel::<Result<(usize, usize), String>>();
+        let (ending, ended) = channel::<()>();
         let thread = std::thread::Builder::new()
             .name("tenjin-mpi".into())
-            .spawn(move || serve(jobs, ready))
+            .spawn(move || {
+                serve(jobs, ready);
+                drop(ending);
+            })
             .map_err(|e| error("Mpi::init", format!("cannot start the MPI thread: {e}")))?;
         let (rank, world) = started
             .recv()
@@ -67,6 +73,7 @@ impl Mpi {
             world,
             jobs: Mutex::new(Some(send)),
             thread: Some(thread),
+            ended: Mutex::new(ended),
             calls: AtomicU64::new(0),
             timeout: Duration::from_secs(60),
             broken: Arc::new(AtomicBool::new(false)),
@@ -174,11 +181,21 @@ impl Collective for Mpi {
 }
 
 impl Drop for Mpi {
-    /// Stops the MPI thread, which finalises MPI; after a timeout the
-    /// thread is stuck in a collective and is left behind.
+    /// Stops the MPI thread, which finalises MPI. After a timeout the
+    /// thread is in a collective a rank did not join: it gets one more
+    /// timeout to finish (a late rank that arrives lets every rank
+    /// finalise), and is left behind if it does not.
     fn drop(&mut self) {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if !self.broken.load(Ordering::SeqCst) {
+        let finished = !self.broken.load(Ordering::SeqCst)
+            || matches!(
+                self.ended
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recv_timeout(self.timeout),
+                Err(RecvTimeoutError::Disconnected)
+            );
+        if finished {
             if let Some(t) = self.thread.take() {
                 let _ = t.join();
             }
