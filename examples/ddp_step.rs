@@ -78,14 +78,15 @@ fn run_rank(comm: Arc<dyn Collective>, rounds: usize) -> Result<String, Error> {
         v[v.len() / 2]
     };
     let (s, l, o) = (median(synced), median(local), median(overlapped));
-    // The all-reduce alone, of as many values as the gradients hold.
+    // The all-reduce alone, of as many values as the gradients hold, in
+    // their type (f32).
     let n: usize = model.parameters().iter().map(Tensor::numel).sum();
     let mut reduce = Vec::new();
     for _ in 0..rounds.min(11) {
-        let mut buf = vec![1.0f64; n];
+        let buf = tenjin::distributed::Values::F32(vec![1.0f32; n]);
         comm.barrier()?;
         let t = Instant::now();
-        comm.all_reduce_sum(&mut buf)?;
+        comm.all_reduce_sum_start(buf)?.wait()?;
         reduce.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let r = median(reduce);

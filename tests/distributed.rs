@@ -34,13 +34,14 @@ fn collectives_sum_in_rank_order_and_broadcast() {
     let out = on_ranks(4, |c| -> Result<(Vec<f64>, Vec<f64>), Error> {
         // 0.1 + 0.2 + 0.3 + 0.4 in rank order, the same bits everywhere.
         let mut v = vec![0.1 * (c.rank() + 1) as f64, 1.0];
-        let pending = c.all_reduce_sum_start(vec![c.rank() as f64])?;
+        let pending =
+            c.all_reduce_sum_start(tenjin::distributed::Values::F64(vec![c.rank() as f64]))?;
         c.all_reduce_sum(&mut v)?;
         let ranks = pending.wait()?;
         let mut b = vec![c.rank() as f64; 3];
         c.broadcast(&mut b, 2)?;
         c.barrier()?;
-        assert_eq!(ranks, vec![6.0]);
+        assert_eq!(ranks, tenjin::distributed::Values::F64(vec![6.0]));
         Ok((v, b))
     });
     let want = ((0.1 + 0.2) + 0.30000000000000004) + 0.4;
@@ -368,4 +369,91 @@ fn nccl_refuses_cleanly_without_a_gpu_or_library_and_a_world_of_one_round_trips(
     assert_eq!(v, vec![1.5, -2.0, f64::INFINITY]);
     assert!(comm.broadcast(&mut v, 1).is_err());
     comm.barrier().unwrap();
+}
+
+/// A collective that notes the type of every all-reduce it passes on.
+struct Recording {
+    inner: InProcess,
+    types: std::sync::Mutex<Vec<DType>>,
+}
+
+impl Collective for Recording {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+    fn all_reduce_sum_start(
+        &self,
+        buf: tenjin::distributed::Values,
+    ) -> Result<tenjin::distributed::PendingReduce, Error> {
+        self.types.lock().unwrap().push(buf.dtype());
+        self.inner.all_reduce_sum_start(buf)
+    }
+    fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error> {
+        self.inner.broadcast(buf, root)
+    }
+}
+
+#[test]
+fn gradients_travel_in_their_own_precision_one_bucket_per_dtype() -> Result<(), Error> {
+    // An f32 layer between two f64 ones: three buckets (a new one where
+    // the dtype changes), the middle one all-reduced as f32.
+    let out = on_ranks(2, |c| -> Result<_, Error> {
+        let rank = c.rank();
+        let m = Sequential::new()
+            .add(Linear::with_options(3, 4, true, DType::F64, 1)?)
+            .add(Linear::with_options(4, 4, true, DType::F32, 2)?)
+            .add(Linear::with_options(4, 2, true, DType::F64, 3)?);
+        let comm = Arc::new(Recording {
+            inner: c,
+            types: Default::default(),
+        });
+        let ddp = DataParallel::new(&m, comm.clone())?;
+        let (x, _) = batch(rank, 2)?;
+        // Each layer's input in its own dtype.
+        let h = m.layers()[0].forward(&x)?.to_dtype(DType::F32)?;
+        let h = m.layers()[1].forward(&h)?.to_dtype(DType::F64)?;
+        m.layers()[2].forward(&h)?.sum()?.backward()?;
+        let own: Vec<Vec<f64>> = m
+            .parameters()
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64())
+            .collect::<Result<_, _>>()?;
+        comm.types.lock().unwrap().clear();
+        ddp.sync_gradients()?;
+        let grads: Vec<Tensor> = m.parameters().iter().map(|p| p.grad().unwrap()).collect();
+        let after: Vec<Vec<f64>> = grads
+            .iter()
+            .map(|g| g.to_vec_f64())
+            .collect::<Result<_, _>>()?;
+        let types = comm.types.lock().unwrap().clone();
+        Ok((own, after, types, ddp.buckets(), grads))
+    });
+    let out: Vec<_> = out.into_iter().collect::<Result<_, _>>()?;
+    let (own0, after0, types, buckets, grads) = &out[0];
+    let own1 = &out[1].0;
+    assert_eq!(buckets.len(), 3, "{buckets:?}");
+    assert_eq!(types, &vec![DType::F64, DType::F32, DType::F64]);
+    for (g, p) in grads
+        .iter()
+        .zip([DType::F64, DType::F64, DType::F32, DType::F32])
+    {
+        assert_eq!(g.dtype(), p, "each gradient in its parameter's dtype");
+    }
+    for (k, g) in after0.iter().enumerate() {
+        for (e, &v) in g.iter().enumerate() {
+            let (a, b) = (own0[k][e], own1[k][e]);
+            // f32 sums in f32 (halving is exact), f64 in f64.
+            let want = if k == 2 || k == 3 {
+                f64::from((a as f32 + b as f32) / 2.0)
+            } else {
+                (a + b) / 2.0
+            };
+            assert_eq!(v, want, "parameter {k}, element {e}");
+        }
+    }
+    assert_eq!(&out[1].1, after0, "both ranks hold the same averages");
+    Ok(())
 }

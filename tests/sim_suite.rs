@@ -1,5 +1,5 @@
-//! The op/gradcheck, tape, higher-order, nn/optim, memory, indexing and
-//! checkpoint suites with every tensor on the simulated GPU:
+//! The op/gradcheck, tape, higher-order, nn/optim, memory, indexing,
+//! checkpoint and data-parallel suites with every tensor on the simulated GPU:
 //! `tenjin::cuda::simulate()` and `set_default_device(Device::Cuda(0))` before any test starts, so every
 //! constructor creates on the device, every op and derivative runs its
 //! PTX in the simulator (every access checked), and the suites' own
@@ -30,6 +30,9 @@ mod indexing;
 
 #[path = "checkpoint.rs"]
 mod checkpoint;
+
+#[path = "distributed.rs"]
+mod distributed;
 
 /// Whether `TENJIN_GPU_TESTS=cuda` asks for the real GPU and there is one.
 fn on_a_real_gpu() -> bool {

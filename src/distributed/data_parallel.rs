@@ -1,7 +1,7 @@
 //! [`DataParallel`]: one model's gradients averaged over the ranks of a
 //! [`Collective`], in buckets, as PyTorch's `DistributedDataParallel`.
 
-use super::{error, Collective, PendingReduce};
+use super::{error, Collective, PendingReduce, Values};
 use crate::nn::Module;
 use crate::trace::{FinalGradients, Origin};
 use crate::{DType, Error, Tensor};
@@ -25,9 +25,13 @@ const BUCKET_BYTES: usize = 25 << 20;
 ///   naming the first one. Then rank 0's values are copied to all.
 /// - Gradients go in buckets in reverse parameter order (the order
 ///   backward finishes them): the first of at most 1 MiB, the others of
-///   at most 25 MiB. All buckets' reductions are started, then collected,
-///   and each gradient becomes its sum over the ranks divided by their
-///   number (the average is taken as the values are written back).
+///   at most 25 MiB, each of one dtype (a new bucket where it changes).
+///   They travel in their own precision: f32 gradients as f32, others as
+///   f64. All buckets' reductions are started, then collected; each
+///   bucket's sum is divided by the number of ranks in place, and each
+///   gradient is copied from its part straight into a pooled block on
+///   its parameter's device (a leaf's gradient owns its storage, so it
+///   cannot be a view into the bucket).
 /// - [`DataParallel::no_sync`] accumulates gradients locally (gradient
 ///   accumulation): the next `sync_gradients` outside it averages them.
 ///
@@ -172,17 +176,18 @@ impl DataParallel {
     }
 
     /// Bucket `b`'s gradients on the host, zeros for a parameter without
-    /// one.
-    fn bucket_values(&self, b: usize) -> Result<Vec<f64>, Error> {
+    /// one, in the bucket's wire type.
+    fn bucket_values(&self, b: usize) -> Result<Values, Error> {
         let bucket = &self.buckets[b];
         let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
-        let mut flat = Vec::with_capacity(size);
+        let mut flat = zeros(self.params[bucket[0]].1.dtype(), size);
+        let mut at = 0;
         for &k in bucket {
             let (_, p) = &self.params[k];
-            match p.grad() {
-                Some(g) => flat.extend(host_values(&g)?),
-                None => flat.extend(std::iter::repeat_n(0.0, p.numel())),
+            if let Some(g) = p.grad() {
+                put(&mut flat, at, host_values(&g)?)?;
             }
+            at += p.numel();
         }
         Ok(flat)
     }
@@ -205,7 +210,7 @@ impl DataParallel {
                 at += p.numel();
             }
             fills.push(Fill {
-                values: vec![0.0; at],
+                values: zeros(self.params[bucket[0]].1.dtype(), at),
                 missing: bucket.len(),
                 late,
             });
@@ -229,8 +234,8 @@ impl DataParallel {
             }
             let g = Tensor::dense(params[k].shape().to_vec(), g.clone(), Origin::Constant);
             let fill = &mut st.fills[b];
-            match host_values(&g) {
-                Ok(v) => fill.values[at..at + v.len()].copy_from_slice(&v),
+            match host_values(&g).and_then(|v| put(&mut fill.values, at, v)) {
+                Ok(()) => {}
                 Err(e) => {
                     st.error = Some(e);
                     return;
@@ -238,7 +243,7 @@ impl DataParallel {
             }
             fill.missing -= 1;
             if fill.missing == 0 {
-                let values = std::mem::take(&mut fill.values);
+                let values = std::mem::replace(&mut fill.values, Values::F64(Vec::new()));
                 match comm.all_reduce_sum_start(values) {
                     Ok(p) => st.started.push((b, p)),
                     Err(e) => st.error = Some(e),
@@ -247,15 +252,16 @@ impl DataParallel {
         })
     }
 
-    /// Waits for each bucket's sum and sets its parameters' gradients to
-    /// the average, after every wait succeeded (all or nothing).
+    /// Waits for each bucket's sum; sets its parameters' gradients to
+    /// their parts of the average, after every wait succeeded (all or
+    /// nothing).
     fn write_back(&self, pending: Vec<(usize, PendingReduce)>) -> Result<(), Error> {
-        let world = self.comm.world_size() as f64;
+        let world = self.comm.world_size();
         let mut sums = Vec::with_capacity(pending.len());
         let mut failed = None;
         for (b, reduce) in pending {
             match reduce.wait() {
-                Ok(sum) => sums.push((b, sum)),
+                Ok(sum) => sums.push((b, average(sum, world))),
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
@@ -264,24 +270,27 @@ impl DataParallel {
         }
         let mut averaged = Vec::with_capacity(self.params.len());
         for (b, sum) in sums {
-            let bucket = &self.buckets[b];
             let mut at = 0;
-            for &k in bucket {
-                let (_, p) = &self.params[k];
-                let part = &sum[at..at + p.numel()];
-                at += p.numel();
-                let g = if p.dtype() == DType::F32 {
-                    Tensor::from_vec(part.iter().map(|v| (v / world) as f32).collect(), p.shape())?
-                } else {
-                    let mean = part.iter().map(|v| v / world).collect();
-                    Tensor::from_vec_f64(mean, p.shape())?.to_dtype(p.dtype())?
+            for &k in &self.buckets[b] {
+                let p = &self.params[k].1;
+                let part = at..at + p.numel();
+                at = part.end;
+                let g = match &sum {
+                    Values::F32(v) => {
+                        Tensor::from_host_on("DataParallel", &v[part], p.shape(), p.device())?
+                    }
+                    Values::F64(v) => {
+                        Tensor::from_host_on("DataParallel", &v[part], p.shape(), p.device())?
+                    }
                 };
-                let g = if p.device() == crate::Device::Cpu {
-                    g
-                } else {
-                    g.to_device(p.device())?
-                };
-                averaged.push((k, g));
+                averaged.push((
+                    k,
+                    if g.dtype() == p.dtype() {
+                        g
+                    } else {
+                        g.to_dtype(p.dtype())?
+                    },
+                ));
             }
         }
         for (k, g) in averaged {
@@ -291,13 +300,50 @@ impl DataParallel {
     }
 }
 
+/// A bucket's sum over `world` ranks divided by `world`, in place.
+fn average(mut sum: Values, world: usize) -> Values {
+    match &mut sum {
+        Values::F32(v) => v.iter_mut().for_each(|x| *x /= world as f32),
+        Values::F64(v) => v.iter_mut().for_each(|x| *x /= world as f64),
+    }
+    sum
+}
+
+/// `n` zeros of the type a gradient of dtype `d` travels in.
+fn zeros(d: DType, n: usize) -> Values {
+    match d {
+        DType::F32 => Values::F32(vec![0.0; n]),
+        _ => Values::F64(vec![0.0; n]),
+    }
+}
+
+/// `part` written into `into` from element `at`; an error where their
+/// types differ (a gradient whose dtype is not its bucket's).
+fn put(into: &mut Values, at: usize, part: Values) -> Result<(), Error> {
+    match (into, part) {
+        (Values::F32(into), Values::F32(part)) => into[at..at + part.len()].copy_from_slice(&part),
+        (Values::F64(into), Values::F64(part)) => into[at..at + part.len()].copy_from_slice(&part),
+        (into, part) => {
+            return Err(error(
+                "DataParallel",
+                format!(
+                    "a {:?} gradient in a bucket of {:?}",
+                    part.dtype(),
+                    into.dtype()
+                ),
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// Each parameter's leaf (by address) → its bucket, its offset in the
 /// bucket's values, and its index among the parameters.
 type Slots = HashMap<usize, (usize, usize, usize)>;
 
 /// A bucket being filled during backward.
 struct Fill {
-    values: Vec<f64>,
+    values: Values,
     /// Parameters whose final gradient has not arrived.
     missing: usize,
     /// Reduced after backward instead (a parameter held a gradient).
@@ -312,13 +358,13 @@ struct Overlap {
     error: Option<Error>,
 }
 
-/// A gradient's values on the host as `f64` (f32 read without a cast
-/// kernel).
-fn host_values(g: &Tensor) -> Result<Vec<f64>, Error> {
+/// A gradient's values on the host in the type it travels in (f32 as it
+/// is, others as f64).
+fn host_values(g: &Tensor) -> Result<Values, Error> {
     if g.dtype() == DType::F32 {
-        Ok(g.to_vec()?.into_iter().map(f64::from).collect())
+        Ok(Values::F32(g.to_vec()?))
     } else {
-        g.to_vec_f64()
+        Ok(Values::F64(g.to_vec_f64()?))
     }
 }
 
@@ -433,7 +479,8 @@ fn broadcast_values(comm: &dyn Collective, params: &[(String, Tensor)]) -> Resul
 }
 
 /// Parameter indices in buckets: reverse order, the first bucket up to
-/// `first` bytes, the others up to `rest`.
+/// `first` bytes, the others up to `rest`; a new bucket where the dtype
+/// changes (a bucket travels in one type).
 fn buckets(params: &[(String, Tensor)], first: usize, rest: usize) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = vec![Vec::new()];
     let mut bytes = 0;
@@ -441,7 +488,11 @@ fn buckets(params: &[(String, Tensor)], first: usize, rest: usize) -> Vec<Vec<us
         let t = &params[k].1;
         let size = t.numel() * t.dtype().size();
         let cap = if out.len() == 1 { first } else { rest };
-        if !out.last().is_some_and(Vec::is_empty) && bytes + size > cap {
+        let other_dtype = out
+            .last()
+            .and_then(|b| b.last())
+            .is_some_and(|&j| params[j].1.dtype() != t.dtype());
+        if !out.last().is_some_and(Vec::is_empty) && (bytes + size > cap || other_dtype) {
             out.push(Vec::new());
             bytes = 0;
         }

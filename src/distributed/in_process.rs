@@ -4,7 +4,7 @@
 //! rank order), and each rank takes it. A rank that waits longer than the
 //! timeout gets an error naming the ranks that did not arrive.
 
-use super::{error, Collective, PendingReduce};
+use super::{error, Collective, PendingReduce, Values};
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +31,7 @@ struct Shared {
 struct Round {
     op: &'static str,
     parts: Vec<Option<Part>>,
-    outcome: Option<Result<Arc<Vec<f64>>, String>>,
+    outcome: Option<Result<Arc<Values>, String>>,
     taken: usize,
 }
 
@@ -39,7 +39,7 @@ struct Round {
 /// only its length (a broadcast's other ranks).
 struct Part {
     len: usize,
-    data: Option<Vec<f64>>,
+    data: Option<Values>,
 }
 
 impl InProcess {
@@ -93,7 +93,7 @@ impl InProcess {
     }
 
     /// Waits for call `call`'s result, up to the timeout.
-    fn collect(&self, op: &'static str, call: u64) -> Result<Arc<Vec<f64>>, Error> {
+    fn collect(&self, op: &'static str, call: u64) -> Result<Arc<Values>, Error> {
         let deadline = Instant::now() + self.timeout;
         let mut rounds = self.shared.rounds.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -130,7 +130,7 @@ impl InProcess {
 
 /// The result of a round every rank has joined: the sum in rank order (an
 /// all-reduce) or the one buffer given (a broadcast), or why there is none.
-fn combine(round: &Round) -> Result<Arc<Vec<f64>>, String> {
+fn combine(round: &Round) -> Result<Arc<Values>, String> {
     let parts: Vec<&Part> = round.parts.iter().flatten().collect();
     let len = parts[0].len;
     if let Some(r) = parts.iter().position(|p| p.len != len) {
@@ -139,20 +139,16 @@ fn combine(round: &Round) -> Result<Arc<Vec<f64>>, String> {
             round.op, parts[r].len
         ));
     }
-    let given: Vec<&Vec<f64>> = parts.iter().filter_map(|p| p.data.as_ref()).collect();
+    let given: Vec<&Values> = parts.iter().filter_map(|p| p.data.as_ref()).collect();
     if round.op == "broadcast" {
         return given
             .first()
-            .map(|d| Arc::new(d.to_vec()))
+            .map(|d| Arc::new((*d).clone()))
             .ok_or_else(|| "broadcast: no rank is the root".to_string());
     }
-    let mut sum = vec![0.0; len];
-    for d in given {
-        for (s, v) in sum.iter_mut().zip(d) {
-            *s += v;
-        }
-    }
-    Ok(Arc::new(sum))
+    Values::sum(&given)
+        .map(Arc::new)
+        .map_err(|m| format!("{}: {m}", round.op))
 }
 
 impl Collective for InProcess {
@@ -164,7 +160,7 @@ impl Collective for InProcess {
         self.shared.world
     }
 
-    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error> {
+    fn all_reduce_sum_start(&self, buf: Values) -> Result<PendingReduce, Error> {
         let part = Part {
             len: buf.len(),
             data: Some(buf),
@@ -177,7 +173,8 @@ impl Collective for InProcess {
             timeout: self.timeout,
         };
         Ok(PendingReduce::new(move || {
-            this.collect("all_reduce", call).map(|s| s.to_vec())
+            this.collect("all_reduce", call)
+                .map(|s| Arc::try_unwrap(s).unwrap_or_else(|shared| (*shared).clone()))
         }))
     }
 
@@ -188,7 +185,7 @@ impl Collective for InProcess {
                 format!("root {root} in a world of {} ranks", self.shared.world),
             ));
         }
-        let data = (self.rank == root).then(|| buf.to_vec());
+        let data = (self.rank == root).then(|| Values::F64(buf.to_vec()));
         let call = self.deposit(
             "broadcast",
             Part {
@@ -196,7 +193,10 @@ impl Collective for InProcess {
                 data,
             },
         );
-        buf.copy_from_slice(&self.collect("broadcast", call)?);
+        match &*self.collect("broadcast", call)? {
+            Values::F64(v) => buf.copy_from_slice(v),
+            Values::F32(_) => return Err(error("broadcast", "f32 values from the root".into())),
+        }
         Ok(())
     }
 }

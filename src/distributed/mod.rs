@@ -47,7 +47,7 @@ pub use mpi::Mpi;
 #[cfg(feature = "nccl")]
 pub use nccl::{Nccl, NcclId};
 
-use crate::Error;
+use crate::{DType, Error};
 
 /// What every rank of a group can do together. Every rank must call the
 /// collectives in the same order (as with MPI and NCCL); the `n`-th call
@@ -62,14 +62,18 @@ pub trait Collective: Send + Sync {
     /// Replaces `buf` by the element-wise sum of every rank's `buf` (all of
     /// one length), summed in rank order: every rank gets the same bits.
     fn all_reduce_sum(&self, buf: &mut [f64]) -> Result<(), Error> {
-        let sum = self.all_reduce_sum_start(buf.to_vec())?.wait()?;
+        let sum = self
+            .all_reduce_sum_start(Values::F64(buf.to_vec()))?
+            .wait()?
+            .into_f64("all_reduce")?;
         buf.copy_from_slice(&sum);
         Ok(())
     }
 
-    /// Starts an all-reduce of `buf` and returns at once; the sum is
-    /// [`PendingReduce::wait`]'s. Several may be in flight.
-    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error>;
+    /// Starts an all-reduce of `buf` and returns at once; the sum, of
+    /// `buf`'s type, is [`PendingReduce::wait`]'s. Every rank passes the
+    /// same type and length. Several may be in flight.
+    fn all_reduce_sum_start(&self, buf: Values) -> Result<PendingReduce, Error>;
 
     /// Replaces `buf` on every rank by rank `root`'s.
     fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error>;
@@ -80,18 +84,111 @@ pub trait Collective: Send + Sync {
     }
 }
 
+/// A buffer as it travels between ranks: gradients go in their own
+/// precision (f32 gradients as f32, half the bytes of f64).
+///
+/// ```
+/// use tenjin::distributed::Values;
+/// let v = Values::F32(vec![1.0, 2.0]);
+/// assert_eq!((v.len(), v.dtype()), (2, tenjin::DType::F32));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum Values {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Values {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Values::F32(_) => DType::F32,
+            Values::F64(_) => DType::F64,
+        }
+    }
+
+    /// The `f64` values; an error naming `op` for `f32` ones.
+    pub fn into_f64(self, op: &str) -> Result<Vec<f64>, Error> {
+        match self {
+            Values::F64(v) => Ok(v),
+            Values::F32(_) => Err(error(op, "f32 values where f64 were expected".into())),
+        }
+    }
+
+    /// The element-wise sum of `parts` in their order; an error when they
+    /// differ in type or length.
+    pub(crate) fn sum(parts: &[&Values]) -> Result<Values, String> {
+        let first = parts.first().ok_or("no values to sum")?;
+        if let Some(r) = parts
+            .iter()
+            .position(|p| p.dtype() != first.dtype() || p.len() != first.len())
+        {
+            return Err(format!(
+                "rank 0 gave {} {:?} values, rank {r} {} {:?}",
+                first.len(),
+                first.dtype(),
+                parts[r].len(),
+                parts[r].dtype()
+            ));
+        }
+        fn add<'a, T: Copy + std::ops::AddAssign + Default + 'a>(
+            parts: impl Iterator<Item = &'a [T]>,
+            n: usize,
+        ) -> Vec<T> {
+            let mut sum = vec![T::default(); n];
+            for part in parts {
+                for (s, v) in sum.iter_mut().zip(part) {
+                    *s += *v;
+                }
+            }
+            sum
+        }
+        let n = first.len();
+        // The types are all `first`'s (checked above).
+        Ok(match first {
+            Values::F32(_) => Values::F32(add(
+                parts.iter().filter_map(|p| match p {
+                    Values::F32(v) => Some(&v[..]),
+                    Values::F64(_) => None,
+                }),
+                n,
+            )),
+            Values::F64(_) => Values::F64(add(
+                parts.iter().filter_map(|p| match p {
+                    Values::F64(v) => Some(&v[..]),
+                    Values::F32(_) => None,
+                }),
+                n,
+            )),
+        })
+    }
+}
+
 /// An all-reduce in flight: [`PendingReduce::wait`] gives its sum.
-pub struct PendingReduce(Box<dyn FnOnce() -> Result<Vec<f64>, Error> + Send>);
+pub struct PendingReduce(Box<dyn FnOnce() -> Result<Values, Error> + Send>);
 
 impl PendingReduce {
     /// A reduce whose sum `wait` computes or collects.
-    pub fn new(wait: impl FnOnce() -> Result<Vec<f64>, Error> + Send + 'static) -> PendingReduce {
+    pub fn new(wait: impl FnOnce() -> Result<Values, Error> + Send + 'static) -> PendingReduce {
         PendingReduce(Box::new(wait))
     }
 
     /// Blocks until every rank has contributed; the sum, or the error that
     /// ended the collective (a timeout, a mismatch between ranks).
-    pub fn wait(self) -> Result<Vec<f64>, Error> {
+    pub fn wait(self) -> Result<Values, Error> {
         (self.0)()
     }
 }
@@ -118,7 +215,7 @@ impl Collective for Local {
         1
     }
 
-    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error> {
+    fn all_reduce_sum_start(&self, buf: Values) -> Result<PendingReduce, Error> {
         Ok(PendingReduce::new(move || Ok(buf)))
     }
 

@@ -9,7 +9,7 @@
 //! of a hang. After a timeout the communicator is broken (MPI cannot
 //! cancel a collective): every later call is an error.
 
-use super::{error, Collective, PendingReduce};
+use super::{error, Collective, PendingReduce, Values};
 use crate::Error;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-type Reply = Sender<Result<Vec<f64>, String>>;
+type Reply = Sender<Result<Values, String>>;
 
 /// A collective for the MPI thread, with where its result goes.
 enum Job {
-    AllReduce(Vec<f64>, Reply),
+    AllReduce(Values, Reply),
     Broadcast(Vec<f64>, usize, Reply),
 }
 
@@ -91,7 +91,7 @@ impl Mpi {
         &self,
         op: &'static str,
         job: impl FnOnce(Reply) -> Job,
-    ) -> Result<impl FnOnce() -> Result<Vec<f64>, Error> + Send + 'static, Error> {
+    ) -> Result<impl FnOnce() -> Result<Values, Error> + Send + 'static, Error> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         if self.broken.load(Ordering::SeqCst) {
             return Err(error(
@@ -138,15 +138,25 @@ fn serve(jobs: Receiver<Job>, ready: Sender<Result<(usize, usize), String>>) {
     for job in jobs {
         match job {
             Job::AllReduce(send, reply) => {
-                let mut sum = vec![0.0; send.len()];
-                world.all_reduce_into(&send[..], &mut sum[..], SystemOperation::sum());
+                let sum = match send {
+                    Values::F32(send) => {
+                        let mut sum = vec![0.0; send.len()];
+                        world.all_reduce_into(&send[..], &mut sum[..], SystemOperation::sum());
+                        Values::F32(sum)
+                    }
+                    Values::F64(send) => {
+                        let mut sum = vec![0.0; send.len()];
+                        world.all_reduce_into(&send[..], &mut sum[..], SystemOperation::sum());
+                        Values::F64(sum)
+                    }
+                };
                 let _ = reply.send(Ok(sum));
             }
             Job::Broadcast(mut buf, root, reply) => {
                 world
                     .process_at_rank(root as i32)
                     .broadcast_into(&mut buf[..]);
-                let _ = reply.send(Ok(buf));
+                let _ = reply.send(Ok(Values::F64(buf)));
             }
         }
     }
@@ -161,7 +171,7 @@ impl Collective for Mpi {
         self.world
     }
 
-    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error> {
+    fn all_reduce_sum_start(&self, buf: Values) -> Result<PendingReduce, Error> {
         let wait = self.submit("all_reduce", |reply| Job::AllReduce(buf, reply))?;
         Ok(PendingReduce::new(wait))
     }
@@ -175,7 +185,7 @@ impl Collective for Mpi {
         }
         let data = buf.to_vec();
         let got = self.submit("broadcast", |reply| Job::Broadcast(data, root, reply))?()?;
-        buf.copy_from_slice(&got);
+        buf.copy_from_slice(&got.into_f64("broadcast")?);
         Ok(())
     }
 }

@@ -18,10 +18,11 @@
 //! Owns nothing of the GPU backend: the tensors' device, memory and
 //! kernels are `gpu`'s; this module opens its own stream on the device.
 
-use super::{error, Collective, PendingReduce};
+use super::{error, Collective, PendingReduce, Values};
 use crate::Error;
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceRepr};
 use cudarc::nccl::{result, sys};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -274,12 +275,12 @@ impl Nccl {
 
     /// Copies `buf` to the device and runs `collective` on it there; the
     /// wait for the result (see the module documentation).
-    fn submit(
+    fn submit<T: DeviceRepr + Send + 'static>(
         &self,
         op: &'static str,
-        buf: &[f64],
-        collective: impl FnOnce(sys::ncclComm_t, *mut f64, sys::cudaStream_t) -> Result<(), String>,
-    ) -> Result<impl FnOnce() -> Result<Vec<f64>, Error> + Send + 'static, Error> {
+        buf: &[T],
+        collective: impl FnOnce(sys::ncclComm_t, *mut c_void, sys::cudaStream_t) -> Result<(), String>,
+    ) -> Result<impl FnOnce() -> Result<Vec<T>, Error> + Send + 'static, Error> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         if self.broken.load(Ordering::SeqCst) {
             return Err(error(
@@ -288,7 +289,7 @@ impl Nccl {
             ));
         }
         let fail = |m: String| error(op, format!("call {call}: {m}"));
-        let mut data: CudaSlice<f64> = self
+        let mut data: CudaSlice<T> = self
             .stream
             .clone_htod(buf)
             .map_err(|e| fail(format!("copy to the device: {e}")))?;
@@ -297,7 +298,7 @@ impl Nccl {
             let comm = guard.ok_or_else(|| fail("the communicator is aborted".into()))?;
             let (ptr, _record) =
                 cudarc::driver::DevicePtrMut::device_ptr_mut(&mut data, &self.stream);
-            collective(comm, ptr as *mut f64, self.stream.cu_stream() as _).map_err(fail)?;
+            collective(comm, ptr as *mut c_void, self.stream.cu_stream() as _).map_err(fail)?;
         }
         let done: CudaEvent = self
             .stream
@@ -340,6 +341,27 @@ impl Nccl {
     }
 }
 
+impl Nccl {
+    /// An all-reduce (sum) of `buf`, of NCCL type `dtype`, started.
+    fn all_reduce<T: DeviceRepr + Send + 'static>(
+        &self,
+        buf: &[T],
+        dtype: sys::ncclDataType_t,
+    ) -> Result<impl FnOnce() -> Result<Vec<T>, Error> + Send + 'static, Error> {
+        let n = buf.len();
+        self.submit("all_reduce", buf, move |comm, ptr, stream| {
+            // SAFETY: `ptr` holds `n` values of `dtype` on the device,
+            // ordered on `stream`.
+            status(
+                unsafe {
+                    result::all_reduce(ptr, ptr, n, dtype, sys::ncclRedOp_t::ncclSum, comm, stream)
+                },
+                "ncclAllReduce",
+            )
+        })
+    }
+}
+
 /// An NCCL status as a message.
 fn status(r: Result<result::NcclStatus, result::NcclError>, what: &str) -> Result<(), String> {
     r.map(|_| ()).map_err(|e| format!("{what}: {e:?}"))
@@ -354,30 +376,21 @@ impl Collective for Nccl {
         self.world
     }
 
-    fn all_reduce_sum_start(&self, buf: Vec<f64>) -> Result<PendingReduce, Error> {
-        let n = buf.len();
-        if n == 0 {
+    fn all_reduce_sum_start(&self, buf: Values) -> Result<PendingReduce, Error> {
+        if buf.is_empty() {
             // Every rank passes the same length: all skip it alike.
             return Ok(PendingReduce::new(move || Ok(buf)));
         }
-        let wait = self.submit("all_reduce", &buf, |comm, ptr, stream| {
-            // SAFETY: `ptr` holds `n` f64 on the device, ordered on `stream`.
-            status(
-                unsafe {
-                    result::all_reduce(
-                        ptr as _,
-                        ptr as _,
-                        n,
-                        sys::ncclDataType_t::ncclFloat64,
-                        sys::ncclRedOp_t::ncclSum,
-                        comm,
-                        stream,
-                    )
-                },
-                "ncclAllReduce",
-            )
-        })?;
-        Ok(PendingReduce::new(wait))
+        Ok(match buf {
+            Values::F32(v) => {
+                let wait = self.all_reduce(&v, sys::ncclDataType_t::ncclFloat32)?;
+                PendingReduce::new(move || wait().map(Values::F32))
+            }
+            Values::F64(v) => {
+                let wait = self.all_reduce(&v, sys::ncclDataType_t::ncclFloat64)?;
+                PendingReduce::new(move || wait().map(Values::F64))
+            }
+        })
     }
 
     fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error> {
@@ -396,8 +409,8 @@ impl Collective for Nccl {
             status(
                 unsafe {
                     result::broadcast(
-                        ptr as _,
-                        ptr as _,
+                        ptr,
+                        ptr,
                         n,
                         sys::ncclDataType_t::ncclFloat64,
                         root as i32,
