@@ -28,7 +28,10 @@ def get(system, workload):
 print("| comparison | size | threads | tenjin ms | peer ms | ratio per round | median ratio |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for w in ("logreg_hessian", "mf_hessian", "logreg_jvp"):
-    for peer, label in (("jax", "jax.jit(jax.jvp)" if w.endswith("jvp") else "jax.jit(jax.hessian)"), ("torch", "torch.autograd.functional.hessian")):
+    jvp = w.endswith("jvp")
+    for peer, label in (("jax", "jax.jit(jax.jvp)" if jvp else "jax.jit(jax.hessian)"),
+                        ("torch", "torch.func.jvp" if jvp else "torch.autograd.functional.hessian"),
+                        ("torch_compile", "torch.compile(torch.func.jvp)" if jvp else "torch.compile(torch.func.hessian)")):
         if not get(peer, w)[0]:
             continue
         (a, size), (b, _) = get("tenjin", w), get(peer, w)

@@ -1,8 +1,10 @@
 """JAX and PyTorch side of bench/hessian.sh: the Hessians of
 examples/hessian_peers.rs, written as ../shared/bench/workloads.py writes
-them (jax.jit(jax.hessian(f)); torch.autograd.functional.hessian), f32,
-and jax.jvp of the per-sample losses, one JSON line each with the median
-time in ms (first call excluded).
+them (jax.jit(jax.hessian(f)); torch.autograd.functional.hessian; and
+torch.compile(torch.func.hessian(f)) for the logistic regression), f32,
+and the jvp of the per-sample losses (jax.jit(jax.jvp); torch.func.jvp
+eager and compiled), one JSON line each with the median time in ms (first
+call excluded).
 
 Usage: python bench/hessian_peers.py THREADS [smoke]   (under taskset with as many cores)
 """
@@ -44,6 +46,15 @@ report("jax", "logreg_jvp", f"n={n},m={m}", median_ms(reps, lambda: jax.block_un
 Xt, yt, wt = torch.from_numpy(X_np), torch.from_numpy(y_np), torch.from_numpy(w_np)
 report("torch", "logreg_hessian", f"n={n},m={m}", median_ms(
     min(reps, 3), lambda: torch.autograd.functional.hessian(lambda w: torch.log(torch.exp(-yt * (Xt @ w)) + 1).sum(), wt)))
+# torch.compile of torch.func's Hessian (forward over reverse), and
+# torch.func.jvp eager and compiled.
+hc = torch.compile(torch.func.hessian(lambda w: torch.log(torch.exp(-yt * (Xt @ w)) + 1).sum()))
+report("torch_compile", "logreg_hessian", f"n={n},m={m}", median_ms(min(reps, 3), lambda: hc(wt)))
+t_losses = lambda w: torch.log(torch.exp(-yt * (Xt @ w)) + 1)
+dt = torch.from_numpy(np.asarray(d))
+report("torch", "logreg_jvp", f"n={n},m={m}", median_ms(reps, lambda: torch.func.jvp(t_losses, (wt,), (dt,))))
+jc = torch.compile(lambda w, d: torch.func.jvp(t_losses, (w,), (d,)))
+report("torch_compile", "logreg_jvp", f"n={n},m={m}", median_ms(reps, lambda: jc(wt, dt)))
 
 mn, k = (30, 5) if smoke else (300, 5)
 T_np, U_np, V_np = randn(mn, mn), randn(mn, k), randn(mn, k)

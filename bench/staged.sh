@@ -6,6 +6,7 @@
 #   bench/staged.sh 1      # one thread (taskset -c 0)
 #   bench/staged.sh 2      # two threads
 #   ROUNDS=5 bench/staged.sh 1
+#   PEERS=1 bench/staged.sh 1   # torch.compile and JAX too
 # The attention line is measured apart, in 2·ROUNDS+1 alternating pairs of
 # short runs.
 set -euo pipefail
@@ -18,14 +19,14 @@ cargo build --release --example staged_peers >&2
 out=$(mktemp)
 for r in $(seq 1 "$rounds"); do
   TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/staged_peers | sed "s/^{/{\"round\": $r, /" >>"$out"
-  env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" | sed "s/^{/{\"round\": $r, /" >>"$out"
+  env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" ${PEERS:+peers} | sed "s/^{/{\"round\": $r, /" >>"$out"
 done
 # The attention line again, alone, alternating short runs of both systems
 # (a few seconds each), so each pair sees the same machine.
 grep -v -e '"attention_line", ' -e '"attention", ' "$out" >"$out.rest" && mv "$out.rest" "$out"
 for r in $(seq 1 $((rounds * 2 + 1))); do
   TENJIN_NUM_THREADS=$threads taskset -c "$cores" target/release/examples/staged_peers attention >>"$out"
-  env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" attention >>"$out"
+  env -u OPENBLAS_CORETYPE taskset -c "$cores" "$PY" bench/staged_peers.py "$threads" attention ${PEERS:+peers} >>"$out"
 done
 "$PY" - "$out" "$threads" <<'PYEOF'
 import json, statistics, sys
@@ -40,13 +41,19 @@ def line(name, size, a, b, note=""):
     print(f"| {name} | {size} | {threads} | {statistics.median(a):.3f} | {statistics.median(b):.3f} | {cells} | **{statistics.median(ra):.2f}** |{note}")
 print("| comparison | size | threads | tenjin ms | reference ms | ratio per round | median ratio |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
+peers = (("torch", "PyTorch eager"), ("torch_compile", "torch.compile"), ("jax", "JAX jit"))
 for b in ("batch=64", "batch=256"):
-    hand, lin, torch = get("tenjin", "mlp_hand_step", b), get("tenjin", "mlp_linear_step", b), get("torch", "mlp_step", b)
+    hand, lin = get("tenjin", "mlp_hand_step", b), get("tenjin", "mlp_linear_step", b)
     line("MLP step, hand-written / nn::Linear", b, hand, lin)
-    line("MLP step, hand-written / PyTorch eager", b, hand, torch)
+    for peer, label in peers:
+        if get(peer, "mlp_step", b):
+            line(f"MLP step, hand-written / {label}", b, hand, get(peer, "mlp_step", b))
 first = get("tenjin", "mlp_hand_first_step", "batch=64")
 print(f"\nhand-written MLP, first step (derive, plan, compile everything): {' / '.join(f'{x:.1f}' for x in first)} ms")
-line("\nattention line / PyTorch eager (matmul, softmax)", "N=512,E=64", get("tenjin", "attention_line", "N=512,E=64"), get("torch", "attention", "N=512,E=64"))
+print()
+for peer, label in peers:
+    if get(peer, "attention", "N=512,E=64"):
+        line(f"attention line / {label} (matmul, softmax)", "N=512,E=64", get("tenjin", "attention_line", "N=512,E=64"), get(peer, "attention", "N=512,E=64"))
 print("\n| memory mode | workload | step ms (median over rounds) | peak in use | peak reserved | held after forward |")
 print("| --- | --- | --- | --- | --- | --- |")
 for w, size in (("mlp_hand", "batch=256"), ("attention_line", "N=512,E=64")):
