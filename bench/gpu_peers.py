@@ -6,6 +6,12 @@ card, the driver and the precision flags, and a device-to-device copy of a
 
 Usage: python bench/gpu_peers.py [tf32]
 
+Every workload but the GPT step (which runs eager and compiled itself)
+also runs under torch.compile (the forward compiled, `autograd.grad`
+outside), and, where JAX with a CUDA backend imports, under jax.jit
+(system "jax"); without it a line {"system": "jax", "skipped": why} says
+so.
+
 `tf32` sets torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 to True; otherwise both are False (PyTorch's
 defaults differ: matmul False, cuDNN convolutions True), so both systems
@@ -20,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from models import torch_chain, torch_mlp, torch_sgd_step
+from models import chain as chain_of, torch_chain, torch_mlp, torch_sgd_step
 
 tf32 = "tf32" in sys.argv
 torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -122,16 +128,77 @@ def mlp_step(batch):
     y = torch.arange(batch, device=dev) % 10
     step = torch_sgd_step(torch_mlp(dev), x, y, lr=0.01)
     report("torch", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, step))
+    model = torch_mlp(dev)
+    step = torch_sgd_step(model, x, y, lr=0.01, loss_fn=torch.compile(lambda x, y: F.cross_entropy(model(x), y)))
+    report("torch.compile", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, step))
 
 
 def value_grad(system, workload, size, shapes, f, **extra):
+    """Value and gradients of sum(f(xs) * g); with system "torch" also
+    under torch.compile (f compiled)."""
     xs = [rand(*s, grad=True) for s in shapes]
     g = rand(*f(*xs).shape)
 
-    def vg():
+    def vg(f=f):
         v = (f(*xs) * g).sum()
         torch.autograd.grad(v, xs)
     report(system, workload, size, median_ms(11, vg), **extra)
+    if system == "torch":
+        compiled = torch.compile(f)
+        report("torch.compile", workload, size, median_ms(11, lambda: vg(compiled)), **extra)
+
+
+def jax_rows():
+    """The workloads under jax.jit on the GPU, where JAX has a CUDA
+    backend."""
+    try:
+        import jax
+        import jax.numpy as jnp
+        if not jax.devices("gpu"):
+            raise RuntimeError("no GPU device")
+    except Exception as e:  # noqa: BLE001 (any reason JAX cannot run here)
+        print(json.dumps({"system": "jax", "skipped": f"JAX with a CUDA backend is not available: {e}"}), flush=True)
+        return
+    from models import jax_mlp_train
+
+    def timed(reps, f, *args):
+        return median_ms(reps, lambda: jax.block_until_ready(f(*args)))
+
+    def value_grad(workload, size, shapes, f, **extra):
+        keys = jax.random.split(jax.random.PRNGKey(0), len(shapes) + 1)
+        xs = [jax.random.uniform(k, s, minval=-1.0, maxval=1.0) for k, s in zip(keys, shapes)]
+        g = jax.random.uniform(keys[-1], f(*xs).shape, minval=-1.0, maxval=1.0)
+        vg = jax.jit(jax.value_and_grad(lambda *xs: (f(*xs) * g).sum(), argnums=tuple(range(len(xs)))))
+        report("jax", workload, size, timed(11, vg, *xs), **extra)
+
+    for batch in (64, 256, 1024):
+        train, params, x, y = jax_mlp_train(batch, lr=0.01)
+        state = [params]
+
+        def step():
+            state[0] = train(state[0], x, y)
+            return state[0]
+        report("jax", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, lambda: jax.block_until_ready(step())))
+    for n in (512, 2048):
+        e = 64
+        value_grad("attention", f"N={n},E={e}", [(n, e)] * 3,
+                   lambda q, k, v: jax.nn.softmax(q @ k.T / math.sqrt(e), axis=1) @ v)
+    n = 1 << 24
+    x = jax.random.uniform(jax.random.PRNGKey(1), (n,), minval=-3.0, maxval=3.0)
+    jchain = lambda x: chain_of(x, jnp.exp, jnp.tanh, jax.nn.sigmoid)  # noqa: E731
+    report("jax", "elementwise_forward", f"n={n}", timed(11, jax.jit(jchain), x), bytes=8 * n)
+    report("jax", "elementwise_exp", f"n={n}", timed(11, jax.jit(jnp.exp), x), bytes=8 * n)
+    value_grad("elementwise_value_grad", f"n={n}", [(n,)], jchain)
+    value_grad("softmax", "4096x4096", [(4096, 4096)], lambda x: jax.nn.softmax(x, axis=1))
+
+    def layer_norm(x):
+        mean = x.mean(1, keepdims=True)
+        var = ((x - mean) ** 2).mean(1, keepdims=True)
+        return (x - mean) / jnp.sqrt(var + 1e-5)
+    value_grad("layer_norm", "4096x4096", [(4096, 4096)], layer_norm)
+    value_grad("conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
+               lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                                         dimension_numbers=("NCHW", "OIHW", "NCHW")))
 
 
 chain = torch_chain
@@ -169,6 +236,7 @@ def main():
     value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
     value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
                lambda x, w: F.conv2d(x, w, padding=1))
+    jax_rows()
     gpt_step()  # last: the largest, and torch.compile's compilation the longest
 
 

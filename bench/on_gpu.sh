@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine checks and measures, in one run (issue
 # "GPU speed"): the GPU machine has no Rust toolchain, so the binaries are
-# built here with the `cuda` feature and carried in BIN:
+# built here with the `nccl` feature (which implies `cuda`) and carried in BIN:
 #   bench/on_gpu.sh --build .gpubin     # here: build and copy the binaries
 #   bench/on_gpu.sh .gpubin OUT         # there: run; logs and JSON lines in OUT
 #   bench/on_gpu.sh .gpubin OUT tf32    # there: the speed runs only, TF32 GEMMs on both sides
@@ -14,10 +14,10 @@ if [ "${1:-}" = --build ]; then
   bin=${2:?bench/on_gpu.sh --build DIR}
   set -e
   mkdir -p "$bin"
-  cargo build --release --features cuda --example gpu_peers --example train_mlp --example char_lm
-  for e in gpu_peers train_mlp char_lm; do cp target/release/examples/$e "$bin/"; done
+  cargo build --release --features nccl --example gpu_peers --example train_mlp --example char_lm --example train_ddp
+  for e in gpu_peers train_mlp char_lm train_ddp; do cp target/release/examples/$e "$bin/"; done
   for t in gpu_sim sim_suite ptx fusion; do
-    exe=$(cargo test --release --features cuda --test $t --no-run --message-format=json 2>/dev/null \
+    exe=$(cargo test --release --features nccl --test $t --no-run --message-format=json 2>/dev/null \
       | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
     cp "$exe" "$bin/test_$t"
   done
@@ -46,9 +46,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # cudarc opens cuBLAS by the names of CUDA <= 12 (libcublas.so, .so.12, ...):
 # a CUDA 13 machine's libcublas.so.13 is linked under the plain name.
 libs=$(mktemp -d)
-for name in cublas cublasLt; do
+for name in cublas cublasLt nccl; do
   f=$(ldconfig -p | grep -o "/[^ ]*/lib$name\.so[.0-9]*$" | sort -V | tail -n 1)
   [ -n "$f" ] || f=$(find /usr /opt -name "lib$name.so*" 2>/dev/null | sort -V | tail -n 1)
+  # NCCL often comes only inside PyTorch's wheels (nvidia/nccl/lib).
+  [ -n "$f" ] || f=$(python3 -c "import nvidia.nccl, os; d = os.path.join(list(nvidia.nccl.__path__)[0], 'lib'); print(os.path.join(d, sorted(os.listdir(d))[-1]))" 2>/dev/null)
   echo "lib$name: ${f:-not found}"
   [ -z "$f" ] || ln -sf "$f" "$libs/lib$name.so"
 done
@@ -61,6 +63,8 @@ export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
 [ -n "$math" ] || step checks 300 env TENJIN_GPU_TESTS=cuda "$bin/test_sim_suite" --test-threads=1
 [ -n "$math" ] || step checks 20 "$bin/test_ptx" kernels_run_on_a_gpu
 [ -n "$math" ] || step checks 45 "$bin/train_mlp" --device cuda
+# A world of one NCCL rank against the run alone, bit for bit (issue 31).
+[ -n "$math" ] || step checks 90 "$bin/train_ddp" --nccl
 # Speed: tenjin's workloads one process each, then PyTorch's.
 : >"$out/tenjin.jsonl"
 for w in mlp_step attention elementwise_forward elementwise_exp elementwise_value_grad softmax layer_norm conv2d; do
@@ -71,7 +75,9 @@ grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
 # Where tenjin's time goes (per-kernel device times; medians inflated).
 [ -n "$math" ] || step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
   --only "${PROFILE:-elementwise_value_grad,softmax,layer_norm,conv2d,gpt_step}"
-step torch 200 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math
+# PyTorch eager, torch.compile (every workload compiled: minutes) and JAX
+# where it has a CUDA backend.
+step torch 480 env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math
 grep '^{' "$out/torch.log" >"$out/torch.jsonl"
 # Where PyTorch's time goes in the same GPT step.
 [ -n "$math" ] || step profile 60 python3 bench/gpu_torch_profile.py
