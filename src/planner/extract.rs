@@ -356,6 +356,14 @@ impl Builder {
             if !progress {
                 break;
             }
+            // A cut may leave a convolution-shaped contraction that was not
+            // one before (a masked gradient cut as a stage leaves the input
+            // gradient's windowed sum over that stage): rewrite it too.
+            let stages = sources.len();
+            (f, sources) = self.apply_window(f, sources, use_wanted)?;
+            if sources.len() != stages {
+                rejected.clear();
+            }
         }
         let (graph, root) = f.graph.extract(f.root);
         let f = super::normalize::cancel_equal_terms(&IndexFn { graph, root, ..f });
