@@ -100,3 +100,58 @@ fn the_same_convolution_written_as_one_line_gets_the_same_routes_and_values() {
     close(&x.grad().unwrap().to_vec_f64().unwrap(), &gx, "dx");
     close(&w.grad().unwrap().to_vec_f64().unwrap(), &gw, "dw");
 }
+
+#[test]
+fn a_fused_conv_bias_relu_line_reads_its_masked_gradient_through_a_padded_stage() {
+    // The mask of the ReLU is cut as a stage; what is left of the input
+    // gradient is a windowed sum over that stage, rewritten like the
+    // plain convolution's: a zero-padded copy and one GEMM, not a GEMM
+    // into [B, C, K, T] read back through solved ranges (col2im).
+    let x = Tensor::randn(&[4, 32, 132], DType::F64, 1)
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::randn(&[32, 32, 5], DType::F64, 2)
+        .unwrap()
+        .requires_grad();
+    let b = Tensor::randn(&[32], DType::F64, 3).unwrap().requires_grad();
+    let src = "y[n; o; t] = max(sum{c}_0^31 (sum{k}_0^4 (x[n; c; t + k] * w[o; c; k])) + b[o], 0)";
+    let y = index_fn_with_sizes(src, &[("x", &x), ("w", &w), ("b", &b)], &[("t", 128)]).unwrap();
+    let e = tenjin::explain(&y).unwrap();
+    let dx = e
+        .backward
+        .iter()
+        .find(|s| s.role == "gradient of x")
+        .unwrap();
+    assert_eq!(dx.route, "gemm", "{e}");
+    assert!(
+        e.backward.iter().all(|s| s.domain.len() <= 3),
+        "no [B, C, K, T] stage: {e}"
+    );
+    assert!(
+        e.backward.iter().any(|s| s.domain == [4, 32, 136]),
+        "the padded gradient: {e}"
+    );
+    // The same gradients as the op-by-op route.
+    let g = Tensor::randn(y.shape(), DType::F64, 4).unwrap();
+    y.backward_with(&g).unwrap();
+    let got: Vec<Vec<f64>> = [&x, &w, &b]
+        .iter()
+        .map(|t| t.grad().unwrap().to_vec_f64().unwrap())
+        .collect();
+    let (x2, w2, b2) = (
+        x.detach().requires_grad(),
+        w.detach().requires_grad(),
+        b.detach().requires_grad(),
+    );
+    x2.conv1d(&w2, Some(&b2), 1, 0, 1, 1)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .backward_with(&g)
+        .unwrap();
+    for (got, t) in got.iter().zip([&x2, &w2, &b2]) {
+        for (a, e) in got.iter().zip(t.grad().unwrap().to_vec_f64().unwrap()) {
+            assert!((a - e).abs() <= 1e-12 * e.abs().max(1.0), "{a} against {e}");
+        }
+    }
+}
