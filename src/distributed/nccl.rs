@@ -115,7 +115,7 @@ fn library(op: &str) -> Result<(), Error> {
 
 /// Whether CUDA device `device` exists (with its driver).
 fn present(op: &str, device: usize) -> Result<(), Error> {
-    let count = crate::cuda::device_count();
+    let count = crate::runtime::cuda_device_count();
     if device >= count {
         return Err(error(
             op,

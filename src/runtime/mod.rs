@@ -76,6 +76,13 @@ pub fn synchronize(device: Device) -> Result<(), Error> {
     backend_for(device)?.synchronize()
 }
 
+/// The number of real CUDA devices (what the layers above the runtime
+/// may ask of the GPU backend without reaching it).
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) fn cuda_device_count() -> usize {
+    crate::gpu::device_count()
+}
+
 /// The backend that runs kernels on `device`, or an error naming the
 /// device when none does.
 pub(crate) fn backend_for(device: Device) -> Result<&'static dyn Backend, Error> {
