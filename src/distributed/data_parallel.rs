@@ -54,6 +54,9 @@ pub struct DataParallel {
     buckets: Vec<Vec<usize>>,
     /// Inside `no_sync`.
     local_only: Cell<bool>,
+    /// Each bucket's host buffer, kept from the last step (its sum) and
+    /// filled again: no allocation in a steady loop.
+    pool: RefCell<Vec<Option<Values>>>,
 }
 
 impl DataParallel {
@@ -84,6 +87,7 @@ impl DataParallel {
         Ok(DataParallel {
             comm,
             params,
+            pool: RefCell::new(vec![None; buckets.len()]),
             buckets,
             local_only: Cell::new(false),
         })
@@ -178,18 +182,29 @@ impl DataParallel {
     /// Bucket `b`'s gradients on the host, zeros for a parameter without
     /// one, in the bucket's wire type.
     fn bucket_values(&self, b: usize) -> Result<Values, Error> {
-        let bucket = &self.buckets[b];
-        let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
-        let mut flat = zeros(self.params[bucket[0]].1.dtype(), size);
+        let mut flat = self.buffer(b);
         let mut at = 0;
-        for &k in bucket {
+        for &k in &self.buckets[b] {
             let (_, p) = &self.params[k];
-            if let Some(g) = p.grad() {
-                put(&mut flat, at, host_values(&g)?)?;
+            match p.grad() {
+                Some(g) => read_part(&mut flat, at, &g)?,
+                None => zero_part(&mut flat, at, p.numel()),
             }
             at += p.numel();
         }
         Ok(flat)
+    }
+
+    /// Bucket `b`'s host buffer: the last step's, or a new one (its
+    /// contents are overwritten before it is sent).
+    fn buffer(&self, b: usize) -> Values {
+        let bucket = &self.buckets[b];
+        let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
+        let fresh = zeros(self.params[bucket[0]].1.dtype(), size);
+        match self.pool.borrow_mut()[b].take() {
+            Some(v) if v.len() == size && v.dtype() == fresh.dtype() => v,
+            _ => fresh,
+        }
     }
 
     /// For [`DataParallel::backward`]: each parameter's leaf (by address)
@@ -210,7 +225,7 @@ impl DataParallel {
                 at += p.numel();
             }
             fills.push(Fill {
-                values: zeros(self.params[bucket[0]].1.dtype(), at),
+                values: self.buffer(b),
                 missing: bucket.len(),
                 late,
             });
@@ -234,12 +249,9 @@ impl DataParallel {
             }
             let g = Tensor::dense(params[k].shape().to_vec(), g.clone(), Origin::Constant);
             let fill = &mut st.fills[b];
-            match host_values(&g).and_then(|v| put(&mut fill.values, at, v)) {
-                Ok(()) => {}
-                Err(e) => {
-                    st.error = Some(e);
-                    return;
-                }
+            if let Err(e) = read_part(&mut fill.values, at, &g) {
+                st.error = Some(e);
+                return;
             }
             fill.missing -= 1;
             if fill.missing == 0 {
@@ -292,6 +304,7 @@ impl DataParallel {
                     },
                 ));
             }
+            self.pool.borrow_mut()[b] = Some(sum); // the next step's buffer
         }
         for (k, g) in averaged {
             self.params[k].1.set_grad(Some(&g))?;
@@ -317,24 +330,27 @@ fn zeros(d: DType, n: usize) -> Values {
     }
 }
 
-/// `part` written into `into` from element `at`; an error where their
-/// types differ (a gradient whose dtype is not its bucket's).
-fn put(into: &mut Values, at: usize, part: Values) -> Result<(), Error> {
-    match (into, part) {
-        (Values::F32(into), Values::F32(part)) => into[at..at + part.len()].copy_from_slice(&part),
-        (Values::F64(into), Values::F64(part)) => into[at..at + part.len()].copy_from_slice(&part),
-        (into, part) => {
-            return Err(error(
-                "DataParallel",
-                format!(
-                    "a {:?} gradient in a bucket of {:?}",
-                    part.dtype(),
-                    into.dtype()
-                ),
-            ))
+/// Gradient `g` copied into `into` from element `at` (f32 as it is, into
+/// an f32 bucket; f64 as it is, and other types converted, into an f64
+/// one); an error where an f32 bucket meets another type.
+fn read_part(into: &mut Values, at: usize, g: &Tensor) -> Result<(), Error> {
+    let n = g.numel();
+    match into {
+        Values::F32(v) => g.read_into(&mut v[at..at + n]),
+        Values::F64(v) if g.dtype() == DType::F64 => g.read_into(&mut v[at..at + n]),
+        Values::F64(v) => {
+            v[at..at + n].copy_from_slice(&g.to_vec_f64()?);
+            Ok(())
         }
     }
-    Ok(())
+}
+
+/// Elements `at..at + n` of `into` set to zero.
+fn zero_part(into: &mut Values, at: usize, n: usize) {
+    match into {
+        Values::F32(v) => v[at..at + n].fill(0.0),
+        Values::F64(v) => v[at..at + n].fill(0.0),
+    }
 }
 
 /// Each parameter's leaf (by address) → its bucket, its offset in the
@@ -356,16 +372,6 @@ struct Overlap {
     /// The reductions started during backward, in the order they started.
     started: Vec<(usize, PendingReduce)>,
     error: Option<Error>,
-}
-
-/// A gradient's values on the host in the type it travels in (f32 as it
-/// is, others as f64).
-fn host_values(g: &Tensor) -> Result<Values, Error> {
-    if g.dtype() == DType::F32 {
-        Ok(Values::F32(g.to_vec()?))
-    } else {
-        Ok(Values::F64(g.to_vec_f64()?))
-    }
 }
 
 /// Every rank's parameters against rank 0's: counts, names, shapes and

@@ -421,6 +421,19 @@ impl Storage {
         backend.copy(Operand::host(values), all.range(start, values.len())?)
     }
 
+    /// Copies the elements into `out` as they are: `T` must be this
+    /// storage's element type and `out` as long as it (`false`, with
+    /// nothing copied, otherwise). No allocation, no conversion.
+    pub(crate) fn read_into<T: Element>(&self, out: &mut [T]) -> Result<bool, Error> {
+        if T::DTYPE != self.dtype || out.len() != self.len {
+            return Ok(false);
+        }
+        let backend = backend_for(self.device())?;
+        let g = self.read()?;
+        backend.copy(self.operand(&g, self.len)?, OperandMut::host(out))?;
+        Ok(true)
+    }
+
     /// A copy of the elements converted to f64.
     pub(crate) fn to_f64_vec(&self) -> Result<Vec<f64>, Error> {
         with_element!(self.dtype, T => {

@@ -165,7 +165,32 @@ impl Tensor {
 
     /// The elements in row-major order, as f32 (f64 tensors are rounded).
     pub fn to_vec(&self) -> Result<Vec<f32>, Error> {
+        if self.dtype() == DType::F32 {
+            // Straight from the storage: no round trip through f64.
+            let mut out = vec![0f32; self.numel()];
+            self.read_into(&mut out)?;
+            return Ok(out);
+        }
         Ok(self.to_vec_f64()?.into_iter().map(|x| x as f32).collect())
+    }
+
+    /// Copies the elements (row-major) into `out`, which has this tensor's
+    /// element type and length; an error naming both otherwise.
+    pub(crate) fn read_into<T: crate::dtype::Element>(&self, out: &mut [T]) -> Result<(), Error> {
+        let storage = self.contiguous_detached()?.dense_storage()?;
+        if !storage.read_into(out)? {
+            return Err(Error::shape(
+                "read_into",
+                format!(
+                    "{} {:?} values cannot take a tensor of shape {:?} ({:?})",
+                    out.len(),
+                    T::DTYPE,
+                    self.shape(),
+                    self.dtype()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The elements in row-major order, as f64.
