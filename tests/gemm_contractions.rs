@@ -144,7 +144,7 @@ fn check(src: &str, args: &[(&str, &[usize])], sizes: &[(&str, usize)]) {
 }
 
 /// Products large enough to be cut into tiles (the larger of m and n is at
-/// least 256): within tolerance of the reference and bitwise identical for
+/// least 256), and batches of small ones: within tolerance of the reference and bitwise identical for
 /// 1, 2 and 3 threads, in both orientations of the split and for a
 /// transposed right-hand side (the layout of `x · wᵀ` in a linear layer).
 #[test]
@@ -163,6 +163,19 @@ fn tiled_products_are_identical_for_any_thread_count() {
         "f[i; j] = sum{k}_0^8 (a[k; i] * b[k; j])",
         &[("a", &[9, 260]), ("b", &[9, 1030])],
         &[],
+    );
+    // Too small for a tile per thread but a batch of products (a
+    // convolution's weight gradient, one product per tap): the batch is
+    // split between the threads, each product whole.
+    check(
+        "f[b; i; j] = sum{k}_0^99 (a[b; i; k] * c[b; k; j])",
+        &[("a", &[5, 20, 100]), ("c", &[5, 100, 24])],
+        &[],
+    );
+    check(
+        "w[o; c; k] = sum{t}_0^63 (x[c; k + t] * s[o; t])",
+        &[("x", &[12, 68]), ("s", &[9, 64])],
+        &[("k", 5)],
     );
 }
 

@@ -272,8 +272,19 @@ impl Contraction {
             terms,
         };
         let ptrs = &ptrs;
-        let tile = |p0: usize, p1: usize| {
-            for p in p0..p1 {
+        // Too few rows or columns for a tile per thread, but a batch of
+        // products (a convolution's weight gradient, one product per
+        // tap): the batch is split too, each product still computed whole
+        // by one thread (the same bits at any thread count).
+        let batch_parts = if parts < threads {
+            (threads / parts).min(n_batch).max(1)
+        } else {
+            1
+        };
+        let tile = |w0: usize, w1: usize| {
+            for w in w0..w1 {
+                let (p, chunk) = (w / batch_parts, w % batch_parts);
+                let batches = n_batch * chunk / batch_parts..n_batch * (chunk + 1) / batch_parts;
                 let (lo, hi) = (edge(p), edge(p + 1));
                 if lo >= hi {
                     continue;
@@ -334,7 +345,7 @@ impl Contraction {
                     let b_shared = shared(|d| d.b, nt)
                         .then(|| blis::prepack(nr, kc, nt, len, b_at(0, none), diag));
                     let packed = |v: &Option<Vec<T>>| v.as_ref().map_or(none, |v| v.as_ptr());
-                    for bi in 0..n_batch {
+                    for bi in batches.clone() {
                         let (ba, bb, bo) = offsets(&self.batch, bi);
                         let product = Product {
                             m: mt,
@@ -355,10 +366,11 @@ impl Contraction {
                 }
             }
         };
-        if parts > 1 && threads > 1 {
-            super::pool::parallel_for(parts, 1, &tile);
+        let work = parts * batch_parts;
+        if work > 1 && threads > 1 {
+            super::pool::parallel_for(work, 1, &tile);
         } else {
-            tile(0, parts);
+            tile(0, work);
         }
         if symmetric {
             for bi in 0..n_batch {
