@@ -4,7 +4,7 @@
 //! rank order), and each rank takes it. A rank that waits longer than the
 //! timeout gets an error naming the ranks that did not arrive.
 
-use super::{error, Collective, PendingReduce, Values};
+use super::{check_root, error, Collective, PendingReduce, Values};
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,12 +179,7 @@ impl Collective for InProcess {
     }
 
     fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error> {
-        if root >= self.shared.world {
-            return Err(error(
-                "broadcast",
-                format!("root {root} in a world of {} ranks", self.shared.world),
-            ));
-        }
+        check_root(root, self.shared.world)?;
         let data = (self.rank == root).then(|| Values::F64(buf.to_vec()));
         let call = self.deposit(
             "broadcast",

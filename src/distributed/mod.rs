@@ -220,14 +220,20 @@ impl Collective for Local {
     }
 
     fn broadcast(&self, _: &mut [f64], root: usize) -> Result<(), Error> {
-        if root != 0 {
-            return Err(error(
-                "broadcast",
-                format!("root {root} in a world of 1 rank"),
-            ));
-        }
-        Ok(())
+        check_root(root, 1)
     }
+}
+
+/// An error unless `root` is a rank of a world of `world`.
+pub(crate) fn check_root(root: usize, world: usize) -> Result<(), Error> {
+    if root >= world {
+        let ranks = if world == 1 { "rank" } else { "ranks" };
+        return Err(error(
+            "broadcast",
+            format!("root {root} in a world of {world} {ranks}"),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn error(op: &str, message: String) -> Error {

@@ -9,7 +9,7 @@
 //! of a hang. After a timeout the communicator is broken (MPI cannot
 //! cancel a collective): every later call is an error.
 
-use super::{error, Collective, PendingReduce, Values};
+use super::{check_root, error, Collective, PendingReduce, Values};
 use crate::Error;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
@@ -177,12 +177,7 @@ impl Collective for Mpi {
     }
 
     fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error> {
-        if root >= self.world {
-            return Err(error(
-                "broadcast",
-                format!("root {root} in a world of {} ranks", self.world),
-            ));
-        }
+        check_root(root, self.world)?;
         let data = buf.to_vec();
         let got = self.submit("broadcast", |reply| Job::Broadcast(data, root, reply))?()?;
         buf.copy_from_slice(&got.into_f64("broadcast")?);

@@ -18,7 +18,7 @@
 //! Owns nothing of the GPU backend: the tensors' device, memory and
 //! kernels are `gpu`'s; this module opens its own stream on the device.
 
-use super::{error, Collective, PendingReduce, Values};
+use super::{check_root, error, Collective, PendingReduce, Values};
 use crate::Error;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceRepr};
 use cudarc::nccl::{result, sys};
@@ -394,12 +394,7 @@ impl Collective for Nccl {
     }
 
     fn broadcast(&self, buf: &mut [f64], root: usize) -> Result<(), Error> {
-        if root >= self.world {
-            return Err(error(
-                "broadcast",
-                format!("root {root} in a world of {} ranks", self.world),
-            ));
-        }
+        check_root(root, self.world)?;
         let n = buf.len();
         if n == 0 {
             return Ok(());
