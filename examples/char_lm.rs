@@ -11,6 +11,7 @@
 //! cargo run --release --example char_lm -- --check      # CI: reproducibility and a loss below the unigram entropy
 //! cargo run --release --example char_lm -- --device cuda # on CUDA device 0 (exit status 2 where there is none)
 //! cargo run --release --example char_lm -- --device sim  # CI: the first steps on the CPU and on the simulated GPU, compared
+//! cargo run --release --example char_lm -- --step-time  # the median step on one fixed batch, a JSON line (bench/char_lm.sh)
 //! ```
 //!
 //! The corpus is this crate's README and a few of its sources, embedded
@@ -406,6 +407,54 @@ fn train(
     Ok((model, losses, accuracies))
 }
 
+/// `--step-time`: the median of `reps` training steps (forward, loss,
+/// backward, Adam, the loss read) on one fixed batch, after 5 to warm up,
+/// as the JSON line `bench/char_lm.sh` compares with `bench/char_lm_peers.py`.
+fn step_time(text: &Text, reps: usize) -> Result<(), Error> {
+    let model = Model::new(CONFIG, text.chars.len(), 1)?;
+    let params: Vec<Tensor> = model.named_parameters().into_iter().map(|(_, t)| t).collect();
+    let mut opt = Adam::new(
+        params,
+        AdamConfig {
+            lr: 3e-3,
+            ..Default::default()
+        },
+    )?;
+    let (x, y) = text.batch(&mut Rng(3), CONFIG)?;
+    let mut step = || -> Result<f64, Error> {
+        opt.zero_grad();
+        let loss = model
+            .logits(&x)?
+            .cross_entropy_with(&y, CrossEntropyOptions::default())?;
+        loss.backward()?;
+        opt.step()?;
+        loss.item()
+    };
+    for _ in 0..5 {
+        step()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = std::time::Instant::now();
+        std::hint::black_box(step()?);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let c = CONFIG;
+    println!(
+        "{{\"system\": \"tenjin\", \"workload\": \"char_lm_step\", \"size\": \"B={},T={},d={},hidden={},blocks={},vocab={}\", \"threads\": {}, \"median_ms\": {:.4}}}",
+        c.batch,
+        c.context,
+        c.width,
+        c.hidden,
+        c.blocks,
+        text.chars.len(),
+        tenjin::jit::num_threads(),
+        times[reps / 2]
+    );
+    Ok(())
+}
+
 fn mean_tail(losses: &[f64], n: usize) -> f64 {
     let tail = &losses[losses.len().saturating_sub(n)..];
     tail.iter().sum::<f64>() / tail.len() as f64
@@ -432,6 +481,9 @@ fn main() -> Result<(), Error> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if check { 150 } else { 1200 });
     let text = Text::new();
+    if args.iter().any(|a| a == "--step-time") {
+        return step_time(&text, 31);
+    }
     let entropy = text.unigram_entropy();
     println!(
         "corpus: {} characters, {} distinct; unigram entropy {entropy:.3} nats",
