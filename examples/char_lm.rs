@@ -412,7 +412,11 @@ fn train(
 /// as the JSON line `bench/char_lm.sh` compares with `bench/char_lm_peers.py`.
 fn step_time(text: &Text, reps: usize) -> Result<(), Error> {
     let model = Model::new(CONFIG, text.chars.len(), 1)?;
-    let params: Vec<Tensor> = model.named_parameters().into_iter().map(|(_, t)| t).collect();
+    let params: Vec<Tensor> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
     let mut opt = Adam::new(
         params,
         AdamConfig {
