@@ -358,25 +358,31 @@ impl Model {
 /// accuracy on its batch.
 type Trained = (Model, Vec<f64>, Vec<f64>);
 
-fn train(
-    text: &Text,
-    steps: usize,
-    seed: u64,
-    bar: Option<&ProgressBar>,
-) -> Result<Trained, Error> {
+/// The model from `seed` and its Adam (rate 3e-3).
+fn model_and_adam(text: &Text, seed: u64) -> Result<(Model, Adam), Error> {
     let model = Model::new(CONFIG, text.chars.len(), seed)?;
     let params: Vec<Tensor> = model
         .named_parameters()
         .into_iter()
         .map(|(_, t)| t)
         .collect();
-    let mut opt = Adam::new(
+    let opt = Adam::new(
         params,
         AdamConfig {
             lr: 3e-3,
             ..Default::default()
         },
     )?;
+    Ok((model, opt))
+}
+
+fn train(
+    text: &Text,
+    steps: usize,
+    seed: u64,
+    bar: Option<&ProgressBar>,
+) -> Result<Trained, Error> {
+    let (model, mut opt) = model_and_adam(text, seed)?;
     // Shuffled windows in full batches, collated ahead on a worker thread.
     let windows = Windows {
         ids: text.ids.clone().into(),
@@ -411,19 +417,7 @@ fn train(
 /// backward, Adam, the loss read) on one fixed batch, after 5 to warm up,
 /// as the JSON line `bench/char_lm.sh` compares with `bench/char_lm_peers.py`.
 fn step_time(text: &Text, reps: usize) -> Result<(), Error> {
-    let model = Model::new(CONFIG, text.chars.len(), 1)?;
-    let params: Vec<Tensor> = model
-        .named_parameters()
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
-    let mut opt = Adam::new(
-        params,
-        AdamConfig {
-            lr: 3e-3,
-            ..Default::default()
-        },
-    )?;
+    let (model, mut opt) = model_and_adam(text, 1)?;
     let (x, y) = text.batch(&mut Rng(3), CONFIG)?;
     let mut step = || -> Result<f64, Error> {
         opt.zero_grad();
