@@ -50,8 +50,8 @@ const BUCKET_BYTES: usize = 25 << 20;
 pub struct DataParallel {
     comm: Arc<dyn Collective>,
     params: Vec<(String, Tensor)>,
-    /// Parameter indices per bucket, in the order the buckets reduce.
-    buckets: Vec<Vec<usize>>,
+    /// The buckets, in the order they reduce.
+    buckets: Vec<Bucket>,
     /// Inside `no_sync`.
     local_only: Cell<bool>,
     /// Each bucket's host buffer, kept from the last step (its sum) and
@@ -97,7 +97,12 @@ impl DataParallel {
     pub fn buckets(&self) -> Vec<Vec<String>> {
         self.buckets
             .iter()
-            .map(|b| b.iter().map(|&k| self.params[k].0.clone()).collect())
+            .map(|b| {
+                b.members
+                    .iter()
+                    .map(|&(k, _)| self.params[k].0.clone())
+                    .collect()
+            })
             .collect()
     }
 
@@ -159,6 +164,13 @@ impl DataParallel {
         let observer = self.observer(slot_of, state.clone());
         let ran = crate::trace::observing_final_gradients(observer, || loss.backward());
         let mut st = state.borrow_mut();
+        // The buffers of the buckets backward did not finish go back to
+        // the pool for the reductions below.
+        for (b, fill) in st.fills.iter_mut().enumerate() {
+            if let Some(values) = fill.values.take() {
+                self.pool.borrow_mut()[b] = Some(values);
+            }
+        }
         // The buckets started during backward, in the order they started;
         // then the others in bucket order (the same on every rank),
         // reduced from the committed gradients.
@@ -183,14 +195,12 @@ impl DataParallel {
     /// one, in the bucket's wire type.
     fn bucket_values(&self, b: usize) -> Result<Values, Error> {
         let mut flat = self.buffer(b);
-        let mut at = 0;
-        for &k in &self.buckets[b] {
+        for &(k, at) in &self.buckets[b].members {
             let (_, p) = &self.params[k];
             match p.grad() {
                 Some(g) => read_part(&mut flat, at, &g)?,
                 None => zero_part(&mut flat, at, p.numel()),
             }
-            at += p.numel();
         }
         Ok(flat)
     }
@@ -199,35 +209,31 @@ impl DataParallel {
     /// contents are overwritten before it is sent).
     fn buffer(&self, b: usize) -> Values {
         let bucket = &self.buckets[b];
-        let size = bucket.iter().map(|&k| self.params[k].1.numel()).sum();
-        let fresh = zeros(self.params[bucket[0]].1.dtype(), size);
         match self.pool.borrow_mut()[b].take() {
-            Some(v) if v.len() == size && v.dtype() == fresh.dtype() => v,
-            _ => fresh,
+            Some(v) if v.len() == bucket.len && v.dtype() == wire_dtype(bucket.dtype) => v,
+            _ => zeros(bucket.dtype, bucket.len),
         }
     }
 
     /// For [`DataParallel::backward`]: each parameter's leaf (by address)
     /// → its bucket, its offset there and its index; and each bucket's
-    /// empty fill (late when a parameter already holds a gradient).
+    /// fill (late, with no buffer, when a parameter already holds a
+    /// gradient).
     fn fills(&self) -> (Slots, Vec<Fill>) {
         let mut slot_of = HashMap::new();
         let mut fills = Vec::with_capacity(self.buckets.len());
         for (b, bucket) in self.buckets.iter().enumerate() {
-            let mut at = 0;
             let mut late = false;
-            for &k in bucket {
+            for &(k, at) in &bucket.members {
                 let (_, p) = &self.params[k];
                 late |= p.grad().is_some();
                 if let Origin::Leaf(leaf) = p.origin() {
                     slot_of.insert(Arc::as_ptr(leaf) as usize, (b, at, k));
                 }
-                at += p.numel();
             }
             fills.push(Fill {
-                values: self.buffer(b),
-                missing: bucket.len(),
-                late,
+                values: if late { None } else { Some(self.buffer(b)) },
+                missing: bucket.members.len(),
             });
         }
         (slot_of, fills)
@@ -244,18 +250,20 @@ impl DataParallel {
                 return;
             };
             let st = &mut *state.borrow_mut();
-            if st.error.is_some() || st.fills[b].late {
-                return;
-            }
-            let g = Tensor::dense(params[k].shape().to_vec(), g.clone(), Origin::Constant);
             let fill = &mut st.fills[b];
-            if let Err(e) = read_part(&mut fill.values, at, &g) {
+            let (None, Some(values)) = (&st.error, &mut fill.values) else {
+                return; // an error stopped the filling, or a late bucket
+            };
+            let g = Tensor::dense(params[k].shape().to_vec(), g.clone(), Origin::Constant);
+            if let Err(e) = read_part(values, at, &g) {
                 st.error = Some(e);
                 return;
             }
             fill.missing -= 1;
             if fill.missing == 0 {
-                let values = std::mem::replace(&mut fill.values, Values::F64(Vec::new()));
+                let Some(values) = fill.values.take() else {
+                    return;
+                };
                 match comm.all_reduce_sum_start(values) {
                     Ok(p) => st.started.push((b, p)),
                     Err(e) => st.error = Some(e),
@@ -282,11 +290,9 @@ impl DataParallel {
         }
         let mut averaged = Vec::with_capacity(self.params.len());
         for (b, sum) in sums {
-            let mut at = 0;
-            for &k in &self.buckets[b] {
+            for &(k, at) in &self.buckets[b].members {
                 let p = &self.params[k].1;
                 let part = at..at + p.numel();
-                at = part.end;
                 let g = match &sum {
                     Values::F32(v) => {
                         Tensor::from_host_on("DataParallel", &v[part], p.shape(), p.device())?
@@ -322,9 +328,18 @@ fn average(mut sum: Values, world: usize) -> Values {
     sum
 }
 
+/// The type gradients of dtype `d` travel in: f32 as f32, the rest as f64.
+fn wire_dtype(d: DType) -> DType {
+    if d == DType::F32 {
+        DType::F32
+    } else {
+        DType::F64
+    }
+}
+
 /// `n` zeros of the type a gradient of dtype `d` travels in.
 fn zeros(d: DType, n: usize) -> Values {
-    match d {
+    match wire_dtype(d) {
         DType::F32 => Values::F32(vec![0.0; n]),
         _ => Values::F64(vec![0.0; n]),
     }
@@ -357,13 +372,22 @@ fn zero_part(into: &mut Values, at: usize, n: usize) {
 /// bucket's values, and its index among the parameters.
 type Slots = HashMap<usize, (usize, usize, usize)>;
 
+/// One bucket: its parameters, each with the offset of its first value in
+/// the bucket's values, their number, and the parameters' dtype (one per
+/// bucket).
+struct Bucket {
+    members: Vec<(usize, usize)>,
+    len: usize,
+    dtype: DType,
+}
+
 /// A bucket being filled during backward.
 struct Fill {
-    values: Values,
+    /// `None` once sent, and for a bucket reduced after backward instead
+    /// (a parameter held a gradient).
+    values: Option<Values>,
     /// Parameters whose final gradient has not arrived.
     missing: usize,
-    /// Reduced after backward instead (a parameter held a gradient).
-    late: bool,
 }
 
 /// What the backward observer shares with [`DataParallel::backward`].
@@ -484,26 +508,25 @@ fn broadcast_values(comm: &dyn Collective, params: &[(String, Tensor)]) -> Resul
     crate::nn::load_into(params, &state)
 }
 
-/// Parameter indices in buckets: reverse order, the first bucket up to
+/// The buckets: parameters in reverse order, the first bucket up to
 /// `first` bytes, the others up to `rest`; a new bucket where the dtype
 /// changes (a bucket travels in one type).
-fn buckets(params: &[(String, Tensor)], first: usize, rest: usize) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = vec![Vec::new()];
-    let mut bytes = 0;
+fn buckets(params: &[(String, Tensor)], first: usize, rest: usize) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::new();
     for k in (0..params.len()).rev() {
         let t = &params[k].1;
-        let size = t.numel() * t.dtype().size();
-        let cap = if out.len() == 1 { first } else { rest };
-        let other_dtype = out
-            .last()
-            .and_then(|b| b.last())
-            .is_some_and(|&j| params[j].1.dtype() != t.dtype());
-        if !out.last().is_some_and(Vec::is_empty) && (bytes + size > cap || other_dtype) {
-            out.push(Vec::new());
-            bytes = 0;
+        let cap = if out.len() <= 1 { first } else { rest };
+        match out.last_mut() {
+            Some(b) if b.dtype == t.dtype() && (b.len + t.numel()) * t.dtype().size() <= cap => {
+                b.members.push((k, b.len));
+                b.len += t.numel();
+            }
+            _ => out.push(Bucket {
+                members: vec![(k, 0)],
+                len: t.numel(),
+                dtype: t.dtype(),
+            }),
         }
-        out.last_mut().expect("a bucket").push(k);
-        bytes += size;
     }
     out
 }

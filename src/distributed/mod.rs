@@ -11,7 +11,8 @@
 //! that each drive a GPU, feature `nccl`) — and
 //! [`DataParallel`], which checks that every rank holds the same
 //! parameters, broadcasts rank 0's, and averages gradients in buckets.
-//! Collectives work on host `f64` buffers; a rank that does not arrive
+//! Collectives work on host buffers ([`Values`]: f32 or f64 for an
+//! all-reduce, f64 for a broadcast); a rank that does not arrive
 //! makes the others' calls fail after a timeout instead of hanging. Must
 //! not touch the tape or the kernels: gradients are read and written
 //! through `Tensor::grad` and `Tensor::set_grad`.
