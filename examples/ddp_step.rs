@@ -17,14 +17,14 @@
 
 mod ranks;
 
-#[allow(dead_code)] // only its MLP is used here
+#[allow(dead_code)] // only its MLP and SGD are used here
 mod bench_common;
 
 use std::sync::Arc;
 use std::time::Instant;
 use tenjin::distributed::{Collective, DataParallel};
 use tenjin::nn::Module;
-use tenjin::optim::{Optimizer, SgdConfig, SGD};
+use tenjin::optim::Optimizer;
 use tenjin::{DType, Error, Tensor};
 
 const GLOBAL_BATCH: usize = 256;
@@ -36,13 +36,7 @@ fn run_rank(comm: Arc<dyn Collective>, rounds: usize) -> Result<String, Error> {
         Some(bytes) => DataParallel::with_bucket_bytes(&model, comm.clone(), bytes, bytes)?,
         None => DataParallel::new(&model, comm.clone())?,
     };
-    let mut opt = SGD::new(
-        model.parameters(),
-        SgdConfig {
-            lr: 1e-3,
-            ..Default::default()
-        },
-    )?;
+    let mut opt = bench_common::sgd(model.parameters())?;
     let batch = GLOBAL_BATCH / world;
     let x = Tensor::randn(&[batch, 784], DType::F32, 10 + rank as u64)?;
     let labels: Vec<usize> = (0..batch).map(|i| (i * 7 + rank) % 10).collect();

@@ -132,18 +132,12 @@ fn matmul(m: usize, k: usize, n: usize) -> Result<(), tenjin::Error> {
 /// as `../shared/bench/workloads.py` writes it for PyTorch.
 fn mlp(batch: usize) -> Result<(), tenjin::Error> {
     use tenjin::nn::Module;
-    use tenjin::optim::{Optimizer, SgdConfig, SGD};
+    use tenjin::optim::Optimizer;
     use tenjin::Tensor;
     let x = Tensor::from_vec(data(batch * 784, 3, 1.0), &[batch, 784])?;
     let y: Vec<usize> = (0..batch).map(|i| (i * 7 + 3) % 10).collect();
     let model = bench_common::mlp()?;
-    let mut opt = SGD::new(
-        model.parameters(),
-        SgdConfig {
-            lr: 1e-3,
-            ..Default::default()
-        },
-    )?;
+    let mut opt = bench_common::sgd(model.parameters())?;
     let mut step = || -> Result<(), tenjin::Error> {
         opt.zero_grad();
         let loss = model.forward(&x)?.cross_entropy(&y)?;

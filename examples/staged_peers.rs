@@ -23,11 +23,11 @@
 
 mod bench_common;
 
-use bench_common::{data, median_ms, report};
+use bench_common::{data, median_ms, report, sgd};
 use std::time::Instant;
 use tenjin::alloc::{self, AllocMode};
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
-use tenjin::optim::{Optimizer, SgdConfig, SGD};
+use tenjin::optim::Optimizer;
 use tenjin::{save_policy, DType, Error, SavePolicy, Tensor};
 
 /// The MLP's parameters (as `nn::Linear` initialises them) and a batch.
@@ -89,16 +89,6 @@ impl Mlp {
     fn loss_linear(&self, model: &Sequential) -> Result<Tensor, Error> {
         model.forward(&self.x)?.cross_entropy(&self.labels)
     }
-}
-
-fn sgd(params: Vec<Tensor>) -> Result<SGD, Error> {
-    SGD::new(
-        params,
-        SgdConfig {
-            lr: 1e-3,
-            ..Default::default()
-        },
-    )
 }
 
 fn mlp(batch: usize, reps: usize, first: bool) -> Result<(), Error> {

@@ -5,7 +5,8 @@
 
 use std::time::Instant;
 use tenjin::nn::{Linear, ReLU, Sequential};
-use tenjin::{jit, Error};
+use tenjin::optim::{SgdConfig, SGD};
+use tenjin::{jit, Error, Tensor};
 
 /// The MLP 784-512-512-10 of the training-step rows (ReLU between the
 /// layers, f32, seeds 1, 2, 3), as `bench/models.py` writes it for the
@@ -18,6 +19,19 @@ pub fn mlp() -> Result<Sequential, Error> {
         .add(Linear::new(512, 512, 2)?)
         .add(ReLU)
         .add(Linear::new(512, 10, 3)?))
+}
+
+/// Plain SGD at rate 1e-3, the training-step rows' optimizer (as
+/// `bench/models.py`'s `torch_sgd_step`).
+#[allow(dead_code)] // not every benchmark trains
+pub fn sgd(params: Vec<Tensor>) -> Result<SGD, Error> {
+    SGD::new(
+        params,
+        SgdConfig {
+            lr: 1e-3,
+            ..Default::default()
+        },
+    )
 }
 
 /// Deterministic values in [-scale, scale).

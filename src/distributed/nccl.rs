@@ -339,9 +339,7 @@ impl Nccl {
                 .map_err(|e| error(op, format!("call {call}: copy from the device: {e}")))
         })
     }
-}
 
-impl Nccl {
     /// An all-reduce (sum) of `buf`, of NCCL type `dtype`, started.
     fn all_reduce<T: DeviceRepr + Send + 'static>(
         &self,

@@ -400,7 +400,7 @@ impl Builder {
         sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
-        let Some(plan) = window::plan(&f, &Intervals::of(&f), self.target) else {
+        let Some(plan) = window::plan(&f, self.target) else {
             return Ok((f, sources));
         };
         let mut g = plan.f;

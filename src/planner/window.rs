@@ -110,8 +110,9 @@ enum Materialise {
 
 /// The rewrite of `f` (see the module documentation), or `None` when `f`
 /// has no convolution-shaped contraction, or one better left as it is.
-pub(crate) fn plan(f: &IndexFn, iv: &Intervals, target: Target) -> Option<WindowPlan> {
+pub(crate) fn plan(f: &IndexFn, target: Target) -> Option<WindowPlan> {
     let chain = find_chain(f)?;
+    let iv = &Intervals::of(f);
     let g = &f.graph;
     let windowed = chain.reads.iter().any(|&r| is_window(g, r));
 
