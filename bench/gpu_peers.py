@@ -4,13 +4,19 @@ time in ms (every repetition ends with torch.cuda.synchronize()), plus the
 card, the driver and the precision flags, and a device-to-device copy of a
 256 MB buffer as the bandwidth reference.
 
-Usage: python bench/gpu_peers.py [tf32]
+Usage: python bench/gpu_peers.py [tf32] [--skip WORKLOAD,...]
 
 Every workload but the GPT step (which runs eager and compiled itself)
 also runs under torch.compile (the forward compiled, `autograd.grad`
 outside), and, where JAX with a CUDA backend imports, under jax.jit
 (system "jax"); without it a line {"system": "jax", "skipped": why} says
 so.
+
+JAX runs in the same process, right after the bandwidth reference, with
+its preallocation of most of the card's memory turned off
+(XLA_PYTHON_CLIENT_PREALLOCATE=false) so that PyTorch's workloads after it
+get the memory they need. `--skip gpt_step,...` leaves workloads out (the
+GPT step's compilation takes minutes).
 
 `tf32` sets torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 to True; otherwise both are False (PyTorch's
@@ -19,20 +25,24 @@ run at the same precision. Both flags are in the first line.
 """
 import json
 import math
+import os
 import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from models import chain as chain_of, torch_chain, torch_mlp, torch_sgd_step
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from models import chain as chain_of, torch_chain, torch_mlp, torch_sgd_step  # noqa: E402
 
 tf32 = "tf32" in sys.argv
 torch.backends.cuda.matmul.allow_tf32 = tf32
 torch.backends.cudnn.allow_tf32 = tf32
 dev = torch.device("cuda")
 math_mode = "tf32" if tf32 else "full"
+skip = set(sys.argv[sys.argv.index("--skip") + 1].split(",")) if "--skip" in sys.argv else set()
 gen = torch.Generator(device="cpu").manual_seed(0)
 
 
@@ -216,6 +226,8 @@ def main():
     report("torch", "copy", "256MB", copy_ms, bytes=2 * src.numel() * 4,
            gb_per_s=round(2 * src.numel() * 4 / copy_ms / 1e6, 1))
     del src, dst
+    if "jax" not in skip:
+        jax_rows()
     for batch in (64, 256, 1024):
         mlp_step(batch)
     for n in (512, 2048):
@@ -236,8 +248,8 @@ def main():
     value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
     value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
                lambda x, w: F.conv2d(x, w, padding=1))
-    jax_rows()
-    gpt_step()  # last: the largest, and torch.compile's compilation the longest
+    if "gpt_step" not in skip:
+        gpt_step()  # last: the largest, and torch.compile's compilation the longest
 
 
 if __name__ == "__main__":
