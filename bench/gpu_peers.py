@@ -6,11 +6,13 @@ card, the driver and the precision flags, and a device-to-device copy of a
 
 Usage: python bench/gpu_peers.py [tf32] [--skip WORKLOAD,...]
 
-Every workload but the GPT step (which runs eager and compiled itself)
-also runs under torch.compile (the forward compiled, `autograd.grad`
-outside), and, where JAX with a CUDA backend imports, under jax.jit
-(system "jax"); without it a line {"system": "jax", "skipped": why} says
-so.
+Every workload also runs under torch.compile (the forward compiled,
+`autograd.grad` outside; the GPT step compiles the model), and, where JAX
+with a CUDA backend imports, under jax.jit (system "jax"; the GPT step's
+model is `models.jax_gpt_train`); without it a line {"system": "jax",
+"skipped": why} says so. XLA's f32 products default to TF32 on Ampere and
+later cards: JAX's matmul precision is set to "highest" (or
+"tensorfloat32" with `tf32`), as the PyTorch flags below are.
 
 JAX runs in the same process, right after the bandwidth reference, with
 its preallocation of most of the card's memory turned off
@@ -35,7 +37,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models import chain as chain_of, torch_chain, torch_mlp, torch_sgd_step  # noqa: E402
+from models import chain as chain_of, jax_gpt_train, torch_chain, torch_mlp, torch_sgd_step  # noqa: E402
 
 tf32 = "tf32" in sys.argv
 torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -131,6 +133,16 @@ def gpt_step(layers=12, d=768, h=12, t=1024, b=8, vocab=50257):
         step()  # compilation
         report(system, "gpt_step", size, median_ms(5, step))
         del model, opt
+    jax = jax_or_none()
+    if jax is not None and "jax" not in skip:
+        train, state, jx, jy = jax_gpt_train(layers, d, h, t, b, vocab)
+        held = [state]
+
+        def jax_step():
+            held[0], loss = train(held[0], jx, jy)
+            return float(loss)
+        jax_step()  # compilation
+        report("jax", "gpt_step", size, median_ms(5, jax_step))
 
 
 def mlp_step(batch):
@@ -158,17 +170,29 @@ def value_grad(system, workload, size, shapes, f, **extra):
         report("torch.compile", workload, size, median_ms(11, lambda: vg(compiled)), **extra)
 
 
-def jax_rows():
-    """The workloads under jax.jit on the GPU, where JAX has a CUDA
-    backend."""
+def jax_or_none():
+    """JAX, where it imports with a CUDA backend (else None, and a line
+    saying why), its f32 products at this run's precision."""
     try:
         import jax
-        import jax.numpy as jnp
         if not jax.devices("gpu"):
             raise RuntimeError("no GPU device")
     except Exception as e:  # noqa: BLE001 (any reason JAX cannot run here)
         print(json.dumps({"system": "jax", "skipped": f"JAX with a CUDA backend is not available: {e}"}), flush=True)
+        return None
+    # XLA's f32 products and convolutions default to TF32 on this card: ask
+    # for the precision the other systems run at.
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
+    return jax
+
+
+def jax_rows():
+    """The workloads under jax.jit on the GPU, where JAX has a CUDA
+    backend."""
+    jax = jax_or_none()
+    if jax is None:
         return
+    import jax.numpy as jnp
     from models import jax_mlp_train
 
     def timed(reps, f, *args):
@@ -243,6 +267,8 @@ def main():
     report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
            bytes=8 * n)
     report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
+    report("torch.compile", "elementwise_exp", f"n={n}", median_ms(11, lambda c=torch.compile(torch.exp): c(x)),
+           bytes=8 * n)
     value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
     value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
     value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
