@@ -115,10 +115,11 @@ fn scale_mask_and_softmax_run_as_one_kernel_after_the_gemm() {
         unfused.3
     );
     // Backward: each op's derivative, nothing recomputed (the softmax's
-    // reads its output, the mask's passes the gradient on), and the
-    // scale's folded into the softmax's kernel.
+    // reads its output, the mask's passes the gradient on), the scale's
+    // folded into the softmax's kernel, and the loss's product with the
+    // seed (reading the seed it saved) into the sum's broadcast.
     assert_eq!(
-        fused.4 + 1,
+        fused.4 + 2,
         unfused.4,
         "backward launches: {} fused, {} unfused",
         fused.4,
@@ -282,8 +283,11 @@ fn pointwise_gradients_fold_into_the_step_producing_their_input() {
     let _s = serial();
     // A GEMM's gradient scaled: `3 · (dy · wᵀ)` is one GEMM call with
     // scale 3.
+    // (Every loss here is `Σ seed · φ`: the product with the seed, which
+    // reads the seed it saved, folds into the sum's broadcast, one launch
+    // less in each count below.)
     let (on, off) = folded_launches("scale before a GEMM", |x, w| x.mul_scalar(3.0)?.matmul(w));
-    assert_eq!(on + 1, off, "GEMM scale: {on} launches folded, {off} not");
+    assert_eq!(on + 2, off, "GEMM scale: {on} launches folded, {off} not");
     // Two pointwise steps after a softmax's backward: both fold into it,
     // through the reshape's pass between them.
     let (on, off) = folded_launches("negate, reshape, scale", |x, w| {
@@ -294,7 +298,7 @@ fn pointwise_gradients_fold_into_the_step_producing_their_input() {
             .reshape(&[4, 6])?
             .softmax(1)
     });
-    assert_eq!(on + 2, off, "two folds: {on} launches folded, {off} not");
+    assert_eq!(on + 3, off, "two folds: {on} launches folded, {off} not");
     // A scaled value read twice: its gradient is a sum of two, which the
     // scale's step reads whole, so the scale does not fold (the second
     // term adds itself to the first: one launch less, and no more).
@@ -303,10 +307,34 @@ fn pointwise_gradients_fold_into_the_step_producing_their_input() {
         z.exp()?.add(&z.sin()?)
     });
     assert_eq!(
-        on + 1,
+        on + 2,
         off,
         "a summed gradient: {on} launches folded, {off} not"
     );
+}
+
+/// Gradient steps that read saved values as well as the incoming
+/// gradient, element for element (`tanh`'s `(1 − y²)·df`, a product's
+/// `seed·df`), fold into the step computing that gradient: the whole
+/// chain's backward before the GEMMs is one kernel.
+#[test]
+fn element_wise_gradient_steps_reading_saved_values_fold_into_their_producer() {
+    let _s = serial();
+    let (on, off) = folded_launches("a chain after a GEMM", |x, w| {
+        x.matmul(w)?.tanh()?.sigmoid()?.mul_scalar(0.5)?.exp()
+    });
+    // The seed's product, exp, the scale, sigmoid and tanh all fold into
+    // the sum's broadcast; the GEMMs stay.
+    assert_eq!(on + 5, off, "a chain: {on} launches folded, {off} not");
+    // A step whose producer delivers to two nodes (an addition passes one
+    // gradient to both of its inputs) does not fold: it would be computed
+    // twice. The seed's product folds, and the second term of `y`'s
+    // gradient adds itself to the first.
+    let (on, off) = folded_launches("two readers", |x, w| {
+        let y = x.matmul(w)?;
+        y.tanh()?.add(&y.sigmoid()?)
+    });
+    assert_eq!(on + 2, off, "two readers: {on} launches folded, {off} not");
 }
 
 /// A gradient summed from several terms: each term after the first is
@@ -319,7 +347,7 @@ fn a_gradient_term_is_added_by_the_kernel_computing_it() {
         let y = x.matmul(w)?;
         y.tanh()?.add(&y.exp()?)
     });
-    assert_eq!(on + 1, off, "one sum: {on} launches folded, {off} not");
+    assert_eq!(on + 2, off, "one sum: {on} launches folded, {off} not");
     // A residual stream: the layer norm's input gradient is added to the
     // gradient the residual passes on.
     let (on, off) = folded_launches("residual", |x, w| {

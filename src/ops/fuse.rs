@@ -17,7 +17,8 @@
 //! written, so gradients of intermediates, derivatives of derivatives and
 //! the memory plan are those of the unfused ops, and the backward pass
 //! runs each op's derivative (the fused forward saves nothing but the
-//! output, or it is not used). Values are those of the unfused ops up to
+//! output, or it is not used); the backward's own folds (`crate::trace`'s
+//! `fold`) then merge element-wise gradient steps into one kernel. Values are those of the unfused ops up to
 //! the rounding of intermediate results, which fused code keeps in
 //! registers (bitwise the same in f64 where no contraction into an FMA
 //! happens).

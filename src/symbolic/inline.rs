@@ -4,6 +4,8 @@
 //! Owns [`IndexFn::inline_arg`], [`IndexFn::map_output`] (a pointwise map
 //! applied to a function's value, the backward pass's fold of an
 //! element-wise gradient into the stage producing its input),
+//! [`IndexFn::feed_into`] (the same for a gradient step that also reads
+//! other values element for element),
 //! [`IndexFn::add_fn`], [`IndexFn::identity`] and
 //! [`IndexFn::has_reduction`]. Only functions without reductions are
 //! inlined (their bodies bind no index, so substituting the output indices
@@ -239,6 +241,97 @@ impl IndexFn {
         Ok(out)
     }
 
+    /// Whether this function may take another's value as argument `arg`
+    /// through [`IndexFn::feed_into`]: it has no reduction, and reads `arg`
+    /// (of its own shape) only at its output index.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let step = IndexFn::parse("h[i] = g[i] * y[i + 1]", &[("g", &[3][..]), ("y", &[4][..])])?;
+    /// assert!(step.feeds_elementwise(0) && !step.feeds_elementwise(1));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn feeds_elementwise(&self, arg: usize) -> bool {
+        !self.has_reduction() && self.reads_at_output_index(arg)
+    }
+
+    /// Whether every read of argument `arg` is at this function's own
+    /// output index (`arg` has the output's shape and is read element for
+    /// element).
+    fn reads_at_output_index(&self, arg: usize) -> bool {
+        let identity: Vec<Affine> = self.out_vars.iter().map(|&v| Affine::var(v)).collect();
+        self.args
+            .get(arg)
+            .is_some_and(|a| a.shape == self.out_shape)
+            && self
+                .graph
+                .reachable(self.root)
+                .into_iter()
+                .all(|n| match self.graph.node(n) {
+                    Node::Access { arg: a, index } => *a != arg || *index == identity,
+                    _ => true,
+                })
+    }
+
+    /// This function's value fed to argument `arg` of `h`, a function of
+    /// the same shape without reductions that reads `arg` only at its own
+    /// output index and may read other arguments anywhere:
+    /// `i… ↦ h(self[i…], …)[i…]`. The result has this function's name,
+    /// shape and arguments, then `h`'s others (renamed where names clash).
+    /// This function may have reductions; each is still computed once per
+    /// output element. The backward pass folds a gradient step that reads
+    /// its incoming gradient and saved values element for element (a
+    /// `tanh`'s `(1 − y²)·df`) into the step computing that gradient this
+    /// way ([`IndexFn::map_output`] is the case of a map reading nothing
+    /// else).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i] = sum{j}_0^2 (a[i; j])", &[("a", &[2, 3][..])])?;
+    /// let h = IndexFn::parse("h[i] = (1 - y[i] * y[i]) * g[i]", &[("g", &[2][..]), ("y", &[2][..])])?;
+    /// let g = f.feed_into(&h, 0)?;
+    /// assert_eq!(g.to_string(), "f[i] = (1 - y[i] * y[i]) * sum{j}_0^2 (a[i; j])");
+    /// let v = g.eval_f64(&[("a", &[1., 2., 3., 4., 5., 6.][..]), ("y", &[0.5, 2.][..])])?;
+    /// assert_eq!(v, vec![0.75 * 6., -3. * 15.]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn feed_into(&self, h: &IndexFn, arg: usize) -> Result<IndexFn, Error> {
+        if h.out_shape != self.out_shape || !h.feeds_elementwise(arg) {
+            return Err(self.invalid(format!(
+                "cannot feed {} (shape {:?}) to argument {arg} of {} (shape {:?}): it must have this shape, no reduction, and read that argument at its output index only",
+                self.name, self.out_shape, h.name, h.out_shape
+            )));
+        }
+        let mut out = self.clone();
+        let base = out.args.len();
+        let others: Vec<ArgDecl> = (0..h.args.len())
+            .filter(|&a| a != arg)
+            .map(|a| h.args[a].clone())
+            .collect();
+        append_args(&mut out.args, &others);
+        let at: HashMap<VarId, Affine> = h
+            .out_vars
+            .iter()
+            .zip(&self.out_vars)
+            .map(|(&o, &s)| (o, Affine::var(s)))
+            .collect();
+        let value = self.root;
+        let body = import_reading(&mut out.graph, h, &at, &mut |g, a, index| {
+            if a == arg {
+                value
+            } else {
+                g.access(base + a - usize::from(a > arg), index)
+            }
+        })
+        .map_err(|_| Error::Overflow {
+            op: format!("feed {} into {}", self.name, h.name),
+        })?;
+        let (graph, root) = out.graph.extract(body);
+        out.graph = graph;
+        out.root = root;
+        Ok(out)
+    }
+
     /// This function with argument `drop` read as argument `keep` (the
     /// same tensor passed twice): `drop` removed, the arguments after it
     /// renumbered. Composition names a tensor read by two composed
@@ -343,6 +436,17 @@ fn import(
     at: &HashMap<VarId, Affine>,
     base: usize,
 ) -> Result<NodeId, Overflow> {
+    import_reading(g, def, at, &mut |g, arg, index| g.access(base + arg, index))
+}
+
+/// [`import`] with each read of `def`'s argument `a` at (substituted)
+/// `index` made by `read(graph, a, index)`.
+fn import_reading(
+    g: &mut Graph,
+    def: &IndexFn,
+    at: &HashMap<VarId, Affine>,
+    read: &mut dyn FnMut(&mut Graph, usize, Vec<Affine>) -> NodeId,
+) -> Result<NodeId, Overflow> {
     let sub = |a: &Affine| a.substitute(&|v| at.get(&v).cloned());
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
     for n in def.graph.reachable(def.root) {
@@ -351,7 +455,7 @@ fn import(
             Node::Const(bits) => g.constant(f64::from_bits(bits)),
             Node::Access { arg, index } => {
                 let index = index.iter().map(sub).collect::<Result<_, _>>()?;
-                g.access(base + arg, index)
+                read(g, arg, index)
             }
             Node::Index(a) => g.index_value(sub(&a)?),
             Node::Random { key, counter } => g.random(key, sub(&counter)?),

@@ -12,12 +12,23 @@
 //! (PyTorch's inductor does the same: `fused__softmax_backward_data_div`).
 //! A producer that is a GEMM takes a constant factor as its scale.
 //!
+//! A step that reads values its node saved as well, element for element
+//! (`tanh`'s `(1 − y²)·df`, a product's `b·df`, a sigmoid's), folds the
+//! same way into a producer running generated code: the producer's value
+//! is fed to it ([`IndexFn::feed_into`]) and the producer's stage reads
+//! those saved values too (`Val::SavedBy`; they are alive then, since
+//! their node releases them after its own step, which comes later). A
+//! chain of element-wise ops thus gets one backward kernel from the
+//! gradient reaching its end to the first step that several consumers
+//! feed or that is not element-wise.
+//!
 //! | rule | why |
 //! | --- | --- |
-//! | the step is its node's only step, reads the incoming gradient alone, runs generated code and is a pointwise map of it ([`IndexFn::is_pointwise_map`]) | it reads nothing but the producer's value, element for element |
+//! | the step is its node's only step, runs generated code, and either reads the incoming gradient alone as a pointwise map of it ([`IndexFn::is_pointwise_map`]), or reads it and its node's saved values, each element for element with no reduction ([`IndexFn::feeds_elementwise`]) | it reads nothing but the producer's value and values alive at the producer's step, at the producer's own index |
 //! | exactly one edge feeds its node, directly or through nodes whose only step passes the gradient on (an addition's, a reshape's) | no other gradient is summed into the value it maps |
 //! | the producing step runs generated code or a GEMM, delivers to that edge alone, and no later step of its node reads its value | the value exists only to be mapped |
 //! | both compute the same dtype on the same device, and the composed stage takes the producer's route | a GEMM with a loop epilogue would write and read the value as the two steps do |
+//! | a step reading saved values folds only into generated code of its own shape, reading fewer than [`MAX_FOLDED_ARGS`] arguments in all | cuBLAS takes a scale, not an expression; the arguments of a chain add up |
 //!
 //! **Sums of gradients.** A value read twice gets the sum of two
 //! gradients (a residual stream: the addition's, passed on, and the layer
@@ -39,6 +50,8 @@
 //!
 //! [`IndexFn::map_output`]: crate::symbolic::IndexFn::map_output
 //! [`IndexFn::is_pointwise_map`]: crate::symbolic::IndexFn::is_pointwise_map
+//! [`IndexFn::feed_into`]: crate::symbolic::IndexFn::feed_into
+//! [`IndexFn::feeds_elementwise`]: crate::symbolic::IndexFn::feeds_elementwise
 
 use super::schedule::{Prog, Step, Val};
 use super::Node;
@@ -58,9 +71,9 @@ pub(super) fn fold_pointwise(
 ) -> Result<(), Error> {
     let graph = Graph::new(steps, nodes, targets);
     for k in 0..steps.len() {
-        if !is_pointwise_step(&steps[k], &graph) {
+        let Some(how) = fold_of(&steps[k], &graph) else {
             continue;
-        }
+        };
         let Some(p) = graph.producer(steps, steps[k].node) else {
             continue;
         };
@@ -68,9 +81,30 @@ pub(super) fn fold_pointwise(
         if made.dtype() != map.dtype() || made.device() != map.device() {
             continue;
         }
-        if let Some(folded) = folded(made, Some(map))? {
+        let df = match how {
+            Fold::Map => 0,
+            Fold::Feed(df)
+                if made.route() == RouteKind::Jit
+                    && made.output_shape() == map.output_shape()
+                    && fits(&steps[p], &steps[k]) =>
+            {
+                df
+            }
+            Fold::Feed(_) | Fold::Sum => continue,
+        };
+        if let Some(folded) = folded(made, how, Some(map))? {
+            let node = steps[k].node;
+            let reads: Vec<Val> = steps[k]
+                .inputs
+                .iter()
+                .filter_map(|v| match *v {
+                    Val::Saved(slot) => Some(Val::SavedBy(node, slot)),
+                    _ => None,
+                })
+                .collect();
             steps[p].kernel = folded;
-            steps[k].passes = Some(0);
+            steps[p].inputs.extend(reads);
+            steps[k].passes = Some(df);
             steps[k].in_place = None;
         }
     }
@@ -105,7 +139,7 @@ pub(super) fn fold_accumulations(
             _ => false,
         };
         if adds {
-            if let Some(k) = folded(&st.kernel, None)? {
+            if let Some(k) = folded(&st.kernel, Fold::Sum, None)? {
                 st.kernel = k;
                 st.into = Some(to[0]);
                 st.in_place = None;
@@ -178,22 +212,61 @@ impl Graph {
     }
 }
 
-/// The first rule, and fusion on for the step's device.
-fn is_pointwise_step(st: &Step, graph: &Graph) -> bool {
-    st.prog == Prog::Backward
-        && graph.steps_of[st.node] == 1
-        && st.passes.is_none()
-        && st.inputs == [Val::Df]
-        && st.kernel.route() == RouteKind::Jit
-        && runtime::fusion(st.kernel.device())
-        && st.kernel.source().is_pointwise_map()
+/// How a step folds into the one producing its input, or into the sum
+/// of gradients it delivers a term of.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Fold {
+    /// A pointwise map of the incoming gradient alone, applied to the
+    /// producer's value (`IndexFn::map_output`).
+    Map,
+    /// A step reading the incoming gradient (its input `.0`) and values its
+    /// node saved, all element for element: the producer's value fed to it
+    /// (`IndexFn::feed_into`).
+    Feed(usize),
+    /// The sum so far added to the step's value (`fold_accumulations`).
+    Sum,
 }
 
-/// Folded kernels by the producer and the pointwise map they fold (0 for
-/// the sum so far, `fold_accumulations`), holding both so their addresses
-/// stay theirs: a schedule is built on every backward.
+/// Arguments a folded stage may read: each is a pointer per element and a
+/// register in the kernel, and folds compose along a chain.
+const MAX_FOLDED_ARGS: usize = 12;
+
+/// Whether the producer `p` with `k`'s saved values added stays within
+/// [`MAX_FOLDED_ARGS`] (the sum so far counted).
+fn fits(p: &Step, k: &Step) -> bool {
+    p.inputs.len() + k.inputs.len() < MAX_FOLDED_ARGS
+}
+
+/// The first rule (a pointwise map of the gradient alone, or a step reading
+/// the gradient and its node's saved values element for element), and
+/// fusion on for the step's device.
+fn fold_of(st: &Step, graph: &Graph) -> Option<Fold> {
+    let candidate = st.prog == Prog::Backward
+        && graph.steps_of[st.node] == 1
+        && st.passes.is_none()
+        && st.kernel.route() == RouteKind::Jit
+        && runtime::fusion(st.kernel.device());
+    if !candidate {
+        return None;
+    }
+    let f = st.kernel.source();
+    if st.inputs == [Val::Df] {
+        return f.is_pointwise_map().then_some(Fold::Map);
+    }
+    let df = st.inputs.iter().position(|v| *v == Val::Df)?;
+    let saved_else = st
+        .inputs
+        .iter()
+        .enumerate()
+        .all(|(k, v)| k == df || matches!(v, Val::Saved(_)));
+    (saved_else && f.feeds_elementwise(df)).then_some(Fold::Feed(df))
+}
+
+/// Folded kernels by the producer, the fold and the step folded into it
+/// (none for the sum so far, `fold_accumulations`), holding both kernels so
+/// their addresses stay theirs: a schedule is built on every backward.
 type FoldCache = HashMap<
-    (usize, usize),
+    (usize, Fold, usize),
     (
         Arc<CompiledKernel>,
         Option<Arc<CompiledKernel>>,
@@ -204,15 +277,18 @@ static FOLDED: Mutex<Option<FoldCache>> = Mutex::new(None);
 /// Pairs the cache holds before it starts over.
 const FOLD_CACHE_PAIRS: usize = 4096;
 
-/// `made`'s stage with `map` applied to its value, or with the sum so far
-/// added to it (`map` `None`: a last argument read at the output index),
-/// compiled for its device, when it takes `made`'s route.
+/// `made`'s stage with `map`'s applied to its value (`Fold::Map`), fed to
+/// it (`Fold::Feed`), or with the sum so far added to it (`Fold::Sum`: a
+/// last argument read at the output index), compiled for its device, when
+/// it takes `made`'s route.
 fn folded(
     made: &Arc<CompiledKernel>,
+    how: Fold,
     map: Option<&Arc<CompiledKernel>>,
 ) -> Result<Option<Arc<CompiledKernel>>, Error> {
     let key = (
         Arc::as_ptr(made) as usize,
+        how,
         map.map_or(0, |m| Arc::as_ptr(m) as usize),
     );
     if let Some((_, _, k)) = FOLDED
@@ -224,9 +300,10 @@ fn folded(
         return Ok(k.clone());
     }
     let f = made.source();
-    let f = match map {
-        Some(m) => f.map_output(m.source())?,
-        None => f.add_fn(&IndexFn::read_whole("sum", f.output_shape())?)?,
+    let f = match (how, map) {
+        (Fold::Map, Some(m)) => f.map_output(m.source())?,
+        (Fold::Feed(df), Some(m)) => f.feed_into(m.source(), df)?,
+        _ => f.add_fn(&IndexFn::read_whole("sum", f.output_shape())?)?,
     };
     let k = runtime::compile_for(&f, made.dtype(), made.device())?;
     let k = (k.route() == made.route()).then_some(k);

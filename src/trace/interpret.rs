@@ -114,6 +114,13 @@ pub(super) fn replay<M: Machine>(
                 }
             }
         }
+        // Values other nodes saved, for the step's run alone.
+        let mut others = Vec::new();
+        for v in &step.inputs {
+            if let Val::SavedBy(node, slot) = *v {
+                others.push((*v, machine.saved(node, slot)?));
+            }
+        }
         let (result, in_place) = match step.passes {
             // No kernel: the value is that input's buffer, shared.
             Some(p) => {
@@ -126,10 +133,13 @@ pub(super) fn replay<M: Machine>(
                 (machine.share(input), false)
             }
             None => match step.into {
-                Some(t) => run_adding(machine, st, step, &mut pending[t])?,
-                None => run_step(machine, st, step)?,
+                Some(t) => run_adding(machine, st, step, &others, &mut pending[t])?,
+                None => run_step(machine, st, step, &others)?,
             },
         };
+        for (_, b) in others {
+            machine.drop_buf(b);
+        }
         for &e in &step.deliver {
             let g = machine.share(&result);
             match schedule.targets[i][e] {
@@ -163,6 +173,7 @@ pub(super) fn replay<M: Machine>(
                         machine.release_saved(i, slot);
                     }
                 }
+                Val::SavedBy(..) => {}
             }
         }
         if step.last_of_node {
@@ -193,12 +204,13 @@ fn run_step<M: Machine>(
     machine: &mut M,
     st: &mut NodeState<M::Buf>,
     step: &Step,
+    others: &[(Val, M::Buf)],
 ) -> Result<(M::Buf, bool), Error> {
     let over = step.in_place.filter(|&p| {
         st.value(&step.inputs[p])
             .is_some_and(|b| machine.is_unique(b))
     });
-    let inputs = st.inputs(step)?;
+    let inputs = st.inputs(step, others)?;
     let produced = machine.run(step, &inputs, over)?;
     drop(inputs);
     Ok(match (produced, over) {
@@ -207,7 +219,7 @@ fn run_step<M: Machine>(
             let taken = match step.inputs[p] {
                 Val::Df => st.df.take(),
                 Val::Temp(prog, k) => st.temps.remove(&(prog, k)),
-                Val::Saved(_) => None,
+                Val::Saved(_) | Val::SavedBy(..) => None,
             };
             let b = taken.ok_or_else(|| {
                 super::autograd_error("backward", "internal: in-place target vanished".into())
@@ -230,6 +242,7 @@ fn run_adding<M: Machine>(
     machine: &mut M,
     st: &NodeState<M::Buf>,
     step: &Step,
+    others: &[(Val, M::Buf)],
     slot: &mut Option<M::Buf>,
 ) -> Result<(M::Buf, bool), Error> {
     let sum = slot.take().ok_or_else(|| {
@@ -239,7 +252,7 @@ fn run_adding<M: Machine>(
         )
     })?;
     let over = machine.is_unique(&sum).then_some(step.inputs.len());
-    let mut inputs = st.inputs(step)?;
+    let mut inputs = st.inputs(step, others)?;
     inputs.push(&sum);
     let produced = machine.run(step, &inputs, over)?;
     drop(inputs);
@@ -260,12 +273,14 @@ struct NodeState<B> {
 }
 
 impl<B> NodeState<B> {
-    /// The values `step` reads, in its inputs' order.
-    fn inputs(&self, step: &Step) -> Result<Vec<&B>, Error> {
+    /// The values `step` reads, in its inputs' order (`others`: those
+    /// other nodes saved).
+    fn inputs<'a>(&'a self, step: &Step, others: &'a [(Val, B)]) -> Result<Vec<&'a B>, Error> {
         step.inputs
             .iter()
             .map(|v| {
-                self.value(v).ok_or_else(|| {
+                let other = || others.iter().find(|(o, _)| o == v).map(|(_, b)| b);
+                self.value(v).or_else(other).ok_or_else(|| {
                     super::autograd_error("backward", format!("internal: {v:?} has no value"))
                 })
             })
@@ -277,6 +292,7 @@ impl<B> NodeState<B> {
             Val::Df => self.df.as_ref(),
             Val::Temp(prog, k) => self.temps.get(&(prog, k)),
             Val::Saved(slot) => self.saved.get(&slot),
+            Val::SavedBy(..) => None,
         }
     }
 }

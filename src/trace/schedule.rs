@@ -75,6 +75,11 @@ pub(super) enum Val {
     Saved(Slot),
     /// The value of an earlier step of the node.
     Temp(Prog, usize),
+    /// A value another node saved: a step that a later node's
+    /// element-wise gradient step was folded into reads what that step
+    /// read (`fold`). Never released by the reader: the node that saved it
+    /// releases it after its own last step, which comes later.
+    SavedBy(usize, Slot),
 }
 
 /// One stage run.
