@@ -329,6 +329,79 @@ fn backward_with_overlap_gives_the_averages_of_backward_then_sync() -> Result<()
     Ok(())
 }
 
+/// A parameter read by several element-wise ops: its gradient is a sum of
+/// terms (on a GPU, where the backward folds them, added by the kernels
+/// computing them), and the overlapped backward reduces it once, when the
+/// last term has arrived.
+struct ReadThrice {
+    w: Tensor,
+}
+
+impl Module for ReadThrice {
+    fn forward(&self, x: &Tensor) -> Result<Tensor, Error> {
+        let w = &self.w;
+        x.mul(w)?
+            .tanh()?
+            .add(&w.sigmoid()?.mul(w)?)?
+            .add(&w.neg()?.exp()?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("w".into(), self.w.clone())]
+    }
+}
+
+#[test]
+fn a_parameter_read_several_times_reduces_once_its_gradient_is_whole() -> Result<(), Error> {
+    let out = on_ranks(2, |c| -> Result<(Vec<f64>, Vec<f64>), Error> {
+        let rank = c.rank();
+        let comm: Arc<dyn Collective> = Arc::new(c);
+        let grads = |overlap: bool| -> Result<Vec<f64>, Error> {
+            let w = Tensor::from_vec_f64((0..6).map(|k| 0.1 * k as f64 - 0.2).collect(), &[6])?
+                .requires_grad();
+            let m = ReadThrice { w };
+            let ddp = DataParallel::new(&m, comm.clone())?;
+            let x = Tensor::from_vec_f64(
+                (0..12)
+                    .map(|k| ((k + 12 * rank) as f64 * 0.37).sin())
+                    .collect(),
+                &[2, 6],
+            )?;
+            let loss = m.forward(&x)?.sum()?;
+            if overlap {
+                ddp.backward(&loss)?;
+            } else {
+                loss.backward()?;
+                ddp.sync_gradients()?;
+            }
+            m.w.grad().expect("a gradient").to_vec_f64()
+        };
+        Ok((grads(true)?, grads(false)?))
+    });
+    let out: Vec<(Vec<f64>, Vec<f64>)> = out.into_iter().collect::<Result<_, _>>()?;
+    for (overlapped, after) in &out {
+        assert_eq!(overlapped, after, "the same averages, bit for bit");
+        assert_eq!(overlapped, &out[0].0, "on every rank");
+    }
+    // The average of the two ranks' whole gradients, computed here.
+    let w =
+        Tensor::from_vec_f64((0..6).map(|k| 0.1 * k as f64 - 0.2).collect(), &[6])?.requires_grad();
+    let m = ReadThrice { w };
+    for rank in 0..2 {
+        let x = Tensor::from_vec_f64(
+            (0..12)
+                .map(|k| ((k + 12 * rank) as f64 * 0.37).sin())
+                .collect(),
+            &[2, 6],
+        )?;
+        m.forward(&x)?.sum()?.mul_scalar(0.5)?.backward()?;
+    }
+    for (g, want) in out[0].0.iter().zip(m.w.grad().unwrap().to_vec_f64()?) {
+        assert!((g - want).abs() <= 1e-12, "{g} against {want}");
+    }
+    Ok(())
+}
+
 /// NCCL (feature `nccl`): with no GPU or no NCCL library every entry point
 /// is an error naming what is missing, on every rank of a shared id;
 /// where both are present, a world of one rank reduces and broadcasts

@@ -337,6 +337,48 @@ fn element_wise_gradient_steps_reading_saved_values_fold_into_their_producer() {
     assert_eq!(on + 2, off, "two readers: {on} launches folded, {off} not");
 }
 
+/// A leaf read by several element-wise ops: every term of its gradient
+/// after the first is added by the kernel computing it, also when the
+/// term reaches the leaf through a folded step that passes it on.
+#[test]
+fn a_leafs_gradient_terms_are_added_by_the_kernels_computing_them() {
+    let _s = serial();
+    let device = gpu();
+    let phi = |x: &Tensor| -> Result<Tensor, Error> {
+        let y = x.tanh()?.mul(&x.mul_scalar(2.0)?.sigmoid()?)?;
+        y.add(&x.mul(x)?.div(&x.neg()?.exp()?.add_scalar(1.0)?)?)
+    };
+    let run = |device: Device| {
+        let x = leaf(&values(64, 21), &[8, 8], device);
+        let seed = Tensor::from_vec_f64_on(values(64, 22), &[8, 8], device).unwrap();
+        let loss = phi(&x).unwrap().mul(&seed).unwrap().sum().unwrap();
+        loss.item().unwrap();
+        let before = launches();
+        loss.backward().unwrap();
+        let dx = x.grad().unwrap().to_vec_f64().unwrap();
+        (launches() - before, dx)
+    };
+    tenjin::set_fusion(Device::Cpu, false);
+    let (_, want) = run(Device::Cpu);
+    let mut counts = [0; 2];
+    for (k, on) in [true, false].into_iter().enumerate() {
+        tenjin::set_fusion(device, on);
+        run(device);
+        let (n, dx) = run(device);
+        assert_close(&format!("dx, fusion {on}"), &dx, &want, 1e-12);
+        counts[k] = n;
+    }
+    tenjin::set_fusion(device, true);
+    // Five terms reach `x` (tanh's, sigmoid's through the scale, the two
+    // of `x * x`, exp's through the negation). Unfused: a kernel per
+    // gradient step and four additions into `x`'s gradient, 18 launches.
+    // Folded: the chains' steps run inside their producers, and each term
+    // after the first is added by its kernel, 8.
+    let [on, off] = counts;
+    assert_eq!((on, off), (8, 18), "launches folded, unfused");
+    assert_eq!(off, 18, "{off} launches unfused");
+}
+
 /// A gradient summed from several terms: each term after the first is
 /// added by the kernel computing it (over the sum so far, in place), not
 /// by an addition of its own.

@@ -81,6 +81,41 @@ fn deliveries(schedule: &Schedule) -> HashMap<usize, usize> {
     count
 }
 
+impl Executor<'_> {
+    /// The leaf at edge `edge` of node `node`: its address and its index
+    /// in `leaves` (added at its first delivery).
+    fn leaf_slot(&mut self, node: usize, edge: usize) -> Result<(usize, usize), Error> {
+        let Origin::Leaf(leaf) = &self.schedule.nodes[node].edges[edge] else {
+            return Err(autograd_error(
+                "backward",
+                "internal: a gradient was delivered to an edge that is not a leaf".into(),
+            ));
+        };
+        let next = self.leaves.len();
+        let address = Arc::as_ptr(leaf) as usize;
+        let k = *self.leaf_index.entry(address).or_insert(next);
+        if k == next {
+            self.leaves.push((leaf.clone(), None));
+        }
+        Ok((address, k))
+    }
+
+    /// One delivery to leaf `k` done: with an observer, tells it the
+    /// leaf's gradient once no more will come.
+    fn delivered(&mut self, address: usize, k: usize) {
+        if let Some((remaining, observer)) = &mut self.observed {
+            if let Some(left) = remaining.get_mut(&address) {
+                *left -= 1;
+                if *left == 0 {
+                    if let Some(g) = &self.leaves[k].1 {
+                        observer(address, g);
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl Machine for Executor<'_> {
     type Buf = Arc<Storage>;
 
@@ -189,29 +224,21 @@ impl Machine for Executor<'_> {
     }
 
     fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Arc<Storage>) -> Result<(), Error> {
-        let Origin::Leaf(leaf) = &self.schedule.nodes[node].edges[edge] else {
-            return Err(autograd_error(
-                "backward",
-                "internal: a gradient was delivered to an edge that is not a leaf".into(),
-            ));
-        };
-        let next = self.leaves.len();
-        let address = Arc::as_ptr(leaf) as usize;
-        let k = *self.leaf_index.entry(address).or_insert(next);
-        if k == next {
-            self.leaves.push((leaf.clone(), None));
-        }
+        let (address, k) = self.leaf_slot(node, edge)?;
         add_into(&mut self.leaves[k].1, g)?;
-        if let Some((remaining, observer)) = &mut self.observed {
-            if let Some(left) = remaining.get_mut(&address) {
-                *left -= 1;
-                if *left == 0 {
-                    if let Some(g) = &self.leaves[k].1 {
-                        observer(address, g);
-                    }
-                }
-            }
-        }
+        self.delivered(address, k);
+        Ok(())
+    }
+
+    fn take_leaf_sum(&mut self, node: usize, edge: usize) -> Result<Option<Arc<Storage>>, Error> {
+        let (_, k) = self.leaf_slot(node, edge)?;
+        Ok(self.leaves[k].1.take())
+    }
+
+    fn leaf_summed(&mut self, node: usize, edge: usize, sum: Arc<Storage>) -> Result<(), Error> {
+        let (address, k) = self.leaf_slot(node, edge)?;
+        self.leaves[k].1 = Some(sum);
+        self.delivered(address, k);
         Ok(())
     }
 

@@ -53,8 +53,8 @@
 //! [`IndexFn::feed_into`]: crate::symbolic::IndexFn::feed_into
 //! [`IndexFn::feeds_elementwise`]: crate::symbolic::IndexFn::feeds_elementwise
 
-use super::schedule::{Prog, Step, Val};
-use super::Node;
+use super::schedule::{Prog, Step, SumInto, Val};
+use super::{Node, Origin};
 use crate::kernel::RouteKind;
 use crate::runtime::{self, CompiledKernel};
 use crate::symbolic::IndexFn;
@@ -119,35 +119,79 @@ pub(super) fn fold_accumulations(
     nodes: &[Arc<Node>],
     targets: &[Vec<Option<usize>>],
 ) -> Result<(), Error> {
+    let graph = Graph::new(steps, nodes, targets);
     let mut reached = vec![false; nodes.len()];
-    for st in steps.iter_mut() {
+    // Leaves reached, by address (several nodes' edges may lead to one),
+    // and the last step delivering to each.
+    let mut reached_leaves: HashMap<usize, usize> = HashMap::new();
+    for k in 0..steps.len() {
+        let st = &steps[k];
         let to: Vec<usize> = st
             .deliver
             .iter()
             .filter_map(|&e| targets[st.node][e])
             .collect();
-        let adds = match to[..] {
-            [t] => {
-                st.deliver.len() == 1
-                    && reached[t]
-                    && !st.kept
-                    && st.passes.is_none()
-                    && matches!(st.kernel.route(), RouteKind::Jit | RouteKind::Gemm)
-                    && !st.kernel.output_shape().is_empty()
-                    && runtime::fusion(st.kernel.device())
-            }
-            _ => false,
+        let leaves: Vec<(usize, usize)> = st
+            .deliver
+            .iter()
+            .filter(|&&e| targets[st.node][e].is_none())
+            .filter_map(|&e| leaf_address(nodes, st.node, e).map(|a| (e, a)))
+            .collect();
+        let into = match (&to[..], &leaves[..]) {
+            ([t], []) if reached[*t] => Some(SumInto::Node(*t)),
+            ([], [(edge, a)]) if reached_leaves.contains_key(a) => Some(SumInto::Leaf {
+                node: st.node,
+                edge: *edge,
+            }),
+            _ => None,
         };
-        if adds {
-            if let Some(k) = folded(&st.kernel, Fold::Sum, None)? {
-                st.kernel = k;
-                st.into = Some(to[0]);
-                st.in_place = None;
+        if let (Some(into), 1) = (into, st.deliver.len()) {
+            if st.passes.is_none() {
+                add_in_kernel(&mut steps[k], into)?;
+            } else if let (SumInto::Leaf { .. }, [(_, a)]) = (into, &leaves[..]) {
+                // The value passed on to the leaf is a producer's: that
+                // kernel adds the sum when no delivery to the leaf comes
+                // between the two steps.
+                if let Some(p) = graph.producer(steps, steps[k].node) {
+                    if reached_leaves[a] < p && add_in_kernel(&mut steps[p], into)? {
+                        steps[k].into = Some(into);
+                    }
+                }
             }
         }
         to.iter().for_each(|&t| reached[t] = true);
+        reached_leaves.extend(leaves.iter().map(|&(_, a)| (a, k)));
     }
     Ok(())
+}
+
+/// Gives `st` a kernel adding its value to the gradient `into` sums, when
+/// the rules allow (see the module documentation): whether it did.
+fn add_in_kernel(st: &mut Step, into: SumInto) -> Result<bool, Error> {
+    let allowed = st.into.is_none()
+        && !st.kept
+        && st.passes.is_none()
+        && matches!(st.kernel.route(), RouteKind::Jit | RouteKind::Gemm)
+        && !st.kernel.output_shape().is_empty()
+        && runtime::fusion(st.kernel.device());
+    if !allowed {
+        return Ok(false);
+    }
+    let Some(k) = folded(&st.kernel, Fold::Sum, None)? else {
+        return Ok(false);
+    };
+    st.kernel = k;
+    st.into = Some(into);
+    st.in_place = None;
+    Ok(true)
+}
+
+/// The address of the leaf at edge `e` of node `i`, if it leads to one.
+fn leaf_address(nodes: &[Arc<Node>], i: usize, e: usize) -> Option<usize> {
+    match &nodes[i].edges[e] {
+        Origin::Leaf(leaf) => Some(Arc::as_ptr(leaf) as usize),
+        _ => None,
+    }
 }
 
 /// Who feeds whom, and which step delivers each gradient.

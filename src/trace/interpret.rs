@@ -9,7 +9,7 @@
 //! every in-place decision, is asked of the machine, which knows
 //! (reference counts of storages) or models them (the plan's counts).
 
-use super::schedule::{Prog, Schedule, Slot, Step, Val};
+use super::schedule::{Prog, Schedule, Slot, Step, SumInto, Val};
 use crate::Error;
 use std::collections::HashMap;
 
@@ -40,6 +40,15 @@ pub(super) trait Machine {
     ) -> Result<Option<Self::Buf>, Error>;
     /// Adds `g` into edge `edge` of node `node`, a leaf's gradient.
     fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Self::Buf) -> Result<(), Error>;
+    /// Takes the gradient summed so far for the leaf at edge `edge` of
+    /// node `node` (reached by an earlier step), for a step whose kernel
+    /// adds its value to it (`SumInto::Leaf`); [`Machine::leaf_summed`]
+    /// gives the sum back when that edge's gradient is delivered.
+    fn take_leaf_sum(&mut self, node: usize, edge: usize) -> Result<Option<Self::Buf>, Error>;
+    /// Delivers `sum`, the leaf's gradient so far plus a new term, as
+    /// that leaf's gradient: a delivery, as [`Machine::accumulate_leaf`]
+    /// makes one.
+    fn leaf_summed(&mut self, node: usize, edge: usize, sum: Self::Buf) -> Result<(), Error>;
     /// `slot += g`, the pending gradient of node `target`: in place when
     /// the slot's buffer is held by nobody else, otherwise into a new
     /// buffer.
@@ -133,7 +142,11 @@ pub(super) fn replay<M: Machine>(
                 (machine.share(input), false)
             }
             None => match step.into {
-                Some(t) => run_adding(machine, st, step, &others, &mut pending[t])?,
+                Some(SumInto::Node(t)) => run_adding(machine, st, step, &others, &mut pending[t])?,
+                Some(SumInto::Leaf { node, edge }) => {
+                    let mut sum = machine.take_leaf_sum(node, edge)?;
+                    run_adding(machine, st, step, &others, &mut sum)?
+                }
                 None => run_step(machine, st, step, &others)?,
             },
         };
@@ -143,8 +156,13 @@ pub(super) fn replay<M: Machine>(
         for &e in &step.deliver {
             let g = machine.share(&result);
             match schedule.targets[i][e] {
-                Some(t) if step.into == Some(t) => machine.summed_into(t, &mut pending[t], g),
+                Some(t) if step.into == Some(SumInto::Node(t)) => {
+                    machine.summed_into(t, &mut pending[t], g)
+                }
                 Some(t) => machine.add_into(t, &mut pending[t], g)?,
+                None if step.into == Some(SumInto::Leaf { node: i, edge: e }) => {
+                    machine.leaf_summed(i, e, g)?
+                }
                 None => machine.accumulate_leaf(i, e, g)?,
             }
         }

@@ -82,6 +82,18 @@ pub(super) enum Val {
     SavedBy(usize, Slot),
 }
 
+/// Whose gradient, summed so far, a step's kernel adds its value to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SumInto {
+    /// The incoming gradient of a node.
+    Node(usize),
+    /// The gradient of the leaf at edge `edge` of node `node`, as the
+    /// backward sums it aside: the step's own edge, or the edge of a later
+    /// step that passes this step's value on to that leaf. A step
+    /// delivering to that leaf with this mark delivers the whole sum.
+    Leaf { node: usize, edge: usize },
+}
+
 /// One stage run.
 pub(super) struct Step {
     /// The node (index into [`Schedule::nodes`]).
@@ -102,10 +114,9 @@ pub(super) struct Step {
     pub passes: Option<usize>,
     /// Edges of the node whose gradient this value is.
     pub deliver: Vec<usize>,
-    /// The node whose incoming gradient the kernel adds this value to: its
-    /// last input is that gradient as summed so far, and its value is the
-    /// sum (`fold`).
-    pub into: Option<usize>,
+    /// The gradient the kernel adds this value to: its last input is that
+    /// gradient as summed so far, and its value is the sum (`fold`).
+    pub into: Option<SumInto>,
     /// Whether a later step of the node reads this value.
     pub kept: bool,
     /// Values of the node read for the last time here.

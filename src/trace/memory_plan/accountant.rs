@@ -38,6 +38,17 @@ impl Accountant<'_> {
         self.buf_of.get(p).copied()
     }
 
+    /// The index of the leaf at edge `edge` of node `node`.
+    fn leaf_index(&self, node: usize, edge: usize) -> Result<usize, Error> {
+        match &self.schedule.nodes[node].edges[edge] {
+            Origin::Leaf(leaf) => Ok(self.leaf_of[&(Arc::as_ptr(leaf) as usize)]),
+            _ => Err(autograd_error(
+                "memory_plan",
+                "internal: a gradient was delivered to an edge that is not a leaf".into(),
+            )),
+        }
+    }
+
     fn sum_into(&mut self, slot: &mut Option<usize>, g: usize) {
         match *slot {
             None => {
@@ -131,21 +142,26 @@ impl Machine for Accountant<'_> {
     }
 
     fn accumulate_leaf(&mut self, node: usize, edge: usize, g: usize) -> Result<(), Error> {
-        let k = match &self.schedule.nodes[node].edges[edge] {
-            Origin::Leaf(leaf) => self.leaf_of[&(Arc::as_ptr(leaf) as usize)],
-            _ => {
-                return Err(autograd_error(
-                    "memory_plan",
-                    "internal: a gradient was delivered to an edge that is not a leaf".into(),
-                ))
-            }
-        };
+        let k = self.leaf_index(node, edge)?;
         let mut slot = self.pending[k];
         self.sum_into(&mut slot, g);
         if let Some(b) = slot {
             self.p.name(b, None);
         }
         self.pending[k] = slot;
+        Ok(())
+    }
+
+    fn take_leaf_sum(&mut self, node: usize, edge: usize) -> Result<Option<usize>, Error> {
+        let k = self.leaf_index(node, edge)?;
+        Ok(self.pending[k].take())
+    }
+
+    fn leaf_summed(&mut self, node: usize, edge: usize, sum: usize) -> Result<(), Error> {
+        let k = self.leaf_index(node, edge)?;
+        self.p.name(sum, None);
+        self.new_slot.push(false);
+        self.pending[k] = Some(sum);
         Ok(())
     }
 
