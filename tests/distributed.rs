@@ -351,23 +351,32 @@ impl Module for ReadThrice {
     }
 }
 
+impl ReadThrice {
+    /// The module with its one parameter, the same on every rank.
+    fn new() -> Result<ReadThrice, Error> {
+        let w = (0..6).map(|k| 0.1 * k as f64 - 0.2).collect();
+        Ok(ReadThrice {
+            w: Tensor::from_vec_f64(w, &[6])?.requires_grad(),
+        })
+    }
+
+    /// The sum of its output on rank `rank`'s batch.
+    fn loss(&self, rank: usize) -> Result<Tensor, Error> {
+        let x = (0..12).map(|k| ((k + 12 * rank) as f64 * 0.37).sin());
+        self.forward(&Tensor::from_vec_f64(x.collect(), &[2, 6])?)?
+            .sum()
+    }
+}
+
 #[test]
 fn a_parameter_read_several_times_reduces_once_its_gradient_is_whole() -> Result<(), Error> {
     let out = on_ranks(2, |c| -> Result<(Vec<f64>, Vec<f64>), Error> {
         let rank = c.rank();
         let comm: Arc<dyn Collective> = Arc::new(c);
         let grads = |overlap: bool| -> Result<Vec<f64>, Error> {
-            let w = Tensor::from_vec_f64((0..6).map(|k| 0.1 * k as f64 - 0.2).collect(), &[6])?
-                .requires_grad();
-            let m = ReadThrice { w };
+            let m = ReadThrice::new()?;
             let ddp = DataParallel::new(&m, comm.clone())?;
-            let x = Tensor::from_vec_f64(
-                (0..12)
-                    .map(|k| ((k + 12 * rank) as f64 * 0.37).sin())
-                    .collect(),
-                &[2, 6],
-            )?;
-            let loss = m.forward(&x)?.sum()?;
+            let loss = m.loss(rank)?;
             if overlap {
                 ddp.backward(&loss)?;
             } else {
@@ -384,17 +393,9 @@ fn a_parameter_read_several_times_reduces_once_its_gradient_is_whole() -> Result
         assert_eq!(overlapped, &out[0].0, "on every rank");
     }
     // The average of the two ranks' whole gradients, computed here.
-    let w =
-        Tensor::from_vec_f64((0..6).map(|k| 0.1 * k as f64 - 0.2).collect(), &[6])?.requires_grad();
-    let m = ReadThrice { w };
+    let m = ReadThrice::new()?;
     for rank in 0..2 {
-        let x = Tensor::from_vec_f64(
-            (0..12)
-                .map(|k| ((k + 12 * rank) as f64 * 0.37).sin())
-                .collect(),
-            &[2, 6],
-        )?;
-        m.forward(&x)?.sum()?.mul_scalar(0.5)?.backward()?;
+        m.loss(rank)?.mul_scalar(0.5)?.backward()?;
     }
     for (g, want) in out[0].0.iter().zip(m.w.grad().unwrap().to_vec_f64()?) {
         assert!((g - want).abs() <= 1e-12, "{g} against {want}");

@@ -241,6 +241,17 @@ impl IndexFn {
         Ok(out)
     }
 
+    /// `other`'s output indices read as this function's, one for one (two
+    /// functions over the same domain composed element for element).
+    fn indices_for(&self, other: &IndexFn) -> HashMap<VarId, Affine> {
+        other
+            .out_vars
+            .iter()
+            .zip(&self.out_vars)
+            .map(|(&o, &s)| (o, Affine::var(s)))
+            .collect()
+    }
+
     /// Whether this function may take another's value as argument `arg`
     /// through [`IndexFn::feed_into`]: it has no reduction, and reads `arg`
     /// (of its own shape) only at its output index.
@@ -309,12 +320,7 @@ impl IndexFn {
             .map(|a| h.args[a].clone())
             .collect();
         append_args(&mut out.args, &others);
-        let at: HashMap<VarId, Affine> = h
-            .out_vars
-            .iter()
-            .zip(&self.out_vars)
-            .map(|(&o, &s)| (o, Affine::var(s)))
-            .collect();
+        let at = self.indices_for(h);
         let value = self.root;
         let body = import_reading(&mut out.graph, h, &at, &mut |g, a, index| {
             if a == arg {
@@ -397,12 +403,7 @@ impl IndexFn {
         let mut out = self.clone();
         let base = out.args.len();
         append_args(&mut out.args, &other.args);
-        let at: HashMap<VarId, Affine> = other
-            .out_vars
-            .iter()
-            .zip(&self.out_vars)
-            .map(|(&o, &s)| (o, Affine::var(s)))
-            .collect();
+        let at = self.indices_for(other);
         let body = import(&mut out.graph, other, &at, base).map_err(|_| Error::Overflow {
             op: format!("add {} to {}", other.name, self.name),
         })?;

@@ -42,11 +42,18 @@
 //! of the input that `q`, `k` and `v` share) with cuBLAS's `beta = 1`
 //! (`Contraction::accumulate`). Where the composed stage would take
 //! another route (a GEMM with an epilogue on the CPU), nothing folds.
+//! A leaf's gradient, summed aside until the backward commits it, takes
+//! its later terms the same way (`SumInto::Leaf`), also when a term
+//! reaches the leaf through a step that passes on a producer's value (a
+//! folded step's): the producer's kernel adds the sum, provided nothing
+//! else reads that value and no other term reaches the leaf between the
+//! two steps.
 //!
 //! A schedule is `Tensor::backward`'s, which gives leaves their
 //! gradients and nothing else: the values passed on in between are never
-//! observed. Must not change what a step reads or when a value is
-//! released (the memory plan replays the same schedule).
+//! observed. Must not change when a value is released (the memory plan
+//! replays the same schedule); a fold may make a step read another
+//! node's saved value earlier than that node's own step does.
 //!
 //! [`IndexFn::map_output`]: crate::symbolic::IndexFn::map_output
 //! [`IndexFn::is_pointwise_map`]: crate::symbolic::IndexFn::is_pointwise_map
@@ -148,10 +155,13 @@ pub(super) fn fold_accumulations(
         if let (Some(into), 1) = (into, st.deliver.len()) {
             if st.passes.is_none() {
                 add_in_kernel(&mut steps[k], into)?;
-            } else if let (SumInto::Leaf { .. }, [(_, a)]) = (into, &leaves[..]) {
-                // The value passed on to the leaf is a producer's: that
-                // kernel adds the sum when no delivery to the leaf comes
-                // between the two steps.
+            } else if let (SumInto::Leaf { .. }, [(_, a)], 1) =
+                (into, &leaves[..], graph.steps_of[st.node])
+            {
+                // The value passed on to the leaf is a producer's (and
+                // nothing else of this node reads it): that kernel adds
+                // the sum when no delivery to the leaf comes between the
+                // two steps.
                 if let Some(p) = graph.producer(steps, steps[k].node) {
                     if reached_leaves[a] < p && add_in_kernel(&mut steps[p], into)? {
                         steps[k].into = Some(into);
