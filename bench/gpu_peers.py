@@ -14,11 +14,11 @@ model is `models.jax_gpt_train`); without it a line {"system": "jax",
 later cards: JAX's matmul precision is set to "highest" (or
 "tensorfloat32" with `tf32`), as the PyTorch flags below are.
 
-JAX runs in the same process, right after the bandwidth reference, with
-its preallocation of most of the card's memory turned off
-(XLA_PYTHON_CLIENT_PREALLOCATE=false) so that PyTorch's workloads after it
-get the memory they need. `--skip gpt_step,...` leaves workloads out (the
-GPT step's compilation takes minutes).
+JAX runs in the same process (its rows right after the bandwidth
+reference, its GPT step after PyTorch's), with its preallocation of most
+of the card's memory turned off (XLA_PYTHON_CLIENT_PREALLOCATE=false) so
+that PyTorch's workloads get the memory they need. `--skip gpt_step,jax`
+leaves workloads or JAX out (the GPT step's compilations take minutes).
 
 `tf32` sets torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 to True; otherwise both are False (PyTorch's

@@ -87,6 +87,7 @@ grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
 # where it has a CUDA backend.
 torch_limit=480
 [ -z "${DEADLINE:-}" ] || torch_limit=$((DEADLINE - SECONDS))
+[ "$torch_limit" -gt 0 ] || torch_limit=1 # `timeout 0` would wait for ever
 step torch "$torch_limit" env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math ${quick:+--skip gpt_step}
 grep '^{' "$out/torch.log" >"$out/torch.jsonl"
 # Where PyTorch's time goes in the same GPT step.
