@@ -228,6 +228,51 @@ fn reductions_and_selects_on_larger_inputs() {
     }
 }
 
+/// Output loops reading with a stride (a pool's windows at stride 2, a
+/// flipped read, a stride past the vector) run as vector code whose lanes
+/// load one at a time; the results are the interpreter's, at every
+/// thread count.
+#[test]
+fn strided_reads_in_vector_loops_match_the_interpreter() {
+    let _s = serial();
+    type Case<'a> = (&'a str, &'a [usize], &'a [(&'a str, usize)]);
+    let cases: [Case; 4] = [
+        (
+            "f[a; t; u] = max{i}_0^2 (max{j}_0^2 (x[a; 2*t + i; 2*u + j]))",
+            &[3, 33, 37],
+            &[("t", 16), ("u", 18)],
+        ),
+        ("f[i; j] = x[i; 40 - j] * 2", &[5, 41], &[("j", 41)]),
+        (
+            "f[i; j] = x[i; 3*j + 1] + x[i; 3*j]",
+            &[4, 100],
+            &[("j", 33)],
+        ),
+        (
+            "f[i; j] = sum{k}_0^3 (if {2*j + k - 1 >= 0} then (x[i; 2*j + k - 1]) else (0))",
+            &[4, 64],
+            &[("j", 31)],
+        ),
+    ];
+    for (k, (src, shape, sizes)) in cases.iter().enumerate() {
+        let f = IndexFn::parse_with_sizes(src, &[("x", shape)], sizes).unwrap();
+        let k32 = tenjin::planner::passes::loop_kernel(
+            &f,
+            DType::F32,
+            tenjin::planner::route::Target::Cpu,
+            tenjin::planner::passes::LoopRole::Whole,
+        )
+        .unwrap();
+        assert!(
+            k32.to_string().contains("(vector)"),
+            "{src}: not vectorised\n{k32}"
+        );
+        let mut rng = StdRng::seed_from_u64(100 + k as u64);
+        let inputs = random_inputs(&f, &mut rng, false);
+        check(&f, &inputs);
+    }
+}
+
 #[test]
 fn bad_buffers_are_rejected_before_running() {
     let _s = serial();
@@ -451,7 +496,7 @@ fn vectorised_kernels_on_large_inputs_at_odd_offsets() {
 }
 
 #[test]
-fn only_contiguous_f32_loops_are_vectorised() {
+fn f32_loops_are_vectorised_where_their_lanes_can_load() {
     let _s = serial();
     const CHAIN: &str = "f[i] = tanh x[i] * sigmoid (2 * x[i]) + x[i] ** 2 / (1 + exp (-x[i]))";
     let chain = IndexFn::parse(CHAIN, &[("x", &[1 << 10][..])]).unwrap();
@@ -460,20 +505,28 @@ fn only_contiguous_f32_loops_are_vectorised() {
     let back = chain.derive("x").unwrap();
     let k = jit::compile(&back, DType::F32).unwrap();
     assert!(k.is_vectorized(), "the chain's derivative: {k}");
+    // Reads with a stride along the inner loop (a transpose, stride 3; a
+    // reduction reading strided memory along it) vectorise too: their
+    // lanes load one at a time.
+    for (src, shape) in [
+        ("f[i; j] = exp (x[j; i])", [3usize, 3]),
+        ("f[i; j] = sum{k}_0^2 (x[k; i] * x[j; k])", [3, 3]),
+    ] {
+        let f = IndexFn::parse(src, &[("x", &shape[..])]).unwrap();
+        let k = jit::compile(&f, DType::F32).unwrap();
+        assert!(k.is_vectorized(), "{src} should be vectorised: {k}");
+    }
     let no = [
-        // A transpose: stride 3 along the inner loop.
-        ("f[i; j] = exp (x[j; i])", vec![("x", vec![3usize, 3])]),
-        // A reduction in the inner loop reading strided memory along it.
-        (
-            "f[i; j] = sum{k}_0^2 (x[k; i] * x[j; k])",
-            vec![("x", vec![3, 3])],
-        ),
         // A guard on the inner index protecting loads, with no interior
         // left to peel (`i = 4` only).
         (
             "f[i] = if {i - 4 = 0} then (x[i]) else (y[i])",
-            vec![("x", vec![9]), ("y", vec![9])],
+            vec![("x", vec![9usize]), ("y", vec![9])],
         ),
+        // A sum reading strided memory along its own index (only an
+        // output loop's lanes load one at a time), in an output loop whose
+        // reads are further apart than `MAX_STRIDE`.
+        ("f[i] = sum{k}_0^99 (x[i; 2*k])", vec![("x", vec![2, 200])]),
     ];
     for (src, args) in no {
         let args: Vec<(&str, &[usize])> = args.iter().map(|(n, s)| (*n, s.as_slice())).collect();

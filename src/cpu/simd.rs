@@ -540,14 +540,29 @@ impl<'f> Emitter<'f> {
             Expr::Const(c) => self.vm().c(*c as f32),
             Expr::Load { arg, offset } => {
                 let addr = self.arg_address(*arg, offset)?;
-                if lanes == Lanes::Four && offset.coeff(var) == 1 {
+                let stride = offset.coeff(var);
+                if lanes == Lanes::Four && stride == 1 {
                     // Unaligned: no `aligned` flag.
                     let flags = MemFlagsData::new().with_notrap().with_readonly();
                     self.b.ins().load(V, flags, addr, 0)
                 } else {
                     let flags = MemFlagsData::trusted().with_readonly();
                     let x = self.b.ins().load(types::F32, flags, addr, 0);
-                    self.splat(x)
+                    let mut out = self.splat(x);
+                    if lanes == Lanes::Four && stride != 0 {
+                        // A strided read (a pool's or a strided
+                        // convolution's window): lane i loads element
+                        // `offset + i·stride`, as the scalar strip would.
+                        for i in 1..LANES {
+                            let at = (i * stride)
+                                .checked_mul(4)
+                                .and_then(|b| i32::try_from(b).ok())
+                                .ok_or("a strided read's offset out of range")?;
+                            let xi = self.b.ins().load(types::F32, flags, addr, at);
+                            out = self.b.ins().insertlane(out, xi, i as u8);
+                        }
+                    }
+                    out
                 }
             }
             Expr::Index(l) => {

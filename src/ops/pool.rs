@@ -5,7 +5,8 @@
 //! A pool is one index function: the window's `max{k}` or `sum{k}` of the
 //! input at `stride·t + dilation·k − padding`, guarded where a window can
 //! leave the input (−∞ for a maximum, 0 for a sum), so no padded copy is
-//! made. An average divides by the constant window size, or, with
+//! made. Each dimension's guards sit right inside that dimension's
+//! reduction, so they become its bounds. An average divides by the constant window size, or, with
 //! `ceil_mode` or without `count_include_pad`, by the count of the
 //! window's positions inside the (padded) input, itself a guarded sum of
 //! ones in the same function.
@@ -221,7 +222,7 @@ fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, 
     let (t, k) = (indices("t", s), indices("k", s));
     let mut out_idx = indices("a", lead);
     let mut x_index = out_idx.clone();
-    let mut guards = Vec::new();
+    let mut guards: Vec<Vec<String>> = Vec::new();
     let mut counts = Vec::new();
     for d in 0..s {
         out_idx.push(t[d].clone());
@@ -236,7 +237,7 @@ fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, 
         if last - pad > n - 1 {
             inside_input.push(cmp(&p, "<=", n - 1));
         }
-        guards.extend(inside_input.iter().cloned());
+        guards.push(inside_input.clone());
         // The divisor's factor for this dimension: the window's positions
         // inside the padded input (or the input), where that can vary.
         let counted: Vec<String> = if !spec.count_include_pad {
@@ -261,12 +262,16 @@ fn pool_nd(op: &str, x: &Tensor, spec: &PoolSpec, kind: Pool) -> Result<Tensor, 
         Pool::Avg => ("sum", "0"),
         Pool::Max => ("max", "-inf"),
     };
-    let guarded = guards
-        .iter()
-        .rev()
-        .fold(access("x", &x_index), |body, c| guard(c, body, outside));
-    let mut body = (0..s).rev().fold(guarded, |body, d| {
-        reduce(red, &k[d], 0, kernel[d] as i64 - 1, body)
+    // Each dimension's guards sit right inside its own reduction, where
+    // they are linear in its variable and become its bounds
+    // (`crate::planner::guard_bounds`): the window loops then run no
+    // branch, and the output loop a vector interior.
+    let mut body = (0..s).rev().fold(access("x", &x_index), |body, d| {
+        let guarded = guards[d]
+            .iter()
+            .rev()
+            .fold(body, |body, c| guard(c, body, outside));
+        reduce(red, &k[d], 0, kernel[d] as i64 - 1, guarded)
     });
     if let Pool::Avg = kind {
         if let Some(divisor) = spec.divisor_override {

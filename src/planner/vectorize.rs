@@ -142,6 +142,10 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
 
+/// The largest stride of a read in a vectorised output loop: the lanes
+/// load one at a time, so wider strides only save the loop's overhead.
+const MAX_STRIDE: u64 = 16;
+
 /// The rules shared by vectorised output loops and vectorised sums.
 struct Check<'a> {
     var: IVar,
@@ -159,8 +163,14 @@ impl Check<'_> {
         let v = self.var;
         match s {
             Stmt::Let(_, e) => match e {
+                // An output loop's lanes may also read with a stride (a
+                // lane at a time, `crate::cpu::simd`), a sum's not.
                 Expr::Load { arg, offset } => {
-                    matches!(offset.coeff(v), 0 | 1) && (top || (self.speculable)(*arg, offset))
+                    let stride_ok = match offset.coeff(v) {
+                        0 | 1 => true,
+                        c => self.output_loop && c.unsigned_abs() <= MAX_STRIDE,
+                    };
+                    stride_ok && (top || (self.speculable)(*arg, offset))
                 }
                 _ => true,
             },
