@@ -8,9 +8,11 @@
 //! documents the code and its fixed reduction order). Must not emit code.
 //!
 //! **Output loops.** A loop qualifies when it is an output loop
-//! (`Stmt::For`) with no loop inside, every load and store in it is
-//! contiguous (coefficient 1 of the loop variable) or invariant
-//! (coefficient 0, a broadcast), and every index guard is invariant (an
+//! (`Stmt::For`) with no loop inside, every store in it is contiguous
+//! (coefficient 1 of the loop variable), every load contiguous, invariant
+//! (coefficient 0, a broadcast) or strided (a coefficient of at most
+//! [`MAX_STRIDE`] in size: a pool's or a strided convolution's windows,
+//! a flip; its lanes load one at a time), and every index guard is invariant (an
 //! index used as a number may vary: each lane converts its own value). An
 //! index guard is then a real branch that all lanes take alike (`cat` along
 //! an outer dimension, the rows of an optimizer's stacked update), so loads
