@@ -11,7 +11,7 @@
 //! (`Stmt::For`) with no loop inside, every store in it is contiguous
 //! (coefficient 1 of the loop variable), every load contiguous, invariant
 //! (coefficient 0, a broadcast) or strided (a coefficient of at most
-//! [`MAX_STRIDE`] in size: a pool's or a strided convolution's windows,
+//! `MAX_STRIDE` (16) in size: a pool's or a strided convolution's windows,
 //! a flip; its lanes load one at a time), and every index guard is invariant (an
 //! index used as a number may vary: each lane converts its own value). An
 //! index guard is then a real branch that all lanes take alike (`cat` along
