@@ -69,16 +69,30 @@ use crate::Error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Folds every pointwise gradient step the rules allow into its producer
-/// (`steps` in schedule order, their `passes`, `kept` and `deliver` set).
-pub(super) fn fold_pointwise(
+/// Every fold the rules allow, in `steps` (schedule order, their
+/// `passes`, `kept` and `deliver` set): pointwise and element-wise steps
+/// into their producers, then later terms of sums into the kernels
+/// computing them. Nothing is looked at when no step's device fuses (the
+/// CPU's default): a schedule is built on every backward.
+pub(super) fn fold(
     steps: &mut [Step],
     nodes: &[Arc<Node>],
     targets: &[Vec<Option<usize>>],
 ) -> Result<(), Error> {
+    if !steps.iter().any(|st| runtime::fusion(st.kernel.device())) {
+        return Ok(());
+    }
+    // Who feeds whom and who delivers what: the folds change neither.
     let graph = Graph::new(steps, nodes, targets);
+    fold_pointwise(steps, &graph)?;
+    fold_accumulations(steps, nodes, targets, &graph)
+}
+
+/// Folds every pointwise gradient step the rules allow into its producer
+/// (`steps` in schedule order, their `passes`, `kept` and `deliver` set).
+fn fold_pointwise(steps: &mut [Step], graph: &Graph) -> Result<(), Error> {
     for k in 0..steps.len() {
-        let Some(how) = fold_of(&steps[k], &graph) else {
+        let Some(how) = fold_of(&steps[k], graph) else {
             continue;
         };
         let Some(p) = graph.producer(steps, steps[k].node) else {
@@ -121,12 +135,12 @@ pub(super) fn fold_pointwise(
 /// Gives every step that delivers a term of a sum of gradients, after the
 /// first term, a kernel that adds its value to the sum so far (see the
 /// module documentation): `Step::into`.
-pub(super) fn fold_accumulations(
+fn fold_accumulations(
     steps: &mut [Step],
     nodes: &[Arc<Node>],
     targets: &[Vec<Option<usize>>],
+    graph: &Graph,
 ) -> Result<(), Error> {
-    let graph = Graph::new(steps, nodes, targets);
     let mut reached = vec![false; nodes.len()];
     // Leaves reached, by address (several nodes' edges may lead to one),
     // and the last step delivering to each.

@@ -192,8 +192,7 @@ impl Schedule {
             }
         }
         finish(&mut steps, &nodes);
-        super::fold::fold_pointwise(&mut steps, &nodes, &targets)?;
-        super::fold::fold_accumulations(&mut steps, &nodes, &targets)?;
+        super::fold::fold(&mut steps, &nodes, &targets)?;
         Ok(Schedule {
             nodes,
             root: root_ix,
