@@ -74,6 +74,19 @@ where
     if !dtype.is_float() {
         return Ok(out);
     }
+    if let Some(half) = std::iter::once(&out)
+        .chain(&dense)
+        .find(|t| t.dtype().is_half())
+    {
+        return Err(Error::DType {
+            op: "checkpoint".into(),
+            message: format!(
+                "a {:?} tensor of shape {:?}: checkpointed blocks take and give F32 or F64 tensors; convert at the block's edges with to_dtype",
+                half.dtype(),
+                half.shape()
+            ),
+        });
+    }
     let anchor = Tensor::zeros_on(&[1], dtype, out.device())?.requires_grad();
     let block = Arc::new(CheckpointOp(Arc::new(Checkpoint {
         f: Arc::new(f),

@@ -4,9 +4,12 @@
 //! it, shared by every layer (the allocator's typed views, the backends,
 //! storage, the tensor API); it must not know about any of them.
 
-/// Element types of tensors. Kernels compute in `F32` and `F64`; the
-/// integer types hold index data (labels, token ids) and support creation,
-/// conversion, comparison and indexing, not arithmetic kernels.
+/// Element types of tensors. Kernels compute in `F32` and `F64`. The
+/// half-precision types `BF16` and `F16` are stored in 16 bits and
+/// computed in f32 ([`DType::compute`]): every op loads them widened
+/// (exactly), computes in f32 and rounds its result to nearest even once.
+/// The integer types hold index data (labels, token ids) and support
+/// creation, conversion, comparison and indexing, not arithmetic kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DType {
@@ -14,20 +17,52 @@ pub enum DType {
     F64,
     I32,
     I64,
+    /// bfloat16: f32's exponent range with 8 significant bits.
+    BF16,
+    /// IEEE binary16: 11 significant bits, largest finite 65504.
+    F16,
 }
 
 impl DType {
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
+            DType::BF16 | DType::F16 => 2,
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
         }
     }
 
-    /// Whether kernels compute in this type (`F32`, `F64`).
+    /// Whether this is a floating-point type (`F32`, `F64`, `BF16`,
+    /// `F16`): values that are computed on and differentiated.
     pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
+    }
+
+    /// Whether kernels compute in this type (`F32`, `F64`): the types of
+    /// kernels, plans and optimizer states.
+    pub const fn kernels_compute_in(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// Whether this is a half-precision type (`BF16`, `F16`).
+    pub const fn is_half(self) -> bool {
+        matches!(self, DType::BF16 | DType::F16)
+    }
+
+    /// The type kernels compute this type's values in: `F32` for the
+    /// half-precision types, the type itself otherwise.
+    ///
+    /// ```
+    /// use tenjin::DType;
+    /// assert_eq!(DType::BF16.compute(), DType::F32);
+    /// assert_eq!(DType::F64.compute(), DType::F64);
+    /// ```
+    pub const fn compute(self) -> DType {
+        match self {
+            DType::BF16 | DType::F16 => DType::F32,
+            other => other,
+        }
     }
 
     /// The name PyTorch and safetensors use (`"F32"`, `"I64"`, ...).
@@ -37,6 +72,8 @@ impl DType {
             DType::F64 => "F64",
             DType::I32 => "I32",
             DType::I64 => "I64",
+            DType::BF16 => "BF16",
+            DType::F16 => "F16",
         }
     }
 }
@@ -47,9 +84,12 @@ mod sealed {
     impl Sealed for f64 {}
     impl Sealed for i32 {}
     impl Sealed for i64 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
 }
 
-/// The Rust types of tensor elements: `f32`, `f64`, `i32`, `i64`. Sealed: every bit
+/// The Rust types of tensor elements: `f32`, `f64`, `i32`, `i64`,
+/// [`bf16`](crate::bf16) and [`f16`](crate::f16). Sealed: every bit
 /// pattern is a valid value and the alignment divides 64, so an allocator
 /// block can be viewed as a slice of them.
 pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
@@ -132,6 +172,14 @@ macro_rules! with_element {
                 type $T = i64;
                 $body
             }
+            $crate::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
         }
     };
 }
@@ -148,18 +196,57 @@ pub(crate) fn cast<S: Element, D: Element>(x: S) -> D {
     }
 }
 
+/// The half-precision element types, converted as PyTorch converts them:
+/// to f32 exactly, and from anything through f32 (a double or an integer
+/// is rounded to f32, then to nearest even), so a value converted here
+/// equals PyTorch's bit for bit.
+macro_rules! half_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            const ZERO: $t = <$t>::ZERO;
+            const ONE: $t = <$t>::ONE;
+            fn from_f64(x: f64) -> $t {
+                <$t>::from_f32(x as f32)
+            }
+            fn to_f64(self) -> f64 {
+                f64::from(self.to_f32())
+            }
+            fn to_i64(self) -> i64 {
+                self.to_f32() as i64
+            }
+            fn from_i64(x: i64) -> $t {
+                <$t>::from_f32(x as f32)
+            }
+            /// In f32, rounded once (as a kernel adds two half values).
+            fn add(self, other: $t) -> $t {
+                <$t>::from_f32(self.to_f32() + other.to_f32())
+            }
+        }
+    };
+}
+
+half_element!(half::bf16, DType::BF16);
+half_element!(half::f16, DType::F16);
+
 /// The element types kernels compute in: `f32` and `f64` (sealed).
 pub trait Float: Element {}
 impl Float for f32 {}
 impl Float for f64 {}
 
-/// The error for an integer tensor reaching an op that computes.
+/// The error for a tensor whose type no kernel computes in reaching an
+/// op that computes.
 pub(crate) fn not_computable(op: &str, dtype: DType) -> crate::Error {
+    let message = if dtype.is_half() {
+        format!("{op} has no {dtype:?} form yet; convert with to_dtype(DType::F32)")
+    } else {
+        format!(
+            "kernels compute in F32 or F64, not {dtype:?}: integer tensors hold indices (creation, conversion, comparison, indexing); convert with to_dtype"
+        )
+    };
     crate::Error::DType {
         op: op.to_string(),
-        message: format!(
-            "kernels compute in F32 or F64, not {dtype:?}: integer tensors hold indices (creation, conversion, comparison, indexing); convert with to_dtype"
-        ),
+        message,
     }
 }
 

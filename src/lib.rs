@@ -108,6 +108,7 @@ pub use error::Error;
 pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
+pub use half::{bf16, f16};
 pub use ops::{
     default_generator, fusion, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
     set_fusion, AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm, PaddingMode,

@@ -3,11 +3,13 @@
 //! `safetensors.torch.load_file` and writes files [`load`] reads.
 //!
 //! Owns the mapping between [`Tensor`]s and the format's named, typed,
-//! little-endian byte buffers (`F32 F64 I32 I64`). Half-precision tensors
-//! (`BF16`, `F16`: most published checkpoints) load as f32, widened
-//! exactly (every half value is an f32 value; a NaN stays a NaN), until
-//! tenjin has half-precision tensors of its own; a file holding another
-//! dtype is an error naming the tensor and its dtype. Models and optimizers
+//! little-endian byte buffers (`F32 F64 BF16 F16 I32 I64`, each loaded
+//! and saved as itself, bit for bit); a file holding another dtype is an
+//! error naming the tensor and its dtype. A half-precision checkpoint
+//! (most published ones) loads into an f32 model through
+//! [`crate::nn::Module::load_state_dict`], which converts each tensor to
+//! its parameter's dtype (exactly: every half value is an f32 value).
+//! Models and optimizers
 //! name their tensors ([`crate::nn::Module::named_parameters`],
 //! [`crate::optim::Optimizer::state_dict`]); this module only moves bytes.
 
@@ -48,6 +50,16 @@ fn io_error(path: &Path, what: impl std::fmt::Display) -> Error {
 fn bytes_of(t: &Tensor) -> Result<Bytes, Error> {
     let data: Vec<u8> = match t.dtype() {
         DType::F32 => t.to_vec()?.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DType::BF16 => t
+            .to_vec_bf16()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec_f16()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
         DType::F64 => t
             .to_vec_f64()?
             .iter()
@@ -69,6 +81,8 @@ fn bytes_of(t: &Tensor) -> Result<Bytes, Error> {
         DType::F64 => Dtype::F64,
         DType::I32 => Dtype::I32,
         DType::I64 => Dtype::I64,
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
     };
     Ok(Bytes {
         dtype,
@@ -114,7 +128,7 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<(), E
 }
 
 /// Reads every tensor of the file at `path`, in the order of their data in
-/// the file, as dense constant tensors (`BF16` and `F16` ones as f32).
+/// the file, as dense constant tensors of the file's dtypes.
 pub fn load(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
     let path = path.as_ref();
     let buffer = std::fs::read(path).map_err(|e| io_error(path, e))?;
@@ -131,12 +145,12 @@ pub fn load(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
                 Dtype::F64 => Tensor::from_vec_f64(le(data, f64::from_le_bytes), &shape),
                 Dtype::I32 => Tensor::from_vec_i32(le(data, i32::from_le_bytes), &shape),
                 Dtype::I64 => Tensor::from_vec_i64(le(data, i64::from_le_bytes), &shape),
-                Dtype::BF16 => Tensor::from_vec(le(data, |b| bf16_to_f32(u16::from_le_bytes(b))), &shape),
-                Dtype::F16 => Tensor::from_vec(le(data, |b| f16_to_f32(u16::from_le_bytes(b))), &shape),
+                Dtype::BF16 => Tensor::from_vec_bf16(le(data, crate::bf16::from_le_bytes), &shape),
+                Dtype::F16 => Tensor::from_vec_f16(le(data, crate::f16::from_le_bytes), &shape),
                 other => {
                     return Err(io_error(
                         path,
-                        format!("tensor `{name}` is {other:?}; tenjin reads F32, F64, I32, I64, and BF16 and F16 as F32"),
+                        format!("tensor `{name}` is {other:?}; tenjin reads F32, F64, BF16, F16, I32 and I64"),
                     ))
                 }
             }?;
@@ -150,27 +164,4 @@ fn le<T, const N: usize>(data: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
     data.chunks_exact(N)
         .map(|c| from(c.try_into().expect("chunks of N bytes")))
         .collect()
-}
-
-/// A bfloat16 value (its bits) as the f32 it is: the top half of an f32.
-fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits(u32::from(h) << 16)
-}
-
-/// An IEEE binary16 value (its bits) as the f32 it is: exact, subnormals
-/// included; a NaN stays a NaN, quieted, its payload kept in the top of
-/// the f32's (as x86's `vcvtph2ps` does).
-fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 if man == 0 => sign,
-        // man · 2⁻²⁴, exact in f32.
-        0 => (man as f32 * f32::from_bits(0x3380_0000)).to_bits() | sign,
-        0x1f if man == 0 => sign | 0x7f80_0000,
-        0x1f => sign | 0x7fc0_0000 | (man << 13),
-        e => sign | ((e + 127 - 15) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
 }

@@ -1,8 +1,10 @@
 //! Half-precision checkpoints (`BF16`, `F16` safetensors, as most
-//! published weights are) load as f32, bit for bit what PyTorch's own
-//! widening gives (a NaN as a NaN): every exponent of both formats (zero, subnormals,
-//! normals, infinities, NaNs), both signs, and every f16 subnormal, from a
-//! file PyTorch wrote (`bench/torch_half_weights.py`).
+//! published weights are) load as half-precision tensors, bit for bit, and
+//! widen to f32 as PyTorch's own widening does (a NaN as a NaN): every
+//! exponent of both formats (zero, subnormals, normals, infinities, NaNs),
+//! both signs, and every f16 subnormal, from a file PyTorch wrote
+//! (`bench/torch_half_weights.py`). What tenjin writes reads back bit for
+//! bit, and loads into an f32 model converted.
 
 use tenjin::DType;
 
@@ -23,24 +25,39 @@ fn first_difference(got: &[f32], want: &[f32]) -> Option<(usize, f32, f32)> {
         .map(|(k, (g, w))| (k, *g, *w))
 }
 
+const PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/torch_half_weights.safetensors"
+);
+
+fn get(loaded: &[(String, tenjin::Tensor)], name: &str) -> tenjin::Tensor {
+    loaded
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no tensor {name}"))
+        .1
+        .clone()
+}
+
 #[test]
-fn bf16_and_f16_tensors_load_as_pytorchs_f32_values() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/torch_half_weights.safetensors"
-    );
-    let loaded = tenjin::safetensors::load(path).unwrap();
-    let get = |name: &str| {
-        loaded
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no tensor {name}"))
-            .1
-            .clone()
-    };
-    for half in ["bf16", "f16", "weight.bf16", "weight.f16"] {
+fn bf16_and_f16_tensors_load_as_themselves_and_widen_as_pytorch_does() {
+    let loaded = tenjin::safetensors::load(PATH).unwrap();
+    let get = |name: &str| get(&loaded, name);
+    for (half, dtype) in [
+        ("bf16", DType::BF16),
+        ("f16", DType::F16),
+        ("weight.bf16", DType::BF16),
+        ("weight.f16", DType::F16),
+    ] {
         let (got, want) = (get(half), get(&format!("{half}_as_f32")));
-        assert_eq!(got.dtype(), DType::F32, "{half}");
+        assert_eq!(got.dtype(), dtype, "{half}");
+        // Widened by a conversion (a kernel), not only read back.
+        let widened = got.to_dtype(DType::F32).unwrap();
+        assert_eq!(
+            first_difference(&widened.to_vec().unwrap(), &want.to_vec().unwrap()),
+            None,
+            "{half}: to_dtype(F32)"
+        );
         assert_eq!(got.shape(), want.shape(), "{half}");
         let (g, w) = (got.to_vec().unwrap(), want.to_vec().unwrap());
         assert!(g.len() > 10, "{half}");
@@ -56,4 +73,54 @@ fn bf16_and_f16_tensors_load_as_pytorchs_f32_values() {
             .count()
             >= 2046
     );
+}
+
+#[test]
+fn half_tensors_written_by_tenjin_read_back_bit_for_bit_and_load_into_f32_models() {
+    let loaded = tenjin::safetensors::load(PATH).unwrap();
+    let (bf, f) = (get(&loaded, "bf16"), get(&loaded, "f16"));
+    let dir = std::env::temp_dir().join(format!("tenjin-half-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("half.safetensors");
+    // A view is written as its elements.
+    let bf_view = bf.narrow(0, 3, 5).unwrap();
+    tenjin::safetensors::save(&path, &[("b", &bf), ("f", &f), ("v", &bf_view)]).unwrap();
+    let back = tenjin::safetensors::load(&path).unwrap();
+    let bits = |t: &tenjin::Tensor| -> Vec<u16> {
+        match t.dtype() {
+            DType::BF16 => t
+                .to_vec_bf16()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect(),
+            _ => t
+                .to_vec_f16()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect(),
+        }
+    };
+    assert_eq!(bits(&get(&back, "b")), bits(&bf));
+    assert_eq!(bits(&get(&back, "f")), bits(&f));
+    assert_eq!(bits(&get(&back, "v")), bits(&bf)[3..8].to_vec());
+    // An f32 model takes a half checkpoint converted to its dtype.
+    let lin = tenjin::nn::Linear::new(4, 3, 0).unwrap();
+    use tenjin::nn::Module;
+    let w = get(&loaded, "weight.bf16");
+    let b = tenjin::Tensor::zeros(&[3], DType::BF16).unwrap();
+    lin.load_state_dict(&[("weight".into(), w.clone()), ("bias".into(), b)])
+        .unwrap();
+    let (_, weight) = lin
+        .named_parameters()
+        .into_iter()
+        .find(|(n, _)| n == "weight")
+        .unwrap();
+    assert_eq!(weight.dtype(), DType::F32);
+    assert_eq!(
+        weight.to_vec().unwrap(),
+        get(&loaded, "weight.bf16_as_f32").to_vec().unwrap()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

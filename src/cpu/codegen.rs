@@ -111,7 +111,7 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
         function: k.name.clone(),
         message: format!("Cranelift could not {what}: {detail}"),
     };
-    if !width.is_float() {
+    if !width.kernels_compute_in() {
         return Err(crate::dtype::not_computable(&k.name, width));
     }
     let isa = host_isa(k.num_regs > LARGE_KERNEL_REGS).map_err(|e| fail("target this host", e))?;

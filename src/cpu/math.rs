@@ -152,7 +152,7 @@ impl MathFn {
             (Sin, F32) => ("tenjin_sin_f32", sin_f32 as *const u8),
             (Cos, F32) => ("tenjin_cos_f32", cos_f32 as *const u8),
             (Pow, F32) => ("tenjin_pow_f32", pow_f32 as *const u8),
-            (_, I32 | I64) => unreachable!("the width was made a float above"),
+            (_, _) => unreachable!("the width was made a float above"),
         }
     }
 }

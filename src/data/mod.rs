@@ -146,6 +146,8 @@ enum Values {
     F64(Vec<f64>),
     I64(Vec<i64>),
     I32(Vec<i32>),
+    /// `BF16` or `F16` values, widened.
+    Half(Vec<f32>, DType),
 }
 
 impl TensorDataset {
@@ -177,6 +179,9 @@ impl TensorDataset {
                 DType::F64 => Values::F64(t.to_vec_f64()?),
                 DType::I64 => Values::I64(t.to_vec_i64()?),
                 DType::I32 => Values::I32(t.to_vec_i64()?.into_iter().map(|v| v as i32).collect()),
+                // Half values are f32 values: held widened, narrowed back
+                // exactly when a batch is made.
+                half => Values::Half(t.to_vec()?, half),
             };
             columns.push(Column {
                 values,
@@ -222,6 +227,9 @@ impl Dataset for TensorDataset {
                     Values::F64(v) => Tensor::from_vec_f64(gather(v, width, indices), &shape),
                     Values::I64(v) => Tensor::from_vec_i64(gather(v, width, indices), &shape),
                     Values::I32(v) => Tensor::from_vec_i32(gather(v, width, indices), &shape),
+                    Values::Half(v, dtype) => {
+                        Tensor::from_vec(gather(v, width, indices), &shape)?.to_dtype(*dtype)
+                    }
                 }
             })
             .collect()

@@ -482,6 +482,8 @@ fn dtype_code(d: DType) -> f64 {
         DType::F64 => 1.0,
         DType::I32 => 2.0,
         DType::I64 => 3.0,
+        DType::BF16 => 4.0,
+        DType::F16 => 5.0,
     }
 }
 

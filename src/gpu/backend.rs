@@ -594,6 +594,8 @@ fn element_bits(value: f64, dtype: DType) -> u64 {
         DType::F64 => value.to_bits(),
         DType::I32 => value as i32 as u32 as u64,
         DType::I64 => value as i64 as u64,
+        DType::BF16 => u64::from(half::bf16::from_f64(value as f32 as f64).to_bits()),
+        DType::F16 => u64::from(half::f16::from_f64(value as f32 as f64).to_bits()),
     }
 }
 

@@ -16,6 +16,8 @@ pub fn file_name(key_hash: u64, dtype: crate::DType, arch: super::ptx::Arch) -> 
         crate::DType::F64 => "f64",
         crate::DType::I32 => "i32",
         crate::DType::I64 => "i64",
+        crate::DType::BF16 => "bf16",
+        crate::DType::F16 => "f16",
     };
     format!("{key_hash:016x}-{d}-{}.ptx", arch.target())
 }

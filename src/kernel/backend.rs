@@ -217,6 +217,8 @@ impl<'a> Operand<'a> {
             DType::F64 => HostIn::F64(self.host_slice()?),
             DType::I32 => HostIn::I32(self.host_slice()?),
             DType::I64 => HostIn::I64(self.host_slice()?),
+            DType::BF16 => HostIn::BF16(self.host_slice()?),
+            DType::F16 => HostIn::F16(self.host_slice()?),
         })
     }
 
@@ -289,6 +291,8 @@ impl<'a> OperandMut<'a> {
             DType::F64 => HostOut::F64(self.host_slice_mut()?),
             DType::I32 => HostOut::I32(self.host_slice_mut()?),
             DType::I64 => HostOut::I64(self.host_slice_mut()?),
+            DType::BF16 => HostOut::BF16(self.host_slice_mut()?),
+            DType::F16 => HostOut::F16(self.host_slice_mut()?),
         })
     }
 

@@ -22,6 +22,8 @@ pub enum HostIn<'a> {
     F64(&'a [f64]),
     I32(&'a [i32]),
     I64(&'a [i64]),
+    BF16(&'a [half::bf16]),
+    F16(&'a [half::f16]),
 }
 
 impl HostIn<'_> {
@@ -31,7 +33,7 @@ impl HostIn<'_> {
         match self {
             HostIn::I32(v) => v.get(k).map(|&x| i64::from(x)),
             HostIn::I64(v) => v.get(k).copied(),
-            HostIn::F32(_) | HostIn::F64(_) => None,
+            _ => None,
         }
     }
 
@@ -41,11 +43,44 @@ impl HostIn<'_> {
             HostIn::F64(v) => v.len(),
             HostIn::I32(v) => v.len(),
             HostIn::I64(v) => v.len(),
+            HostIn::BF16(v) => v.len(),
+            HostIn::F16(v) => v.len(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Converts the elements into `out`, as many as both hold, as
+    /// [`crate::DType`]'s conversions do (Rust's `as` between f32, f64 and
+    /// the integers; the half types as PyTorch converts them).
+    pub fn cast_into(self, out: HostOut<'_>) {
+        fn each<S: Element, D: Element>(x: &[S], out: &mut [D]) {
+            for (o, &x) in out.iter_mut().zip(x) {
+                *o = crate::dtype::cast::<S, D>(x);
+            }
+        }
+        macro_rules! into_out {
+            ($x:expr) => {
+                match out {
+                    HostOut::F32(o) => each($x, o),
+                    HostOut::F64(o) => each($x, o),
+                    HostOut::I32(o) => each($x, o),
+                    HostOut::I64(o) => each($x, o),
+                    HostOut::BF16(o) => each($x, o),
+                    HostOut::F16(o) => each($x, o),
+                }
+            };
+        }
+        match self {
+            HostIn::F32(x) => into_out!(x),
+            HostIn::F64(x) => into_out!(x),
+            HostIn::I32(x) => into_out!(x),
+            HostIn::I64(x) => into_out!(x),
+            HostIn::BF16(x) => into_out!(x),
+            HostIn::F16(x) => into_out!(x),
+        }
     }
 }
 
@@ -56,6 +91,8 @@ pub enum HostOut<'a> {
     F64(&'a mut [f64]),
     I32(&'a mut [i32]),
     I64(&'a mut [i64]),
+    BF16(&'a mut [half::bf16]),
+    F16(&'a mut [half::f16]),
 }
 
 impl HostOut<'_> {
@@ -72,6 +109,8 @@ impl HostOut<'_> {
             HostOut::F64(o) => convert(o, values),
             HostOut::I32(o) => convert(o, values),
             HostOut::I64(o) => convert(o, values),
+            HostOut::BF16(o) => convert(o, values),
+            HostOut::F16(o) => convert(o, values),
         }
     }
 }

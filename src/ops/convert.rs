@@ -1,11 +1,11 @@
 //! `to_dtype`: conversion between element types, recorded on the trace
-//! between float types so gradients flow through it (the gradient is
-//! converted back), a constant copy otherwise (integers carry no
-//! gradient). A conversion is a host stage (`crate::planner::host`): a
+//! between float types (half precision included) so gradients flow
+//! through it (the gradient is converted back), a constant copy otherwise
+//! (integers carry no gradient). A conversion is a host stage (`crate::planner::host`): a
 //! kernel reads one element type and writes another, which index-function
 //! kernels (one type per kernel) do not.
 
-use super::apply_host;
+use super::apply_host_as_typed;
 use crate::kernel::host::DeviceForm;
 use crate::planner::host::{
     host_stage, single_stage_program, HostIn, HostKernel, HostOp, HostOut, Workers,
@@ -27,17 +27,7 @@ impl HostKernel for Cast {
     }
 
     fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
-        match (inputs[0], out) {
-            (HostIn::F32(x), HostOut::F64(o)) => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = f64::from(x))
-            }
-            (HostIn::F64(x), HostOut::F32(o)) => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = x as f32)
-            }
-            (HostIn::F32(x), HostOut::F32(o)) => o.copy_from_slice(x),
-            (HostIn::F64(x), HostOut::F64(o)) => o.copy_from_slice(x),
-            _ => return Err(crate::dtype::not_computable("to_dtype", DType::I64)),
-        }
+        inputs[0].cast_into(out);
         Ok(())
     }
 
@@ -132,6 +122,6 @@ impl Tensor {
                 to: dtype,
             })
         };
-        apply_host("to_dtype", &format!("{from:?}"), host, &[("x", &x)], dtype)
+        apply_host_as_typed("to_dtype", &format!("{from:?}"), host, &[("x", &x)], dtype)
     }
 }

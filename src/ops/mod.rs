@@ -14,6 +14,7 @@ mod custom;
 mod elementwise;
 mod formula;
 pub(crate) mod fuse;
+mod half;
 mod indexing;
 mod label_loss;
 mod layout;
@@ -150,7 +151,26 @@ enum Output {
 }
 
 /// The one path of every op: plan look-up (or build), run, record.
+/// Half-precision arguments are computed in f32 (`half`).
 fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Result<Tensor, Error> {
+    let half = match def {
+        Def::Function { dtype, .. } if args.is_empty() && dtype.is_half() => Some(dtype),
+        _ => half::result_dtype(op, args)?,
+    };
+    if let Some(out) = half {
+        let def = match def {
+            Def::Function {
+                f, text, device, ..
+            } => Def::Function {
+                f,
+                text,
+                dtype: DType::F32,
+                device,
+            },
+            text => text,
+        };
+        return half::through_f32(args, out, |wide| apply_as(op, def, wide, output));
+    }
     let dtype = match def {
         Def::Function { dtype, .. } if args.is_empty() => dtype,
         _ => common_dtype(op, args)?,
@@ -206,8 +226,32 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
 
 /// Applies an op run by host stages (see `crate::planner::host`) to dense
 /// tensors; `key` names everything its programs depend on beyond the
-/// arguments' shapes and dtypes (the op's parameters).
+/// arguments' shapes and dtypes (the op's parameters). Half-precision
+/// arguments are computed in f32 (`half`), the result in `dtype`'s
+/// compute type rounded to `dtype`.
 pub(crate) fn apply_host(
+    op: &str,
+    key: &str,
+    host: impl FnOnce() -> Arc<dyn crate::planner::host::HostOp>,
+    args: &[(&str, &Tensor)],
+    dtype: DType,
+) -> Result<Tensor, Error> {
+    let out = match half::result_dtype(op, args)? {
+        Some(half) => Some(half),
+        None if dtype.is_half() => Some(dtype),
+        None => None,
+    };
+    match out {
+        Some(out) => half::through_f32(args, out, |wide| {
+            apply_host_as_typed(op, key, host, wide, dtype.compute())
+        }),
+        None => apply_host_as_typed(op, key, host, args, dtype),
+    }
+}
+
+/// As [`apply_host`], its host kernels taking the arguments' dtypes as
+/// they are and writing `dtype` (a conversion's).
+pub(crate) fn apply_host_as_typed(
     op: &str,
     key: &str,
     host: impl FnOnce() -> Arc<dyn crate::planner::host::HostOp>,

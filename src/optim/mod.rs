@@ -319,7 +319,16 @@ impl Scalars {
     /// once.
     fn prepare(&mut self, param: &Param) -> Result<usize, Error> {
         let key = (param.dtype(), param.device());
-        if !key.0.is_float() {
+        if key.0.is_half() {
+            return Err(Error::DType {
+                op: "optimizer".into(),
+                message: format!(
+                    "a {:?} parameter: optimizers update F32 or F64 master weights; keep the parameters in F32 and compute in half precision under tenjin::autocast",
+                    key.0
+                ),
+            });
+        }
+        if !key.0.kernels_compute_in() {
             return Err(crate::dtype::not_computable("optimizer", key.0));
         }
         if let Some(k) = self.slots.iter().position(|(k, ..)| *k == key) {

@@ -146,6 +146,8 @@ fn dtype_salt(d: DType) -> u64 {
         DType::F64 => 0x0606_4444_A5A5_6464,
         DType::I32 => 0x1313_2626_3939_4C4C,
         DType::I64 => 0x2B2B_5656_8181_ACAC,
+        DType::BF16 => 0x3C3C_7878_B4B4_F0F0,
+        DType::F16 => 0x4D4D_9A9A_E7E7_3434,
     }
 }
 

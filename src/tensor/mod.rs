@@ -11,6 +11,7 @@
 mod create;
 mod device;
 mod dim;
+mod half;
 mod integer;
 mod tape;
 pub(crate) mod view;

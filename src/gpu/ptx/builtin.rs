@@ -6,6 +6,15 @@
 //! (not emitted from an index function: the element count and the value
 //! are launch parameters, so one module serves every size), a grid-stride
 //! loop like every emitted kernel. Must not decide when they run.
+//!
+//! The half-precision types (`BF16`, `F16`) live in `.b16` registers and
+//! are computed in f32, giving the CPU backend's bits on every [`Arch`]:
+//! an addition widens both (exactly), adds in f32 and rounds once to
+//! nearest even; a conversion goes through f32 (`cast`). f16 uses
+//! `cvt.f32.f16` and `cvt.rn.f16.f32` (every arch); bf16, which has no
+//! `cvt` before sm_80 (sm_90 to widen), uses integer operations on every
+//! arch (`widen`, `narrow`). Gather moves them as 16-bit values;
+//! scatter-add has no half form (the ops widen before indexing).
 
 use super::Arch;
 use crate::DType;
@@ -13,9 +22,11 @@ use crate::DType;
 /// A buffer operation; the module's dtype is its output's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
-    /// `out[i] = value` for `i < n`; parameters `(out, n, value bits)`.
+    /// `out[i] = value` for `i < n`; parameters `(out, n, value bits)`
+    /// (a half's 16 bits in the low bits).
     Fill,
-    /// `dst[i] += src[i]` for `i < n`; parameters `(dst, src, n)`.
+    /// `dst[i] += src[i]` for `i < n` (halves: in f32, rounded once);
+    /// parameters `(dst, src, n)`.
     AddAssign,
     /// `out[i] = src[i] as out's type` for `i < n`, from `from`;
     /// parameters `(out, src, n)`.
@@ -113,14 +124,15 @@ fn parts(dtype: DType) -> (&'static str, &'static str, usize) {
         DType::F64 => (".f64", "f64", 8),
         DType::I32 => (".b32", "s32", 4),
         DType::I64 => (".b64", "s64", 8),
+        DType::BF16 | DType::F16 => (".b16", "b16", 2),
     }
 }
 
-/// The instruction converting `%a0` (of `from`) into `%b0` (of `to`), as
-/// Rust's `as` does: floats to integers round toward zero and saturate
-/// (NaN gives 0), integers to floats round to nearest, integers to a
-/// narrower integer wrap.
-fn conversion(from: DType, to: DType) -> String {
+/// The instructions converting `src` (a register of `from`) into `dst`
+/// (of `to`) as Rust's `as` does, neither type a half: floats to integers
+/// round toward zero and saturate (NaN gives 0), integers to floats round
+/// to nearest, integers to a narrower integer wrap. Uses `%p1`.
+fn conversion(from: DType, to: DType, src: &str, dst: &str) -> String {
     let (_, f, _) = parts(from);
     let (_, t, _) = parts(to);
     match (from.is_float(), to.is_float()) {
@@ -130,21 +142,82 @@ fn conversion(from: DType, to: DType) -> String {
                 DType::F64 => "f64",
                 DType::I32 => "b32",
                 DType::I64 => "b64",
+                DType::BF16 | DType::F16 => "b16",
             };
-            format!("mov.{bits} %b0, %a0;")
+            format!("mov.{bits} {dst}, {src};")
         }
-        (true, true) if to.size() > from.size() => format!("cvt.{t}.{f} %b0, %a0;"),
-        (true, true) => format!("cvt.rn.{t}.{f} %b0, %a0;"),
+        (true, true) if to.size() > from.size() => format!("cvt.{t}.{f} {dst}, {src};"),
+        (true, true) => format!("cvt.rn.{t}.{f} {dst}, {src};"),
         // `cvt.rzi` saturates, but an H100 turns a NaN f64 into i32::MIN:
         // NaN is set to 0 explicitly.
         (true, false) => format!(
-            "cvt.rzi.{t}.{f} %b0, %a0;\n\tsetp.nan.{f} %p1, %a0, %a0;\n\tselp.{t} %b0, 0, %b0, %p1;"
+            "cvt.rzi.{t}.{f} {dst}, {src};\n\tsetp.nan.{f} %p1, {src}, {src};\n\tselp.{t} {dst}, 0, {dst}, %p1;"
         ),
-        (false, true) => format!("cvt.rn.{t}.{f} %b0, %a0;"),
-        (false, false) if to.size() > from.size() => format!("cvt.{t}.{f} %b0, %a0;"),
-        (false, false) => "cvt.u32.u64 %b0, %a0;".to_string(),
+        (false, true) => format!("cvt.rn.{t}.{f} {dst}, {src};"),
+        (false, false) if to.size() > from.size() => format!("cvt.{t}.{f} {dst}, {src};"),
+        (false, false) => format!("cvt.u32.u64 {dst}, {src};"),
     }
 }
+
+/// The instructions widening the `half` value in `src` (a `.b16`
+/// register) into the f32 register `dst`, exactly: `cvt.f32.f16` for f16;
+/// for bf16 (no `cvt` from it before sm_90) its bits shifted into the
+/// high half of an f32 (a bf16 is an f32's upper 16 bits), through `%x0`.
+fn widen(half: DType, src: &str, dst: &str) -> String {
+    match half {
+        DType::BF16 => {
+            format!("cvt.u32.u16 %x0, {src};\n\tshl.b32 %x0, %x0, 16;\n\tmov.b32 {dst}, %x0;")
+        }
+        _ => format!("cvt.f32.f16 {dst}, {src};"),
+    }
+}
+
+/// The instructions rounding the f32 in `src` to the nearest `half` value
+/// (ties to even; beyond the largest finite to ±inf) into `dst` (a `.b16`
+/// register), as the `half` crate's `from_f32` does: `cvt.rn.f16.f32` for
+/// f16 (subnormals included, on every arch); for bf16 (`cvt.rn.bf16.f32`
+/// needs sm_80) the same on every arch with integer operations: `bits +
+/// 0x7FFF + (bit 16)`, its upper 16 bits (a carry into the exponent rounds
+/// up to the next binade or to inf), and a NaN kept a quiet NaN with its
+/// sign and upper payload (`bits >> 16 | 0x40`), through `%x0..%x2` and
+/// `%p1`.
+fn narrow(half: DType, src: &str, dst: &str) -> String {
+    match half {
+        DType::BF16 => format!(
+            "mov.b32 %x0, {src};\n\tshr.u32 %x1, %x0, 16;\n\tand.b32 %x2, %x1, 1;\n\tadd.u32 %x2, %x2, 32767;\n\tadd.u32 %x2, %x0, %x2;\n\tshr.u32 %x2, %x2, 16;\n\tor.b32 %x1, %x1, 64;\n\tsetp.nan.f32 %p1, {src}, {src};\n\tselp.b32 %x2, %x1, %x2, %p1;\n\tcvt.u16.u32 {dst}, %x2;"
+        ),
+        _ => format!("cvt.rn.f16.f32 {dst}, {src};"),
+    }
+}
+
+/// The instructions converting `%a0` (of `from`) into `%b0` (of `to`) as
+/// the CPU backend does (`crate::dtype::cast`). A half is converted
+/// through f32 (`%f0`) as PyTorch does: widened exactly, then converted
+/// as an f32 (to f64 exactly, to an integer toward zero); an f64 or an
+/// integer rounded to f32 first, then to the half (twice rounded, as
+/// PyTorch does).
+fn cast(from: DType, to: DType) -> String {
+    if from == to || !(from.is_half() || to.is_half()) {
+        return conversion(from, to, "%a0", "%b0");
+    }
+    // The value as an f32: the source itself, or in `%f0`.
+    let (mut code, wide) = match from {
+        DType::F32 => (String::new(), "%a0"),
+        _ if to == DType::F32 => return widen(from, "%a0", "%b0"),
+        DType::BF16 | DType::F16 => (widen(from, "%a0", "%f0") + "\n\t", "%f0"),
+        _ => (conversion(from, DType::F32, "%a0", "%f0") + "\n\t", "%f0"),
+    };
+    code += &if to.is_half() {
+        narrow(to, wide, "%b0")
+    } else {
+        conversion(DType::F32, to, wide, "%b0")
+    };
+    code
+}
+
+/// The registers a module with half values on either side uses between
+/// them: `%f` (f32) and `%x` (`narrow`'s and `widen`'s temporaries).
+const HALF_REGISTERS: &str = "\n\t.reg .f32 %f<3>;\n\t.reg .b32 %x<3>;";
 
 /// The module of `builtin` writing `dtype` elements for `arch`, entry
 /// `super::ENTRY` (also written to `$TENJIN_PTX_DUMP`).
@@ -157,38 +230,52 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
             format!(".reg {decl} %b<1>;"),
             format!(
                 "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd1, [n];\n\tld.param.u64 %rd2, [value];\n{}",
-                if size == 4 {
-                    "\tcvt.u32.u64 %w0, %rd2;\n\tmov.b32 %b0, %w0;\n"
-                } else {
-                    "\tmov.b64 %b0, %rd2;\n"
+                match size {
+                    2 => "\tcvt.u16.u64 %b0, %rd2;\n",
+                    4 => "\tcvt.u32.u64 %w0, %rd2;\n\tmov.b32 %b0, %w0;\n",
+                    _ => "\tmov.b64 %b0, %rd2;\n",
                 }
             ),
             format!("\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tst.global.{ty} [%rd7], %b0;\n"),
         ),
         Builtin::AddAssign => {
-            let add = if dtype.is_float() {
-                format!("add.rn.{ty}")
+            // Halves are added in f32 and rounded once, as on the CPU.
+            let add = if dtype.is_half() {
+                format!(
+                    "{}\n\t{}\n\tadd.rn.f32 %f2, %f0, %f1;\n\t{}",
+                    widen(dtype, "%a0", "%f0"),
+                    widen(dtype, "%a1", "%f1"),
+                    narrow(dtype, "%f2", "%b0")
+                )
+            } else if dtype.is_float() {
+                format!("add.rn.{ty} %b0, %a0, %a1;")
             } else {
-                format!("add.{ty}")
+                format!("add.{ty} %b0, %a0, %a1;")
             };
+            let extra = if dtype.is_half() { HALF_REGISTERS } else { "" };
             (
                 "\t.param .u64 dst,\n\t.param .u64 src,\n\t.param .u64 n",
-                format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;"),
+                format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;{extra}"),
                 "\tld.param.u64 %rd0, [dst];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
                 format!(
-                    "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd7];\n\tld.global.{ty} %a1, [%rd8];\n\t{add} %b0, %a0, %a1;\n\tst.global.{ty} [%rd7], %b0;\n"
+                    "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd7];\n\tld.global.{ty} %a1, [%rd8];\n\t{add}\n\tst.global.{ty} [%rd7], %b0;\n"
                 ),
             )
         }
         Builtin::Cast { from } => {
             let (from_decl, from_ty, from_size) = parts(from);
+            let extra = if from != dtype && (from.is_half() || dtype.is_half()) {
+                HALF_REGISTERS
+            } else {
+                ""
+            };
             (
                 "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 n",
-                format!(".reg {from_decl} %a<1>;\n\t.reg {decl} %b<1>;"),
+                format!(".reg {from_decl} %a<1>;\n\t.reg {decl} %b<1>;{extra}"),
                 "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
                 format!(
                     "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {from_size}, %rd2;\n\tld.global.{from_ty} %a0, [%rd8];\n\t{}\n\tst.global.{ty} [%rd7], %b0;\n",
-                    conversion(from, dtype)
+                    cast(from, dtype)
                 ),
             )
         }
@@ -230,7 +317,10 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
         Builtin::Fill => 0xF111_0000_0000_0000u64,
         Builtin::AddAssign => 0xADD0_0000_0000_0000u64,
         Builtin::Cast { from } => {
-            0xCA57_0000_0000_0000u64 | from.size() as u64 | (u64::from(from.is_float()) << 8)
+            0xCA57_0000_0000_0000u64
+                | from.size() as u64
+                | (u64::from(from.is_float()) << 8)
+                | (u64::from(from == DType::F16) << 9)
         }
         Builtin::Gather { ids, along } => {
             0x6A7E_0000_0000_0000u64 | ids.size() as u64 | (u64::from(along) << 8)

@@ -17,7 +17,7 @@ use super::isa::{Bin, Cmp, Conv, FCmp, ICmp, IntTy, Op, Round, Src, Un};
 use super::shared::SharedLayout;
 use std::collections::HashMap;
 
-/// Global memory as a kernel sees it: loads and stores of 4 or 8 bytes,
+/// Global memory as a kernel sees it: loads and stores of 2, 4 or 8 bytes,
 /// each checked by the implementation (bounds, alignment, writability,
 /// one writer per element).
 pub(crate) trait Memory {
@@ -309,6 +309,8 @@ impl Decoder<'_> {
 
 fn width(ty: &str) -> Result<u8, String> {
     match ty {
+        // Zero-extended into the register (no `s16`: that sign-extends).
+        "b16" | "u16" => Ok(2),
         "f32" | "u32" | "s32" | "b32" => Ok(4),
         "f64" | "u64" | "s64" | "b64" => Ok(8),
         t => Err(format!("no memory access of type `{t}`")),
@@ -375,6 +377,9 @@ fn conversion(m: &[&str]) -> Result<Conv, String> {
         ("f32", "s32") if round == "rn" => Some(Conv::S32ToF32Rn),
         ("f64", "s32") if round == "rn" => Some(Conv::S32ToF64Rn),
         ("s64", "s32") => Some(Conv::S32ToS64),
+        ("u16", "u32" | "u64") | ("u32" | "u64", "u16") => Some(Conv::Low16),
+        ("f32", "f16") if round.is_empty() => Some(Conv::F16ToF32),
+        ("f16", "f32") if round == "rn" => Some(Conv::F32ToF16Rn),
         ("f64", "f64") => int_round().map(Conv::RoundF64),
         ("f32", "f32") => int_round().map(Conv::RoundF32),
         ("s64", "f32" | "f64") => int_round().map(|r| Conv::ToS64(r, src == "f32")),

@@ -64,6 +64,14 @@ pub(super) enum Conv {
     S32ToF64Rn,
     /// `cvt.s64.s32`: sign extension.
     S32ToS64,
+    /// `cvt.u16.u32` / `.u16.u64` (truncation) and `cvt.u32.u16` /
+    /// `.u64.u16` (zero extension): the low 16 bits.
+    Low16,
+    /// `cvt.f32.f16`: exact.
+    F16ToF32,
+    /// `cvt.rn.f16.f32`: to nearest even, subnormals kept, beyond the
+    /// largest finite to ±inf.
+    F32ToF16Rn,
     /// `cvt.rXi.f64.f64` / `.f32.f32`: rounding to an integral value.
     RoundF64(Round),
     RoundF32(Round),

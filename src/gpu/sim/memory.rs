@@ -9,7 +9,8 @@
 //! every access must fall inside one of the launch's buffer arguments
 //! (out of bounds otherwise), be aligned, store only into a writable
 //! argument (a store into an input is an error), and no element may be
-//! stored by two threads.
+//! stored by two threads (tracked per 4-byte word, and per 2-byte half
+//! word in a region that 2-byte stores are made to).
 
 use super::super::driver::Arg;
 use super::interp::Memory;
@@ -127,8 +128,12 @@ struct Region {
     block: Option<usize>,
     delta: usize,
     /// Per 4-byte word of a writable region: 1 + the thread that stored
-    /// it (0: none yet).
+    /// it (0: none yet), for stores of 4 and 8 bytes.
     writers: Vec<u64>,
+    /// The same per 2-byte half word, for 2-byte stores (two threads may
+    /// store the two halves of one word); allocated on the region's first
+    /// 2-byte store. A store of either width checks the other's record.
+    halves: Vec<u64>,
 }
 
 /// The memory one launch sees: its buffer arguments, checked. The blocks
@@ -183,6 +188,7 @@ impl<'m> LaunchMemory<'m> {
                 } else {
                     Vec::new()
                 },
+                halves: Vec::new(),
             });
         }
         Ok(launch)
@@ -270,15 +276,36 @@ impl Memory for LaunchMemory<'_> {
     fn store(&mut self, addr: u64, size: usize, bits: u64, thread: u64) -> Result<(), String> {
         let k = self.region(addr, size, true)?;
         let r = &mut self.regions[k];
-        let first = ((addr - r.start) / 4) as usize;
-        for w in &mut r.writers[first..first + size / 4] {
-            if *w != 0 && *w != thread + 1 {
-                return Err(format!(
-                    "threads {} and {thread} both store to {addr:#x}",
-                    *w - 1
-                ));
+        let both = |w: u64| format!("threads {} and {thread} both store to {addr:#x}", w - 1);
+        let offset = (addr - r.start) as usize;
+        if size == 2 {
+            if r.halves.is_empty() {
+                r.halves = vec![0; r.writers.len() * 2];
             }
-            *w = thread + 1;
+            let w = r.writers[offset / 4];
+            if w != 0 && w != thread + 1 {
+                return Err(both(w));
+            }
+            let h = &mut r.halves[offset / 2];
+            if *h != 0 && *h != thread + 1 {
+                return Err(both(*h));
+            }
+            *h = thread + 1;
+        } else {
+            let first = offset / 4;
+            for w in &mut r.writers[first..first + size / 4] {
+                if *w != 0 && *w != thread + 1 {
+                    return Err(both(*w));
+                }
+                *w = thread + 1;
+            }
+            if !r.halves.is_empty() {
+                for &h in &r.halves[offset / 2..(offset + size) / 2] {
+                    if h != 0 && h != thread + 1 {
+                        return Err(both(h));
+                    }
+                }
+            }
         }
         self.bytes(k, addr, size)
             .copy_from_slice(&bits.to_le_bytes()[..size]);

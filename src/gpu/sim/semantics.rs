@@ -27,6 +27,50 @@ fn f64b(x: u64) -> f64 {
     f64::from_bits(x)
 }
 
+/// The f32 with exponent `e` (a power of two in the normal range).
+fn pow2_f32(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// The value of the IEEE binary16 `h`, exactly (every f16 is an f32). A
+/// NaN stays a NaN with its sign and payload, made quiet (as x86's F16C
+/// does; PTX leaves a NaN's payload unspecified).
+pub(super) fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let (e, m) = (i32::from((h >> 10) & 0x1F), u32::from(h & 0x3FF));
+    match e {
+        0 => sign * m as f32 * pow2_f32(-24),
+        0x1F if m == 0 => sign * f32::INFINITY,
+        0x1F => f32::from_bits((u32::from(h & 0x8000) << 16) | 0x7FC0_0000 | (m << 13)),
+        _ => sign * (1024 + m) as f32 * pow2_f32(e - 25),
+    }
+}
+
+/// `x` rounded to the nearest IEEE binary16 (ties to even), as
+/// `cvt.rn.f16.f32`: below 2⁻¹⁴ to a multiple of 2⁻²⁴ (subnormals, or
+/// zero with `x`'s sign), from 65520 (half-way between the largest finite,
+/// 65504, and 2¹⁶) on to ±inf. A NaN stays a quiet NaN with its sign and
+/// upper payload.
+pub(super) fn f32_to_f16_rn(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    if x.is_nan() {
+        return sign | 0x7E00 | ((bits >> 13) & 0x3FF) as u16;
+    }
+    let v = f64::from(x.abs());
+    if v >= 65520.0 {
+        return sign | 0x7C00;
+    }
+    // The binade of `v` (that of the smallest normal for subnormals and
+    // zero), and its spacing 2^(e − 10): `v / spacing` is exact, and
+    // rounding it to an integer `q` (1024 ≤ q ≤ 2048 for a normal: 2048
+    // carries into the next binade) is the rounding to binary16.
+    let e = ((((bits >> 23) & 0xFF) as i32) - 127).max(-14);
+    let spacing = f64::from_bits(((e - 10 + 1023) as u64) << 52);
+    let q = (v / spacing).round_ties_even() as u16;
+    sign | ((((e + 15) as u16) << 10) + q - 1024)
+}
+
 #[inline(always)]
 pub(super) fn compare(cmp: Cmp, a: u64, b: u64) -> bool {
     let float = |c: FCmp, x: f64, y: f64| match c {
@@ -73,6 +117,9 @@ pub(super) fn convert(conv: Conv, a: u64) -> u64 {
         Conv::S32ToF32Rn => f32u(a as u32 as i32 as f32),
         Conv::S32ToF64Rn => (a as u32 as i32 as f64).to_bits(),
         Conv::S32ToS64 => a as u32 as i32 as i64 as u64,
+        Conv::Low16 => a as u16 as u64,
+        Conv::F16ToF32 => f32u(f16_to_f32(a as u16)),
+        Conv::F32ToF16Rn => f32_to_f16_rn(f32b(a)) as u64,
         Conv::RoundF64(r) => r.apply(f64b(a)).to_bits(),
         Conv::RoundF32(r) => f32u(r.apply(f32b(a) as f64) as f32),
         Conv::ToS64(r, from_f32) => r.apply(float(from_f32)) as i64 as u64,

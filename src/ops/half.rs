@@ -1,0 +1,88 @@
+//! Ops on half-precision tensors (`BF16`, `F16`): computed in f32.
+//!
+//! Owns the one rule every op follows when a float argument is a half
+//! type: the arguments are widened to f32 (exactly: every half value is an
+//! f32 value), the op runs as its f32 form, and its result is rounded to
+//! nearest even into the half type once, when every float argument was
+//! that type. A half type mixed with f32, or the two half types mixed,
+//! give f32, as in PyTorch. So a half op's value is that of one kernel
+//! that loads half, computes in f32 and stores half, bit for bit; today
+//! the widening and rounding run as conversions of their own around the
+//! f32 kernel (`to_dtype`), not inside it.
+//!
+//! The conversions are recorded `to_dtype` nodes, so gradients flow back
+//! through them: the gradient reaching a half tensor is rounded to its
+//! type, and everything between is computed in f32. Must not know how
+//! ops are planned or run: it only converts tensors around them.
+
+use crate::tensor::Tensor;
+use crate::{DType, Error};
+
+/// The dtype of an op's result when its float arguments include a half
+/// type (`None` when none does: the op runs as it is). Mixing a half type
+/// with `F64` is an error naming every argument.
+pub(super) fn result_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<DType>, Error> {
+    let Some((_, first_half)) = args.iter().find(|(_, t)| t.dtype().is_half()) else {
+        return Ok(None);
+    };
+    let mut out = first_half.dtype();
+    // (Integer arguments, such as ids, are not computed on.)
+    for (_, t) in args.iter().filter(|(_, t)| t.dtype().is_float()) {
+        match t.dtype() {
+            d if d == out => {}
+            DType::BF16 | DType::F16 | DType::F32 => out = DType::F32,
+            _ => {
+                let all: Vec<String> = args
+                    .iter()
+                    .map(|(n, t)| format!("{n}: {:?} {:?}", t.dtype(), t.shape()))
+                    .collect();
+                return Err(Error::DType {
+                    op: op.to_string(),
+                    message: format!(
+                        "a half-precision tensor mixes with F32 (computed in F32) or its own type, not {:?} ({}); convert with to_dtype",
+                        t.dtype(),
+                        all.join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `t` as f32 when it is a half type (a view stays a view: its base is
+/// widened and read through the same map, so nothing is gathered twice),
+/// `t` itself otherwise.
+pub(super) fn widen(t: &Tensor) -> Result<Tensor, Error> {
+    if !t.dtype().is_half() {
+        return Ok(t.clone());
+    }
+    match t.base_and_map() {
+        (_, None) => t.to_dtype(DType::F32),
+        (base, Some(map)) => Ok(Tensor::view_of(
+            &base.to_dtype(DType::F32)?,
+            t.shape().to_vec(),
+            map.clone(),
+        )),
+    }
+}
+
+/// Runs `f32_op` on `args` widened and rounds its result to `out` (a half
+/// type; an `F32` result is returned as it is).
+pub(super) fn through_f32(
+    args: &[(&str, &Tensor)],
+    out: DType,
+    f32_op: impl FnOnce(&[(&str, &Tensor)]) -> Result<Tensor, Error>,
+) -> Result<Tensor, Error> {
+    let wide: Vec<Tensor> = args
+        .iter()
+        .map(|(_, t)| widen(t))
+        .collect::<Result<_, _>>()?;
+    let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&wide).collect();
+    let y = f32_op(&named)?;
+    if out.is_half() && y.dtype() == DType::F32 {
+        y.to_dtype(out)
+    } else {
+        Ok(y)
+    }
+}
