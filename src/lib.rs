@@ -63,6 +63,7 @@
 //! ```
 
 pub mod alloc;
+pub mod amp;
 pub mod autograd;
 mod checkpoint;
 mod cpu;
@@ -110,9 +111,9 @@ pub use gradcheck::{
 };
 pub use half::{bf16, f16};
 pub use ops::{
-    default_generator, fusion, index_fn, index_fn_with_sizes, manual_seed, set_default_generator,
-    set_fusion, AttentionOptions, CrossEntropyOptions, Generator, LossReduction, Norm, PaddingMode,
-    Pool2d,
+    autocast, autocast_dtype, default_generator, fusion, index_fn, index_fn_with_sizes,
+    manual_seed, set_default_generator, set_fusion, AttentionOptions, CrossEntropyOptions,
+    Generator, LossReduction, Norm, PaddingMode, Pool2d,
 };
 pub use runtime::{
     plan_cache_capacity, save_policy, set_plan_cache_capacity, stats, SavePolicy, Stats,

@@ -169,7 +169,7 @@ pub fn clip_grad_value(params: &[Tensor], clip_value: f64) -> Result<(), Error> 
 /// element-wise pass over the gradient's own block when only the leaf
 /// holds it (the optimizers' in-place `Update`), else into a new block
 /// that replaces it.
-fn scale_grad(p: &Tensor, coef: &Tensor) -> Result<(), Error> {
+pub(crate) fn scale_grad(p: &Tensor, coef: &Tensor) -> Result<(), Error> {
     let Origin::Leaf(leaf) = p.origin() else {
         return Ok(()); // `gradients` accepted only leaves
     };
@@ -214,7 +214,7 @@ fn scale_update(n: usize, dtype: DType, device: Device) -> Result<Arc<Update>, E
 
 /// The parameters that have a gradient, with it; an error for a tensor
 /// that is not a leaf requiring a gradient.
-fn gradients(params: &[Tensor]) -> Result<Vec<(&Tensor, Tensor)>, Error> {
+pub(crate) fn gradients(params: &[Tensor]) -> Result<Vec<(&Tensor, Tensor)>, Error> {
     let mut out = Vec::with_capacity(params.len());
     for p in params {
         if let Some(g) = p.try_grad()? {

@@ -37,6 +37,8 @@ fn one_hot(
         DType::F32 => {
             Tensor::from_vec_on(v.into_iter().map(|x| x as f32).collect(), &shape, device)
         }
+        // 0 and 1 are exact in the half types.
+        d if d.is_half() => one_hot(targets, classes, DType::F32, device)?.to_dtype(d),
         d => Err(crate::dtype::not_computable("cross_entropy", d)),
     }
 }

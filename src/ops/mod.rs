@@ -8,6 +8,7 @@
 //! are derived from the op's index function by `trace`.
 
 mod attention;
+mod autocast;
 mod conv;
 mod convert;
 mod custom;
@@ -31,6 +32,7 @@ mod statistics;
 mod triangle;
 
 pub use attention::AttentionOptions;
+pub use autocast::{autocast, autocast_dtype};
 pub use label_loss::CrossEntropyOptions;
 pub(crate) use normalization::normalize;
 pub use pad::PaddingMode;
@@ -151,8 +153,28 @@ enum Output {
 }
 
 /// The one path of every op: plan look-up (or build), run, record.
-/// Half-precision arguments are computed in f32 (`half`).
+/// Under an autocast scope, an op's float arguments are first converted
+/// as its table says (`autocast`); half-precision arguments are computed
+/// in f32 (`half`).
 fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Result<Tensor, Error> {
+    // (Built functions are the runtime's derivatives: they run in the
+    // types the forward chose.)
+    if let Def::Text { .. } = def {
+        if let Some(cast) = autocast::cast_args(op, args)? {
+            let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&cast).collect();
+            return apply_typed(op, def, &named, output);
+        }
+    }
+    apply_typed(op, def, args, output)
+}
+
+/// [`apply_as`] past autocast: half-precision arguments computed in f32.
+fn apply_typed(
+    op: &str,
+    def: Def,
+    args: &[(&str, &Tensor)],
+    output: Output,
+) -> Result<Tensor, Error> {
     let half = match def {
         Def::Function { dtype, .. } if args.is_empty() && dtype.is_half() => Some(dtype),
         _ => half::result_dtype(op, args)?,
@@ -169,8 +191,18 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
             },
             text => text,
         };
-        return half::through_f32(args, out, |wide| apply_as(op, def, wide, output));
+        return half::through_f32(args, out, |wide| apply_computed(op, def, wide, output));
     }
+    apply_computed(op, def, args, output)
+}
+
+/// [`apply_as`] on arguments of the types kernels compute in.
+fn apply_computed(
+    op: &str,
+    def: Def,
+    args: &[(&str, &Tensor)],
+    output: Output,
+) -> Result<Tensor, Error> {
     let dtype = match def {
         Def::Function { dtype, .. } if args.is_empty() => dtype,
         _ => common_dtype(op, args)?,

@@ -1,0 +1,277 @@
+//! Half-precision tensors (`BF16`, `F16`) on the simulated GPU against the
+//! same tensors on the CPU, bit for bit (a NaN only as a NaN): conversions
+//! to a half from f32, f64, i32, i64 and the other half (ties to even,
+//! values beside ties, the largest finite values and overflow to ±inf,
+//! f16 subnormals and underflow to ±0, ±inf, NaN; f64 and integers
+//! rounded to f32 first, as PyTorch does), conversions of every one of the
+//! 65536 values of each half to every other type, fills, and a gradient
+//! accumulated into a half leaf (the device's `add_assign`).
+//!
+//! These run the GPU backend's builtin modules (`gpu::ptx::builtin`);
+//! `src/gpu/sim/tests.rs` runs the same modules for every architecture.
+//! `TENJIN_GPU_TESTS=cuda` runs this file on a real GPU (see `gpu`).
+
+use tenjin::{bf16, f16, DType, Device, Tensor};
+
+/// CUDA device 0: the simulated one, or with `TENJIN_GPU_TESTS=cuda`
+/// (and a build with the `cuda` feature on a machine with a GPU) the real
+/// one.
+fn gpu() -> Device {
+    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
+    if real && tenjin::cuda::is_available() {
+        return Device::Cuda(0);
+    }
+    if real {
+        eprintln!("TENJIN_GPU_TESTS=cuda but no CUDA device is available: the simulated one runs");
+    }
+    tenjin::cuda::simulate().expect("the simulated device");
+    Device::Cuda(0)
+}
+
+const HALVES: [DType; 2] = [DType::BF16, DType::F16];
+
+/// The elements' bits (an integer's value), with whether each is a NaN.
+fn bits(t: &Tensor) -> Vec<(u64, bool)> {
+    match t.dtype() {
+        DType::BF16 => t
+            .to_vec_bf16()
+            .unwrap()
+            .iter()
+            .map(|x| (u64::from(x.to_bits()), x.is_nan()))
+            .collect(),
+        DType::F16 => t
+            .to_vec_f16()
+            .unwrap()
+            .iter()
+            .map(|x| (u64::from(x.to_bits()), x.is_nan()))
+            .collect(),
+        DType::F32 => t
+            .to_vec()
+            .unwrap()
+            .iter()
+            .map(|x| (u64::from(x.to_bits()), x.is_nan()))
+            .collect(),
+        DType::F64 => t
+            .to_vec_f64()
+            .unwrap()
+            .iter()
+            .map(|x| (x.to_bits(), x.is_nan()))
+            .collect(),
+        _ => t
+            .to_vec_i64()
+            .unwrap()
+            .iter()
+            .map(|&x| (x as u64, false))
+            .collect(),
+    }
+}
+
+/// `device` (on the GPU) holds `cpu`'s elements bit for bit, a NaN only
+/// as a NaN; `input` names the failing element's input.
+fn same(device: &Tensor, cpu: &Tensor, input: &[(u64, bool)], what: &str) {
+    assert_eq!(device.device(), gpu(), "{what}");
+    assert_eq!(cpu.device(), Device::Cpu, "{what}");
+    assert_eq!(device.dtype(), cpu.dtype(), "{what}");
+    let (d, c) = (bits(device), bits(cpu));
+    assert_eq!(d.len(), c.len(), "{what}");
+    for (k, (d, c)) in d.iter().zip(&c).enumerate() {
+        assert!(
+            d.0 == c.0 || (d.1 && c.1),
+            "{what}: element {k} (input bits {:#x}): {:#x} on the device, {:#x} on the CPU",
+            input.get(k).map_or(0, |x| x.0),
+            d.0,
+            c.0
+        );
+    }
+}
+
+/// f32 values at the edges of both halves' rounding: signed zeros; ties
+/// (half an ulp: bit 15 of an f32 for bf16, bit 12 for f16) after an even
+/// and an odd significand, and the f32 values beside them; the largest
+/// finite values, the ties above them (to inf) and beyond; f16's
+/// subnormals, their ties and values that underflow to ±0; an f32
+/// subnormal (a bf16 subnormal); ±inf and NaNs.
+fn f32_cases() -> Vec<f32> {
+    let mut bits: Vec<u32> = vec![
+        0x0000_0000, // +0
+        0x3F80_0000, // 1
+        0x3F80_8000, // 1 + 2^-8: a bf16 tie to even (1)
+        0x3F81_8000, // 1 + 3·2^-8: a bf16 tie to even (1 + 2^-6)
+        0x3F80_1000, // 1 + 2^-11: an f16 tie to even (1)
+        0x3F80_3000, // 1 + 3·2^-11: an f16 tie to even (1 + 2^-9)
+        0x477F_E000, // 65504, f16's largest finite
+        0x477F_EFFF, // just below the tie above it: 65504
+        0x477F_F000, // 65520, the tie: inf
+        0x4780_0000, // 65536
+        0x7F7F_0000, // bf16's largest finite
+        0x7F7F_7FFF, // just below the tie above it
+        0x7F7F_8000, // the tie: inf
+        0x7F7F_FFFF, // f32::MAX
+        0x3380_0000, // 2^-24, f16's least subnormal
+        0x3300_0000, // 2^-25, a tie with 0: +0
+        0x3300_0001, // just above it: 2^-24
+        0x33C0_0000, // 3·2^-25, a tie to even: 2^-23
+        0x387F_F000, // just below 2^-14: rounds up to f16's least normal
+        0x3280_0000, // 2^-26: +0
+        0x322B_CC77, // 1e-8: +0
+        0x0000_0001, // an f32 subnormal
+        0x0040_8000, // an f32 (and bf16) subnormal tie
+        0x7F80_0000, // inf
+        0x7FC0_0000, // NaN
+        0x7F80_0001, // a signalling NaN
+        0x4640_E400, // 12345
+        0x501502F9,  // 1e10
+    ];
+    // Beside the ties.
+    for tie in [0x3F80_8000u32, 0x3F81_8000, 0x3F80_1000, 0x3F80_3000] {
+        bits.extend([tie - 1, tie + 1]);
+    }
+    let n = bits.len();
+    for k in 0..n {
+        bits.push(bits[k] ^ 0x8000_0000);
+    }
+    bits.into_iter().map(f32::from_bits).collect()
+}
+
+/// f64 values: the f32 cases, values an f32 rounds onto a half's tie
+/// (then to even, where one rounding would go up), beyond f32's range,
+/// and below its least subnormal.
+fn f64_cases() -> Vec<f64> {
+    let mut v: Vec<f64> = f32_cases().into_iter().map(f64::from).collect();
+    let tiny = 2f64.powi(-40);
+    for tie in [1.0 + 2f64.powi(-8), 1.0 + 2f64.powi(-11)] {
+        v.extend([tie + tie * tiny, -(tie + tie * tiny), tie - tie * tiny]);
+    }
+    v.extend([65519.999999, 1e300, -1e300, 1e-300, 5e-324, f64::NAN]);
+    v
+}
+
+/// Integers: ties of both halves (257, 2049), f16's overflow (65520),
+/// values an f32 rounds onto a bf16 tie (2^24 + 2^16 + 1), extremes.
+fn i64_cases() -> Vec<i64> {
+    let mut v = vec![
+        0i64,
+        1,
+        257,
+        259,
+        2049,
+        2051,
+        65504,
+        65519,
+        65520,
+        70000,
+        (1 << 24) + 1,
+        (1 << 24) + (1 << 16) + 1,
+        i32::MAX as i64,
+        (1 << 40) + (1 << 32) + 1,
+        i64::MAX,
+    ];
+    let n = v.len();
+    for k in 0..n {
+        v.push(-v[k]);
+    }
+    v.extend([i32::MIN as i64, i64::MIN]);
+    v
+}
+
+/// Every value of `half`, as a tensor (on the CPU).
+fn every(half: DType) -> Tensor {
+    let n = 1 << 16;
+    match half {
+        DType::BF16 => Tensor::from_vec_bf16((0..=u16::MAX).map(bf16::from_bits).collect(), &[n]),
+        _ => Tensor::from_vec_f16((0..=u16::MAX).map(f16::from_bits).collect(), &[n]),
+    }
+    .unwrap()
+}
+
+#[test]
+fn conversions_to_halves_on_the_device_match_the_cpu() {
+    let floats = f32_cases();
+    let doubles = f64_cases();
+    let ints = i64_cases();
+    let sources = [
+        Tensor::from_vec(floats.clone(), &[floats.len()]).unwrap(),
+        Tensor::from_vec_f64(doubles.clone(), &[doubles.len()]).unwrap(),
+        Tensor::from_vec_i32(ints.iter().map(|&x| x as i32).collect(), &[ints.len()]).unwrap(),
+        Tensor::from_vec_i64(ints.clone(), &[ints.len()]).unwrap(),
+        every(DType::BF16),
+        every(DType::F16),
+    ];
+    for src in &sources {
+        let input = bits(src);
+        let on_device = src.to_device(gpu()).unwrap();
+        for half in HALVES {
+            let what = format!("{:?} -> {half:?}", src.dtype());
+            let cpu = src.to_dtype(half).unwrap();
+            let device = on_device.to_dtype(half).unwrap();
+            same(&device, &cpu, &input, &what);
+        }
+    }
+}
+
+#[test]
+fn conversions_from_halves_on_the_device_match_the_cpu() {
+    for half in HALVES {
+        let src = every(half);
+        let input = bits(&src);
+        let on_device = src.to_device(gpu()).unwrap();
+        for to in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            let what = format!("{half:?} -> {to:?}");
+            same(
+                &on_device.to_dtype(to).unwrap(),
+                &src.to_dtype(to).unwrap(),
+                &input,
+                &what,
+            );
+        }
+    }
+}
+
+#[test]
+fn fills_on_the_device_match_the_cpu() {
+    for half in HALVES {
+        for value in f64_cases() {
+            let what = format!("{half:?} full {value:e}");
+            let device = Tensor::full_on(&[67], value, half, gpu()).unwrap();
+            let cpu = Tensor::full_on(&[67], value, half, Device::Cpu).unwrap();
+            same(&device, &cpu, &[], &what);
+        }
+        let zeros = Tensor::zeros_on(&[5], half, gpu()).unwrap();
+        assert!(bits(&zeros).iter().all(|&(b, _)| b == 0), "{half:?} zeros");
+    }
+}
+
+/// A half leaf's gradient, accumulated over two backward passes (the
+/// second added into the first on the device), is the CPU's.
+#[test]
+fn gradients_accumulate_into_half_leaves_as_on_the_cpu() {
+    for half in HALVES {
+        let values: Vec<f32> = (0..40).map(|k| (k as f32 - 19.5) * 0.37).collect();
+        let (a, b): (Vec<f32>, Vec<f32>) = (0..40)
+            .map(|k| (1.0 + k as f32 / 256.0, 1e-3 * (k as f32 + 1.0) / 3.0))
+            .unzip();
+        let grad = |device: Device| -> Tensor {
+            let on = |v: &[f32]| {
+                Tensor::from_vec(v.to_vec(), &[v.len()])
+                    .unwrap()
+                    .to_dtype(half)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap()
+            };
+            let x = on(&values).requires_grad();
+            for c in [on(&a), on(&b)] {
+                x.mul(&c).unwrap().sum().unwrap().backward().unwrap();
+            }
+            x.grad().unwrap()
+        };
+        let (device, cpu) = (grad(gpu()), grad(Device::Cpu));
+        assert_eq!(device.dtype(), half);
+        same(
+            &device,
+            &cpu,
+            &[],
+            &format!("{half:?} accumulated gradient"),
+        );
+    }
+}
