@@ -124,3 +124,66 @@ fn half_tensors_written_by_tenjin_read_back_bit_for_bit_and_load_into_f32_models
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// PyTorch's `safetensors.torch.load_file` reads the half tensors tenjin
+/// writes as the same bits, in its own bf16 and f16 types (skips with a
+/// message when the venv of `../shared/bench/setup.sh` is absent).
+#[test]
+fn pytorch_loads_the_half_tensors_tenjin_writes() {
+    let python = std::env::var("TENJIN_BENCH_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/tenjin-bench/venv")
+        })
+        .join("bin/python");
+    if !python.exists() {
+        eprintln!(
+            "skipped: no PyTorch venv at {} (run ../shared/bench/setup.sh)",
+            python.display()
+        );
+        return;
+    }
+    let x = tenjin::Tensor::randn(&[3, 5], DType::F32, 8)
+        .unwrap()
+        .mul_scalar(1000.0)
+        .unwrap();
+    let (b, h) = (
+        x.to_dtype(DType::BF16).unwrap(),
+        x.to_dtype(DType::F16).unwrap(),
+    );
+    let dir = std::env::temp_dir().join(format!("tenjin-half-torch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("for-torch.safetensors");
+    tenjin::safetensors::save(&path, &[("b", &b), ("h", &h)]).unwrap();
+    let script = "import sys, torch\nfrom safetensors.torch import load_file\nd = load_file(sys.argv[1])\nfor k in ('b', 'h'):\n    t = d[k]\n    print(k, str(t.dtype), list(t.shape), ' '.join(str(v & 0xffff) for v in t.view(torch.int16).flatten().tolist()))\n";
+    let out = std::process::Command::new(&python)
+        .args(["-c", script, path.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bits = |v: Vec<u16>| v.iter().map(u16::to_string).collect::<Vec<_>>().join(" ");
+    let want = format!(
+        "b torch.bfloat16 [3, 5] {}\nh torch.float16 [3, 5] {}\n",
+        bits(
+            b.to_vec_bf16()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        ),
+        bits(
+            h.to_vec_f16()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        ),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
