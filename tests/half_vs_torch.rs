@@ -77,6 +77,23 @@ fn ulps(d: DType, got: &Tensor, want: &Tensor) -> f64 {
 
 #[test]
 fn half_values_and_gradients_match_pytorchs() {
+    check_against_pytorch(None);
+}
+
+/// The same ops on the simulated GPU (its kernels in f32 between the
+/// device's own half conversions), within the same tolerances;
+/// `TENJIN_GPU_TESTS=cuda` runs them on a real GPU.
+#[test]
+fn half_values_and_gradients_match_pytorchs_on_the_gpu() {
+    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
+    if !(real && tenjin::cuda::is_available()) {
+        tenjin::cuda::simulate().expect("the simulated device");
+    }
+    check_against_pytorch(Some(tenjin::Device::Cuda(0)));
+}
+
+/// Runs every case on `device` (the CPU for `None`).
+fn check_against_pytorch(device: Option<tenjin::Device>) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/torch_half_ops.safetensors"
@@ -97,16 +114,25 @@ fn half_values_and_gradients_match_pytorchs() {
                 .map_while(|k| {
                     file.iter()
                         .find(|(n, _)| *n == format!("{key}.in{k}"))
-                        .map(|(_, t)| t.clone().requires_grad())
+                        .map(|(_, t)| match device {
+                            Some(d) => t.to_device(d).unwrap().requires_grad(),
+                            None => t.clone().requires_grad(),
+                        })
                 })
                 .collect();
             let y = op(&inputs).unwrap();
+            assert_eq!(y.device(), device.unwrap_or(tenjin::Device::Cpu), "{key}");
             let e = ulps(d, &y, &get(&format!("{key}.out")));
             report.push(format!("{key} value {e}"));
             if e > *value_tol {
                 failures.push(format!("{key}: value {e} ulps"));
             }
-            y.mul(&get(&format!("{key}.cotangent")))
+            let cotangent = get(&format!("{key}.cotangent"));
+            let cotangent = match device {
+                Some(d) => cotangent.to_device(d).unwrap(),
+                None => cotangent,
+            };
+            y.mul(&cotangent)
                 .unwrap()
                 .sum()
                 .unwrap()

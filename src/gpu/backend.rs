@@ -501,7 +501,8 @@ impl<D: Driver> Executable for FormKernel<D> {
                 let [ids, dy] = inputs else {
                     return Err(arity(2));
                 };
-                if !self.out.is_float() {
+                // (Half gradients are summed in f32 by the ops layer.)
+                if !self.out.kernels_compute_in() {
                     return Err(self.err(format!("a gradient of type {:?}", self.out)));
                 }
                 let b = Builtin::ScatterAdd {
@@ -594,8 +595,9 @@ fn element_bits(value: f64, dtype: DType) -> u64 {
         DType::F64 => value.to_bits(),
         DType::I32 => value as i32 as u32 as u64,
         DType::I64 => value as i64 as u64,
-        DType::BF16 => u64::from(half::bf16::from_f64(value as f32 as f64).to_bits()),
-        DType::F16 => u64::from(half::f16::from_f64(value as f32 as f64).to_bits()),
+        // Through f32, as the CPU's conversion (`crate::dtype`).
+        DType::BF16 => u64::from(half::bf16::from_f32(value as f32).to_bits()),
+        DType::F16 => u64::from(half::f16::from_f32(value as f32).to_bits()),
     }
 }
 
