@@ -153,6 +153,10 @@ impl Element for f64 {
 /// Evaluates `$body` with `$T` the Rust type of `$dtype`'s elements: the
 /// one dispatch from a run-time [`DType`] to code generic over
 /// [`Element`], so a new element type is added here and nowhere else.
+/// `$T` is a concrete type in `$body`, so its inherent methods win over
+/// the trait's: write `<T as Element>::from_f64` (`half`'s own
+/// `bf16::from_f64` rounds from f64 directly, not through f32 as
+/// PyTorch and [`Element`] do).
 macro_rules! with_element {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {

@@ -69,7 +69,24 @@ fn conversions_round_to_nearest_even_and_keep_ieee_specials() {
 fn doubles_and_integers_become_half_through_f32_as_in_pytorch() {
     // 1 + 2⁻⁸ + 2⁻³⁰ rounds to f32 as 1 + 2⁻⁸ (a bf16 tie, to even: 1);
     // rounded directly it would be 1 + 2⁻⁷. PyTorch goes through f32.
-    let x = Tensor::from_vec_f64(vec![1.0 + 2f64.powi(-8) + 2f64.powi(-30)], &[1]).unwrap();
+    let v = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+    // Filled the same way (a fill's value is an f64).
+    assert_eq!(
+        Tensor::full(&[1], v, DType::BF16)
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        vec![1.0]
+    );
+    let above = f64::from(1.0f32 + 1.0 / 256.0 + f32::EPSILON); // above the tie in f32
+    assert_eq!(
+        Tensor::full(&[1], above, DType::BF16)
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        vec![1.0 + 2.0 / 256.0]
+    );
+    let x = Tensor::from_vec_f64(vec![v], &[1]).unwrap();
     assert_eq!(
         x.to_dtype(DType::BF16).unwrap().to_vec().unwrap(),
         vec![1.0]

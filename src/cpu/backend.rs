@@ -69,7 +69,7 @@ impl Backend for Cpu {
 
     fn fill(&self, out: OperandMut<'_>, value: f64) -> Result<(), Error> {
         with_element!(out.dtype(), T => {
-            out.host_slice_mut::<T>()?.fill(T::from_f64(value));
+            out.host_slice_mut::<T>()?.fill(<T as Element>::from_f64(value));
         });
         Ok(())
     }

@@ -471,7 +471,7 @@ impl Storage {
             return Ok(false);
         }
         with_element!(self.dtype, T => {
-            let converted: Vec<T> = values.iter().map(|&v| T::from_f64(v)).collect();
+            let converted: Vec<T> = values.iter().map(|&v| <T as Element>::from_f64(v)).collect();
             self.upload(start, &converted)?;
         });
         Ok(true)
