@@ -12,6 +12,7 @@
 //! cargo run --release --example char_lm -- --device cuda # on CUDA device 0 (exit status 2 where there is none)
 //! cargo run --release --example char_lm -- --device sim  # CI: the first steps on the CPU and on the simulated GPU, compared
 //! cargo run --release --example char_lm -- --step-time  # the median step on one fixed batch, a JSON line (bench/char_lm.sh)
+//! cargo run --release --example char_lm -- --autocast bf16  # the forward under tenjin::autocast (f16: with a GradScaler)
 //! ```
 //!
 //! The corpus is this crate's README and a few of its sources, embedded
@@ -22,6 +23,7 @@ mod device_arg;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
+use tenjin::amp::{GradScaler, GradScalerConfig};
 use tenjin::data::{DataLoader, Dataset};
 use tenjin::nn::{Embedding, LayerNorm, Module};
 use tenjin::optim::{Adam, AdamConfig, Optimizer};
@@ -393,12 +395,37 @@ fn train(
         .drop_last(true);
     let batches = (0..).flat_map(|epoch| loader.epoch(epoch));
     let (mut losses, mut accuracies) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
+    // Under `--autocast`, the forward runs in the half type with f32
+    // master weights; f16 scales its loss (`GradScaler`).
+    let half = device_arg::autocast_arg();
+    let mut scaler = match half {
+        Some(DType::F16) => Some(GradScaler::new(GradScalerConfig::default())?),
+        _ => None,
+    };
+    let params: Vec<Tensor> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     for (step, batch) in batches.take(steps).enumerate() {
         let (x, y) = batch?;
         opt.zero_grad();
-        let (loss, accuracy) = model.loss_and_accuracy(&x, &y)?;
-        loss.backward()?;
-        opt.step()?;
+        let forward = || model.loss_and_accuracy(&x, &y);
+        let (loss, accuracy) = match half {
+            Some(d) => tenjin::autocast(d, forward)?,
+            None => forward()?,
+        };
+        match scaler.as_mut() {
+            Some(s) => {
+                s.scale(&loss)?.backward()?;
+                s.step(&mut opt, &params)?;
+                s.update()?;
+            }
+            None => {
+                loss.backward()?;
+                opt.step()?;
+            }
+        }
         losses.push(loss.item()?);
         accuracies.push(accuracy);
         if let Some(bar) = bar {

@@ -1,12 +1,14 @@
 //! Trains a multi-layer perceptron on handwritten digits, end to end in
 //! tenjin: eager tensors, derived gradients, cached JIT kernels.
 //!
-//! `cargo run --release --example train_mlp [-- --device cpu|cuda|sim]`
+//! `cargo run --release --example train_mlp [-- --device cpu|cuda|sim] [--autocast bf16|f16]`
 //!
 //! `--device cuda` trains on CUDA device 0 (a message and exit status 2
 //! where there is none); `--device sim` runs 20 steps on the CPU and on
 //! the simulated GPU and compares their losses (exit status 1 when they
-//! differ).
+//! differ). `--autocast bf16` runs the forward under `tenjin::autocast`
+//! (products in bf16, the loss in f32, f32 master weights); `f16` also
+//! scales the loss with a `GradScaler`.
 //!
 //! The data (see `examples/digits`) is embedded in the binary. The model
 //! is 64-128-10 with ReLU, softmax cross-entropy and SGD with Nesterov

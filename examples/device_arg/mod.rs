@@ -1,9 +1,25 @@
 //! The `--device cpu|cuda|sim` argument of the training examples
 //! (`train_mlp`, `train_cnn`, `char_lm`) and their comparison of the CPU
-//! with the simulated GPU. Not an example itself (a folder without
+//! with the simulated GPU, and their `--autocast bf16|f16`. Not an example itself (a folder without
 //! `main.rs`).
 
-use tenjin::{Device, Error};
+use tenjin::{DType, Device, Error};
+
+/// The `--autocast bf16|f16` argument: the half type the forward runs
+/// in under `tenjin::autocast` (`None` without it: f32). A message and
+/// exit status 2 for anything else.
+pub fn autocast_arg() -> Option<DType> {
+    let args: Vec<String> = std::env::args().collect();
+    let k = args.iter().position(|a| a == "--autocast")?;
+    match args.get(k + 1).map(String::as_str) {
+        Some("bf16") => Some(DType::BF16),
+        Some("f16") => Some(DType::F16),
+        other => {
+            eprintln!("--autocast takes bf16 or f16, not {other:?}");
+            std::process::exit(2);
+        }
+    }
+}
 
 /// Where `--device` asks the example to train.
 pub enum Where {

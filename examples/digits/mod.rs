@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tenjin::amp::{GradScaler, GradScalerConfig};
 use tenjin::data::{DataLoader, Dataset};
 use tenjin::nn::{Conv2d, Conv2dConfig, Flatten, Lambda, Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
@@ -186,6 +187,17 @@ pub fn train(
     opt: &mut impl Optimizer,
     epochs: usize,
 ) -> Result<f64, Error> {
+    // Under `--autocast`, the forward runs in the half type with f32
+    // master weights; f16 scales its loss (`GradScaler`).
+    let half = crate::device_arg::autocast_arg();
+    let mut scaler = match half {
+        Some(DType::F16) => Some(GradScaler::new(GradScalerConfig::default())?),
+        _ => None,
+    };
+    let params = model.parameters();
+    if let Some(d) = half {
+        println!("autocast: the forward in {d:?}, f32 master weights");
+    }
     let (loader, data, test) = training_batches()?;
     let train = &loader.dataset().rows;
     println!(
@@ -213,9 +225,22 @@ pub fn train(
             let (x, y) = batch?;
             let t = Instant::now();
             opt.zero_grad();
-            let loss = model.forward(&x)?.cross_entropy(&y)?;
-            loss.backward()?;
-            opt.step()?;
+            let forward = || model.forward(&x)?.cross_entropy(&y);
+            let loss = match half {
+                Some(d) => tenjin::autocast(d, forward)?,
+                None => forward()?,
+            };
+            match scaler.as_mut() {
+                Some(s) => {
+                    s.scale(&loss)?.backward()?;
+                    s.step(opt, &params)?;
+                    s.update()?;
+                }
+                None => {
+                    loss.backward()?;
+                    opt.step()?;
+                }
+            }
             let elapsed = t.elapsed();
             if step_times.is_empty() && epoch == 0 && b == 0 {
                 first_step = elapsed;

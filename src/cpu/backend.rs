@@ -8,7 +8,7 @@
 use super::codegen;
 use super::compiled::{CpuKernel, Exec, JitCode};
 use crate::alloc::Device;
-use crate::dtype::{cast, with_element, Element};
+use crate::dtype::{with_element, Element};
 use crate::kernel::backend::{
     check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
 };
@@ -95,14 +95,7 @@ impl Backend for Cpu {
 
     fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
         check_len("cast", &src, &dst)?;
-        with_element!(src.dtype(), S => {
-            let from = src.host_slice::<S>()?;
-            with_element!(dst.dtype(), D => {
-                for (o, &x) in dst.host_slice_mut::<D>()?.iter_mut().zip(from) {
-                    *o = cast::<S, D>(x);
-                }
-            });
-        });
+        src.host_in()?.cast_into(dst.host_out()?);
         Ok(())
     }
 

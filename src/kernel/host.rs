@@ -56,6 +56,22 @@ impl HostIn<'_> {
     /// [`crate::DType`]'s conversions do (Rust's `as` between f32, f64 and
     /// the integers; the half types as PyTorch converts them).
     pub fn cast_into(self, out: HostOut<'_>) {
+        use half::slice::HalfFloatSliceExt;
+        // The conversions of every half-precision op, over slices: the
+        // `half` crate's use the CPU's conversion instructions (F16C)
+        // where it has them. Same values as one at a time.
+        let n = self.len();
+        match (self, out) {
+            (HostIn::F32(x), HostOut::F16(o)) if o.len() == n => o.convert_from_f32_slice(x),
+            (HostIn::F32(x), HostOut::BF16(o)) if o.len() == n => o.convert_from_f32_slice(x),
+            (HostIn::F16(x), HostOut::F32(o)) if o.len() == n => x.convert_to_f32_slice(o),
+            (HostIn::BF16(x), HostOut::F32(o)) if o.len() == n => x.convert_to_f32_slice(o),
+            (input, out) => input.cast_each(out),
+        }
+    }
+
+    /// [`HostIn::cast_into`] one element at a time.
+    fn cast_each(self, out: HostOut<'_>) {
         fn each<S: Element, D: Element>(x: &[S], out: &mut [D]) {
             for (o, &x) in out.iter_mut().zip(x) {
                 *o = crate::dtype::cast::<S, D>(x);
