@@ -52,6 +52,36 @@ impl HostIn<'_> {
         self.len() == 0
     }
 
+    /// Elements `start..end` (within the slice).
+    pub fn range(self, start: usize, end: usize) -> Self {
+        match self {
+            HostIn::F32(v) => HostIn::F32(&v[start..end]),
+            HostIn::F64(v) => HostIn::F64(&v[start..end]),
+            HostIn::I32(v) => HostIn::I32(&v[start..end]),
+            HostIn::I64(v) => HostIn::I64(&v[start..end]),
+            HostIn::BF16(v) => HostIn::BF16(&v[start..end]),
+            HostIn::F16(v) => HostIn::F16(&v[start..end]),
+        }
+    }
+
+    /// [`HostIn::cast_into`] in chunks over `workers` (on this thread
+    /// when short): a conversion streams memory, and the half-precision
+    /// ops run two or three of them each.
+    pub fn cast_into_on(self, out: HostOut<'_>, workers: &dyn Workers) {
+        let n = self.len().min(out.len());
+        const CHUNK: usize = 1 << 15;
+        if n < 2 * CHUNK {
+            return self.cast_into(out);
+        }
+        let out = RawOut::of(out);
+        workers.parallel_for(n, CHUNK, &|start, end| {
+            // SAFETY: the chunks are disjoint ranges of `out`'s first `n`
+            // elements, and `out` is borrowed until `parallel_for` returns.
+            let chunk = unsafe { out.range(start, end) };
+            self.range(start, end).cast_into(chunk);
+        });
+    }
+
     /// Converts the elements into `out`, as many as both hold, as
     /// [`crate::DType`]'s conversions do (Rust's `as` between f32, f64 and
     /// the integers; the half types as PyTorch converts them).
@@ -111,7 +141,72 @@ pub enum HostOut<'a> {
     F16(&'a mut [half::f16]),
 }
 
+/// A [`HostOut`]'s start and type, shared by threads writing disjoint
+/// ranges of it ([`HostIn::cast_into_on`]).
+#[derive(Clone, Copy)]
+enum RawOut {
+    F32(*mut f32),
+    F64(*mut f64),
+    I32(*mut i32),
+    I64(*mut i64),
+    BF16(*mut half::bf16),
+    F16(*mut half::f16),
+}
+
+// SAFETY: shared only where every thread writes its own range (see
+// `HostIn::cast_into_on`).
+unsafe impl Sync for RawOut {}
+
+impl RawOut {
+    fn of(out: HostOut<'_>) -> RawOut {
+        match out {
+            HostOut::F32(o) => RawOut::F32(o.as_mut_ptr()),
+            HostOut::F64(o) => RawOut::F64(o.as_mut_ptr()),
+            HostOut::I32(o) => RawOut::I32(o.as_mut_ptr()),
+            HostOut::I64(o) => RawOut::I64(o.as_mut_ptr()),
+            HostOut::BF16(o) => RawOut::BF16(o.as_mut_ptr()),
+            HostOut::F16(o) => RawOut::F16(o.as_mut_ptr()),
+        }
+    }
+
+    /// Elements `start..end` as an output.
+    ///
+    /// # Safety
+    /// They lie in the slice this was made from, which is still borrowed,
+    /// and no other thread touches them meanwhile.
+    unsafe fn range<'a>(self, start: usize, end: usize) -> HostOut<'a> {
+        let n = end - start;
+        // SAFETY: as the caller promises.
+        unsafe {
+            match self {
+                RawOut::F32(p) => HostOut::F32(std::slice::from_raw_parts_mut(p.add(start), n)),
+                RawOut::F64(p) => HostOut::F64(std::slice::from_raw_parts_mut(p.add(start), n)),
+                RawOut::I32(p) => HostOut::I32(std::slice::from_raw_parts_mut(p.add(start), n)),
+                RawOut::I64(p) => HostOut::I64(std::slice::from_raw_parts_mut(p.add(start), n)),
+                RawOut::BF16(p) => HostOut::BF16(std::slice::from_raw_parts_mut(p.add(start), n)),
+                RawOut::F16(p) => HostOut::F16(std::slice::from_raw_parts_mut(p.add(start), n)),
+            }
+        }
+    }
+}
+
 impl HostOut<'_> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            HostOut::F32(v) => v.len(),
+            HostOut::F64(v) => v.len(),
+            HostOut::I32(v) => v.len(),
+            HostOut::I64(v) => v.len(),
+            HostOut::BF16(v) => v.len(),
+            HostOut::F16(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Writes `values` converted to the element type (as `as` converts),
     /// as many as both hold.
     pub fn write_f64(self, values: &[f64]) {

@@ -26,8 +26,8 @@ impl HostKernel for Cast {
         "to_dtype"
     }
 
-    fn run(&self, inputs: &[HostIn], out: HostOut, _: &dyn Workers) -> Result<(), Error> {
-        inputs[0].cast_into(out);
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
+        inputs[0].cast_into_on(out, workers);
         Ok(())
     }
 
