@@ -78,6 +78,10 @@ impl DType {
     }
 }
 
+/// The half-precision element types (the `half` crate's, as candle and
+/// burn use them).
+pub use half::{bf16, f16};
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}

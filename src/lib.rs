@@ -32,7 +32,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | user API | `nn` `optim` `data` `distributed` `autograd` `gradcheck` `checkpoint` `safetensors` | layers, optimizers, data loading, data-parallel training, gradients as tensors, checks, recomputed blocks, weights on disk |
+//! | user API | `nn` `optim` `data` `distributed` `autograd` `gradcheck` `checkpoint` `safetensors` `amp` | layers, optimizers, data loading, data-parallel training, gradients as tensors, checks, recomputed blocks, weights on disk, mixed precision |
 //! | ops | `ops` | every op: one index function, one path through the runtime |
 //! | tensor | `tensor` | the `Tensor` type, creation, views as affine maps |
 //! | tape | `trace` | nodes, leaves, the backward schedule and its interpreter |
@@ -104,12 +104,11 @@ pub use runtime::observe;
 
 pub use alloc::Device;
 pub use checkpoint::checkpoint;
-pub use dtype::DType;
+pub use dtype::{bf16, f16, DType};
 pub use error::Error;
 pub use gradcheck::{
     gradcheck, gradcheck_with, gradgradcheck, gradgradcheck_with, GradcheckOptions, GradcheckReport,
 };
-pub use half::{bf16, f16};
 pub use ops::{
     autocast, autocast_dtype, default_generator, fusion, index_fn, index_fn_with_sizes,
     manual_seed, set_default_generator, set_fusion, AttentionOptions, CrossEntropyOptions,

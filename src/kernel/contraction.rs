@@ -94,6 +94,10 @@ pub struct Contraction {
     /// Only GPU routes set it (`planner::route_for`).
     pub(crate) accumulate: Option<usize>,
     pub(crate) threads: usize,
+    /// Whether the operands are bf16 values (widened to f32): a CPU with
+    /// `avx512_bf16` then multiplies them as bf16 pairs with f32
+    /// accumulation (`Contraction::with_bf16_operands`).
+    pub(crate) bf16_operands: bool,
 }
 
 /// The diagonal factor of a scaled contraction: its argument number and
@@ -114,6 +118,14 @@ impl Contraction {
     /// `0` is treated as 1.
     pub fn set_threads(&mut self, n: usize) {
         self.threads = n.max(1);
+    }
+
+    /// Marks the operands as bf16 values held in f32 (the product of an
+    /// op on bf16 tensors, `crate::ops::half`): the CPU then rounds them to
+    /// bf16 as it packs them (exact for such values) and multiplies them
+    /// with `avx512_bf16`, accumulating in f32, where the host has it.
+    pub fn set_bf16_operands(&mut self, yes: bool) {
+        self.bf16_operands = yes;
     }
 
     /// The thread count set by [`Contraction::set_threads`] (default 1).

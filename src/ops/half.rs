@@ -17,6 +17,22 @@
 
 use crate::tensor::Tensor;
 use crate::{DType, Error};
+use std::cell::Cell;
+
+thread_local! {
+    /// Set while an op on bf16 tensors alone runs as its f32 form.
+    static BF16_ARGS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the op being planned on this thread is the f32 form of an op
+/// on bf16 tensors alone: its arguments are bf16 values, and so are the
+/// gradients its backward multiplies (they arrive through the rounding's
+/// derivative), so its products may run as bf16 products with f32
+/// accumulation (`Contraction::set_bf16_operands`, where the CPU has
+/// `avx512_bf16`; within f32 sums of the same exact products).
+pub(super) fn bf16_products() -> bool {
+    BF16_ARGS.with(Cell::get)
+}
 
 /// The dtype of an op's result when its float arguments include a half
 /// type (`None` when none does: the op runs as it is). Mixing a half type
@@ -79,7 +95,14 @@ pub(super) fn through_f32(
         .map(|(_, t)| widen(t))
         .collect::<Result<_, _>>()?;
     let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&wide).collect();
-    let y = f32_op(&named)?;
+    let bf16_alone = out == DType::BF16
+        && args
+            .iter()
+            .all(|(_, t)| !t.dtype().is_float() || t.dtype() == DType::BF16);
+    let before = BF16_ARGS.with(|b| b.replace(bf16_alone));
+    let y = f32_op(&named);
+    BF16_ARGS.with(|b| b.set(before));
+    let y = y?;
     if out.is_half() && y.dtype() == DType::F32 {
         y.to_dtype(out)
     } else {

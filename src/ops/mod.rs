@@ -215,8 +215,12 @@ fn apply_computed(
         Def::Text { src, sizes } => (src, sizes),
         Def::Function { text, .. } => (text, &[][..]),
     };
+    let bf16_products = half::bf16_products();
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
     let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");
+    if bf16_products {
+        key.push_str("\u{1}bf16 products");
+    }
     push_device(&mut key, device);
     for (n, v) in sizes {
         let _ = write!(key, "|{n}={v}");
@@ -247,7 +251,14 @@ fn apply_computed(
                 f = f.compose_arg(i, base.shape(), map)?;
             }
         }
-        OpPlan::new(op, f, dtype, device, output == Output::SharesInput)
+        OpPlan::new(
+            op,
+            f,
+            dtype,
+            device,
+            output == Output::SharesInput,
+            bf16_products,
+        )
     })?;
     let fused = match output {
         Output::Fresh => fuse::inline_deferred(op, &plan, &key, args, dtype, device)?,

@@ -88,6 +88,17 @@ pub struct Program {
 }
 
 impl Program {
+    /// Marks every contraction as one of bf16 values held in f32 (see
+    /// `Contraction::set_bf16_operands`): the program of an op on bf16
+    /// tensors, computed in f32 (`crate::ops`).
+    pub fn mark_bf16_products(&mut self) {
+        for stage in &mut self.stages {
+            if let Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } = &mut stage.route {
+                c.set_bf16_operands(true);
+            }
+        }
+    }
+
     /// The summed [`Stage::work`] of the stages `run` selects.
     pub fn work_where(&self, run: impl Fn(usize, &Stage) -> bool) -> u64 {
         self.stages

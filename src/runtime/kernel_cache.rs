@@ -172,7 +172,15 @@ pub(crate) fn compile_stage(
     if let Route::Host(_) = route {
         return Ok(Arc::new(CompiledKernel::build(f, route, dtype, backend)?));
     }
-    let key = crate::kernel::key::structural_key(f);
+    let mut key = crate::kernel::key::structural_key(f);
+    // A product of bf16 operands runs another kernel than the same
+    // function's f32 product (`Contraction::set_bf16_operands`).
+    if let Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } = route {
+        if c.bf16_operands {
+            key.bytes.extend_from_slice(b"\0bf16 products");
+            key.hash ^= 0xBF16_BF16_0000_0001;
+        }
+    }
     get_or_compile(key, dtype, backend.device(), || {
         // Generated code does no bounds checks, so this is re-established
         // here, where it is cheap next to code generation.

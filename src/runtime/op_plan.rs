@@ -233,6 +233,9 @@ pub(crate) struct OpPlan {
     pub(crate) host: Option<Arc<dyn crate::planner::host::HostOp>>,
     /// See [`OpPlan::elementwise_nodes`], found on first request.
     elementwise: OnceLock<Option<usize>>,
+    /// Whether its arguments are bf16 values held in f32 (see
+    /// [`OpPlan::new`]): its node plans mark their contractions too.
+    bf16_products: bool,
 }
 
 /// A forward pass's output and the values it kept (by stage).
@@ -456,18 +459,26 @@ fn stages_needed(program: &Program, out: usize) -> usize {
 }
 
 impl OpPlan {
+    /// The plan of `f` in `dtype` on `device`; with `bf16_products`, its
+    /// arguments (and the gradients its backward multiplies) are bf16
+    /// values held in f32, and its contractions say so
+    /// (`Program::mark_bf16_products`).
     pub(crate) fn new(
         op: &str,
         f: IndexFn,
         dtype: DType,
         device: Device,
         alias: bool,
+        bf16_products: bool,
     ) -> Result<OpPlan, Error> {
         let backend = backend_for(device)?;
         let plain = if alias {
             None
         } else {
-            let program = planner::plan_function_for(&f, dtype, backend.target())?;
+            let mut program = planner::plan_function_for(&f, dtype, backend.target())?;
+            if bf16_products {
+                program.mark_bf16_products();
+            }
             Some(compile_program(program, dtype, backend, |_| true)?)
         };
         Ok(OpPlan {
@@ -479,6 +490,7 @@ impl OpPlan {
             grads: Mutex::new(Vec::new()),
             elementwise: OnceLock::new(),
             host: None,
+            bf16_products,
         })
     }
 
@@ -502,6 +514,7 @@ impl OpPlan {
             grads: Mutex::new(Vec::new()),
             elementwise: OnceLock::new(),
             host: Some(host),
+            bf16_products: false,
         })
     }
 
@@ -637,7 +650,11 @@ impl OpPlan {
             return NodeGrad::new(host.node_plan(&wrt)?, self.dtype, self.backend, false);
         }
         DERIVATIONS.fetch_add(wrt.len() as u64, Relaxed);
-        let plan = planner::plan_node_for(&self.f, &wrt, self.dtype, self.backend.target())?;
+        let mut plan = planner::plan_node_for(&self.f, &wrt, self.dtype, self.backend.target())?;
+        if self.bf16_products {
+            plan.forward.mark_bf16_products();
+            plan.backward.mark_bf16_products();
+        }
         NodeGrad::new(plan, self.dtype, self.backend, self.is_alias())
     }
 }

@@ -38,7 +38,7 @@ impl<T> Operand<T> {
     /// # Safety
     ///
     /// A table of K offsets holds at least `p0` entries.
-    unsafe fn block(self, r: usize, p0: usize) -> (*const T, KIndex) {
+    pub(super) unsafe fn block(self, r: usize, p0: usize) -> (*const T, KIndex) {
         let (k, offset) = self.k.from(p0);
         let ptr = self.ptr.wrapping_offset(r as isize * self.stride + offset);
         (ptr, k)
@@ -66,7 +66,7 @@ fn grow(buf: &mut Vec<Line>, bytes: usize) -> *mut u8 {
 /// Bytes of a whole `k × n` B under which K is not blocked: B then stays
 /// in half of L2, and one pass over K streams A once and writes C once (a
 /// convolution's narrow weight matrix against its tall input).
-const NARROW_B_BYTES: usize = 512 << 10;
+pub(super) const NARROW_B_BYTES: usize = 512 << 10;
 
 /// The largest block of K for a product with `n` columns and `k` terms:
 /// the kernel's `kc`, or all of `k` when B is narrow. It depends on the
@@ -124,7 +124,7 @@ impl<T> Product<T> {
     /// The same product as `Cᵀ = Bᵀ·Aᵀ`, computed whole (its lower
     /// triangle is C's upper one) and with both factors unpacked (packing
     /// made for one role does not fit the other's panels).
-    fn transposed(self) -> Product<T> {
+    pub(super) fn transposed(self) -> Product<T> {
         let unpacked = |o: Operand<T>| Operand {
             packed: std::ptr::null(),
             ..o

@@ -23,6 +23,8 @@
 //! only, never on the tiling, so results are bitwise equal for every
 //! thread count (the tests check it).
 
+#[cfg(target_arch = "x86_64")]
+mod bf16;
 mod blis;
 mod gemv;
 mod kernels;
@@ -243,7 +245,19 @@ impl Contraction {
         let transposed = blis::computes_transpose(m.out, n.out);
         let n_all = if transposed { m.len } else { n.len };
         let kernel = T::kernel_for(n_all);
-        let kc = blis::k_block(&kernel, n_all, terms.len);
+        // bf16 operands multiplied as bf16 pairs (`bf16`), where the host
+        // has the instruction; matrix–vector products stay with `gemv`.
+        let pairs = self.bf16_operands
+            && T::DTYPE == DType::F32
+            && self.diag.is_none()
+            && m.len > 1
+            && n.len > 1
+            && bf16_available();
+        let kc = if pairs {
+            bf16_k_block(n_all, terms.len)
+        } else {
+            blis::k_block(&kernel, n_all, terms.len)
+        };
         // A symmetric product computes its lower triangle (rows split so
         // that every tile holds about as many elements of it) and mirrors
         // it; `blis::gemm` transposes a column-major C, which would turn
@@ -257,7 +271,12 @@ impl Contraction {
         // edges are multiples of the register tile.
         let split_n = !symmetric && n.len >= m.len;
         let total = if split_n { n.len } else { m.len };
-        let align = if split_n { kernel.nr } else { kernel.mr };
+        let (mr, nr) = if pairs {
+            bf16_tile()
+        } else {
+            (kernel.mr, kernel.nr)
+        };
+        let align = if split_n { nr } else { mr };
         let parts = (total / MIN_TILE).clamp(1, threads);
         let edge = |p: usize| {
             let share = p as f64 / parts as f64;
@@ -318,7 +337,8 @@ impl Contraction {
                     // for matrix–vector products, which pack nothing).
                     let shared = |stride: fn(&Dim) -> isize, rows: usize| {
                         let bytes = rows * ptrs.terms.len * std::mem::size_of::<T>();
-                        n_batch > 1
+                        !pairs
+                            && n_batch > 1
                             && !transposed
                             && mt > 1
                             && nt > 1
@@ -364,7 +384,11 @@ impl Contraction {
                             accumulate: false,
                             lower: symmetric.then_some(lo as isize),
                         };
-                        blis::gemm(&kernel, kc, product);
+                        if pairs {
+                            bf16_gemm(kc, product);
+                        } else {
+                            blis::gemm(&kernel, kc, product);
+                        }
                     }
                 }
             }
@@ -384,4 +408,59 @@ impl Contraction {
             }
         }
     }
+}
+
+/// Whether products of bf16 operands run as bf16 pairs here (`bf16`).
+fn bf16_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        bf16::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The bf16 kernel's register tile `(mr, nr)`.
+fn bf16_tile() -> (usize, usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (bf16::MR, bf16::NR)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        (1, 1)
+    }
+}
+
+/// The largest block of K of a bf16 product with `n` columns and `k`
+/// terms: all of K when B is narrow (as `blis::k_block`), else the
+/// kernel's.
+fn bf16_k_block(n: usize, k: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    let kc = bf16::KC;
+    #[cfg(not(target_arch = "x86_64"))]
+    let kc = k;
+    if n.saturating_mul(k).saturating_mul(4) <= blis::NARROW_B_BYTES {
+        k.max(1)
+    } else {
+        kc
+    }
+}
+
+/// Runs a product of f32 views holding bf16 values as bf16 pairs (an f64
+/// product is a bug: `pairs` checks the type).
+///
+/// # Safety
+///
+/// As for `blis::gemm`, on a host where [`bf16_available`].
+unsafe fn bf16_gemm<T: 'static>(kc: usize, p: Product<T>) {
+    let p = (&p as &dyn std::any::Any).downcast_ref::<Product<f32>>();
+    #[cfg(target_arch = "x86_64")]
+    if let Some(&p) = p {
+        return bf16::gemm(kc, p);
+    }
+    debug_assert!(p.is_none(), "bf16 products need x86-64");
+    debug_assert!(false, "a bf16 product of f64 operands");
 }
