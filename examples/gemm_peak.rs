@@ -1,7 +1,8 @@
 //! GEMM speed on the shapes tenjin runs, in GFLOP/s: tenjin's own GEMM
 //! (`tenjin::jit::gemm`, through the planner's contraction) beside the
 //! `gemm` crate it replaced (0.19, single-threaded calls), one JSON line
-//! per shape, dtype and system. `bench/gemm_peak.sh` runs it with the
+//! per shape, dtype and system; `bf16`: products of bf16 operands on
+//! `avx512_bf16`, where the host has it. `bench/gemm_peak.sh` runs it with the
 //! FMA-peak loop of `../shared/bench/csrc/peak.c` and prints the table of
 //! `BENCHMARKS.md` ("GEMM near the peak").
 //!
@@ -49,6 +50,7 @@ fn plan(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> (IndexFn, Contracti
 fn line(name: &str, dtype: &str, system: &str, threads: usize, flops: f64, ms: f64) {
     let kernel = match (system, dtype) {
         ("tenjin", "f32") => tenjin_gemm::kernel_name(DType::F32),
+        ("tenjin", "bf16") => tenjin_gemm::kernel_name(DType::BF16),
         ("tenjin", _) => tenjin_gemm::kernel_name(DType::F64),
         _ => None,
     };
@@ -64,6 +66,9 @@ macro_rules! measure {
         let (m, n, k, ta, tb) = ($m, $n, $k, $ta, $tb);
         let (_, mut c) = plan(m, n, k, ta, tb);
         c.set_threads($threads);
+        // bf16 operands (the values below are bf16 values): f32 buffers,
+        // multiplied as bf16 pairs where the host can.
+        c.set_bf16_operands($dtype == "bf16");
         let a: Vec<$t> = (0..m * k)
             .map(|i| ((i * 7 % 13) as $t - 6.0) / 8.0)
             .collect();
@@ -79,7 +84,7 @@ macro_rules! measure {
         })
         .unwrap();
         line($name, $dtype, "tenjin", $threads, flops, ms);
-        if $threads == 1 {
+        if $threads == 1 && $dtype != "bf16" {
             // The gemm crate, called as tenjin called it (single-threaded).
             let (rs_a, cs_a) = if ta { (1, m as isize) } else { (k as isize, 1) };
             let (rs_b, cs_b) = if tb { (1, k as isize) } else { (n as isize, 1) };
@@ -177,6 +182,9 @@ fn main() {
             continue;
         }
         measure!(f32, "f32", name, m, n, k, ta, tb, threads);
+        if tenjin_gemm::kernel_name(DType::BF16).is_some() {
+            measure!(f32, "bf16", name, m, n, k, ta, tb, threads);
+        }
         measure!(f64, "f64", name, m, n, k, ta, tb, threads);
     }
     if only.as_deref().is_none_or(|o| "hessian".contains(o)) {

@@ -8,7 +8,12 @@
 //! give f32, as in PyTorch. So a half op's value is that of one kernel
 //! that loads half, computes in f32 and stores half, bit for bit; today
 //! the widening and rounding run as conversions of their own around the
-//! f32 kernel (`to_dtype`), not inside it.
+//! f32 kernel (`to_dtype`), not inside it. One exception: the products of
+//! an op on bf16 tensors alone are marked ([`bf16_products`]) and run as
+//! bf16 products with f32 accumulation where the CPU has `avx512_bf16`
+//! (the same exact products, summed two at a time: within the f32 sums'
+//! rounding of the f32 kernel's value, not bit for bit; subnormal bf16
+//! operands count as zero there, as in every `vdpbf16ps` GEMM).
 //!
 //! The conversions are recorded `to_dtype` nodes, so gradients flow back
 //! through them: the gradient reaching a half tensor is rounded to its
@@ -48,16 +53,12 @@ pub(super) fn result_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<
             d if d == out => {}
             DType::BF16 | DType::F16 | DType::F32 => out = DType::F32,
             _ => {
-                let all: Vec<String> = args
-                    .iter()
-                    .map(|(n, t)| format!("{n}: {:?} {:?}", t.dtype(), t.shape()))
-                    .collect();
                 return Err(Error::DType {
                     op: op.to_string(),
                     message: format!(
                         "a half-precision tensor mixes with F32 (computed in F32) or its own type, not {:?} ({}); convert with to_dtype",
                         t.dtype(),
-                        all.join(", ")
+                        super::describe(args)
                     ),
                 });
             }

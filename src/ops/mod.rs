@@ -519,6 +519,15 @@ fn common_device(op: &str, args: &[(&str, &Tensor)]) -> Result<Device, Error> {
     }
 }
 
+/// `name: dtype shape` of every argument, for an error message.
+fn describe(args: &[(&str, &Tensor)]) -> String {
+    let all: Vec<String> = args
+        .iter()
+        .map(|(n, t)| format!("{n}: {:?} {:?}", t.dtype(), t.shape()))
+        .collect();
+    all.join(", ")
+}
+
 fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::DType, Error> {
     let first = args
         .first()
@@ -528,17 +537,13 @@ fn common_dtype(op: &str, args: &[(&str, &Tensor)]) -> Result<crate::DType, Erro
         return Err(crate::dtype::not_computable(op, t.dtype()));
     }
     if let Some((name, t)) = args.iter().find(|(_, t)| t.dtype() != first) {
-        let all: Vec<String> = args
-            .iter()
-            .map(|(n, t)| format!("{n}: {:?} {:?}", t.dtype(), t.shape()))
-            .collect();
         return Err(Error::DType {
             op: op.to_string(),
             message: format!(
                 "`{name}` is {:?} but `{}` is {first:?} ({}); convert with to_dtype",
                 t.dtype(),
                 args[0].0,
-                all.join(", ")
+                describe(args)
             ),
         });
     }

@@ -73,6 +73,114 @@ unsafe fn pack_pairs(
     k: KIndex,
     dst: *mut u32,
 ) {
+    match k {
+        // B's panels: a term's `width` values side by side.
+        KIndex::Stride(s) if row_stride == 1 && width == NR => {
+            pack_adjacent_rows(rows, kc, src, s, dst)
+        }
+        // A's rows, each contiguous along K.
+        KIndex::Stride(1) => pack_contiguous_terms(width, rows, kc, src, row_stride, dst),
+        _ => pack_any(width, rows, kc, src, row_stride, k, dst),
+    }
+}
+
+/// [`pack_pairs`] for panels of [`NR`] adjacent rows (`row_stride` 1),
+/// terms `s` apart: per pair of terms, four vectors converted
+/// (`vcvtne2ps2bf16`: nearest even) and interleaved into pairs.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_adjacent_rows(rows: usize, kc: usize, src: *const f32, s: isize, dst: *mut u32) {
+    let halves = kc.div_ceil(2);
+    // Element e of the result: term 2h's value e/2 (even e) or term
+    // 2h + 1's (odd e), of the 16 rows whose conversion `cvtne2ps` puts
+    // in its low (term 2h) and high (term 2h + 1) halves.
+    let order = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+        19, 3, 18, 2, 17, 1, 16, 0,
+    );
+    let full = rows / NR;
+    for q in 0..full {
+        let panel = dst.add(q * NR * halves);
+        let first = src.add(q * NR);
+        for h in 0..halves {
+            let even = first.wrapping_offset(2 * h as isize * s);
+            let odd = even.wrapping_offset(s);
+            let has_odd = 2 * h + 1 < kc;
+            for v in 0..2 {
+                let lo = _mm512_loadu_ps(even.add(16 * v));
+                let hi = if has_odd {
+                    _mm512_loadu_ps(odd.add(16 * v))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                let pairs = _mm512_permutexvar_epi16(order, both);
+                _mm512_storeu_si512(panel.add(h * NR + 16 * v) as *mut _, pairs);
+            }
+        }
+    }
+    if full * NR < rows {
+        let done = full * NR;
+        pack_any(
+            NR,
+            rows - done,
+            kc,
+            src.add(done),
+            1,
+            KIndex::Stride(s),
+            dst.add(full * NR * halves),
+        );
+    }
+}
+
+/// [`pack_pairs`] for rows contiguous along K: eight pairs of a row
+/// converted at a time (`vcvtneps2bf16`: nearest even, two terms to a
+/// lane, the even one low), then placed in the panel.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_contiguous_terms(
+    width: usize,
+    rows: usize,
+    kc: usize,
+    src: *const f32,
+    row_stride: isize,
+    dst: *mut u32,
+) {
+    let halves = kc.div_ceil(2);
+    for q in 0..rows.div_ceil(width) {
+        let panel = dst.add(q * width * halves);
+        for i in 0..width {
+            let r = q * width + i;
+            if r >= rows {
+                for h in 0..halves {
+                    *panel.add(h * width + i) = 0;
+                }
+                continue;
+            }
+            let row = src.wrapping_offset(r as isize * row_stride);
+            let mut h = 0;
+            while h < halves {
+                let terms = (kc - 2 * h).min(16);
+                let mask: __mmask16 = if terms == 16 { !0 } else { (1u16 << terms) - 1 };
+                let x = _mm512_maskz_loadu_ps(mask, row.add(2 * h));
+                let lanes: [u32; 8] = std::mem::transmute(_mm512_cvtneps_pbh(x));
+                for (e, &pair) in lanes.iter().enumerate().take(halves - h) {
+                    *panel.add((h + e) * width + i) = pair;
+                }
+                h += 8;
+            }
+        }
+    }
+}
+
+/// [`pack_pairs`] for any view, one pair at a time.
+unsafe fn pack_any(
+    width: usize,
+    rows: usize,
+    kc: usize,
+    src: *const f32,
+    row_stride: isize,
+    k: KIndex,
+    dst: *mut u32,
+) {
     let halves = kc.div_ceil(2);
     for q in 0..rows.div_ceil(width) {
         let panel = dst.add(q * width * halves);

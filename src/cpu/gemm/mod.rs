@@ -41,6 +41,10 @@ use pack::KIndex;
 use crate::dtype::{DType, Element};
 use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
 
+/// Products of bf16 operands of fewer terms `m·n·k` than this run with
+/// the f32 kernels (see `Contraction::run`).
+const MIN_BF16_PRODUCT: usize = 1 << 21;
+
 /// Products are cut into tiles of at least this many rows or columns, one
 /// per thread at most.
 const MIN_TILE: usize = 128;
@@ -71,7 +75,9 @@ unsafe impl<T> Sync for Operands<T> {}
 
 /// The micro-kernel products in `dtype` run with in this process (its
 /// register tile and instruction set, e.g. `"avx512 6x32"`), or `None` for
-/// a dtype no GEMM computes. Benchmarks report it.
+/// a dtype no GEMM computes. Benchmarks report it. `BF16`: the kernel of
+/// products of bf16 operands (`Contraction::set_bf16_operands`), where the
+/// host has one.
 ///
 /// ```
 /// let name = tenjin::jit::gemm::kernel_name(tenjin::DType::F32).unwrap();
@@ -81,8 +87,21 @@ pub fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
         DType::F32 => Some(f32::kernel().name),
         DType::F64 => Some(f64::kernel().name),
+        DType::BF16 if bf16_available() => Some("avx512_bf16 12x32"),
         _ => None,
     }
+}
+
+thread_local! {
+    /// Products of bf16 operands this thread ran as bf16 pairs.
+    static BF16_PRODUCTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many products this thread ran as bf16 pairs (`avx512_bf16`): for
+/// tests and benchmarks that check which kernel a product took (per
+/// thread, so tests running beside each other do not see each other's).
+pub fn bf16_products_run() -> u64 {
+    BF16_PRODUCTS.with(std::cell::Cell::get)
 }
 
 /// The terms of K of one product: the GEMM's K dimension, inside the
@@ -246,13 +265,20 @@ impl Contraction {
         let n_all = if transposed { m.len } else { n.len };
         let kernel = T::kernel_for(n_all);
         // bf16 operands multiplied as bf16 pairs (`bf16`), where the host
-        // has the instruction; matrix–vector products stay with `gemv`.
+        // has the instruction; matrix–vector products stay with `gemv`,
+        // and small products with the f32 kernels (below
+        // `MIN_BF16_PRODUCT` terms, packing pairs costs more than the
+        // faster kernel saves: a 64-128-10 MLP's step took 211 µs, not 71).
         let pairs = self.bf16_operands
             && T::DTYPE == DType::F32
             && self.diag.is_none()
             && m.len > 1
             && n.len > 1
+            && m.len.saturating_mul(n.len).saturating_mul(terms.len) >= MIN_BF16_PRODUCT
             && bf16_available();
+        if pairs {
+            BF16_PRODUCTS.with(|n| n.set(n.get() + 1));
+        }
         let kc = if pairs {
             bf16_k_block(n_all, terms.len)
         } else {
