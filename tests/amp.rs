@@ -6,7 +6,7 @@
 
 use tenjin::amp::{autocast, autocast_dtype, GradScaler, GradScalerConfig};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
-use tenjin::{DType, Error, Tensor};
+use tenjin::{DType, Device, Error, Tensor};
 
 #[test]
 fn each_op_runs_in_the_type_its_list_gives_it() {
@@ -119,8 +119,14 @@ struct Mlp {
 
 impl Mlp {
     fn new() -> Mlp {
+        Mlp::new_on(Device::Cpu)
+    }
+
+    fn new_on(device: Device) -> Mlp {
         let p = |shape: &[usize], seed| {
             Tensor::randn(shape, DType::F32, seed)
+                .unwrap()
+                .to_device(device)
                 .unwrap()
                 .mul_scalar(0.25)
                 .unwrap()
@@ -267,4 +273,51 @@ fn the_grad_scaler_skips_exactly_the_step_that_overflowed_in_f16() {
         ..Default::default()
     })
     .is_err());
+}
+
+/// The same f16 training steps with a `GradScaler` on the simulated GPU
+/// (the half conversions, the probe kernel and the in-place unscale on
+/// the device) and on the CPU: the same step skipped, the same scales,
+/// losses within f16's rounding of each other.
+#[test]
+fn the_grad_scaler_steps_alike_on_the_simulated_gpu() {
+    tenjin::cuda::simulate().expect("the simulated device");
+    let (x, labels) = blobs();
+    let x = x.narrow(0, 0, 64).unwrap().contiguous().unwrap();
+    let labels = &labels[..64];
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, Device::Cuda(0)] {
+        let model = Mlp::new_on(device);
+        let x = x.to_device(device).unwrap();
+        let config = SgdConfig {
+            lr: 0.05,
+            ..Default::default()
+        };
+        let mut opt = SGD::new(model.params.clone(), config).unwrap();
+        let mut scaler = GradScaler::new(GradScalerConfig {
+            init_scale: 1024.0,
+            growth_interval: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut run = Vec::new();
+        for k in 0..8 {
+            opt.zero_grad();
+            let loss = autocast(DType::F16, || model.logits(&x)?.cross_entropy(labels)).unwrap();
+            let scaled = scaler.scale(&loss).unwrap();
+            let scaled = if k == 2 { scaled.mul_scalar(1e30).unwrap() } else { scaled };
+            scaled.backward().unwrap();
+            let stepped = scaler.step(&mut opt, &model.params).unwrap();
+            scaler.update().unwrap();
+            assert_eq!(model.params[0].device(), device);
+            run.push((loss.item().unwrap(), stepped, scaler.scale_factor()));
+        }
+        runs.push(run);
+    }
+    let (cpu, gpu) = (&runs[0], &runs[1]);
+    for (k, (c, g)) in cpu.iter().zip(gpu).enumerate() {
+        assert_eq!((c.1, c.2), (g.1, g.2), "step {k}: stepped and scale");
+        assert!((c.0 - g.0).abs() <= 1e-2 * c.0.abs(), "step {k}: loss {} vs {}", c.0, g.0);
+    }
+    assert!(!cpu[2].1 && cpu.iter().filter(|r| !r.1).count() == 1);
 }
