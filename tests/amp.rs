@@ -305,7 +305,11 @@ fn the_grad_scaler_steps_alike_on_the_simulated_gpu() {
             opt.zero_grad();
             let loss = autocast(DType::F16, || model.logits(&x)?.cross_entropy(labels)).unwrap();
             let scaled = scaler.scale(&loss).unwrap();
-            let scaled = if k == 2 { scaled.mul_scalar(1e30).unwrap() } else { scaled };
+            let scaled = if k == 2 {
+                scaled.mul_scalar(1e30).unwrap()
+            } else {
+                scaled
+            };
             scaled.backward().unwrap();
             let stepped = scaler.step(&mut opt, &model.params).unwrap();
             scaler.update().unwrap();
@@ -317,7 +321,12 @@ fn the_grad_scaler_steps_alike_on_the_simulated_gpu() {
     let (cpu, gpu) = (&runs[0], &runs[1]);
     for (k, (c, g)) in cpu.iter().zip(gpu).enumerate() {
         assert_eq!((c.1, c.2), (g.1, g.2), "step {k}: stepped and scale");
-        assert!((c.0 - g.0).abs() <= 1e-2 * c.0.abs(), "step {k}: loss {} vs {}", c.0, g.0);
+        assert!(
+            (c.0 - g.0).abs() <= 1e-2 * c.0.abs(),
+            "step {k}: loss {} vs {}",
+            c.0,
+            g.0
+        );
     }
     assert!(!cpu[2].1 && cpu.iter().filter(|r| !r.1).count() == 1);
 }
