@@ -60,7 +60,14 @@ fn every_builtin_module_is_emitted() {
     use tenjin::gpu::ptx::builtin::{module, Builtin};
     use tenjin::gpu::ptx::Arch;
     use tenjin::DType;
-    let dtypes = [DType::F32, DType::F64, DType::I32, DType::I64];
+    let dtypes = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::BF16,
+        DType::F16,
+    ];
     let mut n = 0;
     for arch in Arch::ALL {
         for dtype in dtypes {
@@ -69,7 +76,8 @@ fn every_builtin_module_is_emitted() {
             for ids in [DType::I32, DType::I64] {
                 for along in [false, true] {
                     all.push(Builtin::Gather { ids, along });
-                    if dtype.is_float() {
+                    // (Half gradients are summed in f32: no half scatter-add.)
+                    if dtype.kernels_compute_in() {
                         all.push(Builtin::ScatterAdd { ids, along });
                     }
                 }
@@ -81,6 +89,7 @@ fn every_builtin_module_is_emitted() {
             }
         }
     }
-    // Per architecture: 6 + 4 gathers per dtype, 4 scatter-adds per float.
-    assert_eq!(n, 3 * (4 * 10 + 2 * 4));
+    // Per architecture: fill, add and 6 casts + 4 gathers per dtype, 4
+    // scatter-adds per type kernels compute in.
+    assert_eq!(n, 3 * (6 * 12 + 2 * 4));
 }
