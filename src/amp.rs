@@ -168,9 +168,21 @@ impl GradScaler {
         let grads = gradients(params)?;
         // PyTorch: the reciprocal in f64, rounded to f32.
         let inv = (1.0 / f64::from(self.scale)) as f32;
+        // One coefficient per dtype and device, shared by their gradients.
+        let mut coefs: Vec<Tensor> = Vec::new();
         for (p, g) in &grads {
-            let coef = Tensor::scalar(f64::from(inv), g.dtype())?.to_device(g.device())?;
-            scale_grad(p, &coef)?;
+            let at = coefs
+                .iter()
+                .position(|c| c.dtype() == g.dtype() && c.device() == g.device());
+            let coef = match at {
+                Some(k) => &coefs[k],
+                None => {
+                    let c = Tensor::scalar(f64::from(inv), g.dtype())?.to_device(g.device())?;
+                    coefs.push(c);
+                    &coefs[coefs.len() - 1]
+                }
+            };
+            scale_grad(p, coef)?;
         }
         self.stage = Stage::Unscaled { found_inf };
         Ok(())

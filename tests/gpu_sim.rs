@@ -726,43 +726,6 @@ fn conversions_on_the_device_match_the_cpu() {
     assert_eq!(g.to_vec().unwrap(), vec![1.0, -3.0, 4.0]);
 }
 
-/// The builtin modules of the half-precision types (a fill, an addition
-/// into, every conversion to and from them) for every architecture, so
-/// `TENJIN_PTX_DUMP` hands them to `ptxas` with the rest (`.ci/run` dumps
-/// this file's modules). They run against the CPU in `gpu_half.rs` and, for
-/// every architecture, in the simulator's own tests (`src/gpu/sim`).
-#[test]
-fn half_builtin_modules_are_emitted_for_every_arch() {
-    use tenjin::gpu::ptx::builtin::{module, Builtin};
-    use tenjin::gpu::ptx::Arch;
-    let all = [
-        DType::F32,
-        DType::F64,
-        DType::I32,
-        DType::I64,
-        DType::BF16,
-        DType::F16,
-    ];
-    let mut n = 0;
-    for arch in Arch::ALL {
-        for half in [DType::BF16, DType::F16] {
-            let mut modules = vec![(Builtin::Fill, half), (Builtin::AddAssign, half)];
-            for other in all {
-                modules.push((Builtin::Cast { from: other }, half));
-                if other != half {
-                    modules.push((Builtin::Cast { from: half }, other));
-                }
-            }
-            for (b, dtype) in modules {
-                let text = module(b, dtype, arch);
-                assert!(text.contains(".reg .b16"), "{text}");
-                n += 1;
-            }
-        }
-    }
-    assert_eq!(n, 3 * 2 * (2 + 6 + 5));
-}
-
 /// Named tensors as `safetensors::save` takes them.
 fn pairs(v: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
     v.iter().map(|(n, t)| (n.as_str(), t)).collect()

@@ -53,7 +53,8 @@ fn zz_summary() {
 
 /// The GPU backend's own kernels (fill, add into, every conversion, the
 /// indexing ops' gather and scatter-add for both id types), for
-/// every element type and architecture, so `TENJIN_PTX_DUMP` hands them to
+/// every element type (the half types included: they run against the CPU
+/// in `gpu_half.rs` and the simulator's own tests) and architecture, so `TENJIN_PTX_DUMP` hands them to
 /// `ptxas` with the rest.
 #[test]
 fn every_builtin_module_is_emitted() {
