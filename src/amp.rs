@@ -164,8 +164,8 @@ impl GradScaler {
                 return Err(invalid("unscale after step: call update first".into()))
             }
         }
-        let found_inf = non_finite(params)?;
         let grads = gradients(params)?;
+        let found_inf = non_finite(&grads)?;
         // PyTorch: the reciprocal in f64, rounded to f32.
         let inv = (1.0 / f64::from(self.scale)) as f32;
         // One coefficient per dtype and device, shared by their gradients.
@@ -249,12 +249,11 @@ impl GradScaler {
     }
 }
 
-/// Whether a gradient of `params` holds an inf or a NaN: one kernel per
+/// Whether one of `grads` (parameters' gradients) holds an inf or a NaN: one kernel per
 /// dtype and device over all of them counting the elements beyond the
 /// type's largest finite magnitude (a NaN compares false), read back.
 /// (Not `Σ g·0`: the symbolic core folds `g·0` to 0.)
-fn non_finite(params: &[Tensor]) -> Result<bool, Error> {
-    let grads = gradients(params)?;
+fn non_finite(grads: &[(&Tensor, Tensor)]) -> Result<bool, Error> {
     let mut groups: Vec<Vec<Tensor>> = Vec::new();
     for (_, g) in grads {
         let flat = g.reshape(&[g.numel()])?;

@@ -17,17 +17,9 @@
 
 mod common;
 
-use common::assert_close;
+use common::{assert_close, gpu};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
-
-fn gpu() -> Device {
-    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
-    if !(real && tenjin::cuda::is_available()) {
-        tenjin::cuda::simulate().expect("the simulated device");
-    }
-    Device::Cuda(0)
-}
 
 /// The tests one at a time: they count launches and switch fusion.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -11,22 +11,10 @@
 //! `src/gpu/sim/tests.rs` runs the same modules for every architecture.
 //! `TENJIN_GPU_TESTS=cuda` runs this file on a real GPU (see `gpu`).
 
-use tenjin::{bf16, f16, DType, Device, Tensor};
+mod common;
 
-/// CUDA device 0: the simulated one, or with `TENJIN_GPU_TESTS=cuda`
-/// (and a build with the `cuda` feature on a machine with a GPU) the real
-/// one.
-fn gpu() -> Device {
-    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
-    if real && tenjin::cuda::is_available() {
-        return Device::Cuda(0);
-    }
-    if real {
-        eprintln!("TENJIN_GPU_TESTS=cuda but no CUDA device is available: the simulated one runs");
-    }
-    tenjin::cuda::simulate().expect("the simulated device");
-    Device::Cuda(0)
-}
+use common::gpu;
+use tenjin::{bf16, f16, DType, Device, Tensor};
 
 const HALVES: [DType; 2] = [DType::BF16, DType::F16];
 

@@ -11,23 +11,11 @@
 //! largest magnitude; the reference GEMM sums in another order than the
 //! CPU's blocked kernels), f32 within 1e-5.
 
+mod common;
+
+use common::gpu;
 use tenjin::optim::{Adam, AdamConfig, Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
-
-/// CUDA device 0: the simulated one, or with `TENJIN_GPU_TESTS=cuda`
-/// (and a build with the `cuda` feature on a machine with a GPU) the real
-/// one, so this same file checks a card against the CPU.
-fn gpu() -> Device {
-    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
-    if real && tenjin::cuda::is_available() {
-        return Device::Cuda(0);
-    }
-    if real {
-        eprintln!("TENJIN_GPU_TESTS=cuda but no CUDA device is available: the simulated one runs");
-    }
-    tenjin::cuda::simulate().expect("the simulated device");
-    Device::Cuda(0)
-}
 
 /// The tests of this file one at a time: one of them reads process-wide
 /// counters.

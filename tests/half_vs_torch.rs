@@ -7,6 +7,8 @@
 //! boundary: the tolerances below, in units in the last place of the half
 //! type, are stated per op class.
 
+mod common;
+
 use tenjin::{DType, Error, Tensor};
 
 type Op = fn(&[Tensor]) -> Result<Tensor, Error>;
@@ -85,11 +87,7 @@ fn half_values_and_gradients_match_pytorchs() {
 /// `TENJIN_GPU_TESTS=cuda` runs them on a real GPU.
 #[test]
 fn half_values_and_gradients_match_pytorchs_on_the_gpu() {
-    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
-    if !(real && tenjin::cuda::is_available()) {
-        tenjin::cuda::simulate().expect("the simulated device");
-    }
-    check_against_pytorch(Some(tenjin::Device::Cuda(0)));
+    check_against_pytorch(Some(common::gpu()));
 }
 
 /// Runs every case on `device` (the CPU for `None`).

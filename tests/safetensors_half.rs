@@ -6,6 +6,8 @@
 //! (`bench/torch_half_weights.py`). What tenjin writes reads back bit for
 //! bit, and loads into an f32 model converted.
 
+mod common;
+
 use tenjin::DType;
 
 /// The first element where `got` is not `want` bit for bit (a NaN only
@@ -130,20 +132,9 @@ fn half_tensors_written_by_tenjin_read_back_bit_for_bit_and_load_into_f32_models
 /// message when the venv of `../shared/bench/setup.sh` is absent).
 #[test]
 fn pytorch_loads_the_half_tensors_tenjin_writes() {
-    let python = std::env::var("TENJIN_BENCH_VENV")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/tenjin-bench/venv")
-        })
-        .join("bin/python");
-    if !python.exists() {
-        eprintln!(
-            "skipped: no PyTorch venv at {} (run ../shared/bench/setup.sh)",
-            python.display()
-        );
+    let Some(python) = common::bench_python() else {
         return;
-    }
+    };
     let x = tenjin::Tensor::randn(&[3, 5], DType::F32, 8)
         .unwrap()
         .mul_scalar(1000.0)

@@ -4,6 +4,8 @@
 //! PyTorch's trajectories (`tests/data/torch_rmsprop.txt`, made by
 //! `bench/torch_rmsprop.py`).
 
+mod common;
+
 use std::path::PathBuf;
 use tenjin::nn::{BatchNorm, Linear, Module, ReLU, Sequential};
 use tenjin::optim::{Adam, AdamConfig, Optimizer, RMSprop, RmspropConfig, SgdConfig, SGD};
@@ -212,20 +214,9 @@ fn safetensors_round_trips_every_dtype_and_views() -> Result<(), Error> {
 /// message when the venv of `../shared/bench/setup.sh` is absent).
 #[test]
 fn pytorch_loads_our_file() -> Result<(), Error> {
-    let python = std::env::var("TENJIN_BENCH_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/tenjin-bench/venv")
-        })
-        .join("bin/python");
-    if !python.exists() {
-        eprintln!(
-            "skipped: no PyTorch venv at {} (run ../shared/bench/setup.sh)",
-            python.display()
-        );
+    let Some(python) = common::bench_python() else {
         return Ok(());
-    }
+    };
     let path = temp("for-torch.safetensors");
     let m = model(3)?;
     let mut sd = m.state_dict();

@@ -17,6 +17,7 @@ use super::driver::{Arg, Driver, GemmCall, Matrix};
 use super::profile;
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
+use crate::dtype::Element;
 use crate::kernel::backend::{
     check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
 };
@@ -595,9 +596,9 @@ fn element_bits(value: f64, dtype: DType) -> u64 {
         DType::F64 => value.to_bits(),
         DType::I32 => value as i32 as u32 as u64,
         DType::I64 => value as i64 as u64,
-        // Through f32, as the CPU's conversion (`crate::dtype`).
-        DType::BF16 => u64::from(half::bf16::from_f32(value as f32).to_bits()),
-        DType::F16 => u64::from(half::f16::from_f32(value as f32).to_bits()),
+        // The CPU's conversion (through f32, as PyTorch's).
+        DType::BF16 => u64::from(<crate::bf16 as Element>::from_f64(value).to_bits()),
+        DType::F16 => u64::from(<crate::f16 as Element>::from_f64(value).to_bits()),
     }
 }
 

@@ -15,6 +15,36 @@ use crate::dtype::Element;
 use crate::{DType, Error};
 use std::fmt::Debug;
 
+/// `$body` over the slice `$v` of whichever element type `$value` (a
+/// [`HostIn`], [`HostOut`] or their raw form, `$kind`) holds.
+macro_rules! each_type {
+    ($value:expr, $kind:ident, $v:ident => $body:expr) => {
+        match $value {
+            $kind::F32($v) => $body,
+            $kind::F64($v) => $body,
+            $kind::I32($v) => $body,
+            $kind::I64($v) => $body,
+            $kind::BF16($v) => $body,
+            $kind::F16($v) => $body,
+        }
+    };
+}
+
+/// `$value` (of `$from`) as the `$to` of the same element type holding
+/// `$body` of its slice `$v`.
+macro_rules! map_type {
+    ($value:expr, $from:ident => $to:ident, $v:ident => $body:expr) => {
+        match $value {
+            $from::F32($v) => $to::F32($body),
+            $from::F64($v) => $to::F64($body),
+            $from::I32($v) => $to::I32($body),
+            $from::I64($v) => $to::I64($body),
+            $from::BF16($v) => $to::BF16($body),
+            $from::F16($v) => $to::F16($body),
+        }
+    };
+}
+
 /// A host kernel's input: a slice of one of the tensor element types.
 #[derive(Clone, Copy, Debug)]
 pub enum HostIn<'a> {
@@ -38,14 +68,7 @@ impl HostIn<'_> {
     }
 
     pub fn len(&self) -> usize {
-        match self {
-            HostIn::F32(v) => v.len(),
-            HostIn::F64(v) => v.len(),
-            HostIn::I32(v) => v.len(),
-            HostIn::I64(v) => v.len(),
-            HostIn::BF16(v) => v.len(),
-            HostIn::F16(v) => v.len(),
-        }
+        each_type!(self, HostIn, v => v.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -54,14 +77,7 @@ impl HostIn<'_> {
 
     /// Elements `start..end` (within the slice).
     pub fn range(self, start: usize, end: usize) -> Self {
-        match self {
-            HostIn::F32(v) => HostIn::F32(&v[start..end]),
-            HostIn::F64(v) => HostIn::F64(&v[start..end]),
-            HostIn::I32(v) => HostIn::I32(&v[start..end]),
-            HostIn::I64(v) => HostIn::I64(&v[start..end]),
-            HostIn::BF16(v) => HostIn::BF16(&v[start..end]),
-            HostIn::F16(v) => HostIn::F16(&v[start..end]),
-        }
+        map_type!(self, HostIn => HostIn, v => &v[start..end])
     }
 
     /// [`HostIn::cast_into`] in chunks over `workers` (on this thread
@@ -107,26 +123,7 @@ impl HostIn<'_> {
                 *o = crate::dtype::cast::<S, D>(x);
             }
         }
-        macro_rules! into_out {
-            ($x:expr) => {
-                match out {
-                    HostOut::F32(o) => each($x, o),
-                    HostOut::F64(o) => each($x, o),
-                    HostOut::I32(o) => each($x, o),
-                    HostOut::I64(o) => each($x, o),
-                    HostOut::BF16(o) => each($x, o),
-                    HostOut::F16(o) => each($x, o),
-                }
-            };
-        }
-        match self {
-            HostIn::F32(x) => into_out!(x),
-            HostIn::F64(x) => into_out!(x),
-            HostIn::I32(x) => into_out!(x),
-            HostIn::I64(x) => into_out!(x),
-            HostIn::BF16(x) => into_out!(x),
-            HostIn::F16(x) => into_out!(x),
-        }
+        each_type!(self, HostIn, x => each_type!(out, HostOut, o => each(x, o)))
     }
 }
 
@@ -159,14 +156,7 @@ unsafe impl Sync for RawOut {}
 
 impl RawOut {
     fn of(out: HostOut<'_>) -> RawOut {
-        match out {
-            HostOut::F32(o) => RawOut::F32(o.as_mut_ptr()),
-            HostOut::F64(o) => RawOut::F64(o.as_mut_ptr()),
-            HostOut::I32(o) => RawOut::I32(o.as_mut_ptr()),
-            HostOut::I64(o) => RawOut::I64(o.as_mut_ptr()),
-            HostOut::BF16(o) => RawOut::BF16(o.as_mut_ptr()),
-            HostOut::F16(o) => RawOut::F16(o.as_mut_ptr()),
-        }
+        map_type!(out, HostOut => RawOut, o => o.as_mut_ptr())
     }
 
     /// Elements `start..end` as an output.
@@ -178,14 +168,7 @@ impl RawOut {
         let n = end - start;
         // SAFETY: as the caller promises.
         unsafe {
-            match self {
-                RawOut::F32(p) => HostOut::F32(std::slice::from_raw_parts_mut(p.add(start), n)),
-                RawOut::F64(p) => HostOut::F64(std::slice::from_raw_parts_mut(p.add(start), n)),
-                RawOut::I32(p) => HostOut::I32(std::slice::from_raw_parts_mut(p.add(start), n)),
-                RawOut::I64(p) => HostOut::I64(std::slice::from_raw_parts_mut(p.add(start), n)),
-                RawOut::BF16(p) => HostOut::BF16(std::slice::from_raw_parts_mut(p.add(start), n)),
-                RawOut::F16(p) => HostOut::F16(std::slice::from_raw_parts_mut(p.add(start), n)),
-            }
+            map_type!(self, RawOut => HostOut, p => std::slice::from_raw_parts_mut(p.add(start), n))
         }
     }
 }
@@ -193,14 +176,7 @@ impl RawOut {
 impl HostOut<'_> {
     /// Elements held.
     pub fn len(&self) -> usize {
-        match self {
-            HostOut::F32(v) => v.len(),
-            HostOut::F64(v) => v.len(),
-            HostOut::I32(v) => v.len(),
-            HostOut::I64(v) => v.len(),
-            HostOut::BF16(v) => v.len(),
-            HostOut::F16(v) => v.len(),
-        }
+        each_type!(self, HostOut, v => v.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -215,14 +191,7 @@ impl HostOut<'_> {
                 *o = T::from_f64(v);
             }
         }
-        match self {
-            HostOut::F32(o) => convert(o, values),
-            HostOut::F64(o) => convert(o, values),
-            HostOut::I32(o) => convert(o, values),
-            HostOut::I64(o) => convert(o, values),
-            HostOut::BF16(o) => convert(o, values),
-            HostOut::F16(o) => convert(o, values),
-        }
+        each_type!(self, HostOut, o => convert(o, values))
     }
 }
 

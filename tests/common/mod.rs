@@ -249,3 +249,39 @@ impl Bits for f64 {
 pub fn same_bits<T: Bits>(a: &[T], b: &[T]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.bits() == y.bits())
 }
+
+/// CUDA device 0: the simulated one, or with `TENJIN_GPU_TESTS=cuda`
+/// (and a build with the `cuda` feature on a machine with a GPU) the real
+/// one, so a test file using it checks a card against the CPU.
+pub fn gpu() -> tenjin::Device {
+    let real = std::env::var("TENJIN_GPU_TESTS").is_ok_and(|v| v == "cuda");
+    if real && tenjin::cuda::is_available() {
+        return tenjin::Device::Cuda(0);
+    }
+    if real {
+        eprintln!("TENJIN_GPU_TESTS=cuda but no CUDA device is available: the simulated one runs");
+    }
+    tenjin::cuda::simulate().expect("the simulated device");
+    tenjin::Device::Cuda(0)
+}
+
+/// The Python of the PyTorch venv of `../shared/bench/setup.sh`
+/// (`$TENJIN_BENCH_VENV`, else its default place), or `None` with a
+/// message saying the test skips.
+pub fn bench_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var("TENJIN_BENCH_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/tenjin-bench/venv")
+        })
+        .join("bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    eprintln!(
+        "skipped: no PyTorch venv at {} (run ../shared/bench/setup.sh)",
+        python.display()
+    );
+    None
+}

@@ -66,18 +66,23 @@ fn grow(buf: &mut Vec<Line>, bytes: usize) -> *mut u8 {
 /// Bytes of a whole `k × n` B under which K is not blocked: B then stays
 /// in half of L2, and one pass over K streams A once and writes C once (a
 /// convolution's narrow weight matrix against its tall input).
-pub(super) const NARROW_B_BYTES: usize = 512 << 10;
+const NARROW_B_BYTES: usize = 512 << 10;
 
 /// The largest block of K for a product with `n` columns and `k` terms:
 /// the kernel's `kc`, or all of `k` when B is narrow. It depends on the
 /// whole product's shape, never on a thread's tile of it, so that every
 /// element is rounded the same way at every thread count.
 pub(super) fn k_block<T: Float>(kernel: &Kernel<T>, n: usize, k: usize) -> usize {
-    let b_bytes = n.saturating_mul(k).saturating_mul(std::mem::size_of::<T>());
-    if b_bytes <= NARROW_B_BYTES {
+    k_block_of(kernel.kc, std::mem::size_of::<T>(), n, k)
+}
+
+/// [`k_block`] for a kernel whose blocks of K are `kc` and whose B
+/// elements take `bytes` (as the caller's buffers hold them).
+pub(super) fn k_block_of(kc: usize, bytes: usize, n: usize, k: usize) -> usize {
+    if n.saturating_mul(k).saturating_mul(bytes) <= NARROW_B_BYTES {
         k.max(1)
     } else {
-        kernel.kc
+        kc
     }
 }
 

@@ -25,6 +25,19 @@
 
 #[cfg(target_arch = "x86_64")]
 mod bf16;
+/// No bf16 products off x86-64: the f32 kernels run them.
+#[cfg(not(target_arch = "x86_64"))]
+mod bf16 {
+    pub(super) const MR: usize = 1;
+    pub(super) const NR: usize = 1;
+    pub(super) const KC: usize = 512;
+    pub(super) fn available() -> bool {
+        false
+    }
+    pub(super) unsafe fn gemm(_: usize, _: super::Product<f32>) {
+        unreachable!("no bf16 products off x86-64 (`available` is false)")
+    }
+}
 mod blis;
 mod gemv;
 mod kernels;
@@ -87,7 +100,7 @@ pub fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
         DType::F32 => Some(f32::kernel().name),
         DType::F64 => Some(f64::kernel().name),
-        DType::BF16 if bf16_available() => Some("avx512_bf16 12x32"),
+        DType::BF16 if bf16::available() => Some("avx512_bf16 12x32"),
         _ => None,
     }
 }
@@ -275,12 +288,14 @@ impl Contraction {
             && m.len > 1
             && n.len > 1
             && m.len.saturating_mul(n.len).saturating_mul(terms.len) >= MIN_BF16_PRODUCT
-            && bf16_available();
+            && bf16::available();
         if pairs {
             BF16_PRODUCTS.with(|n| n.set(n.get() + 1));
         }
+        // (Pairs are packed from the f32 buffers: their B is 4 bytes an
+        // element, as the f32 kernels'.)
         let kc = if pairs {
-            bf16_k_block(n_all, terms.len)
+            blis::k_block_of(bf16::KC, 4, n_all, terms.len)
         } else {
             blis::k_block(&kernel, n_all, terms.len)
         };
@@ -298,7 +313,7 @@ impl Contraction {
         let split_n = !symmetric && n.len >= m.len;
         let total = if split_n { n.len } else { m.len };
         let (mr, nr) = if pairs {
-            bf16_tile()
+            (bf16::MR, bf16::NR)
         } else {
             (kernel.mr, kernel.nr)
         };
@@ -436,57 +451,15 @@ impl Contraction {
     }
 }
 
-/// Whether products of bf16 operands run as bf16 pairs here (`bf16`).
-fn bf16_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        bf16::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// The bf16 kernel's register tile `(mr, nr)`.
-fn bf16_tile() -> (usize, usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        (bf16::MR, bf16::NR)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        (1, 1)
-    }
-}
-
-/// The largest block of K of a bf16 product with `n` columns and `k`
-/// terms: all of K when B is narrow (as `blis::k_block`), else the
-/// kernel's.
-fn bf16_k_block(n: usize, k: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    let kc = bf16::KC;
-    #[cfg(not(target_arch = "x86_64"))]
-    let kc = k;
-    if n.saturating_mul(k).saturating_mul(4) <= blis::NARROW_B_BYTES {
-        k.max(1)
-    } else {
-        kc
-    }
-}
-
 /// Runs a product of f32 views holding bf16 values as bf16 pairs (an f64
 /// product is a bug: `pairs` checks the type).
 ///
 /// # Safety
 ///
-/// As for `blis::gemm`, on a host where [`bf16_available`].
+/// As for `blis::gemm`, on a host where `bf16::available`.
 unsafe fn bf16_gemm<T: 'static>(kc: usize, p: Product<T>) {
-    let p = (&p as &dyn std::any::Any).downcast_ref::<Product<f32>>();
-    #[cfg(target_arch = "x86_64")]
-    if let Some(&p) = p {
-        return bf16::gemm(kc, p);
+    match (&p as &dyn std::any::Any).downcast_ref::<Product<f32>>() {
+        Some(&p) => bf16::gemm(kc, p),
+        None => debug_assert!(false, "a bf16 product of f64 operands"),
     }
-    debug_assert!(p.is_none(), "bf16 products need x86-64");
-    debug_assert!(false, "a bf16 product of f64 operands");
 }
