@@ -4,7 +4,7 @@ time in ms (every repetition ends with torch.cuda.synchronize()), plus the
 card, the driver and the precision flags, and a device-to-device copy of a
 256 MB buffer as the bandwidth reference.
 
-Usage: python bench/gpu_peers.py [tf32] [--skip WORKLOAD,...]
+Usage: python bench/gpu_peers.py [tf32] [--skip WORKLOAD,...] [--only WORKLOAD,...]
 
 Every workload also runs under torch.compile (the forward compiled,
 `autograd.grad` outside; the GPT step compiles the model), and, where JAX
@@ -18,7 +18,12 @@ JAX runs in the same process (its rows right after the bandwidth
 reference, its GPT step after PyTorch's), with its preallocation of most
 of the card's memory turned off (XLA_PYTHON_CLIENT_PREALLOCATE=false) so
 that PyTorch's workloads get the memory they need. `--skip gpt_step,jax`
-leaves workloads or JAX out (the GPT step's compilations take minutes).
+leaves workloads or JAX out (the GPT step's compilations take minutes);
+`--only matmul` runs just those (and the bandwidth reference).
+
+`matmul` is a 4096³ product in f32, bf16 and f16 (half tensors in,
+half out, f32 accumulation on the tensor cores: PyTorch's default for
+half matmuls), eager only.
 
 `tf32` sets torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 to True; otherwise both are False (PyTorch's
@@ -45,6 +50,11 @@ torch.backends.cudnn.allow_tf32 = tf32
 dev = torch.device("cuda")
 math_mode = "tf32" if tf32 else "full"
 skip = set(sys.argv[sys.argv.index("--skip") + 1].split(",")) if "--skip" in sys.argv else set()
+only = set(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
+
+
+def want(workload):
+    return workload not in skip and (only is None or workload in only)
 gen = torch.Generator(device="cpu").manual_seed(0)
 
 
@@ -155,6 +165,13 @@ def mlp_step(batch):
     report("torch.compile", "mlp_step", f"784-512-512-10,batch={batch}", median_ms(11, step))
 
 
+def matmul(n):
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        a, b = rand(n, n).to(dtype), rand(n, n).to(dtype)
+        ms = median_ms(11, lambda a=a, b=b: a @ b)
+        report("torch", "matmul", f"{n}^3,{name}", ms, tflops=round(2 * n**3 / ms / 1e9, 1))
+
+
 def value_grad(system, workload, size, shapes, f, **extra):
     """Value and gradients of sum(f(xs) * g); with system "torch" also
     under torch.compile (f compiled)."""
@@ -250,11 +267,13 @@ def main():
     report("torch", "copy", "256MB", copy_ms, bytes=2 * src.numel() * 4,
            gb_per_s=round(2 * src.numel() * 4 / copy_ms / 1e6, 1))
     del src, dst
-    if "jax" not in skip:
+    if "jax" not in skip and only is None:
         jax_rows()
-    for batch in (64, 256, 1024):
+    if want("matmul"):
+        matmul(4096)
+    for batch in (64, 256, 1024) if want("mlp_step") else ():
         mlp_step(batch)
-    for n in (512, 2048):
+    for n in (512, 2048) if want("attention") else ():
         e = 64
         value_grad("torch", "attention", f"N={n},E={e}", [(n, e)] * 3,
                    lambda q, k, v: torch.softmax(q @ k.t() / math.sqrt(e), 1) @ v)
@@ -262,19 +281,25 @@ def main():
                    lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None])[0])
     n = 1 << 24
     x = rand(n, scale=3.0)
-    ms = median_ms(11, lambda: chain(x))
-    report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
-    report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
-           bytes=8 * n)
-    report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
-    report("torch.compile", "elementwise_exp", f"n={n}", median_ms(11, lambda c=torch.compile(torch.exp): c(x)),
-           bytes=8 * n)
-    value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
-    value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
-    value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
-    value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
-               lambda x, w: F.conv2d(x, w, padding=1))
-    if "gpt_step" not in skip:
+    if want("elementwise_forward"):
+        ms = median_ms(11, lambda: chain(x))
+        report("torch", "elementwise_forward", f"n={n}", ms, bytes=8 * n)
+        report("torch.compile", "elementwise_forward", f"n={n}", median_ms(11, lambda c=torch.compile(chain): c(x)),
+               bytes=8 * n)
+    if want("elementwise_exp"):
+        report("torch", "elementwise_exp", f"n={n}", median_ms(11, lambda: torch.exp(x)), bytes=8 * n)
+        report("torch.compile", "elementwise_exp", f"n={n}", median_ms(11, lambda c=torch.compile(torch.exp): c(x)),
+               bytes=8 * n)
+    if want("elementwise_value_grad"):
+        value_grad("torch", "elementwise_value_grad", f"n={n}", [(n,)], chain)
+    if want("softmax"):
+        value_grad("torch", "softmax", "4096x4096", [(4096, 4096)], lambda x: torch.softmax(x, 1))
+    if want("layer_norm"):
+        value_grad("torch", "layer_norm", "4096x4096", [(4096, 4096)], lambda x: F.layer_norm(x, (4096,), eps=1e-5))
+    if want("conv2d"):
+        value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
+                   lambda x, w: F.conv2d(x, w, padding=1))
+    if want("gpt_step"):
         gpt_step()  # last: the largest, and torch.compile's compilation the longest
 
 

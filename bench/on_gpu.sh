@@ -51,18 +51,7 @@ step() { # step LOG SECONDS COMMAND...: appends to OUT/LOG.log
   [ $rc -eq 0 ] || failed=$((failed + 1))
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-# cudarc opens cuBLAS by the names of CUDA <= 12 (libcublas.so, .so.12, ...):
-# a CUDA 13 machine's libcublas.so.13 is linked under the plain name.
-libs=$(mktemp -d)
-for name in cublas cublasLt nccl; do
-  f=$(ldconfig -p | grep -o "/[^ ]*/lib$name\.so[.0-9]*$" | sort -V | tail -n 1)
-  [ -n "$f" ] || f=$(find /usr /opt -name "lib$name.so*" 2>/dev/null | sort -V | tail -n 1)
-  # NCCL often comes only inside PyTorch's wheels (nvidia/nccl/lib).
-  [ -n "$f" ] || f=$(python3 -c "import nvidia.nccl, os; d = os.path.join(list(nvidia.nccl.__path__)[0], 'lib'); print(os.path.join(d, sorted(os.listdir(d))[-1]))" 2>/dev/null)
-  echo "lib$name: ${f:-not found}"
-  [ -z "$f" ] || ln -sf "$f" "$libs/lib$name.so"
-done
-export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
+. bench/gpu_libs.sh
 # Correctness first: the simulated device's tests and the suites run with
 # every tensor on the device (op gradchecks, tape, higher order, nn/optim,
 # memory, indexing, checkpoint), on the card.

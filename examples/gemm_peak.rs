@@ -68,7 +68,7 @@ macro_rules! measure {
         c.set_threads($threads);
         // bf16 operands (the values below are bf16 values): f32 buffers,
         // multiplied as bf16 pairs where the host can.
-        c.set_bf16_operands($dtype == "bf16");
+        c.set_half_operands(($dtype == "bf16").then_some(tenjin::DType::BF16));
         let a: Vec<$t> = (0..m * k)
             .map(|i| ((i * 7 % 13) as $t - 6.0) / 8.0)
             .collect();

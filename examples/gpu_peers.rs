@@ -14,6 +14,9 @@
 //! - `gpt_step`: a GPT-2-small-class transformer (12 layers, d = 768,
 //!   12 heads, T = 1024, batch 8, vocabulary 50,257, GELU MLP of 4·d,
 //!   pre-norm, learned positions), one AdamW step, the loss read back;
+//! - `matmul`: a 4096³ product of f32, bf16 and f16 matrices (half ones
+//!   multiplied on the tensor cores with f32 sums, their result rounded to
+//!   the half type: PyTorch's half matmul), the product alone;
 //! - `mlp_step`: 784-512-512-10 with ReLU, cross-entropy and SGD, batch
 //!   64, 256 and 1024;
 //! - `attention`: value and gradients of `Σ softmax(QKᵀ/√E)·V·G` at
@@ -50,6 +53,7 @@ use tenjin::{DType, Device, Error, Tensor};
 /// The sizes of one run: full on a GPU, tiny on the simulated device.
 struct Sizes {
     gpt: Gpt,
+    matmul: usize,
     mlp: ([usize; 4], &'static [usize]),
     attention: (&'static [usize], usize),
     elementwise: usize,
@@ -77,6 +81,7 @@ const FULL: Sizes = Sizes {
         batch: 8,
         vocab: 50_257,
     },
+    matmul: 4096,
     mlp: ([784, 512, 512, 10], &[64, 256, 1024]),
     attention: (&[512, 2048], 64),
     elementwise: 1 << 24,
@@ -94,6 +99,7 @@ const TINY: Sizes = Sizes {
         batch: 2,
         vocab: 32,
     },
+    matmul: 24,
     mlp: ([20, 16, 16, 4], &[8]),
     attention: (&[16], 8),
     elementwise: 4096,
@@ -454,6 +460,17 @@ fn main() -> Result<(), Error> {
     };
     let device = Device::Cuda(0);
     let reps = sizes.reps;
+    if run("matmul") {
+        let n = sizes.matmul;
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let a = on(device, &[n, n], 70, 1.0)?.to_dtype(dtype)?;
+            let b = on(device, &[n, n], 71, 1.0)?.to_dtype(dtype)?;
+            // The rounding of a half product is deferred: run it.
+            let ms = median_ms(reps, device, || a.matmul(&b)?.realize())?;
+            let name = format!("{dtype:?}").to_lowercase();
+            report("matmul", &format!("{n}^3,{name}"), ms, None);
+        }
+    }
     let (widths, batches) = sizes.mlp;
     for &batch in batches.iter().filter(|_| run("mlp_step")) {
         mlp_step(device, widths, batch, reps)?;

@@ -263,3 +263,78 @@ fn gradients_accumulate_into_half_leaves_as_on_the_cpu() {
         );
     }
 }
+
+/// A product of half tensors, and the products of its gradients, run on
+/// the tensor cores (cuBLAS's `CUBLAS_COMPUTE_32F_FAST_16BF`/`_16F` over
+/// the f32 values, which the simulated cuBLAS rounds to the half type as
+/// the cores do): the calls are counted, and each value is within the
+/// half type's rounding of the f64 product of the same half values.
+#[test]
+fn half_products_run_on_the_tensor_cores() {
+    let (m, k, n) = (37, 64, 29);
+    let values = |len: usize, seed: u64| -> Vec<f64> {
+        (0..len)
+            .map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 500.0 - 1.0) * 1.7)
+            .collect()
+    };
+    for half in HALVES {
+        let eps = if half == DType::BF16 {
+            2f64.powi(-8)
+        } else {
+            2f64.powi(-11)
+        };
+        let on = |v: &[f64], shape: &[usize]| -> Tensor {
+            Tensor::from_vec(v.iter().map(|&x| x as f32).collect(), shape)
+                .unwrap()
+                .to_dtype(half)
+                .unwrap()
+                .to_device(gpu())
+                .unwrap()
+        };
+        let (a, b, w) = (
+            on(&values(m * k, 1), &[m, k]).requires_grad(),
+            on(&values(k * n, 2), &[k, n]).requires_grad(),
+            on(&values(m * n, 3), &[m, n]),
+        );
+        let host = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec_f64().unwrap();
+        let before = tenjin::stats().cublas_half_calls;
+        let y = a.matmul(&b).unwrap();
+        y.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+        let calls = tenjin::stats().cublas_half_calls - before;
+        assert!(
+            calls >= 3,
+            "{half:?}: {calls} half GEMMs, not the product and both gradients"
+        );
+        assert_eq!(y.dtype(), half);
+        // y = a·b, dA = w·bᵀ, dB = aᵀ·w: each against its f64 product.
+        let (av, bv, wv) = (host(&a), host(&b), host(&w));
+        let check = |what: &str,
+                     got: &[f64],
+                     rows: usize,
+                     cols: usize,
+                     inner: usize,
+                     term: &dyn Fn(usize, usize, usize) -> f64| {
+            for i in 0..rows {
+                for j in 0..cols {
+                    let (exact, size): (f64, f64) = (0..inner)
+                        .map(|l| term(i, j, l))
+                        .fold((0.0, 0.0), |(s, z), t| (s + t, z + t.abs()));
+                    let g = got[i * cols + j];
+                    assert!(
+                        (g - exact).abs() <= eps * exact.abs() + 1e-5 * size,
+                        "{half:?} {what}[{i}, {j}]: {g} against {exact}"
+                    );
+                }
+            }
+        };
+        check("a·b", &host(&y), m, n, k, &|i, j, l| {
+            av[i * k + l] * bv[l * n + j]
+        });
+        check("dA", &host(&a.grad().unwrap()), m, k, n, &|i, j, l| {
+            wv[i * n + l] * bv[j * n + l]
+        });
+        check("dB", &host(&b.grad().unwrap()), k, n, m, &|i, j, l| {
+            av[l * k + i] * wv[l * n + j]
+        });
+    }
+}

@@ -317,6 +317,10 @@ impl<D: Driver> GemmKernel<D> {
                 .map_err(|_| self.err("a negative operand offset".into()))
         };
         let math = super::math_mode::math_mode();
+        let half_operands = self
+            .contraction
+            .half_operands
+            .filter(|_| dtype == DType::F32);
         let k_outer = self.contraction.k_outer();
         let n_outer: usize = p.outer.iter().map(|d| d.len).product();
         let n_k: usize = k_outer.iter().map(|d| d.len).product();
@@ -359,8 +363,12 @@ impl<D: Driver> GemmKernel<D> {
                     },
                     batch: p.batch,
                     math,
+                    half_operands,
                 };
                 count(&COUNTERS.blas_calls, 1);
+                if half_operands.is_some() {
+                    count(&COUNTERS.half_blas_calls, 1);
+                }
                 self.driver.gemm(&call)?;
             }
         }

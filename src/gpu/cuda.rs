@@ -233,8 +233,46 @@ impl Driver for CudaDriver {
         // dtype; the plan keeps every element a call touches inside its
         // operand (`Contraction::blas`), and C is a fresh output.
         let status = unsafe {
-            match d {
-                crate::DType::F32 => {
+            match (d, call.half_operands) {
+                // f32 buffers of half values: their products on the
+                // tensor cores (exact conversions), summed in f32.
+                (crate::DType::F32, Some(half)) => {
+                    use cublas::sys::{cublasComputeType_t as Compute, cudaDataType::CUDA_R_32F};
+                    let compute = match half {
+                        crate::DType::BF16 => Compute::CUBLAS_COMPUTE_32F_FAST_16BF,
+                        crate::DType::F16 => Compute::CUBLAS_COMPUTE_32F_FAST_16F,
+                        other => {
+                            return Err(self.err(format!("{other:?} products: not a half type")))
+                        }
+                    };
+                    let (alpha, beta) = (call.alpha as f32, call.beta as f32);
+                    cublas::result::gemm_strided_batched_ex(
+                        *blas.handle(),
+                        op(call.trans_a),
+                        op(call.trans_b),
+                        m,
+                        n,
+                        k,
+                        (&alpha as *const f32).cast(),
+                        a as *const std::ffi::c_void,
+                        CUDA_R_32F,
+                        lda,
+                        sa,
+                        b as *const std::ffi::c_void,
+                        CUDA_R_32F,
+                        ldb,
+                        sb,
+                        (&beta as *const f32).cast(),
+                        c as *mut std::ffi::c_void,
+                        CUDA_R_32F,
+                        ldc,
+                        sc,
+                        batch,
+                        compute,
+                        cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                (crate::DType::F32, None) => {
                     let (alpha, beta) = (call.alpha as f32, call.beta as f32);
                     cublas::result::sgemm_strided_batched(
                         *blas.handle(),
@@ -257,7 +295,7 @@ impl Driver for CudaDriver {
                         batch,
                     )
                 }
-                crate::DType::F64 => cublas::result::dgemm_strided_batched(
+                (crate::DType::F64, _) => cublas::result::dgemm_strided_batched(
                     *blas.handle(),
                     op(call.trans_a),
                     op(call.trans_b),
@@ -277,7 +315,7 @@ impl Driver for CudaDriver {
                     sc,
                     batch,
                 ),
-                other => return Err(crate::dtype::not_computable("gemm", other)),
+                (other, _) => return Err(crate::dtype::not_computable("gemm", other)),
             }
         };
         status.map_err(|e| self.err(format!("cuBLAS: {e}")))

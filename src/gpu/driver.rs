@@ -75,6 +75,11 @@ pub(crate) struct GemmCall {
     pub batch: usize,
     /// The precision of an f32 product.
     pub math: MathMode,
+    /// The half type A's and B's f32 values are all of, when they are
+    /// (`Contraction::set_half_operands`): the products then run in that
+    /// type on the tensor cores (exact for such values), summed in f32,
+    /// whatever `math` says.
+    pub half_operands: Option<DType>,
 }
 
 /// A device, as the GPU backend drives it. Work is ordered on one stream

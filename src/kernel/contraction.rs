@@ -7,6 +7,8 @@
 //! the CPU backend runs them with its own GEMM, a GPU backend with
 //! cuBLAS. Must not decide what is a contraction, nor run one.
 
+use crate::DType;
+
 /// One (possibly fused) loop dimension: its length and its stride, in
 /// elements, in the first operand, the second operand, the output and the
 /// diagonal factor (0 when there is none, or it does not vary along it).
@@ -94,10 +96,11 @@ pub struct Contraction {
     /// Only GPU routes set it (`planner::route_for`).
     pub(crate) accumulate: Option<usize>,
     pub(crate) threads: usize,
-    /// Whether the operands are bf16 values (widened to f32): a CPU with
-    /// `avx512_bf16` then multiplies them as bf16 pairs with f32
-    /// accumulation (`Contraction::with_bf16_operands`).
-    pub(crate) bf16_operands: bool,
+    /// The half type the operands' values are of, when they are (widened
+    /// to f32): a CPU with `avx512_bf16` then multiplies bf16 ones as bf16
+    /// pairs, and a GPU either type on its tensor cores, with f32
+    /// accumulation (`Contraction::set_half_operands`).
+    pub(crate) half_operands: Option<DType>,
 }
 
 /// The diagonal factor of a scaled contraction: its argument number and
@@ -120,12 +123,15 @@ impl Contraction {
         self.threads = n.max(1);
     }
 
-    /// Marks the operands as bf16 values held in f32 (the product of an
-    /// op on bf16 tensors, `crate::ops::half`): the CPU then rounds them to
-    /// bf16 as it packs them (exact for such values) and multiplies them
-    /// with `avx512_bf16`, accumulating in f32, where the host has it.
-    pub fn set_bf16_operands(&mut self, yes: bool) {
-        self.bf16_operands = yes;
+    /// Marks the operands as values of the half type `half` held in f32
+    /// (the product of an op on tensors of that type, `crate::ops::half`),
+    /// or unmarks them (`None`). A CPU with `avx512_bf16` then rounds bf16
+    /// ones to bf16 as it packs them (exact for such values) and
+    /// multiplies them with `vdpbf16ps`; a GPU runs either type's products
+    /// on its tensor cores (cuBLAS's `CUBLAS_COMPUTE_32F_FAST_16BF` and
+    /// `_16F`); both accumulate in f32.
+    pub fn set_half_operands(&mut self, half: Option<DType>) {
+        self.half_operands = half;
     }
 
     /// The thread count set by [`Contraction::set_threads`] (default 1).

@@ -115,7 +115,7 @@ pub(super) fn inline_deferred(
             .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| {
                 f.inline_arg(*i, &p.plan.f)
             })?;
-        OpPlan::new(op, f, dtype, device, false, false)
+        OpPlan::new(op, f, dtype, device, false, None)
     })?;
     let names = fused.f.args().iter().map(|a| a.name.clone());
     Ok(Some(Fused {

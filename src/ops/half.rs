@@ -9,11 +9,12 @@
 //! that loads half, computes in f32 and stores half, bit for bit; today
 //! the widening and rounding run as conversions of their own around the
 //! f32 kernel (`to_dtype`), not inside it. One exception: the products of
-//! an op on bf16 tensors alone are marked ([`bf16_products`]) and run as
-//! bf16 products with f32 accumulation where the CPU has `avx512_bf16`
-//! (the same exact products, summed two at a time: within the f32 sums'
-//! rounding of the f32 kernel's value, not bit for bit; subnormal bf16
-//! operands count as zero there, as in every `vdpbf16ps` GEMM).
+//! an op on tensors of one half type alone are marked ([`half_products`])
+//! and run as products of that type with f32 accumulation where the
+//! hardware has them: bf16 pairs where the CPU has `avx512_bf16`, the
+//! tensor cores on a GPU (the same exact products, summed in another
+//! order: within the f32 sums' rounding of the f32 kernel's value, not bit
+//! for bit; subnormal bf16 operands count as zero in `vdpbf16ps`).
 //!
 //! The conversions are recorded `to_dtype` nodes, so gradients flow back
 //! through them: the gradient reaching a half tensor is rounded to its
@@ -25,18 +26,21 @@ use crate::{DType, Error};
 use std::cell::Cell;
 
 thread_local! {
-    /// Set while an op on bf16 tensors alone runs as its f32 form.
-    static BF16_ARGS: Cell<bool> = const { Cell::new(false) };
+    /// The half type of an op whose float arguments are all of that type,
+    /// while it runs as its f32 form.
+    static HALF_ARGS: Cell<Option<DType>> = const { Cell::new(None) };
 }
 
-/// Whether the op being planned on this thread is the f32 form of an op
-/// on bf16 tensors alone: its arguments are bf16 values, and so are the
-/// gradients its backward multiplies (they arrive through the rounding's
-/// derivative), so its products may run as bf16 products with f32
-/// accumulation (`Contraction::set_bf16_operands`, where the CPU has
-/// `avx512_bf16`; within f32 sums of the same exact products).
-pub(super) fn bf16_products() -> bool {
-    BF16_ARGS.with(Cell::get)
+/// The half type, when the op being planned on this thread is the f32
+/// form of an op on tensors of that half type alone: its arguments are
+/// values of that type, and so are the gradients its backward multiplies
+/// (they arrive through the rounding's derivative), so its products may
+/// run as products of that type with f32 accumulation
+/// (`Contraction::set_half_operands`: `vdpbf16ps` for bf16 where the CPU
+/// has `avx512_bf16`, cuBLAS's tensor cores on a GPU; within f32 sums of
+/// the same exact products).
+pub(super) fn half_products() -> Option<DType> {
+    HALF_ARGS.with(Cell::get)
 }
 
 /// The dtype of an op's result when its float arguments include a half
@@ -96,13 +100,13 @@ pub(super) fn through_f32(
         .map(|(_, t)| widen(t))
         .collect::<Result<_, _>>()?;
     let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&wide).collect();
-    let bf16_alone = out == DType::BF16
+    let alone = out.is_half()
         && args
             .iter()
-            .all(|(_, t)| !t.dtype().is_float() || t.dtype() == DType::BF16);
-    let before = BF16_ARGS.with(|b| b.replace(bf16_alone));
+            .all(|(_, t)| !t.dtype().is_float() || t.dtype() == out);
+    let before = HALF_ARGS.with(|b| b.replace(alone.then_some(out)));
     let y = f32_op(&named);
-    BF16_ARGS.with(|b| b.set(before));
+    HALF_ARGS.with(|b| b.set(before));
     let y = y?;
     if out.is_half() && y.dtype() == DType::F32 {
         y.to_dtype(out)

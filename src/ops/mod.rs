@@ -215,11 +215,11 @@ fn apply_computed(
         Def::Text { src, sizes } => (src, sizes),
         Def::Function { text, .. } => (text, &[][..]),
     };
-    let bf16_products = half::bf16_products();
+    let half_products = half::half_products();
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
     let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");
-    if bf16_products {
-        key.push_str("\u{1}bf16 products");
+    if let Some(half) = half_products {
+        let _ = write!(key, "\u{1}{half:?} products");
     }
     push_device(&mut key, device);
     for (n, v) in sizes {
@@ -257,7 +257,7 @@ fn apply_computed(
             dtype,
             device,
             output == Output::SharesInput,
-            bf16_products,
+            half_products,
         )
     })?;
     let fused = match output {

@@ -345,7 +345,7 @@ fn detect_with(f: &IndexFn, diagonal: bool) -> Option<Contraction> {
         symmetric,
         accumulate: None,
         threads: 1,
-        bf16_operands: false,
+        half_operands: None,
     })
 }
 

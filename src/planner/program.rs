@@ -7,7 +7,7 @@
 
 use super::route::Route;
 use crate::symbolic::{ArgDecl, IndexFn};
-use crate::Error;
+use crate::{DType, Error};
 
 /// Where a stage's argument is read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,13 +88,13 @@ pub struct Program {
 }
 
 impl Program {
-    /// Marks every contraction as one of bf16 values held in f32 (see
-    /// `Contraction::set_bf16_operands`): the program of an op on bf16
-    /// tensors, computed in f32 (`crate::ops`).
-    pub fn mark_bf16_products(&mut self) {
+    /// Marks every contraction as one of `half` values held in f32 (see
+    /// `Contraction::set_half_operands`): the program of an op on tensors
+    /// of that half type, computed in f32 (`crate::ops`).
+    pub fn mark_half_products(&mut self, half: DType) {
         for stage in &mut self.stages {
             if let Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } = &mut stage.route {
-                c.set_bf16_operands(true);
+                c.set_half_operands(Some(half));
             }
         }
     }

@@ -173,12 +173,13 @@ pub(crate) fn compile_stage(
         return Ok(Arc::new(CompiledKernel::build(f, route, dtype, backend)?));
     }
     let mut key = crate::kernel::key::structural_key(f);
-    // A product of bf16 operands runs another kernel than the same
-    // function's f32 product (`Contraction::set_bf16_operands`).
+    // A product of half operands runs another kernel than the same
+    // function's f32 product (`Contraction::set_half_operands`).
     if let Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } = route {
-        if c.bf16_operands {
-            key.bytes.extend_from_slice(b"\0bf16 products");
-            key.hash ^= 0xBF16_BF16_0000_0001;
+        if let Some(half) = c.half_operands {
+            key.bytes
+                .extend_from_slice(format!("\0{half:?} products").as_bytes());
+            key.hash ^= 0xBF16_BF16_0000_0001 ^ half as u64;
         }
     }
     get_or_compile(key, dtype, backend.device(), || {

@@ -101,6 +101,9 @@ pub struct Stats {
     pub ptx_launches: u64,
     /// GEMMs handed to cuBLAS.
     pub cublas_calls: u64,
+    /// Those of them with half-precision products on the tensor cores
+    /// (the products of ops on bf16 or f16 tensors; f32 accumulation).
+    pub cublas_half_calls: u64,
     /// Bytes copied from the host to a device.
     pub bytes_to_device: u64,
     /// Bytes copied from a device to the host.
@@ -153,7 +156,7 @@ fn evict_plans() {
 /// The counters since the process started.
 pub fn stats() -> Stats {
     let j = kernel_cache::stats();
-    let [gpu_kernels_run, ptx_launches, cublas_calls, bytes_to_device, bytes_to_host, device_synchronizations] =
+    let [gpu_kernels_run, ptx_launches, cublas_calls, cublas_half_calls, bytes_to_device, bytes_to_host, device_synchronizations] =
         crate::gpu::counters();
     Stats {
         op_plans_built: PLANS_BUILT.load(Relaxed),
@@ -169,6 +172,7 @@ pub fn stats() -> Stats {
         gpu_kernels_run,
         ptx_launches,
         cublas_calls,
+        cublas_half_calls,
         bytes_to_device,
         bytes_to_host,
         device_synchronizations,
@@ -233,9 +237,9 @@ pub(crate) struct OpPlan {
     pub(crate) host: Option<Arc<dyn crate::planner::host::HostOp>>,
     /// See [`OpPlan::elementwise_nodes`], found on first request.
     elementwise: OnceLock<Option<usize>>,
-    /// Whether its arguments are bf16 values held in f32 (see
+    /// The half type its arguments' values are of, when they are (see
     /// [`OpPlan::new`]): its node plans mark their contractions too.
-    bf16_products: bool,
+    half_products: Option<DType>,
 }
 
 /// A forward pass's output and the values it kept (by stage).
@@ -459,25 +463,25 @@ fn stages_needed(program: &Program, out: usize) -> usize {
 }
 
 impl OpPlan {
-    /// The plan of `f` in `dtype` on `device`; with `bf16_products`, its
-    /// arguments (and the gradients its backward multiplies) are bf16
-    /// values held in f32, and its contractions say so
-    /// (`Program::mark_bf16_products`).
+    /// The plan of `f` in `dtype` on `device`; with `half_products`, its
+    /// arguments (and the gradients its backward multiplies) are values of
+    /// that half type held in f32, and its contractions say so
+    /// (`Program::mark_half_products`).
     pub(crate) fn new(
         op: &str,
         f: IndexFn,
         dtype: DType,
         device: Device,
         alias: bool,
-        bf16_products: bool,
+        half_products: Option<DType>,
     ) -> Result<OpPlan, Error> {
         let backend = backend_for(device)?;
         let plain = if alias {
             None
         } else {
             let mut program = planner::plan_function_for(&f, dtype, backend.target())?;
-            if bf16_products {
-                program.mark_bf16_products();
+            if let Some(half) = half_products {
+                program.mark_half_products(half);
             }
             Some(compile_program(program, dtype, backend, |_| true)?)
         };
@@ -490,7 +494,7 @@ impl OpPlan {
             grads: Mutex::new(Vec::new()),
             elementwise: OnceLock::new(),
             host: None,
-            bf16_products,
+            half_products,
         })
     }
 
@@ -514,7 +518,7 @@ impl OpPlan {
             grads: Mutex::new(Vec::new()),
             elementwise: OnceLock::new(),
             host: Some(host),
-            bf16_products: false,
+            half_products: None,
         })
     }
 
@@ -651,9 +655,9 @@ impl OpPlan {
         }
         DERIVATIONS.fetch_add(wrt.len() as u64, Relaxed);
         let mut plan = planner::plan_node_for(&self.f, &wrt, self.dtype, self.backend.target())?;
-        if self.bf16_products {
-            plan.forward.mark_bf16_products();
-            plan.backward.mark_bf16_products();
+        if let Some(half) = self.half_products {
+            plan.forward.mark_half_products(half);
+            plan.backward.mark_half_products(half);
         }
         NodeGrad::new(plan, self.dtype, self.backend, self.is_alias())
     }

@@ -89,7 +89,7 @@ unsafe impl<T> Sync for Operands<T> {}
 /// The micro-kernel products in `dtype` run with in this process (its
 /// register tile and instruction set, e.g. `"avx512 6x32"`), or `None` for
 /// a dtype no GEMM computes. Benchmarks report it. `BF16`: the kernel of
-/// products of bf16 operands (`Contraction::set_bf16_operands`), where the
+/// products of bf16 operands (`Contraction::set_half_operands`), where the
 /// host has one.
 ///
 /// ```
@@ -282,7 +282,7 @@ impl Contraction {
         // and small products with the f32 kernels (below
         // `MIN_BF16_PRODUCT` terms, packing pairs costs more than the
         // faster kernel saves: a 64-128-10 MLP's step took 211 µs, not 71).
-        let pairs = self.bf16_operands
+        let pairs = self.half_operands == Some(DType::BF16)
             && T::DTYPE == DType::F32
             && self.diag.is_none()
             && m.len > 1

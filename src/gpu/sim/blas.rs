@@ -6,7 +6,8 @@
 //! integers, every element a call touches inside its operand's buffer,
 //! and `C` overlapping neither `A` nor `B`. The product is computed in the
 //! element type (f32 sums in f32, in index order; in `MathMode::Tf32`
-//! each f32 input rounded to TF32 first), `C` is not read when
+//! each f32 input rounded to TF32 first, and with half operands to their
+//! half type, as the tensor cores see them), `C` is not read when
 //! `beta` is 0 (as cuBLAS). Must not run anything but this reference.
 
 use super::super::driver::{GemmCall, Matrix};
@@ -126,9 +127,12 @@ pub(crate) fn gemm(blocks: &mut Blocks, call: &GemmCall) -> Result<(), String> {
         p * m.stride + col * m.ld + r
     };
     let f32 = call.dtype == DType::F32;
-    // TF32: the tensor cores see each f32 input rounded.
-    let input = |v: f64| match call.math {
-        MathMode::Tf32 if f32 => round_to_tf32(v as f32),
+    // TF32, or half operands: the tensor cores see each f32 input rounded
+    // (half operands' values round to themselves).
+    let input = |v: f64| match (call.half_operands, call.math) {
+        (Some(DType::BF16), _) if f32 => half::bf16::from_f32(v as f32).to_f32(),
+        (Some(DType::F16), _) if f32 => half::f16::from_f32(v as f32).to_f32(),
+        (_, MathMode::Tf32) if f32 => round_to_tf32(v as f32),
         _ => v as f32,
     };
     for p in 0..call.batch {

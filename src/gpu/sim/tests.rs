@@ -156,6 +156,7 @@ fn cublas_reference_and_its_argument_checks() {
         c: matrix(c, 32, 2, true),
         batch: 1,
         math: crate::gpu::MathMode::Full,
+        half_operands: None,
     };
     d.gemm(&call).unwrap();
     let mut back = [0u8; 32];

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Half precision on a lent GPU (issue "Half precision"), in one short run:
+# the half tests on the card, the MLP trained under bf16 and f16 autocast,
+# and 4096³ products in f32, bf16 and f16 (tenjin's, then PyTorch's) at
+# full f32 precision and with TF32. The GPU machine has no Rust
+# toolchain: the binaries are built here and carried in BIN.
+#   bench/on_gpu_half.sh --build .gpuh    # here
+#   bench/on_gpu_half.sh .gpuh OUT        # there; JSON lines in OUT/*.jsonl
+#   bench/gpu.sh --table OUT/tenjin.jsonl OUT/torch.jsonl
+# The exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --build ]; then
+  bin=${2:?bench/on_gpu_half.sh --build DIR}
+  set -e
+  mkdir -p "$bin"
+  cargo build --release --features cuda --example gpu_peers --example train_mlp
+  for e in gpu_peers train_mlp; do cp target/release/examples/$e "$bin/"; done
+  for t in gpu_half half_vs_torch gpu_sim; do
+    exe=$(cargo test --release --features cuda --test $t --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+    cp "$exe" "$bin/test_$t"
+  done
+  strip "$bin"/* 2>/dev/null || true
+  du -sh "$bin"
+  exit 0
+fi
+bin=${1:?bench/on_gpu_half.sh BIN OUT}
+out=${2:?bench/on_gpu_half.sh BIN OUT}
+mkdir -p "$out"
+failed=0
+step() { # step LOG SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "== $*" >>"$out/$name.log"
+  timeout "$limit" "$@" >>"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name ($*): exit $rc after $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || { failed=$((failed + 1)); tail -n 15 "$out/$name.log"; }
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+. bench/gpu_libs.sh
+export TENJIN_GPU_TESTS=cuda
+step checks 30 "$bin/test_gpu_half" --test-threads=1
+step checks 30 "$bin/test_half_vs_torch" --test-threads=1
+step checks 60 "$bin/test_gpu_sim" --test-threads=1
+for half in bf16 f16; do step train 45 "$bin/train_mlp" --device cuda --autocast $half; done
+step train 45 "$bin/train_mlp" --device cuda
+for math in "" tf32; do
+  step tenjin 60 "$bin/gpu_peers" --device cuda --only matmul $math
+  step torch 90 python3 bench/gpu_peers.py $math --only matmul --skip jax
+done
+grep -h '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
+grep -h '^{' "$out/torch.log" >"$out/torch.jsonl"
+grep -h "accuracy\|loss" "$out/train.log" | tail -n 12
+exit $failed
