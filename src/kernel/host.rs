@@ -105,13 +105,18 @@ impl HostIn<'_> {
         use half::slice::HalfFloatSliceExt;
         // The conversions of every half-precision op, over slices: the
         // `half` crate's use the CPU's conversion instructions (F16C)
-        // where it has them. Same values as one at a time.
+        // where it has them, bf16's AVX2 (`bf16_slices`). Same values as
+        // one at a time.
         let n = self.len();
         match (self, out) {
             (HostIn::F32(x), HostOut::F16(o)) if o.len() == n => o.convert_from_f32_slice(x),
-            (HostIn::F32(x), HostOut::BF16(o)) if o.len() == n => o.convert_from_f32_slice(x),
+            (HostIn::F32(x), HostOut::BF16(o)) if o.len() == n => {
+                super::bf16_slices::f32_to_bf16(x, o)
+            }
             (HostIn::F16(x), HostOut::F32(o)) if o.len() == n => x.convert_to_f32_slice(o),
-            (HostIn::BF16(x), HostOut::F32(o)) if o.len() == n => x.convert_to_f32_slice(o),
+            (HostIn::BF16(x), HostOut::F32(o)) if o.len() == n => {
+                super::bf16_slices::bf16_to_f32(x, o)
+            }
             (input, out) => input.cast_each(out),
         }
     }

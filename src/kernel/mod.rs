@@ -6,7 +6,8 @@
 //! lowering `lower`, the structural cache key (`key`), and everything else
 //! a backend is handed: the [`Route`](route::Route) of a stage, the
 //! [`Contraction`](contraction::Contraction) a GEMM computes, the
-//! host-kernel interface (`host`), the vector width [`LANES`], and the
+//! host-kernel interface (`host`, with its conversions between f32 and
+//! bf16 over slices, `bf16_slices`), the vector width [`LANES`], and the
 //! [`Backend`](backend::Backend) interface itself with its operands. Every
 //! backend consumes this IR: the Cranelift CPU backend (`crate::cpu`) and
 //! the PTX backend (`crate::gpu`). It must therefore stay free of any
@@ -52,6 +53,7 @@
 //! ```
 
 pub mod backend;
+pub mod bf16_slices;
 pub mod contraction;
 pub mod host;
 pub mod key;
