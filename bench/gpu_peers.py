@@ -125,6 +125,26 @@ class Gpt(torch.nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 
 
+def gpt_step_autocast(layers=12, d=768, h=12, t=1024, b=8, vocab=50257):
+    """The GPT step with its forward under torch.autocast(bf16), eager."""
+    size = f"layers={layers},d={d},heads={h},T={t},B={b},vocab={vocab},BF16"
+    ids = torch.tensor([(k * 7919) % vocab for k in range(b * (t + 1))]).view(b, t + 1)
+    x, y = ids[:, :-1].contiguous().to(dev), ids[:, 1:].contiguous().to(dev)
+    model = Gpt(layers, d, h, t, vocab).to(dev)
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    step()
+    report("torch", "gpt_step_autocast", size, median_ms(5, step))
+    del model, opt
+
+
 def gpt_step(layers=12, d=768, h=12, t=1024, b=8, vocab=50257):
     size = f"layers={layers},d={d},heads={h},T={t},B={b},vocab={vocab}"
     ids = torch.tensor([(k * 7919) % vocab for k in range(b * (t + 1))]).view(b, t + 1)
@@ -299,6 +319,8 @@ def main():
     if want("conv2d"):
         value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
                    lambda x, w: F.conv2d(x, w, padding=1))
+    if want("gpt_step_autocast"):
+        gpt_step_autocast()
     if want("gpt_step"):
         gpt_step()  # last: the largest, and torch.compile's compilation the longest
 

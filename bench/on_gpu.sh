@@ -77,7 +77,7 @@ grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
 torch_limit=480
 [ -z "${DEADLINE:-}" ] || torch_limit=$((DEADLINE - SECONDS))
 [ "$torch_limit" -gt 0 ] || torch_limit=1 # `timeout 0` would wait for ever
-step torch "$torch_limit" env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math ${quick:+--skip gpt_step}
+step torch "$torch_limit" env PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py $math ${quick:+--skip gpt_step,gpt_step_autocast}
 grep '^{' "$out/torch.log" >"$out/torch.jsonl"
 # Where PyTorch's time goes in the same GPT step.
 [ -n "$math$quick" ] || step profile 60 python3 bench/gpu_torch_profile.py

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Half precision on a lent GPU (issue "Half precision"), in one short run:
 # the half tests on the card, the MLP trained under bf16 and f16 autocast,
-# and 4096³ products in f32, bf16 and f16 (tenjin's, then PyTorch's) at
-# full f32 precision and with TF32. The GPU machine has no Rust
+# 4096³ products in f32, bf16 and f16 (tenjin's, then PyTorch's) at full
+# f32 precision and with TF32, and the GPT step in f32 and under bf16
+# autocast (PyTorch eager's under torch.autocast), then the autocast
+# step's kernels (TENJIN_GPU_PROFILE=1, in OUT/profile.log). The GPU machine has no Rust
 # toolchain: the binaries are built here and carried in BIN.
 #   bench/on_gpu_half.sh --build .gpuh    # here
 #   bench/on_gpu_half.sh .gpuh OUT        # there; JSON lines in OUT/*.jsonl
@@ -50,6 +52,9 @@ for math in "" tf32; do
   step tenjin 60 "$bin/gpu_peers" --device cuda --only matmul $math
   step torch 90 python3 bench/gpu_peers.py $math --only matmul --skip jax
 done
+step tenjin 150 "$bin/gpu_peers" --device cuda --only gpt_step,gpt_step_autocast
+step torch 90 python3 bench/gpu_peers.py --only gpt_step_autocast --skip jax
+step profile 90 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda --only gpt_step_autocast
 grep -h '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
 grep -h '^{' "$out/torch.log" >"$out/torch.jsonl"
 grep -h "accuracy\|loss" "$out/train.log" | tail -n 12

@@ -17,6 +17,9 @@
 //! - `matmul`: a 4096³ product of f32, bf16 and f16 matrices (half ones
 //!   multiplied on the tensor cores with f32 sums, their result rounded to
 //!   the half type: PyTorch's half matmul), the product alone;
+//! - `gpt_step_autocast`: the same step with its forward and loss under
+//!   `tenjin::autocast(BF16)` (master weights and AdamW in f32), against
+//!   PyTorch eager under `torch.autocast("cuda", torch.bfloat16)`;
 //! - `mlp_step`: 784-512-512-10 with ReLU, cross-entropy and SGD, batch
 //!   64, 256 and 1024;
 //! - `attention`: value and gradients of `Σ softmax(QKᵀ/√E)·V·G` at
@@ -164,7 +167,9 @@ struct Block {
     b: [Tensor; 2],
 }
 
-fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
+/// The GPT step; with `autocast`, its forward (the loss included) under
+/// `tenjin::autocast` of that half type, the weights and AdamW in f32.
+fn gpt_step(device: Device, g: Gpt, reps: usize, autocast: Option<DType>) -> Result<(), Error> {
     let (d, h, t, b) = (g.width, g.heads, g.context, g.batch);
     let s = 1.0 / (d as f32).sqrt();
     let blocks: Vec<Block> = (0..g.layers)
@@ -225,9 +230,7 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
     // to issue its calls and the time until the device has finished them.
     let phases = std::env::var_os("TENJIN_GPT_PHASES").is_some();
     let mut clock = Phases::new(device, phases);
-    let ms = median_ms(reps, device, || {
-        clock.start();
-        opt.zero_grad();
+    let forward = || -> Result<Tensor, Error> {
         let mut z = tokens.embedding(&x)?.add(&positions)?;
         for bl in &blocks {
             let a = bl.ln1.forward(&z)?;
@@ -260,7 +263,15 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
             .forward(&z)?
             .matmul(&tokens.transpose(0, 1)?)?
             .reshape(&[b * t, g.vocab])?;
-        let loss = logits.cross_entropy_with(&y, Default::default())?;
+        logits.cross_entropy_with(&y, Default::default())
+    };
+    let ms = median_ms(reps, device, || {
+        clock.start();
+        opt.zero_grad();
+        let loss = match autocast {
+            Some(half) => tenjin::autocast(half, forward)?,
+            None => forward()?,
+        };
         clock.mark()?;
         loss.backward()?;
         clock.mark()?;
@@ -273,7 +284,10 @@ fn gpt_step(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
         "layers={},d={d},heads={h},T={t},B={b},vocab={}",
         g.layers, g.vocab
     );
-    report("gpt_step", &size, ms, None);
+    match autocast {
+        Some(half) => report("gpt_step_autocast", &format!("{size},{half:?}"), ms, None),
+        None => report("gpt_step", &size, ms, None),
+    }
     Ok(())
 }
 
@@ -555,7 +569,10 @@ fn main() -> Result<(), Error> {
     }
     // Last: the largest, and the longest to compile.
     if run("gpt_step") {
-        gpt_step(device, sizes.gpt, reps.min(5))?;
+        gpt_step(device, sizes.gpt, reps.min(5), None)?;
+    }
+    if run("gpt_step_autocast") {
+        gpt_step(device, sizes.gpt, reps.min(5), Some(DType::BF16))?;
     }
     Ok(())
 }
