@@ -4,6 +4,8 @@
 //! the step whose gradients overflowed, backing off and growing its scale
 //! as PyTorch's does.
 
+mod common;
+
 use tenjin::amp::{autocast, autocast_dtype, GradScaler, GradScalerConfig};
 use tenjin::optim::{Optimizer, SgdConfig, SGD};
 use tenjin::{DType, Device, Error, Tensor};
@@ -329,4 +331,79 @@ fn the_grad_scaler_steps_alike_on_the_simulated_gpu() {
         );
     }
     assert!(!cpu[2].1 && cpu.iter().filter(|r| !r.1).count() == 1);
+}
+
+/// Autocast rounds an f32 argument of a lowered op to the half type's
+/// values in one pass: the same values and gradients, bit for bit, as
+/// converting the arguments with `to_dtype` and running the op on the
+/// half tensors, for both half types, a bias, a part of a tensor (a
+/// narrowed view), a transposed view and an argument already in the half
+/// type, on the CPU and on the simulated GPU.
+#[test]
+fn lowering_matches_the_explicit_conversions_bit_for_bit() {
+    for device in [Device::Cpu, common::gpu()] {
+        for half in [DType::BF16, DType::F16] {
+            let on = |shape: &[usize], seed: u64| {
+                Tensor::randn(shape, DType::F32, seed)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap()
+                    .requires_grad()
+            };
+            let (x, w, b, v) = (
+                on(&[7, 9], 21),
+                on(&[4, 9], 22),
+                on(&[4], 23),
+                on(&[4, 5], 24),
+            );
+            let run = |explicit: bool| -> Vec<Vec<u32>> {
+                for t in [&x, &w, &b, &v] {
+                    t.zero_grad();
+                }
+                let lower = |t: &Tensor| {
+                    if explicit {
+                        t.to_dtype(half).unwrap()
+                    } else {
+                        t.clone()
+                    }
+                };
+                let part = x.narrow(0, 2, 5).unwrap();
+                let vh = v.to_dtype(half).unwrap();
+                let y = autocast(half, || {
+                    let y = lower(&part).linear(&lower(&w), Some(&lower(&b)))?;
+                    let z = y.matmul(&lower(&vh))?;
+                    let t = lower(&w.t()?).t()?.matmul(&lower(&x).t()?)?;
+                    Ok(vec![y, z, t])
+                })
+                .unwrap();
+                let mut loss = Tensor::scalar(0.0, DType::F32)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap();
+                for y in &y {
+                    assert_eq!(y.dtype(), half);
+                    loss = loss
+                        .add(&y.to_dtype(DType::F32).unwrap().sum().unwrap())
+                        .unwrap();
+                }
+                loss.backward().unwrap();
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    t.to_dtype(DType::F32)
+                        .unwrap()
+                        .to_vec()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                };
+                let mut out: Vec<Vec<u32>> = y.iter().map(bits).collect();
+                out.extend([&x, &w, &b, &v].map(|t| bits(&t.grad().unwrap())));
+                out
+            };
+            let (explicit, lowered) = (run(true), run(false));
+            for (k, (e, l)) in explicit.iter().zip(&lowered).enumerate() {
+                assert_eq!(e, l, "{device:?} {half:?}: result {k}");
+            }
+        }
+    }
 }

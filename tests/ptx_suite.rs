@@ -74,6 +74,9 @@ fn every_builtin_module_is_emitted() {
         for dtype in dtypes {
             let mut all = vec![Builtin::Fill, Builtin::AddAssign];
             all.extend(dtypes.map(|from| Builtin::Cast { from }));
+            if dtype == DType::F32 {
+                all.extend([DType::BF16, DType::F16].map(|half| Builtin::RoundToHalf { half }));
+            }
             for ids in [DType::I32, DType::I64] {
                 for along in [false, true] {
                     all.push(Builtin::Gather { ids, along });
@@ -91,6 +94,7 @@ fn every_builtin_module_is_emitted() {
         }
     }
     // Per architecture: fill, add and 6 casts + 4 gathers per dtype, 4
-    // scatter-adds per type kernels compute in.
-    assert_eq!(n, 3 * (6 * 12 + 2 * 4));
+    // scatter-adds per type kernels compute in, 2 roundings of f32 to
+    // half values.
+    assert_eq!(n, 3 * (6 * 12 + 2 * 4 + 2));
 }

@@ -495,6 +495,13 @@ impl<D: Driver> Executable for FormKernel<D> {
                 let f = self.function(Builtin::Cast { from: src.dtype() })?;
                 cast_on(&*self.driver, &f, *src, out)
             }
+            DeviceForm::RoundToHalf(half) => {
+                let [src] = inputs else {
+                    return Err(arity(1));
+                };
+                let f = self.function(Builtin::RoundToHalf { half })?;
+                cast_on(&*self.driver, &f, *src, out)
+            }
             DeviceForm::Gather { lines, along } => {
                 let [x, ids] = inputs else {
                     return Err(arity(2));

@@ -84,18 +84,64 @@ impl HostIn<'_> {
     /// when short): a conversion streams memory, and the half-precision
     /// ops run two or three of them each.
     pub fn cast_into_on(self, out: HostOut<'_>, workers: &dyn Workers) {
+        self.in_chunks_on(out, workers, &|x, o| x.cast_into(o));
+    }
+
+    /// `f` over matching chunks of the input and `out` (as many elements
+    /// as both hold), in parallel over `workers` (on this thread when
+    /// short): for element-wise passes that stream memory.
+    fn in_chunks_on(
+        self,
+        out: HostOut<'_>,
+        workers: &dyn Workers,
+        f: &(dyn Fn(HostIn<'_>, HostOut<'_>) + Sync),
+    ) {
         let n = self.len().min(out.len());
         const CHUNK: usize = 1 << 15;
         if n < 2 * CHUNK {
-            return self.cast_into(out);
+            return f(self, out);
         }
         let out = RawOut::of(out);
         workers.parallel_for(n, CHUNK, &|start, end| {
             // SAFETY: the chunks are disjoint ranges of `out`'s first `n`
             // elements, and `out` is borrowed until `parallel_for` returns.
             let chunk = unsafe { out.range(start, end) };
-            self.range(start, end).cast_into(chunk);
+            f(self.range(start, end), chunk);
         });
+    }
+
+    /// An f32 input's values rounded to the nearest values of the half
+    /// type `half` (as converting to it and back does), into an f32
+    /// `out`, over `workers`; any other pair of types is an error.
+    pub fn round_to_half_on(
+        self,
+        half: DType,
+        out: HostOut<'_>,
+        workers: &dyn Workers,
+    ) -> Result<(), Error> {
+        use half::slice::HalfFloatSliceExt;
+        let (HostIn::F32(_), HostOut::F32(_), true) = (self, &out, half.is_half()) else {
+            return Err(Error::Invalid {
+                function: "round_to_half".into(),
+                message: format!("internal: rounds f32 values to {half:?} values in f32 only"),
+            });
+        };
+        self.in_chunks_on(out, workers, &|x, o| {
+            let (HostIn::F32(x), HostOut::F32(o)) = (x, o) else {
+                return;
+            };
+            if half == DType::BF16 {
+                return super::bf16_slices::round_to_bf16(x, o);
+            }
+            // f16 through a short buffer, both ways with F16C.
+            let mut buffer = [half::f16::ZERO; 1024];
+            for (x, o) in x.chunks(1024).zip(o.chunks_mut(1024)) {
+                let b = &mut buffer[..x.len()];
+                b.convert_from_f32_slice(x);
+                b.convert_to_f32_slice(o);
+            }
+        });
+        Ok(())
     }
 
     /// Converts the elements into `out`, as many as both hold, as
@@ -256,6 +302,9 @@ pub enum DeviceForm {
     /// Its one input converted element-wise to the output's type
     /// (`Backend::cast`).
     Cast,
+    /// Its one f32 input rounded element-wise to the nearest values of
+    /// the half type, into an f32 output (a conversion to it and back).
+    RoundToHalf(DType),
     /// Inputs `(x, ids)` over `lines`: `y[o; t; i] = x[o; ids[t]; i]`
     /// (`ids` of `count` elements), or with `along`,
     /// `y[o; j; i] = x[o; ids[o; j; i]; i]` (`ids` of the output's shape).

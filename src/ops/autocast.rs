@@ -6,9 +6,11 @@
 //! PyTorch's autocast lists for the ops tenjin has. `super::apply_as` asks
 //! [`cast_args`] how to convert an op's float arguments before anything
 //! else; every other op runs in its arguments' types (a half type mixed
-//! with f32 gives f32, `super::half`). Conversions are recorded
-//! `to_dtype`s, so an f32 weight's gradient arrives in f32: master weights
-//! stay f32 and optimizers update them in f32. The backward runs in the
+//! with f32 gives f32, `super::half`). Conversions are recorded (an f32
+//! argument of a lowered op as one rounding to the half type's values,
+//! the same values as converting it and back), so an f32 weight's
+//! gradient arrives in f32: master weights stay f32 and optimizers update
+//! them in f32. The backward runs in the
 //! types the forward chose. Must not plan or run anything itself.
 
 use crate::tensor::Tensor;
@@ -111,11 +113,20 @@ pub fn autocast_dtype() -> Option<DType> {
     SCOPE.with(Cell::get)
 }
 
-/// The arguments `op` takes under the current scope, converted; `None`
-/// when nothing changes (no scope, an op in neither table, or arguments
-/// already of the types wanted). f64 arguments are never converted, as in
-/// PyTorch.
-pub(super) fn cast_args(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<Vec<Tensor>>, Error> {
+/// How an op runs under the current scope ([`cast_args`]).
+pub(super) enum Cast {
+    /// On these arguments, converted.
+    Args(Vec<Tensor>),
+    /// On its arguments' values rounded to this half type, in f32, its
+    /// result rounded to it (`super::half::through_half_values`: the
+    /// values of converting each argument, in fewer passes).
+    Lower(DType),
+}
+
+/// How `op` runs under the current scope; `None` when nothing changes (no
+/// scope, an op in neither table, or arguments already of the types
+/// wanted). f64 arguments are never converted, as in PyTorch.
+pub(super) fn cast_args(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<Cast>, Error> {
     let Some(half) = autocast_dtype() else {
         return Ok(None);
     };
@@ -133,6 +144,9 @@ pub(super) fn cast_args(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<Vec
     if !args.iter().any(|(_, t)| converts(t)) {
         return Ok(None);
     }
+    if want.is_half() && args.iter().all(|(_, t)| t.dtype() != DType::F64) {
+        return Ok(Some(Cast::Lower(want)));
+    }
     args.iter()
         .map(|(_, t)| match converts(t) {
             true if want == DType::F32 => super::half::widen(t),
@@ -140,5 +154,5 @@ pub(super) fn cast_args(op: &str, args: &[(&str, &Tensor)]) -> Result<Option<Vec
             false => Ok((*t).clone()),
         })
         .collect::<Result<_, _>>()
-        .map(Some)
+        .map(|args| Some(Cast::Args(args)))
 }

@@ -4,6 +4,10 @@
 //! (integers carry no gradient). A conversion is a host stage (`crate::planner::host`): a
 //! kernel reads one element type and writes another, which index-function
 //! kernels (one type per kernel) do not.
+//!
+//! Also owns `round_to_half`, the composition of a conversion to a half
+//! type and back to f32 in one pass (autocast's operands, `super::half`),
+//! whose gradient is rounded the same way, as the two conversions' is.
 
 use super::apply_host_as_typed;
 use crate::kernel::host::DeviceForm;
@@ -40,21 +44,50 @@ impl HostKernel for Cast {
     }
 }
 
+/// Element-wise rounding of f32 values to the nearest values of `half`,
+/// in f32.
+#[derive(Debug)]
+struct RoundToHalf {
+    half: DType,
+}
+
+impl HostKernel for RoundToHalf {
+    fn name(&self) -> &str {
+        "round_to_half"
+    }
+
+    fn run(&self, inputs: &[HostIn], out: HostOut, workers: &dyn Workers) -> Result<(), Error> {
+        inputs[0].round_to_half_on(self.half, out, workers)
+    }
+
+    fn out_dtype(&self) -> Option<DType> {
+        Some(DType::F32)
+    }
+
+    fn device_form(&self) -> Option<DeviceForm> {
+        Some(DeviceForm::RoundToHalf(self.half))
+    }
+}
+
+/// A conversion's programs: `forward` maps its input, `backward` its
+/// output's gradient back (a conversion to the input's type, or the same
+/// rounding).
 struct Convert {
     shape: Vec<usize>,
-    from: DType,
-    to: DType,
+    name: &'static str,
+    forward: Arc<dyn HostKernel>,
+    backward: Arc<dyn HostKernel>,
 }
 
 impl Convert {
     fn program(&self) -> Result<Program, Error> {
         let args: [(&str, &[usize]); 1] = [("x", &self.shape)];
         let stage = host_stage(
-            "to_dtype",
+            self.name,
             &args,
             vec![Source::Input(0)],
             &self.shape,
-            Arc::new(Cast { to: self.to }),
+            self.forward.clone(),
         )?;
         Ok(single_stage_program(&args, stage))
     }
@@ -67,17 +100,18 @@ impl HostOp for Convert {
 
     fn node_plan(&self, wrt: &[usize]) -> Result<NodePlan, Error> {
         // Inputs: x, the output's gradient, the output.
+        let gradient = format!("d{}", self.name);
         let inputs: [(&str, &[usize]); 3] = [
             ("x", &self.shape),
-            ("dto_dtype", &self.shape),
-            ("to_dtype", &self.shape),
+            (&gradient, &self.shape),
+            (self.name, &self.shape),
         ];
         let stage = host_stage(
-            "to_dtype_backward",
-            &[("dto_dtype", &self.shape)],
+            &format!("{}_backward", self.name),
+            &[(&gradient, &self.shape)],
             vec![Source::Input(1)],
             &self.shape,
-            Arc::new(Cast { to: self.from }),
+            self.backward.clone(),
         )?;
         Ok(NodePlan {
             forward: self.program()?,
@@ -118,10 +152,43 @@ impl Tensor {
         let host = || -> Arc<dyn HostOp> {
             Arc::new(Convert {
                 shape: x.shape().to_vec(),
-                from,
-                to: dtype,
+                name: "to_dtype",
+                forward: Arc::new(Cast { to: dtype }),
+                backward: Arc::new(Cast { to: from }),
             })
         };
         apply_host_as_typed("to_dtype", &format!("{from:?}"), host, &[("x", &x)], dtype)
+    }
+
+    /// An f32 tensor's values rounded to the nearest values of the half
+    /// type `half`, in f32: `x.to_dtype(half)?.to_dtype(F32)` bit for bit,
+    /// gradient included (rounded the same way), in one pass each way.
+    pub(crate) fn round_to_half(&self, half: DType) -> Result<Tensor, Error> {
+        if self.dtype() != DType::F32 || !half.is_half() {
+            return Err(Error::DType {
+                op: "round_to_half".into(),
+                message: format!(
+                    "rounds F32 values to BF16 or F16 values, not {:?} to {half:?}",
+                    self.dtype()
+                ),
+            });
+        }
+        let x = self.contiguous()?;
+        let host = || -> Arc<dyn HostOp> {
+            let round: Arc<dyn HostKernel> = Arc::new(RoundToHalf { half });
+            Arc::new(Convert {
+                shape: x.shape().to_vec(),
+                name: "round_to_half",
+                forward: round.clone(),
+                backward: round,
+            })
+        };
+        apply_host_as_typed(
+            "round_to_half",
+            &format!("{half:?}"),
+            host,
+            &[("x", &x)],
+            DType::F32,
+        )
     }
 }

@@ -78,14 +78,56 @@ pub(super) fn widen(t: &Tensor) -> Result<Tensor, Error> {
     if !t.dtype().is_half() {
         return Ok(t.clone());
     }
+    through_base(t, |base| base.to_dtype(DType::F32))
+}
+
+/// `convert` applied to `t`'s base, read through `t`'s view map when it
+/// is a view (an element-wise conversion commutes with the map).
+fn through_base(
+    t: &Tensor,
+    convert: impl FnOnce(&Tensor) -> Result<Tensor, Error>,
+) -> Result<Tensor, Error> {
     match t.base_and_map() {
-        (_, None) => t.to_dtype(DType::F32),
+        (_, None) => convert(t),
         (base, Some(map)) => Ok(Tensor::view_of(
-            &base.to_dtype(DType::F32)?,
+            &convert(base)?,
             t.shape().to_vec(),
             map.clone(),
         )),
     }
+}
+
+/// Runs `f32_op` on `args` as values of the half type `half` held in f32
+/// and rounds its result to `half`: autocast's lowering of an op, with the
+/// values of `x.to_dtype(half)?` and then `through_f32`, bit for bit,
+/// gradients included, in fewer passes. An f32 argument is rounded to
+/// `half` values in one pass (`round_to_half`) where converting it and
+/// widening it back took two; a `half` argument is widened; the other
+/// half type goes through f32 as `to_dtype` does. The op's products are
+/// marked as `half` products ([`half_products`]). Other arguments
+/// (integers) pass as they are.
+pub(super) fn through_half_values(
+    args: &[(&str, &Tensor)],
+    half: DType,
+    f32_op: impl FnOnce(&[(&str, &Tensor)]) -> Result<Tensor, Error>,
+) -> Result<Tensor, Error> {
+    let values: Vec<Tensor> = args
+        .iter()
+        .map(|(_, t)| match t.dtype() {
+            // (A view of part of its base is gathered first.)
+            DType::F32 => match t.base_and_map() {
+                (base, Some(_)) if base.numel() == t.numel() => {
+                    through_base(t, |base| base.round_to_half(half))
+                }
+                _ => t.round_to_half(half),
+            },
+            d if d == half => widen(t),
+            d if d.is_half() => through_base(&widen(t)?, |base| base.round_to_half(half)),
+            _ => Ok((*t).clone()),
+        })
+        .collect::<Result<_, _>>()?;
+    let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&values).collect();
+    marked(&named, half, Some(half), f32_op)
 }
 
 /// Runs `f32_op` on `args` widened and rounds its result to `out` (a half
@@ -104,8 +146,20 @@ pub(super) fn through_f32(
         && args
             .iter()
             .all(|(_, t)| !t.dtype().is_float() || t.dtype() == out);
-    let before = HALF_ARGS.with(|b| b.replace(alone.then_some(out)));
-    let y = f32_op(&named);
+    marked(&named, out, alone.then_some(out), f32_op)
+}
+
+/// Runs `f32_op` on `wide` (f32 arguments) with its products marked as
+/// `products` ([`half_products`]) and rounds its result to `out` (a half
+/// type; an `F32` result is returned as it is).
+fn marked(
+    wide: &[(&str, &Tensor)],
+    out: DType,
+    products: Option<DType>,
+    f32_op: impl FnOnce(&[(&str, &Tensor)]) -> Result<Tensor, Error>,
+) -> Result<Tensor, Error> {
+    let before = HALF_ARGS.with(|b| b.replace(products));
+    let y = f32_op(wide);
     HALF_ARGS.with(|b| b.set(before));
     let y = y?;
     if out.is_half() && y.dtype() == DType::F32 {

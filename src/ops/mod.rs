@@ -160,9 +160,17 @@ fn apply_as(op: &str, def: Def, args: &[(&str, &Tensor)], output: Output) -> Res
     // (Built functions are the runtime's derivatives: they run in the
     // types the forward chose.)
     if let Def::Text { .. } = def {
-        if let Some(cast) = autocast::cast_args(op, args)? {
-            let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&cast).collect();
-            return apply_typed(op, def, &named, output);
+        match autocast::cast_args(op, args)? {
+            Some(autocast::Cast::Args(cast)) => {
+                let named: Vec<(&str, &Tensor)> = args.iter().map(|(n, _)| *n).zip(&cast).collect();
+                return apply_typed(op, def, &named, output);
+            }
+            Some(autocast::Cast::Lower(half)) => {
+                return half::through_half_values(args, half, |values| {
+                    apply_computed(op, def, values, output)
+                });
+            }
+            None => {}
         }
     }
     apply_typed(op, def, args, output)

@@ -31,6 +31,10 @@ pub enum Builtin {
     /// `out[i] = src[i] as out's type` for `i < n`, from `from`;
     /// parameters `(out, src, n)`.
     Cast { from: DType },
+    /// `out[i] = src[i]` rounded to the nearest `half` value, both f32
+    /// (a conversion to `half` and back, in one pass); parameters `(out,
+    /// src, n)`.
+    RoundToHalf { half: DType },
     /// `out[p] = src[(o·size + id)·inner + i]` for the output element
     /// `p = (o·count + t)·inner + i < n`, `id = ids[t]` (or `ids[p]` when
     /// `along`), ids of type `ids` in range; parameters `(out, src, ids,
@@ -279,6 +283,16 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 ),
             )
         }
+        Builtin::RoundToHalf { half } => (
+            "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 n",
+            format!(".reg {decl} %a<1>;\n\t.reg {decl} %b<1>;\n\t.reg .b16 %h<1>;{HALF_REGISTERS}"),
+            "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
+            format!(
+                "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd8];\n\t{}\n\t{}\n\tst.global.{ty} [%rd7], %b0;\n",
+                narrow(half, "%a0", "%h0"),
+                widen(half, "%h0", "%b0")
+            ),
+        ),
         Builtin::Gather { ids, along } => (
             INDEXING_PARAMS,
             format!(".reg {decl} %b<1>;"),
@@ -321,6 +335,9 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 | from.size() as u64
                 | (u64::from(from.is_float()) << 8)
                 | (u64::from(from == DType::F16) << 9)
+        }
+        Builtin::RoundToHalf { half } => {
+            0x40B0_0000_0000_0000u64 | half.size() as u64 | (u64::from(half == DType::F16) << 9)
         }
         Builtin::Gather { ids, along } => {
             0x6A7E_0000_0000_0000u64 | ids.size() as u64 | (u64::from(along) << 8)

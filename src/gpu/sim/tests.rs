@@ -609,7 +609,8 @@ fn i64_cases() -> Vec<i64> {
 
 /// Every conversion to and from `BF16` and `F16` (from f32, f64, i32,
 /// i64 and the other half; to f32, f64, i32, i64 and the other half, from
-/// every one of the 65536 bit patterns), and a half's fill and addition,
+/// every one of the 65536 bit patterns), f32 values rounded to a half's
+/// values (there and back in one kernel), and a half's fill and addition,
 /// for every architecture's module on the simulated device, against the
 /// CPU backend bit for bit (a NaN as a NaN).
 #[test]
@@ -655,6 +656,22 @@ fn half_builtins_match_the_cpu_on_every_arch() {
                     same_elements(to, &got, &want, from, &src, &what);
                 }
             }
+            // f32 values rounded to the half's values, in f32: the
+            // conversion there and back.
+            let src = inputs(DType::F32);
+            let there = cpu_cast(DType::F32, half, &src);
+            let want = cpu_cast(half, DType::F32, &there);
+            let what = format!("{arch:?}: F32 rounded to {half:?} values");
+            let got = run_builtin(
+                Builtin::RoundToHalf { half },
+                DType::F32,
+                arch,
+                &vec![0; src.len()],
+                &src,
+                0,
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            same_elements(DType::F32, &got, &want, DType::F32, &src, &what);
             // Addition: every pattern plus a random one, plus its
             // neighbour (cancellation, ties), plus its negation (+0).
             let mut r = 0x2545_F491u32;
