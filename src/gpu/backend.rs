@@ -376,9 +376,12 @@ impl<D: Driver> GemmKernel<D> {
     }
 }
 
-/// Launches the loaded cast kernel `function` from `src` into `dst`.
+/// Launches the loaded element-wise conversion `function` (`name` in the
+/// profile: a cast, or a rounding to a half's values) from `src` into
+/// `dst`.
 fn cast_on<D: Driver>(
     driver: &D,
+    name: &str,
     function: &D::Function,
     src: Operand<'_>,
     dst: OperandMut<'_>,
@@ -388,7 +391,7 @@ fn cast_on<D: Driver>(
         return Ok(());
     }
     let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
-    launch_over(driver, "cast", function, n, &args)
+    launch_over(driver, name, function, n, &args)
 }
 
 /// A host stage the device runs with a kernel of its own
@@ -493,14 +496,14 @@ impl<D: Driver> Executable for FormKernel<D> {
                     return Err(arity(1));
                 };
                 let f = self.function(Builtin::Cast { from: src.dtype() })?;
-                cast_on(&*self.driver, &f, *src, out)
+                cast_on(&*self.driver, "cast", &f, *src, out)
             }
             DeviceForm::RoundToHalf(half) => {
                 let [src] = inputs else {
                     return Err(arity(1));
                 };
                 let f = self.function(Builtin::RoundToHalf { half })?;
-                cast_on(&*self.driver, &f, *src, out)
+                cast_on(&*self.driver, "round_to_half", &f, *src, out)
             }
             DeviceForm::Gather { lines, along } => {
                 let [x, ids] = inputs else {
@@ -771,6 +774,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.on_device("cast", dst.device())?;
         cast_on(
             &*self.driver,
+            "cast",
             &*self.builtin(Builtin::Cast { from: src.dtype() }, dst.dtype())?,
             src,
             dst,
