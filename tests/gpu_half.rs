@@ -338,3 +338,59 @@ fn half_products_run_on_the_tensor_cores() {
         });
     }
 }
+
+/// On a GPU, an element-wise op on half tensors is one kernel: the
+/// widening of its argument and the rounding of its result are loop
+/// kernels with half buffers, which fusion takes into the op's kernel (it
+/// loads the half values and stores the half result itself; three
+/// kernels before). Two such ops are two kernels: the first one's result
+/// is rounded to the half type, as it is unfused. Their values are the
+/// CPU's, bit for bit, and so are their gradient's.
+#[test]
+fn an_elementwise_half_op_is_one_kernel_on_the_gpu() {
+    for half in HALVES {
+        let values: Vec<f32> = (0..1000).map(|k| (k as f32 - 500.0) * 0.0371).collect();
+        let on = |device: Device| {
+            Tensor::from_vec(values.clone(), &[1000])
+                .unwrap()
+                .to_dtype(half)
+                .unwrap()
+                .to_device(device)
+                .unwrap()
+        };
+        let (x, cpu) = (on(gpu()), on(Device::Cpu));
+        let before = tenjin::stats();
+        let y = x.mul_scalar(3.0).unwrap().sigmoid().unwrap();
+        y.realize().unwrap();
+        let after = tenjin::stats();
+        assert_eq!(y.dtype(), half);
+        assert_eq!(
+            after.gpu_kernels_run - before.gpu_kernels_run,
+            2,
+            "{half:?}: each op, its widening and its rounding are not one kernel"
+        );
+        let want = cpu.mul_scalar(3.0).unwrap().sigmoid().unwrap();
+        same(&y, &want, &[], &format!("{half:?} sigmoid(3x)"));
+        // The same op recorded: its gradient, a half tensor, as on the CPU.
+        let grad = |x: &Tensor| {
+            let x = x.detach().requires_grad();
+            x.mul_scalar(3.0)
+                .unwrap()
+                .sigmoid()
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            x.grad().unwrap()
+        };
+        same(
+            &grad(&x),
+            &grad(&cpu),
+            &[],
+            &format!("{half:?} d sigmoid(3x)"),
+        );
+    }
+}

@@ -27,6 +27,16 @@ impl Cpu {
     /// `route` compiled for the host (the concrete form of
     /// [`Backend::compile`]).
     pub fn compile_route(&self, route: &Route, dtype: DType) -> Result<CpuKernel, Error> {
+        if let Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } = route {
+            if !k.buffers.is_uniform() {
+                // (Half tensors on the CPU are converted over slices around
+                // the f32 kernels: `crate::ops::half`.)
+                return Err(Error::Invalid {
+                    function: k.name.clone(),
+                    message: "internal: the CPU backend's kernels load and store the type they compute in, not half buffers".into(),
+                });
+            }
+        }
         let (exec, kernel) = match route {
             Route::Gemm(plan) => (Exec::Gemm(plan.clone()), None),
             Route::GemmThenLoop {

@@ -82,6 +82,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
         body: std::mem::take(&mut l.scopes[ROOT].stmts),
         threads_per_output: 1,
         shared_loops: 0,
+        buffers: Default::default(),
     })
 }
 

@@ -69,6 +69,7 @@ pub use route::{Route, RouteKind};
 pub const LANES: i64 = 4;
 
 use crate::symbolic::{ArgDecl, BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::DType;
 
 /// An integer (`i64`) value of a kernel: a loop variable or a parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -306,6 +307,58 @@ pub struct Kernel {
     /// (thread `t` takes `t`, `t + T`, …), each storing its own elements.
     /// A backend without blocks runs the body as it is.
     pub shared_loops: usize,
+    /// The half-precision buffers among its arguments and output (see
+    /// [`BufferTypes`]); none from lowering.
+    pub buffers: BufferTypes,
+}
+
+/// Which of a kernel's buffers hold a half type (`BF16`, `F16`) while it
+/// computes in f32: each load from such an argument reads the 16-bit
+/// value and widens it exactly, the store rounds to nearest even (ties to
+/// even, NaN kept a NaN), so the kernel computes exactly what the f32
+/// kernel computes on the widened values, rounded once. The default,
+/// every buffer in the type the kernel computes in, is every kernel but a
+/// GPU's conversions and what fusion builds on them (`crate::ops::fuse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BufferTypes {
+    /// Per argument, its half type, if it holds one (empty: none does).
+    pub args: Vec<Option<DType>>,
+    /// The output's half type, if it holds one.
+    pub out: Option<DType>,
+}
+
+impl BufferTypes {
+    /// Whether every buffer holds the type the kernel computes in.
+    pub fn is_uniform(&self) -> bool {
+        self.out.is_none() && self.args.iter().all(Option::is_none)
+    }
+
+    /// Argument `arg`'s half type, if it holds one.
+    pub fn arg(&self, arg: usize) -> Option<DType> {
+        self.args.get(arg).copied().flatten()
+    }
+
+    /// The element type of argument `arg`'s buffer, for a kernel
+    /// computing in `compute`.
+    pub fn arg_dtype(&self, arg: usize, compute: DType) -> DType {
+        self.arg(arg).unwrap_or(compute)
+    }
+
+    /// The element type of the output's buffer, for a kernel computing in
+    /// `compute`.
+    pub fn out_dtype(&self, compute: DType) -> DType {
+        self.out.unwrap_or(compute)
+    }
+
+    /// The types of buffers holding `args` and `out` for a kernel
+    /// computing in `compute`: the half ones marked.
+    pub fn of(args: &[DType], out: DType, compute: DType) -> BufferTypes {
+        let half = |d: DType| (d != compute && d.is_half()).then_some(d);
+        BufferTypes {
+            args: args.iter().map(|&d| half(d)).collect(),
+            out: half(out),
+        }
+    }
 }
 
 /// Calls `f` on every statement of `stmts` in order, the statements nested

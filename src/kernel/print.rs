@@ -215,6 +215,17 @@ impl Display for Kernel {
             self.out_shape,
             self.extent
         );
+        if !self.buffers.is_uniform() {
+            let halves: Vec<String> = (0..self.args.len())
+                .filter_map(|a| Some(format!("{} {:?}", self.args[a].name, self.buffers.arg(a)?)))
+                .chain(self.buffers.out.map(|d| format!("out {d:?}")))
+                .collect();
+            let _ = writeln!(
+                p.out,
+                "  half buffers (loaded widened, stored rounded): {}",
+                halves.join(", ")
+            );
+        }
         if self.threads_per_output > 1 && self.shared_loops > 0 {
             let _ = writeln!(
                 p.out,

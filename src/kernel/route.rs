@@ -63,11 +63,13 @@ impl Route {
     }
 
     /// The element type of the output when the stage computes in `dtype`
-    /// (a host kernel may write another: a conversion).
+    /// (a host kernel may write another, a conversion; a kernel with a
+    /// half output buffer writes its half type).
     pub fn out_dtype(&self, dtype: DType) -> DType {
         match self {
             Route::Host(h) => h.out_dtype().unwrap_or(dtype),
-            _ => dtype,
+            Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } => k.buffers.out_dtype(dtype),
+            Route::Gemm(_) => dtype,
         }
     }
 }

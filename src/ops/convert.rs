@@ -122,6 +122,43 @@ impl HostOp for Convert {
     }
 }
 
+/// On a GPU, a conversion between f32 and a half type whose forward is a
+/// loop kernel with a half buffer (`Kernel::buffers`), not the builtin
+/// conversion: fusion can then take it into the kernel reading its result
+/// (a widened argument loaded as half), or take the kernel producing its
+/// input into it (a result stored as half), as it takes any element-wise
+/// op (`super::fuse`). The same values; its gradient is converted back by
+/// the builtin conversion, as `Convert`'s.
+struct ConvertByLoop {
+    convert: Convert,
+    from: DType,
+    to: DType,
+}
+
+impl HostOp for ConvertByLoop {
+    fn forward(&self) -> Result<Program, Error> {
+        let shape = &self.convert.shape;
+        let ix = super::formula::indices("i", shape.len());
+        let text = super::formula::define("to_dtype", &ix, super::formula::access("x", &ix));
+        let f = crate::symbolic::IndexFn::parse(&text, &[("x", shape)])?;
+        let mut program =
+            crate::planner::plan_function_for(&f, DType::F32, crate::planner::Target::Gpu)?;
+        program.type_buffers(&[self.from], self.to, DType::F32)?;
+        Ok(program)
+    }
+
+    fn node_plan(&self, wrt: &[usize]) -> Result<NodePlan, Error> {
+        self.convert.node_plan(wrt)
+    }
+}
+
+/// Whether a conversion from `from` to `to` on `t`'s device runs as a loop
+/// kernel ([`ConvertByLoop`]): on a GPU, between f32 and a half type.
+fn by_loop(t: &Tensor, from: DType, to: DType) -> bool {
+    matches!(t.device(), crate::Device::Cuda(_))
+        && matches!((from, to), (DType::F32, h) | (h, DType::F32) if h.is_half())
+}
+
 impl Tensor {
     /// The data converted to `dtype`. Between `F32` and `F64` the
     /// conversion is recorded when the input requires a gradient, and the
@@ -145,19 +182,29 @@ impl Tensor {
             && dtype.is_float()
             && self.is_requires_grad()
             && crate::trace::is_grad_enabled();
-        if !recorded {
+        let by_loop = from != dtype && by_loop(self, from, dtype);
+        if !recorded && !by_loop {
             return self.convert(dtype);
         }
         let x = self.contiguous()?;
         let host = || -> Arc<dyn HostOp> {
-            Arc::new(Convert {
+            let convert = Convert {
                 shape: x.shape().to_vec(),
                 name: "to_dtype",
                 forward: Arc::new(Cast { to: dtype }),
                 backward: Arc::new(Cast { to: from }),
-            })
+            };
+            match by_loop {
+                true => Arc::new(ConvertByLoop {
+                    convert,
+                    from,
+                    to: dtype,
+                }),
+                false => Arc::new(convert),
+            }
         };
-        apply_host_as_typed("to_dtype", &format!("{from:?}"), host, &[("x", &x)], dtype)
+        let kind = format!("{from:?}{}", if by_loop { " by loop" } else { "" });
+        apply_host_as_typed("to_dtype", &kind, host, &[("x", &x)], dtype)
     }
 
     /// An f32 tensor's values rounded to the nearest values of the half

@@ -29,6 +29,8 @@
 //! | a reader inlines a deferred argument when all its stages are generated code | a GEMM, a host stage or an alias reads memory |
 //! | … and the composed function has at most [`MAX_ARGS`] arguments and composes at most [`MAX_DEPTH`] ops | a chain of `y = y * 1` folds to one node while its key grows |
 //! | … and the deferred kernel has not run yet | a settled result is read like any other |
+//! | … and the deferred result is not of a half type | its rounding is part of its value |
+//! | a fused kernel loads and stores half buffers itself (`Kernel::buffers`) | on a GPU, a conversion between f32 and a half type is a loop kernel (`super::convert`): a widened argument is read as half, a rounded result stored as half |
 //! | … and, when recorded, the reader's node keeps no forward value but its output (`NodeGrad::keeps_only_output`) | another program's intermediate values mean nothing to the node |
 //!
 //! Must not run kernels itself: `crate::ops` applies the plans it names.
@@ -84,8 +86,10 @@ pub(super) fn inline_deferred(
     if !fusion(device) {
         return Ok(None);
     }
+    // A half result is not inlined: its rounding would be lost.
     let producers: Vec<(usize, Arc<Producer>)> = (0..args.len())
         .filter_map(|i| Some((i, args[i].1.base_and_map().0.pending_producer()?)))
+        .filter(|(_, p)| !p.plan.dtype.is_half())
         .collect();
     if producers.is_empty() || !plan.runs_loops_only() {
         return Ok(None);
@@ -108,6 +112,14 @@ pub(super) fn inline_deferred(
     if tensors.len() > MAX_ARGS || depth > MAX_DEPTH {
         return Ok(None);
     }
+    // Half arguments (a widening's, inlined) and a half output (a
+    // rounding's) are loaded and stored by the fused kernel itself.
+    let types: Vec<DType> = tensors.iter().map(Tensor::dtype).collect();
+    let compute = if dtype.is_half() { DType::F32 } else { dtype };
+    let typed = dtype.is_half() || types.iter().any(|t| t.is_half());
+    if typed {
+        let _ = write!(fused_key, "\u{2}types {types:?} -> {dtype:?}");
+    }
     let fused = plan::cached(&fused_key, || {
         let f = producers
             .iter()
@@ -115,7 +127,10 @@ pub(super) fn inline_deferred(
             .try_fold(plan.f.clone(), |f: IndexFn, (i, p)| {
                 f.inline_arg(*i, &p.plan.f)
             })?;
-        OpPlan::new(op, f, dtype, device, false, None)
+        match typed {
+            true => OpPlan::new_typed(op, f, compute, device, &types, dtype),
+            false => OpPlan::new(op, f, dtype, device, false, None),
+        }
     })?;
     let names = fused.f.args().iter().map(|a| a.name.clone());
     Ok(Some(Fused {

@@ -322,7 +322,13 @@ pub(crate) fn apply_host_as_typed(
         let _ = write!(full, "|{name}{:?}{:?}", t.shape(), t.dtype());
     }
     let plan = plan::cached(&full, || OpPlan::host(op, host(), dtype, device))?;
-    run_and_record(op, &plan, args, Output::Fresh, None, None)
+    // A host op whose forward is a loop kernel (a GPU's conversion) fuses
+    // as element-wise ops do.
+    if !plan.runs_loops_only() {
+        return run_and_record(op, &plan, args, Output::Fresh, None, None);
+    }
+    let fused = fuse::inline_deferred(op, &plan, &full, args, dtype, device)?;
+    run_and_record(op, &plan, args, Output::Fresh, Some(&full), fused.as_ref())
 }
 
 /// As [`apply_host`] for an op whose programs are made for this call alone

@@ -99,6 +99,49 @@ impl Program {
         }
     }
 
+    /// Marks the half buffers of the loop stages: those reading inputs of
+    /// the types `args`, and those writing outputs, of type `out` (stages
+    /// between them keep `compute`): see `Kernel::buffers`. A stage with
+    /// a half buffer that is not a loop is an error.
+    pub fn type_buffers(
+        &mut self,
+        args: &[DType],
+        out: DType,
+        compute: DType,
+    ) -> Result<(), Error> {
+        for (k, stage) in self.stages.iter_mut().enumerate() {
+            let types: Vec<DType> = stage
+                .sources
+                .iter()
+                .map(|s| match *s {
+                    Source::Input(i) => args.get(i).copied().unwrap_or(compute),
+                    Source::Stage(_) => compute,
+                })
+                .collect();
+            let written = if self.outputs.contains(&k) {
+                out
+            } else {
+                compute
+            };
+            let buffers = crate::kernel::BufferTypes::of(&types, written, compute);
+            if buffers.is_uniform() {
+                continue;
+            }
+            match &mut stage.route {
+                Route::Loop(kernel) => kernel.buffers = buffers,
+                _ => {
+                    return Err(Error::Invalid {
+                        function: stage.f.name().to_string(),
+                        message: format!(
+                            "internal: only loop kernels load and store half buffers ({buffers:?})"
+                        ),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The summed [`Stage::work`] of the stages `run` selects.
     pub fn work_where(&self, run: impl Fn(usize, &Stage) -> bool) -> u64 {
         self.stages

@@ -42,8 +42,11 @@ pub struct CompiledKernel {
     out_len: usize,
     out_shape: Vec<usize>,
     /// The output's element type (the inputs' too, but for host kernels,
-    /// which read any types).
+    /// which read any types, and for half buffers, `arg_dtypes`).
     dtype: DType,
+    /// Each argument's element type (the computed type, or a half type
+    /// for a kernel's half buffers, `Kernel::buffers`).
+    arg_dtypes: Vec<DType>,
     route: RouteKind,
     device: Device,
     /// The loop nest it runs (for GEMM and host routes: the function's
@@ -69,7 +72,11 @@ impl CompiledKernel {
             Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
             Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
         };
+        let arg_dtypes = (0..f.args().len())
+            .map(|a| kernel.buffers.arg_dtype(a, dtype))
+            .collect();
         Ok(CompiledKernel {
+            arg_dtypes,
             name: f.name().to_string(),
             args: f.args().to_vec(),
             arg_lens: f.args().iter().map(|a| a.shape.iter().product()).collect(),
@@ -243,11 +250,17 @@ impl CompiledKernel {
             )));
         }
         let typed = self.route != RouteKind::Host;
-        for ((decl, &expected), data) in self.args.iter().zip(&self.arg_lens).zip(inputs) {
+        for (((decl, &expected), data), &dtype) in self
+            .args
+            .iter()
+            .zip(&self.arg_lens)
+            .zip(inputs)
+            .zip(&self.arg_dtypes)
+        {
             if data.device() != self.device {
                 return Err(device_mismatch(&self.name, self.device, data.device()));
             }
-            if typed && data.dtype() != self.dtype {
+            if typed && data.dtype() != dtype {
                 return Err(self.dtype_error(data.dtype()));
             }
             if data.len() != expected {
@@ -294,7 +307,9 @@ impl CompiledKernel {
         inputs: &[Operand<'_>],
         aliased: usize,
     ) -> Result<bool, Error> {
-        if self.route != RouteKind::Jit {
+        // (An output over an argument of another element type could not
+        // hold it.)
+        if self.route != RouteKind::Jit || self.arg_dtypes.get(aliased) != Some(&self.dtype) {
             return Ok(false);
         }
         let Some(target) = inputs.get(aliased) else {

@@ -172,6 +172,12 @@ pub(crate) fn compile_stage(
     if let Route::Host(_) = route {
         return Ok(Arc::new(CompiledKernel::build(f, route, dtype, backend)?));
     }
+    // A kernel with half buffers computes in f32 whatever the plan's type
+    // (a conversion to a half type is planned in that type).
+    let dtype = match route {
+        Route::Loop(k) if !k.buffers.is_uniform() => DType::F32,
+        _ => dtype,
+    };
     let mut key = crate::kernel::key::structural_key(f);
     // A product of half operands runs another kernel than the same
     // function's f32 product (`Contraction::set_half_operands`).
@@ -180,6 +186,16 @@ pub(crate) fn compile_stage(
             key.bytes
                 .extend_from_slice(format!("\0{half:?} products").as_bytes());
             key.hash ^= 0xBF16_BF16_0000_0001 ^ half as u64;
+        }
+    }
+    // Half buffers are another kernel than the same function's
+    // (`Kernel::buffers`).
+    if let Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } = route {
+        if !k.buffers.is_uniform() {
+            key.bytes
+                .extend_from_slice(format!("\0buffers {:?}", k.buffers).as_bytes());
+            key.hash = key.hash.rotate_left(7)
+                ^ crate::kernel::key::hash_bytes(format!("{:?}", k.buffers).as_bytes());
         }
     }
     get_or_compile(key, dtype, backend.device(), || {

@@ -498,6 +498,37 @@ impl OpPlan {
         })
     }
 
+    /// The forward-only plan of `f` computed in `compute` over arguments
+    /// and an output of the element types `args` and `out`, some of them
+    /// half types: each stage's kernel loads and stores those buffers
+    /// itself (`Kernel::buffers`). Only generated loop code does: a plan
+    /// with a half buffer in any other stage is an error. What fusion runs
+    /// when it takes a conversion from or to a half type into a kernel
+    /// (`crate::ops::fuse`).
+    pub(crate) fn new_typed(
+        op: &str,
+        f: IndexFn,
+        compute: DType,
+        device: Device,
+        args: &[DType],
+        out: DType,
+    ) -> Result<OpPlan, Error> {
+        let backend = backend_for(device)?;
+        let mut program = planner::plan_function_for(&f, compute, backend.target())?;
+        program.type_buffers(args, out, compute)?;
+        Ok(OpPlan {
+            op: op.to_string(),
+            f,
+            plain: Some(compile_program(program, compute, backend, |_| true)?),
+            dtype: out,
+            backend,
+            grads: Mutex::new(Vec::new()),
+            elementwise: OnceLock::new(),
+            host: None,
+            half_products: None,
+        })
+    }
+
     /// The plan of an op run by host stages: its forward program from
     /// `host`, its node plans from `host` too (see `crate::planner::host`).
     pub(crate) fn host(
@@ -566,7 +597,9 @@ impl OpPlan {
         policy: SavePolicy,
         about: impl FnOnce() -> Arc<dyn std::any::Any + Send + Sync>,
     ) -> Result<Option<KeptForward>, Error> {
-        if self.host.is_some() || self.elementwise_nodes().is_none() {
+        // (A host op qualifies when its forward is a loop kernel: a GPU's
+        // conversion, `crate::ops::convert`.)
+        if self.elementwise_nodes().is_none() {
             return Ok(None);
         }
         let Some(plain) = self.plain.as_ref() else {
@@ -616,13 +649,12 @@ impl OpPlan {
     /// GEMM, no host stage, not an alias): an op that may compute an
     /// element-wise argument inside its own kernels.
     pub(crate) fn runs_loops_only(&self) -> bool {
-        self.host.is_none()
-            && self.plain.as_ref().is_some_and(|p| {
-                p.kernels
-                    .iter()
-                    .flatten()
-                    .all(|k| k.route() == crate::kernel::RouteKind::Jit)
-            })
+        self.plain.as_ref().is_some_and(|p| {
+            p.kernels
+                .iter()
+                .flatten()
+                .all(|k| k.route() == crate::kernel::RouteKind::Jit)
+        })
     }
 
     /// Whether the output shares its input's storage (reshape).

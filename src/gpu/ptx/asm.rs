@@ -1,8 +1,8 @@
 //! [`Asm`]: PTX text under construction — numbered virtual registers of
 //! each type, labels and instruction lines.
 //!
-//! Owns the register naming (`%p` predicates, `%r` 32-bit integers, `%rd`
-//! 64-bit integers, `%f` f32, `%fd` f64) and the declarations, written once
+//! Owns the register naming (`%p` predicates, `%h` 16-bit values, `%r`
+//! 32-bit integers, `%rd` 64-bit integers, `%f` f32, `%fd` f64) and the declarations, written once
 //! the body is known. Knows nothing about kernels or math.
 
 use std::fmt::Write;
@@ -11,6 +11,7 @@ use std::fmt::Write;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ty {
     Pred,
+    B16,
     B32,
     B64,
     F32,
@@ -21,6 +22,7 @@ impl Ty {
     fn prefix(self) -> &'static str {
         match self {
             Ty::Pred => "%p",
+            Ty::B16 => "%h",
             Ty::B32 => "%r",
             Ty::B64 => "%rd",
             Ty::F32 => "%f",
@@ -31,6 +33,7 @@ impl Ty {
     fn decl(self) -> &'static str {
         match self {
             Ty::Pred => ".pred",
+            Ty::B16 => ".b16",
             Ty::B32 => ".b32",
             Ty::B64 => ".b64",
             Ty::F32 => ".f32",
@@ -38,7 +41,7 @@ impl Ty {
         }
     }
 
-    const ALL: [Ty; 5] = [Ty::Pred, Ty::B32, Ty::B64, Ty::F32, Ty::F64];
+    const ALL: [Ty; 6] = [Ty::Pred, Ty::B16, Ty::B32, Ty::B64, Ty::F32, Ty::F64];
 
     fn index(self) -> usize {
         self as usize
@@ -60,7 +63,7 @@ impl std::fmt::Display for R {
 
 /// The body of one `.entry` function being written.
 pub(crate) struct Asm {
-    next: [u32; 5],
+    next: [u32; 6],
     labels: u32,
     pub(crate) body: String,
 }
@@ -69,7 +72,7 @@ impl Asm {
     /// Register numbers below `reserved[ty]` are named by the caller (the
     /// kernel's own integer values and scalar registers).
     pub(crate) fn new(reserved_int: (Ty, u32), reserved_float: (Ty, u32)) -> Asm {
-        let mut next = [0; 5];
+        let mut next = [0; 6];
         next[reserved_int.0.index()] = reserved_int.1;
         next[reserved_float.0.index()] = reserved_float.1;
         Asm {

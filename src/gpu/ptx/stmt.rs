@@ -8,6 +8,7 @@ use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, 
 use crate::symbolic::{CmpOp, ReduceOp};
 use crate::DType;
 
+mod half;
 mod narrow;
 mod random;
 mod row_cache;
@@ -81,6 +82,9 @@ impl<'k> Emitter<'k> {
             DType::F64 => (Ty::F64, "f64", 8),
             d => return Err(format!("kernels compute in F32 or F64, not {d:?}")),
         };
+        if dtype != DType::F32 && !k.buffers.is_uniform() {
+            return Err("half buffers belong to f32 kernels".into());
+        }
         let int = if bits == super::IndexBits::Fitting && narrow::fits_in_32_bits(k) {
             (Ty::B32, "s32")
         } else {
@@ -392,9 +396,17 @@ impl<'k> Emitter<'k> {
                 self.counted(l, |_, _, _| Ok(()))
             }
             Stmt::Store { offset, value } => {
-                let addr = self.address(self.out, offset)?;
                 let v = self.reg(*value);
-                let store = format!("st.global.{} [{addr}], {v}", self.sfx);
+                let store = match self.k.buffers.out {
+                    Some(half) => {
+                        let addr = self.address_of(self.out, offset, 2)?;
+                        self.store_half(v, half, addr)?
+                    }
+                    None => {
+                        let addr = self.address(self.out, offset)?;
+                        format!("st.global.{} [{addr}], {v}", self.sfx)
+                    }
+                };
                 match &self.team {
                     // Every thread of the team holds the value; one stores.
                     Some(team) if !self.dealt => {
@@ -645,6 +657,11 @@ impl<'k> Emitter<'k> {
 
     /// `base + offset · element size`.
     fn address(&mut self, base: R, offset: &Lin) -> Res<R> {
+        self.address_of(base, offset, self.size)
+    }
+
+    /// `base + offset · size` (a half buffer's elements are 2 bytes).
+    fn address_of(&mut self, base: R, offset: &Lin, size: i64) -> Res<R> {
         let off = self.lin(offset)?;
         let d = self.a.reg(Ty::B64);
         let mad = if self.int.0 == Ty::B32 {
@@ -652,8 +669,7 @@ impl<'k> Emitter<'k> {
         } else {
             "mad.lo.s64"
         };
-        self.a
-            .op(format!("{mad} {d}, {off}, {}, {base}", self.size));
+        self.a.op(format!("{mad} {d}, {off}, {size}, {base}"));
         Ok(d)
     }
 
@@ -677,6 +693,10 @@ impl<'k> Emitter<'k> {
                     .args
                     .get(*arg)
                     .ok_or_else(|| format!("load of unknown argument {arg}"))?;
+                if let Some(half) = self.k.buffers.arg(*arg) {
+                    let addr = self.address_of(base, offset, 2)?;
+                    return self.load_half(d, half, addr);
+                }
                 let addr = self.address(base, offset)?;
                 self.a.op(format!("ld.global.{sfx} {d}, [{addr}]"));
                 return Ok(());

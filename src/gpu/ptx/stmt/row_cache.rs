@@ -59,7 +59,9 @@ impl RowCache {
     /// The rows worth caching in `k` (elements of `size` bytes), if any.
     pub(super) fn of(k: &Kernel, size: i64) -> Option<RowCache> {
         let n = k.out_shape.len();
-        if k.threads_per_output <= 1 || k.shared_loops != 1 || n < 2 {
+        // (A row cached in shared memory holds the computed type: half
+        // buffers are read directly.)
+        if k.threads_per_output <= 1 || k.shared_loops != 1 || n < 2 || !k.buffers.is_uniform() {
             return None;
         }
         // The output loops' variables down to the row, and the row's

@@ -55,7 +55,8 @@ impl Group {
             DType::F64 => 2,
             _ => return None,
         };
-        if k.threads_per_output != 1 || k.out_shape.is_empty() {
+        // (Half buffers are read and written one element at a time.)
+        if k.threads_per_output != 1 || k.out_shape.is_empty() || !k.buffers.is_uniform() {
             return None;
         }
         let last = *k.out_shape.last()?;
