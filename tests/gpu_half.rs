@@ -18,6 +18,14 @@ use tenjin::{bf16, f16, DType, Device, Tensor};
 
 const HALVES: [DType; 2] = [DType::BF16, DType::F16];
 
+/// Held by every test of this file: two of them count the device's
+/// kernels and GEMMs (`tenjin::stats()`, process-wide), which the others
+/// would add to.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The elements' bits (an integer's value), with whether each is a NaN.
 fn bits(t: &Tensor) -> Vec<(u64, bool)> {
     match t.dtype() {
@@ -174,6 +182,7 @@ fn every(half: DType) -> Tensor {
 
 #[test]
 fn conversions_to_halves_on_the_device_match_the_cpu() {
+    let _serial = serial();
     let floats = f32_cases();
     let doubles = f64_cases();
     let ints = i64_cases();
@@ -199,6 +208,7 @@ fn conversions_to_halves_on_the_device_match_the_cpu() {
 
 #[test]
 fn conversions_from_halves_on_the_device_match_the_cpu() {
+    let _serial = serial();
     for half in HALVES {
         let src = every(half);
         let input = bits(&src);
@@ -217,6 +227,7 @@ fn conversions_from_halves_on_the_device_match_the_cpu() {
 
 #[test]
 fn fills_on_the_device_match_the_cpu() {
+    let _serial = serial();
     for half in HALVES {
         for value in f64_cases() {
             let what = format!("{half:?} full {value:e}");
@@ -233,6 +244,7 @@ fn fills_on_the_device_match_the_cpu() {
 /// second added into the first on the device), is the CPU's.
 #[test]
 fn gradients_accumulate_into_half_leaves_as_on_the_cpu() {
+    let _serial = serial();
     for half in HALVES {
         let values: Vec<f32> = (0..40).map(|k| (k as f32 - 19.5) * 0.37).collect();
         let (a, b): (Vec<f32>, Vec<f32>) = (0..40)
@@ -271,6 +283,7 @@ fn gradients_accumulate_into_half_leaves_as_on_the_cpu() {
 /// half type's rounding of the f64 product of the same half values.
 #[test]
 fn half_products_run_on_the_tensor_cores() {
+    let _serial = serial();
     let (m, k, n) = (37, 64, 29);
     let values = |len: usize, seed: u64| -> Vec<f64> {
         (0..len)
@@ -348,6 +361,7 @@ fn half_products_run_on_the_tensor_cores() {
 /// CPU's, bit for bit, and so are their gradient's.
 #[test]
 fn an_elementwise_half_op_is_one_kernel_on_the_gpu() {
+    let _serial = serial();
     for half in HALVES {
         let values: Vec<f32> = (0..1000).map(|k| (k as f32 - 500.0) * 0.0371).collect();
         let on = |device: Device| {
