@@ -18,18 +18,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --build ]; then
   bin=${2:?bench/on_gpu.sh --build DIR}
   set -e
-  mkdir -p "$bin"
-  cargo build --release --features nccl --example gpu_peers --example train_mlp --example char_lm --example train_ddp
-  for e in gpu_peers train_mlp char_lm train_ddp; do cp target/release/examples/$e "$bin/"; done
   tests="gpu_sim sim_suite ptx fusion"
   [ -z "${QUICK:-}" ] || tests=gpu_sim
-  for t in $tests; do
-    exe=$(cargo test --release --features nccl --test $t --no-run --message-format=json 2>/dev/null \
-      | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
-    cp "$exe" "$bin/test_$t"
-  done
-  strip "$bin"/* 2>/dev/null || true
-  du -sh "$bin"
+  . bench/gpu_build.sh
+  gpu_build nccl "$bin" "gpu_peers train_mlp char_lm train_ddp" "$tests"
   exit 0
 fi
 bin=${1:?bench/on_gpu.sh BIN OUT}

@@ -15,16 +15,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --build ]; then
   bin=${2:?bench/on_gpu_half.sh --build DIR}
   set -e
-  mkdir -p "$bin"
-  cargo build --release --features cuda --example gpu_peers --example train_mlp
-  for e in gpu_peers train_mlp; do cp target/release/examples/$e "$bin/"; done
-  for t in gpu_half half_vs_torch gpu_sim; do
-    exe=$(cargo test --release --features cuda --test $t --no-run --message-format=json 2>/dev/null \
-      | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
-    cp "$exe" "$bin/test_$t"
-  done
-  strip "$bin"/* 2>/dev/null || true
-  du -sh "$bin"
+  . bench/gpu_build.sh
+  gpu_build cuda "$bin" "gpu_peers train_mlp" "gpu_half half_vs_torch gpu_sim"
   exit 0
 fi
 bin=${1:?bench/on_gpu_half.sh BIN OUT}
