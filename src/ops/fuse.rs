@@ -30,8 +30,8 @@
 //! | … and the composed function has at most [`MAX_ARGS`] arguments and composes at most [`MAX_DEPTH`] ops | a chain of `y = y * 1` folds to one node while its key grows |
 //! | … and the deferred kernel has not run yet | a settled result is read like any other |
 //! | … and the deferred result is not of a half type | its rounding is part of its value |
-//! | a fused kernel loads and stores half buffers itself (`Kernel::buffers`) | on a GPU, a conversion between f32 and a half type is a loop kernel (`super::convert`): a widened argument is read as half, a rounded result stored as half |
 //! | … and, when recorded, the reader's node keeps no forward value but its output (`NodeGrad::keeps_only_output`) | another program's intermediate values mean nothing to the node |
+//! | a fused kernel loads and stores half buffers itself (`Kernel::buffers`) | on a GPU, a conversion between f32 and a half type is a loop kernel (`super::convert`): a widened argument is read as half, a rounded result stored as half |
 //!
 //! Must not run kernels itself: `crate::ops` applies the plans it names.
 

@@ -6,9 +6,12 @@
 //! nearest even into the half type once, when every float argument was
 //! that type. A half type mixed with f32, or the two half types mixed,
 //! give f32, as in PyTorch. So a half op's value is that of one kernel
-//! that loads half, computes in f32 and stores half, bit for bit; today
-//! the widening and rounding run as conversions of their own around the
-//! f32 kernel (`to_dtype`), not inside it. One exception: the products of
+//! that loads half, computes in f32 and stores half, bit for bit. On a
+//! GPU it is that kernel for an element-wise op: a conversion there is a
+//! loop kernel with a half buffer, which fusion takes into the op's own
+//! (`super::convert`, `super::fuse`); elsewhere the widening and rounding
+//! run as conversions of their own around the f32 kernel (`to_dtype`),
+//! not inside it. One exception: the products of
 //! an op on tensors of one half type alone are marked ([`half_products`])
 //! and run as products of that type with f32 accumulation where the
 //! hardware has them: bf16 pairs where the CPU has `avx512_bf16`, the
