@@ -34,7 +34,10 @@ type Block = dyn Fn(&[Tensor]) -> Result<Tensor, Error> + Send + Sync;
 /// backward but recomputed from `inputs` when backward needs them (PyTorch's
 /// `torch.utils.checkpoint`). Gradients are the same as without
 /// checkpointing; memory held between forward and backward is the block's
-/// inputs and output only. `f` must compute the same function each time
+/// inputs and output only. Blocks on half-precision tensors work as any
+/// other, and a block run under `autocast` is recomputed under the same
+/// scope (as PyTorch's), so its gradients are those without checkpointing.
+/// `f` must compute the same function each time
 /// (it runs again during backward); parameters it captures get their
 /// gradients during that second run, outside the all-or-nothing commit of
 /// the outer backward. A graph of gradients (`create_graph`) through a
@@ -74,19 +77,6 @@ where
     if !dtype.is_float() {
         return Ok(out);
     }
-    if let Some(half) = std::iter::once(&out)
-        .chain(&dense)
-        .find(|t| t.dtype().is_half())
-    {
-        return Err(Error::DType {
-            op: "checkpoint".into(),
-            message: format!(
-                "a {:?} tensor of shape {:?}: checkpointed blocks take and give F32 or F64 tensors; convert at the block's edges with to_dtype",
-                half.dtype(),
-                half.shape()
-            ),
-        });
-    }
     let anchor = Tensor::zeros_on(&[1], dtype, out.device())?.requires_grad();
     let block = Arc::new(CheckpointOp(Arc::new(Checkpoint {
         f: Arc::new(f),
@@ -97,6 +87,7 @@ where
         needs: dense.iter().map(Tensor::is_requires_grad).collect(),
         out_shape: out.shape().to_vec(),
         dtype,
+        autocast: crate::ops::autocast_dtype(),
         forward: Mutex::new(Some(out)),
         grads: Mutex::new(Vec::new()),
     })));
@@ -114,6 +105,10 @@ struct Checkpoint {
     needs: Vec<bool>,
     out_shape: Vec<usize>,
     dtype: DType,
+    /// The autocast scope the block first ran in: it runs in it again
+    /// (the backward runs outside any scope), so its recomputed values are
+    /// the first ones.
+    autocast: Option<DType>,
     /// The output computed by `checkpoint`, handed to the forward stage.
     forward: Mutex<Option<Tensor>>,
     /// Per argument (the anchor first): its gradient from the last
@@ -155,7 +150,10 @@ impl Checkpoint {
                 .zip(&self.needs)
                 .map(|(t, &needs)| if needs { t.requires_grad() } else { t })
                 .collect();
-            let out = (self.f)(&leaves)?;
+            let out = match self.autocast {
+                Some(half) => crate::ops::autocast(half, || (self.f)(&leaves))?,
+                None => (self.f)(&leaves)?,
+            };
             if out.shape() != self.out_shape {
                 return Err(Error::shape(
                     "checkpoint",

@@ -143,3 +143,39 @@ fn a_checkpointed_block_takes_integer_inputs_and_refuses_create_graph() -> Resul
     assert!(tenjin::autograd::grad(&[&y], &[&x], None, true).is_err());
     Ok(())
 }
+
+/// A block on bf16 tensors, and an f32 block run under bf16 autocast
+/// (whose recomputation, during a backward outside any autocast scope,
+/// runs in the scope the block first ran in): gradients bitwise those
+/// without checkpointing.
+#[test]
+fn half_blocks_and_blocks_under_autocast_give_the_same_gradients() -> Result<(), Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = net(32, 3)?;
+    let to_half = |t: &Tensor| -> Result<Tensor, Error> {
+        Ok(t.detach().to_dtype(DType::BF16)?.requires_grad())
+    };
+    let half = Net {
+        w: n.w.iter().map(to_half).collect::<Result<_, _>>()?,
+        b: n.b.iter().map(to_half).collect::<Result<_, _>>()?,
+    };
+    let xh = Tensor::randn(&[8, 32], DType::F32, 3)?
+        .to_dtype(DType::BF16)?
+        .requires_grad();
+    let x = Tensor::randn(&[8, 32], DType::F32, 4)?.requires_grad();
+    let mut runs = Vec::new();
+    for checkpointed in [false, true] {
+        let l = loss(&half, &xh, checkpointed)?;
+        assert_eq!(l.dtype(), DType::BF16);
+        l.backward()?;
+        let g_half = grads(&half, &xh)?;
+        let l = tenjin::autocast(DType::BF16, || loss(&n, &x, checkpointed))?;
+        l.backward()?;
+        runs.push((g_half, grads(&n, &x)?));
+    }
+    assert!(runs[0].0.iter().all(|g| !g.is_empty()));
+    assert!(runs[0].1.iter().all(|g| !g.is_empty()));
+    assert_eq!(runs[0].0, runs[1].0, "bf16 block");
+    assert_eq!(runs[0].1, runs[1].1, "block under autocast");
+    Ok(())
+}
