@@ -249,11 +249,7 @@ fn what_has_no_half_form_says_so() {
         .expect("an optimizer of BF16 parameters is refused")
         .to_string();
     assert!(err.contains("BF16") && err.contains("autocast"), "{err}");
-    let x = Tensor::ones(&[2], DType::F16).unwrap().requires_grad();
-    let err = tenjin::checkpoint(|t: &[Tensor]| t[0].exp(), &[x])
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("checkpoint") && err.contains("F16"), "{err}");
+    // (Checkpointed half blocks are `tests/checkpoint.rs`'s.)
 }
 
 #[test]
