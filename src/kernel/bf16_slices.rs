@@ -14,6 +14,26 @@
 
 use half::bf16;
 
+/// `out[i] = $one(x[i])` for every `i` of the shorter slice: the first
+/// multiple of 8 by `$eights` (an AVX2 function returning how many it
+/// did) where the CPU has AVX2, the rest one at a time.
+macro_rules! by_eights {
+    ($x:expr, $out:expr, $eights:ident, $one:expr) => {{
+        let n = $x.len().min($out.len());
+        let (x, out) = (&$x[..n], &mut $out[..n]);
+        #[allow(unused_mut)]
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, and both slices hold `n` elements.
+            done = unsafe { $eights(x, out) };
+        }
+        for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
+            *o = $one(v);
+        }
+    }};
+}
+
 /// `out[i] = bf16::from_f32(x[i])` for every `i` of the shorter slice.
 ///
 /// ```
@@ -28,15 +48,7 @@ use half::bf16;
 /// assert_eq!(out[3], bf16::from_f32(1e-40)); // a subnormal, not zero
 /// ```
 pub fn f32_to_bf16(x: &[f32], out: &mut [bf16]) {
-    let n = x.len().min(out.len());
-    let (x, out) = (&x[..n], &mut out[..n]);
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, and both slices hold `n` elements.
-        let done = unsafe { avx2(x, out) };
-        return scalar(&x[done..], &mut out[done..]);
-    }
-    scalar(x, out)
+    by_eights!(x, out, avx2, bf16::from_f32)
 }
 
 /// `out[i] = x[i].to_f32()` (exact; a NaN comes out quiet) for every `i`
@@ -51,21 +63,7 @@ pub fn f32_to_bf16(x: &[f32], out: &mut [bf16]) {
 /// assert_eq!(out, [1.5, f32::NEG_INFINITY, f32::from_bits(0x0001_0000)]);
 /// ```
 pub fn bf16_to_f32(x: &[bf16], out: &mut [f32]) {
-    let n = x.len().min(out.len());
-    let (x, out) = (&x[..n], &mut out[..n]);
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, and both slices hold `n` elements.
-        let done = unsafe { widen_avx2(x, out) };
-        return widen_scalar(&x[done..], &mut out[done..]);
-    }
-    widen_scalar(x, out)
-}
-
-fn widen_scalar(x: &[bf16], out: &mut [f32]) {
-    for (o, v) in out.iter_mut().zip(x) {
-        *o = v.to_f32();
-    }
+    by_eights!(x, out, widen_avx2, bf16::to_f32)
 }
 
 /// Widens the first multiple of 8 of the elements; returns how many.
@@ -125,17 +123,7 @@ fn rounded_bits(b: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
 /// assert!(out[2].is_nan());
 /// ```
 pub fn round_to_bf16(x: &[f32], out: &mut [f32]) {
-    let n = x.len().min(out.len());
-    let (x, out) = (&x[..n], &mut out[..n]);
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, and both slices hold `n` elements.
-        done = unsafe { round_avx2(x, out) };
-    }
-    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
-        *o = bf16::from_f32(v).to_f32();
-    }
+    by_eights!(x, out, round_avx2, |v| bf16::from_f32(v).to_f32())
 }
 
 /// Rounds the first multiple of 8 of the elements; returns how many.
@@ -156,12 +144,6 @@ unsafe fn round_avx2(x: &[f32], out: &mut [f32]) -> usize {
         _mm256_storeu_si256(out.as_mut_ptr().add(k) as *mut __m256i, wide);
     }
     full
-}
-
-fn scalar(x: &[f32], out: &mut [bf16]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = bf16::from_f32(v);
-    }
 }
 
 /// Rounds the first multiple of 8 of the elements; returns how many.

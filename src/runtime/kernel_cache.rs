@@ -172,10 +172,10 @@ pub(crate) fn compile_stage(
     if let Route::Host(_) = route {
         return Ok(Arc::new(CompiledKernel::build(f, route, dtype, backend)?));
     }
-    // A kernel with half buffers computes in f32 whatever the plan's type
-    // (a conversion to a half type is planned in that type).
+    // A kernel with half buffers computes in the type halves compute in,
+    // whatever the plan's (a conversion to a half type is planned in it).
     let dtype = match route {
-        Route::Loop(k) if !k.buffers.is_uniform() => DType::F32,
+        Route::Loop(k) if !k.buffers.is_uniform() => dtype.compute(),
         _ => dtype,
     };
     let mut key = crate::kernel::key::structural_key(f);

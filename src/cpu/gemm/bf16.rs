@@ -40,12 +40,7 @@ pub(super) fn available() -> bool {
 /// `x` rounded to bf16 (nearest even; a NaN stays a quiet NaN), its bits.
 #[inline(always)]
 fn bf16_bits(x: f32) -> u32 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        (b >> 16) | 0x40
-    } else {
-        (b + 0x7fff + ((b >> 16) & 1)) >> 16
-    }
+    u32::from(half::bf16::from_f32(x).to_bits())
 }
 
 /// Two terms of K as one lane: the even term in the low half.
