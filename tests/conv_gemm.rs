@@ -1,7 +1,8 @@
 //! Convolutions routed to GEMM by the planner (`planner::window`): the
 //! padded forward, the weight gradient and the input gradient of a conv2d
-//! run as GEMMs over im2col or padded stages, the forward's im2col is the
-//! weight gradient's, and a convolution written by hand as one `index_fn`
+//! run as GEMMs over zero-padded copies of the image (read as windows:
+//! implicit GEMM, no im2col), the forward's padded copy is the weight
+//! gradient's, and a convolution written by hand as one `index_fn`
 //! line gets the same routes and the same values as the op. (Exactness of
 //! every conv case against the reference interpreter is in the gradcheck
 //! suite.)
@@ -32,13 +33,16 @@ fn routes(y: &Tensor) -> (Vec<&'static str>, Vec<&'static str>, Vec<String>) {
 }
 
 #[test]
-fn a_padded_conv2d_and_its_gradients_run_as_gemms_sharing_the_im2col() {
+fn a_padded_conv2d_and_its_gradients_run_as_gemms_over_padded_copies() {
     let (x, w) = inputs();
     let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1).unwrap();
     let (fwd, bwd, roles) = routes(&y);
     let e = tenjin::explain(&y).unwrap();
     assert_eq!(fwd, ["loop", "gemm"], "{e}");
-    // dy's im2col, dx by GEMM, the forward's im2col from the tape, dw by GEMM.
+    // The copy is the padded image, 10 × 10 per plane, not im2col's
+    // [2, 16, 3, 3, 8, 8]: the GEMM reads its windows straight from it.
+    assert_eq!(e.forward[0].domain, [2, 16, 10, 10], "{e}");
+    // dy padded, dx by GEMM, the forward's padded x from the tape, dw by GEMM.
     assert_eq!(bwd.iter().filter(|r| **r == "gemm").count(), 2, "{e}");
     assert!(roles.iter().any(|r| r.contains("forward stage")), "{e}");
     let grads = roles

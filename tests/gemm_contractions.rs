@@ -179,6 +179,46 @@ fn tiled_products_are_identical_for_any_thread_count() {
     );
 }
 
+/// Batches folded into M or N, their rows read through tables (a
+/// convolution over a padded image: its output rows are consecutive, the
+/// image's rows are not): one product each, split between threads,
+/// against the reference and bitwise identical at 1, 2 and 3 threads.
+#[test]
+fn batches_folded_into_rows_read_through_tables() {
+    let folded = |src: &str, args: &[(&str, &[usize])], sizes: &[(&str, usize)], n: usize| {
+        let f = parse(src, args, sizes);
+        let plan = detect(&f).expect("a contraction");
+        assert!(
+            plan.gemm_shape()[0] > 1,
+            "a batch of products before the fold: {f}"
+        );
+        assert_eq!(plan.folded_shape()[0], n, "products after the fold: {f}");
+        check_fn(&f, 7);
+    };
+    // Forward: the 20 rows of the output image fold into N (400 columns).
+    folded(
+        "y[n; o; t; u] = sum{c}_0^2 (sum{k}_0^2 (sum{l}_0^2 (w[o; c; k; l] * x[n; c; t + k; u + l])))",
+        &[("w", &[5, 3, 3, 3]), ("x", &[2, 3, 22, 22])],
+        &[("t", 20), ("u", 20)],
+        2,
+    );
+    // Weight gradient: channels and taps fold into N (270 columns), the
+    // images and positions into one K.
+    folded(
+        "d[o; c; k; l] = sum{n}_0^1 (sum{t}_0^7 (sum{u}_0^7 (g[n; o; t; u] * x[n; c; t + k; u + l])))",
+        &[("g", &[2, 4, 8, 8]), ("x", &[2, 30, 10, 10])],
+        &[("k", 3), ("l", 3)],
+        1,
+    );
+    // Input gradient, reading a padded gradient backwards.
+    folded(
+        "z[n; c; h; v] = sum{o}_0^3 (sum{k}_0^2 (sum{l}_0^2 (w[o; c; k; l] * g[n; o; 2 + h - k; 2 + v - l])))",
+        &[("w", &[4, 6, 3, 3]), ("g", &[2, 4, 20, 20])],
+        &[("h", 18), ("v", 18)],
+        2,
+    );
+}
+
 fn rejects(src: &str, args: &[(&str, &[usize])], sizes: &[(&str, usize)]) {
     let f = parse(src, args, sizes);
     assert!(

@@ -5,7 +5,8 @@
 //! as control flow, reductions, loads at flat affine offsets, stores), the
 //! lowering `lower`, the structural cache key (`key`), and everything else
 //! a backend is handed: the [`Route`](route::Route) of a stage, the
-//! [`Contraction`](contraction::Contraction) a GEMM computes, the
+//! [`Contraction`](contraction::Contraction) a GEMM computes (with its
+//! batch folded into M and N as the CPU's GEMM runs it, `fold`), the
 //! host-kernel interface (`host`, with its conversions between f32 and
 //! bf16 over slices, `bf16_slices`), the vector width [`LANES`], and the
 //! [`Backend`](backend::Backend) interface itself with its operands. Every
@@ -55,6 +56,7 @@
 pub mod backend;
 pub mod bf16_slices;
 pub mod contraction;
+pub mod fold;
 pub mod host;
 pub mod key;
 mod lower;

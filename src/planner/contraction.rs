@@ -313,7 +313,7 @@ fn detect_with(f: &IndexFn, diagonal: bool) -> Option<Contraction> {
 
     let (m, rest_m) = pick_output(fuse_all(ms));
     let (n, rest_n) = pick_output(fuse_all(ns));
-    let (k, k_outer) = pick(fuse_all(ks));
+    let (k, k_outer) = pick_k(fuse_all(ks));
     batch.extend(rest_m);
     batch.extend(rest_n);
     let batch = fuse_all(batch);
@@ -499,6 +499,23 @@ fn pick_output(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
         }
         None => pick(dims),
     }
+}
+
+/// The GEMM's K and the outer summed dimensions: the longest, of equal
+/// lengths the one whose terms lie closest together, and the others from
+/// the widest strides to the narrowest, so that the terms of the folded K
+/// (`Σ_n Σ_y Σ_x` of a convolution's weight gradient) walk memory in
+/// order rather than jumping between images at every term.
+fn pick_k(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
+    let spread = |d: &Dim| d.a.unsigned_abs().saturating_add(d.b.unsigned_abs());
+    let Some(best) =
+        (0..dims.len()).max_by_key(|&i| (dims[i].len, std::cmp::Reverse(spread(&dims[i]))))
+    else {
+        return (Dim::UNIT, dims);
+    };
+    let k = dims.remove(best);
+    dims.sort_by_key(|d| std::cmp::Reverse(spread(d)));
+    (k, dims)
 }
 
 /// The longest dimension (for gemm) and the others (for loops).

@@ -60,6 +60,8 @@ struct Form {
     form: Affine,
     /// For an access evaluated whenever `e` is: its argument and dimension.
     always_read: Option<(usize, usize)>,
+    /// Whether an access reads at it (its coordinates come first).
+    read: bool,
 }
 
 /// The stage computing node `n` of `f` (see the module documentation);
@@ -68,7 +70,11 @@ struct Form {
 pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
     let g = &f.graph;
     let free: Vec<VarId> = g.free_vars(n).to_vec();
-    let forms = collect_forms(f, iv, n);
+    // The forms of reads give the coordinates first, so a stage runs the
+    // way the data it reads does (a padded copy's guard `32 − t − k ≥ 0`
+    // would otherwise make its coordinate, and the copy, run backwards).
+    let mut forms = collect_forms(f, iv, n);
+    forms.sort_by_key(|fm| !fm.read);
 
     // Coordinates, found by elimination. Each keeps its reduced form `R`
     // (coefficient 1 on its pivot, 0 on earlier pivots) for solving, and
@@ -243,17 +249,20 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
                     out.push(Form {
                         form: form.clone(),
                         always_read: always.then_some((*arg, d)),
+                        read: true,
                     });
                 }
             }
             Node::Index(a) => out.push(Form {
                 form: a.clone(),
                 always_read: None,
+                read: false,
             }),
             Node::Random { key, counter } => {
                 out.push(Form {
                     form: counter.clone(),
                     always_read: None,
+                    read: false,
                 });
                 children.extend(key.iter().map(|k| (*k, always)));
             }
@@ -266,6 +275,7 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
                     Cond::Index(r, _) | Cond::IsInt(r) => out.push(Form {
                         form: r.num.clone(),
                         always_read: None,
+                        read: false,
                     }),
                     Cond::Value(a, _, b) => {
                         children.push((*a, always));
@@ -280,6 +290,7 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
                     out.push(Form {
                         form: b.num.clone(),
                         always_read: None,
+                        read: false,
                     });
                 }
                 let nonempty = iv.nonempty.get(&id).copied().unwrap_or(false);

@@ -304,7 +304,7 @@ impl Builder {
         if self.target == Target::Cpu {
             f = group_diagonal(&f);
         }
-        let whole_gemm = routes_to_gemm(&f);
+        let whole_gemm = routes_to_gemm(&f, self.target);
         let mut rejected: HashSet<NodeId> = HashSet::new();
         for _ in 0..MAX_CUTS {
             let iv = Intervals::of(&f);

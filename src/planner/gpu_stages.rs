@@ -14,7 +14,7 @@ use super::blas_layout::{cublas_calls, output_order, relayouts, Relayout};
 use super::cut::cut;
 use super::extract::{canonical, read_back, Builder, CutKey};
 use super::program::Source;
-use super::route::{route_for, routes_to_gemm, Route};
+use super::route::{route_for, routes_to_gemm, Route, Target};
 use crate::symbolic::intervals::Intervals;
 use crate::symbolic::Affine;
 use crate::symbolic::IndexFn;
@@ -82,7 +82,7 @@ impl Builder {
         }
         let before = cublas_calls(&f).unwrap_or(usize::MAX);
         let better = calls.is_some_and(|after| after < before)
-            && routes_to_gemm(&g)
+            && routes_to_gemm(&g, Target::Gpu)
             && matches!(
                 route_for(&g, self.dtype, self.target)?,
                 Route::Gemm(_) | Route::GemmThenLoop { .. }

@@ -22,14 +22,23 @@ use crate::{DType, Error};
 /// (below it, packing costs more than the generic kernel's loop).
 pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 
-fn worth_gemm(plan: &Contraction) -> bool {
-    let [calls, m, n, k] = plan.gemm_shape();
-    calls > 0 && m * n * k >= MIN_GEMM_VOLUME
+/// Whether each product of `plan` on `target` is big enough for a GEMM
+/// call: the CPU's GEMM sums every term in one product and folds the batch
+/// where it can (`Contraction::folded_shape`: a small convolution over a
+/// padded copy is one product per image, not one per row and tap), a
+/// GPU's cuBLAS runs the products `gemm_shape` counts.
+fn worth_gemm(plan: &Contraction, target: Target) -> bool {
+    let [calls, m, n, k] = match target {
+        Target::Cpu => plan.folded_shape(),
+        Target::Gpu => plan.gemm_shape(),
+    };
+    calls > 0 && m.saturating_mul(n).saturating_mul(k) >= MIN_GEMM_VOLUME
 }
 
-/// Whether `f` is a contraction the route sends to GEMM.
+/// Whether `f` is a contraction whose every product is big enough for a
+/// GEMM call on any target.
 pub(crate) fn is_gemm(f: &IndexFn) -> bool {
-    contraction::detect(f).is_some_and(|p| worth_gemm(&p))
+    contraction::detect(f).is_some_and(|p| worth_gemm(&p, Target::Gpu))
 }
 
 /// Whether `f` is a product with a diagonal factor (`Σ_i x[i; a] · d[i] ·
@@ -38,12 +47,15 @@ pub(crate) fn is_gemm(f: &IndexFn) -> bool {
 /// factor, so there the product `d[i] · x[i; b]` is a stage of its own).
 pub(crate) fn is_scaled_gemm(f: &IndexFn, target: Target) -> bool {
     target == Target::Cpu
-        && contraction::detect_scaled(f).is_some_and(|p| p.has_diagonal() && worth_gemm(&p))
+        && contraction::detect_scaled(f).is_some_and(|p| p.has_diagonal() && worth_gemm(&p, target))
 }
 
-/// Whether the route of `f` is a GEMM, alone or followed by a loop.
-pub(crate) fn routes_to_gemm(f: &IndexFn) -> bool {
-    is_gemm(f) || epilogue::split(f).is_some_and(|s| worth_gemm(&s.contraction))
+/// Whether the route of `f` on `target` is a GEMM, alone or followed by a
+/// loop.
+pub(crate) fn routes_to_gemm(f: &IndexFn, target: Target) -> bool {
+    let worth = |c: &Contraction| worth_gemm(c, target);
+    contraction::detect(f).is_some_and(|p| worth(&p))
+        || epilogue::split(f).is_some_and(|s| worth(&s.contraction))
 }
 
 /// The CPU route of `f` computed in `dtype` ([`route_for`] with
@@ -82,7 +94,7 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     // products (1×1 outputs: cuBLAS runs them far below the bandwidth; a
     // loop kernel is a column sum, split as one, `super::split_sums`).
     let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
-    let runs = |c: &Contraction| worth_gemm(c) && (target == Target::Cpu || on_gpu(c));
+    let runs = |c: &Contraction| worth_gemm(c, target) && (target == Target::Cpu || on_gpu(c));
     // (A diagonal factor, which BLAS lacks, leaves a GPU no `blas` plan.)
     if let Some(plan) = contraction::detect_scaled(f) {
         if runs(&plan) {

@@ -221,7 +221,7 @@ pub(crate) fn plan(f: &IndexFn, target: Target) -> Option<WindowPlan> {
             if !ok {
                 continue;
             }
-            let Some(cost) = plan_cost(&h, body, &cuts) else {
+            let Some(cost) = plan_cost(&h, body, &cuts, target) else {
                 continue;
             };
             if best.as_ref().is_none_or(|(b, _)| cost < *b) {
@@ -568,8 +568,9 @@ fn columns(
 }
 
 /// The estimated time (ns) of the contraction `body` of `f` with the
-/// reads `cuts` replaced by their stages: its GEMM calls and the copies.
-fn plan_cost(f: &IndexFn, body: NodeId, cuts: &[(NodeId, Cut)]) -> Option<f64> {
+/// reads `cuts` replaced by their stages: its GEMM calls on `target` and
+/// the copies.
+fn plan_cost(f: &IndexFn, body: NodeId, cuts: &[(NodeId, Cut)], target: Target) -> Option<f64> {
     let mut h = IndexFn {
         root: body,
         ..f.clone()
@@ -586,7 +587,7 @@ fn plan_cost(f: &IndexFn, body: NodeId, cuts: &[(NodeId, Cut)]) -> Option<f64> {
         copied += c.stage.output_shape().iter().product::<usize>();
     }
     let plan = contraction::detect(&h)?;
-    Some(cost_ns(&plan, copied))
+    Some(cost_ns(&plan, copied, target))
 }
 
 /// GEMM throughput per core (flops per ns), packing cost per operand
@@ -602,9 +603,17 @@ const COPY_NS: f64 = 1.0;
 const LOOP_NS_PER_TERM: f64 = 0.5;
 
 /// The cost model of one plan: every GEMM call packs its operands and runs
-/// its flops; every copied element is written once and read once.
-fn cost_ns(plan: &Contraction, copied: usize) -> f64 {
-    let [calls, m, n, k] = plan.gemm_shape().map(|x| x as f64);
+/// its flops; every copied element is written once and read once. The
+/// CPU's GEMM sums every term in one product and folds the batch into M
+/// and N where it can (`Contraction::folded_shape`: a window over a padded
+/// copy is one product per image); a GPU makes a call per batch point and
+/// per point of the outer sums.
+fn cost_ns(plan: &Contraction, copied: usize, target: Target) -> f64 {
+    let shape = match target {
+        Target::Cpu => plan.folded_shape(),
+        Target::Gpu => plan.gemm_shape(),
+    };
+    let [calls, m, n, k] = shape.map(|x| x as f64);
     let call = 2.0 * m * n * k / FLOPS_PER_NS + (m * k + k * n) * PACK_NS + CALL_NS;
     calls * call + copied as f64 * COPY_NS
 }

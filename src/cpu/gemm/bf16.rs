@@ -15,7 +15,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::blis::{computes_transpose, k_blocks, Operand, Product};
-use super::pack::KIndex;
+use super::pack::Index;
 use crate::cpu::wide::Width;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -50,7 +50,7 @@ fn pair(even: f32, odd: f32) -> u32 {
 }
 
 /// Packs `rows × kc` elements of the view whose element `(r, p)` is at
-/// `src + r·row_stride + k.at(p)` into `rows.div_ceil(width)` panels of
+/// `src + row.at(r) + k.at(p)` into `rows.div_ceil(width)` panels of
 /// `width × kc.div_ceil(2)` pairs at `dst`: panel `q` holds the pair of
 /// terms `(2h, 2h + 1)` of row `q·width + i` at `q·width·h_count + h·width
 /// + i`; zeros past the last row and past the last term.
@@ -64,18 +64,18 @@ unsafe fn pack_pairs(
     rows: usize,
     kc: usize,
     src: *const f32,
-    row_stride: isize,
-    k: KIndex,
+    row: Index,
+    k: Index,
     dst: *mut u32,
 ) {
-    match k {
+    match (row.stride(), k) {
         // B's panels: a term's `width` values side by side.
-        KIndex::Stride(s) if row_stride == 1 && width == NR => {
-            pack_adjacent_rows(rows, kc, src, s, dst)
-        }
+        (Some(1), Index::Stride(s)) if width == NR => pack_adjacent_rows(rows, kc, src, s, dst),
         // A's rows, each contiguous along K.
-        KIndex::Stride(1) => pack_contiguous_terms(width, rows, kc, src, row_stride, dst),
-        _ => pack_any(width, rows, kc, src, row_stride, k, dst),
+        (Some(row_stride), Index::Stride(1)) => {
+            pack_contiguous_terms(width, rows, kc, src, row_stride, dst)
+        }
+        _ => pack_any(width, rows, kc, src, row, k, dst),
     }
 }
 
@@ -120,8 +120,8 @@ unsafe fn pack_adjacent_rows(rows: usize, kc: usize, src: *const f32, s: isize, 
             rows - done,
             kc,
             src.add(done),
-            1,
-            KIndex::Stride(s),
+            Index::Stride(1),
+            Index::Stride(s),
             dst.add(full * NR * halves),
         );
     }
@@ -172,8 +172,8 @@ unsafe fn pack_any(
     rows: usize,
     kc: usize,
     src: *const f32,
-    row_stride: isize,
-    k: KIndex,
+    row: Index,
+    k: Index,
     dst: *mut u32,
 ) {
     let halves = kc.div_ceil(2);
@@ -185,7 +185,7 @@ unsafe fn pack_any(
             for i in 0..width {
                 let r = q * width + i;
                 *panel.add(h * width + i) = if r < rows {
-                    let row = src.wrapping_offset(r as isize * row_stride);
+                    let row = src.wrapping_offset(row.at(r));
                     let odd = if p1 < kc {
                         *row.wrapping_offset(o1)
                     } else {
@@ -372,8 +372,8 @@ unsafe fn pack_operand(
     pc: usize,
     dst: *mut u32,
 ) {
-    let (src, k) = op.block(r0, pc);
-    pack_pairs(width, rows, kc, src, op.stride, k, dst);
+    let (src, row, k) = op.block(r0, pc);
+    pack_pairs(width, rows, kc, src, row, k, dst);
 }
 
 #[cfg(test)]
@@ -422,14 +422,14 @@ mod tests {
             alpha: 0.5,
             a: Operand {
                 ptr: a.as_ptr(),
-                stride: a_stride,
-                k: KIndex::Stride(a_k),
+                rows: Index::Stride(a_stride),
+                k: Index::Stride(a_k),
                 packed: std::ptr::null(),
             },
             b: Operand {
                 ptr: b.as_ptr(),
-                stride: 1,
-                k: KIndex::Stride(n as isize),
+                rows: Index::Stride(1),
+                k: Index::Stride(n as isize),
                 packed: std::ptr::null(),
             },
             diag: None,
@@ -504,14 +504,14 @@ mod tests {
             alpha: 0.5,
             a: Operand {
                 ptr: a.as_ptr(),
-                stride: k as isize,
-                k: KIndex::Stride(1),
+                rows: Index::Stride(k as isize),
+                k: Index::Stride(1),
                 packed: std::ptr::null(),
             },
             b: Operand {
                 ptr: b[32..].as_ptr(),
-                stride: 1,
-                k: KIndex::Stride(n as isize),
+                rows: Index::Stride(1),
+                k: Index::Stride(n as isize),
                 packed: std::ptr::null(),
             },
             diag: None,

@@ -15,16 +15,16 @@
 
 use super::gemv::gemv;
 use super::kernels::{Float, Kernel};
-use super::pack::{pack_panels, KIndex};
+use super::pack::{pack_panels, Index};
 use std::cell::RefCell;
 
 /// One factor of a product: element `(r, p)` (row `r` of A, or column
-/// `r` of B; term `p` of K) at `ptr + r·stride + k.at(p)`.
+/// `r` of B; term `p` of K) at `ptr + rows.at(r) + k.at(p)`.
 #[derive(Clone, Copy)]
 pub(super) struct Operand<T> {
     pub ptr: *const T,
-    pub stride: isize,
-    pub k: KIndex,
+    pub rows: Index,
+    pub k: Index,
     /// The whole operand already packed by [`prepack`] with this
     /// product's panel width and blocks of K (null: packed block by block
     /// as the product runs).
@@ -33,15 +33,16 @@ pub(super) struct Operand<T> {
 
 impl<T> Operand<T> {
     /// Where the block of rows from `r` and terms from `p0` starts, and
-    /// the index of its terms.
+    /// the index of its rows and of its terms.
     ///
     /// # Safety
     ///
-    /// A table of K offsets holds at least `p0` entries.
-    pub(super) unsafe fn block(self, r: usize, p0: usize) -> (*const T, KIndex) {
+    /// Tables hold at least `r` rows and `p0` terms.
+    pub(super) unsafe fn block(self, r: usize, p0: usize) -> (*const T, Index, Index) {
+        let (rows, row_offset) = self.rows.from(r);
         let (k, offset) = self.k.from(p0);
-        let ptr = self.ptr.wrapping_offset(r as isize * self.stride + offset);
-        (ptr, k)
+        let ptr = self.ptr.wrapping_offset(row_offset + offset);
+        (ptr, rows, k)
     }
 }
 
@@ -106,7 +107,7 @@ pub(super) struct Product<T> {
     pub a: Operand<T>,
     pub b: Operand<T>,
     /// The diagonal factor: `d[p]` at `ptr + k.at(p)` (none: all ones).
-    pub diag: Option<(*const T, KIndex)>,
+    pub diag: Option<(*const T, Index)>,
     pub c: *mut T,
     pub rs_c: isize,
     pub cs_c: isize,
@@ -197,11 +198,13 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
         let (a_buf, b_buf) = &mut *bufs;
         let packed_a = grow(a_buf, mc * kc * size) as *mut T;
         let packed_b = grow(b_buf, nc * kc * size) as *mut T;
-        // A whose rows are contiguous along K is read in place, saving a
-        // copy of A per block of N (a convolution's A is large and each of
-        // its micro-panels meets few B panels); only a last, partial
-        // micro-panel is packed, so no row past A's end is read.
-        let in_place = a.packed.is_null() && matches!(a.k, KIndex::Stride(1));
+        // A whose rows are contiguous along K (at a uniform stride) is
+        // read in place, saving a copy of A per block of N (a
+        // convolution's A is large and each of its micro-panels meets few
+        // B panels); only a last, partial micro-panel is packed, so no row
+        // past A's end is read.
+        let a_stride = a.rows.stride();
+        let in_place = a.packed.is_null() && matches!(a.k, Index::Stride(1)) && a_stride.is_some();
         let (m_pad, n_pad) = (m.next_multiple_of(mr), n.next_multiple_of(nr));
         for jc in (0..n).step_by(nc) {
             let nb = nc.min(n - jc);
@@ -223,19 +226,19 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                     if !needed(ic + mb, jc) {
                         continue;
                     }
-                    let (a_block, a_k) = a.block(ic, pc);
+                    let (a_block, a_rows, a_k) = a.block(ic, pc);
                     let a_panels = if !a.packed.is_null() {
                         a.packed.add(pc * m_pad + ic * kl)
                     } else {
                         packed_a as *const T
                     };
                     if a.packed.is_null() && !in_place {
-                        pack_panels(mr, mb, kl, a_block, a.stride, a_k, packed_a);
+                        pack_panels(mr, mb, kl, a_block, a_rows, a_k, packed_a);
                     } else if in_place && mb % mr != 0 {
                         let last = mb - mb % mr;
-                        let (edge_rows, _) = a.block(ic + last, pc);
-                        let edge = packed_a.add(last * kl);
-                        pack_panels(mr, mb - last, kl, edge_rows, a.stride, a_k, edge);
+                        let (edge, edge_rows, _) = a.block(ic + last, pc);
+                        let to = packed_a.add(last * kl);
+                        pack_panels(mr, mb - last, kl, edge, edge_rows, a_k, to);
                     }
                     for jr in (0..nb).step_by(nr) {
                         let b_panel = b_panels.add(jr * kl);
@@ -244,10 +247,11 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                             if !needed(ic + ir + rows, jc + jr) {
                                 continue;
                             }
-                            let (a_panel, rs_a, cs_a) = if in_place && rows == mr {
-                                (a_block.wrapping_offset(ir as isize * a.stride), a.stride, 1)
-                            } else {
-                                (a_panels.add(ir * kl), 1, mr as isize)
+                            let (a_panel, rs_a, cs_a) = match a_stride {
+                                Some(s) if in_place && rows == mr => {
+                                    (a_block.wrapping_offset(ir as isize * s), s, 1)
+                                }
+                                _ => (a_panels.add(ir * kl), 1, mr as isize),
                             };
                             let dst = c
                                 .offset((ic + ir) as isize * rs_c)
@@ -290,11 +294,11 @@ unsafe fn pack_block<T: Float>(
     op: Operand<T>,
     r0: usize,
     pc: usize,
-    diag: Option<(*const T, KIndex)>,
+    diag: Option<(*const T, Index)>,
     dst: *mut T,
 ) {
-    let (src, k) = op.block(r0, pc);
-    pack_panels(width, rows, kc, src, op.stride, k, dst);
+    let (src, row, k) = op.block(r0, pc);
+    pack_panels(width, rows, kc, src, row, k, dst);
     if let Some((d, d_k)) = diag {
         let (d_k, offset) = d_k.from(pc);
         scale_panels(width, rows, kc, d.wrapping_offset(offset), d_k, dst);
@@ -316,7 +320,7 @@ pub(super) unsafe fn prepack<T: Float>(
     rows: usize,
     k: usize,
     op: Operand<T>,
-    diag: Option<(*const T, KIndex)>,
+    diag: Option<(*const T, Index)>,
 ) -> Vec<T> {
     let (k_count, kc) = k_blocks(k, kc);
     let pad = rows.next_multiple_of(width);
@@ -350,7 +354,7 @@ unsafe fn scale_panels<T: Float>(
     cols: usize,
     kc: usize,
     d: *const T,
-    k: KIndex,
+    k: Index,
     packed: *mut T,
 ) {
     for q in 0..cols.div_ceil(width) {

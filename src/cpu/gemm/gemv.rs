@@ -13,7 +13,7 @@
 use super::super::wide::Width;
 use super::blis::Product;
 use super::kernels::Float;
-use super::pack::KIndex;
+use super::pack::Index;
 
 /// Lanes of the dot product's accumulators.
 const LANES: usize = 32;
@@ -117,8 +117,8 @@ pub(super) unsafe fn gemv<T: Float>(p: &Product<T>) -> bool {
         ..
     } = *p;
     debug_assert_eq!(p.n, 1);
-    let dot_form = matches!(a.k, KIndex::Stride(1));
-    if !dot_form && a.stride != 1 {
+    let dot_form = matches!(a.k, Index::Stride(1));
+    if !dot_form && a.rows.stride() != Some(1) {
         return false;
     }
     let (dot, axpy) = ops::<T>();
@@ -140,14 +140,14 @@ pub(super) unsafe fn gemv<T: Float>(p: &Product<T>) -> bool {
     if dot_form {
         // The vector as it is when contiguous, else gathered once.
         let gathered: Vec<T>;
-        let x = if p.diag.is_none() && matches!(b.k, KIndex::Stride(1)) {
+        let x = if p.diag.is_none() && matches!(b.k, Index::Stride(1)) {
             b.ptr
         } else {
             gathered = (0..k).map(term).collect();
             gathered.as_ptr()
         };
         for i in 0..m {
-            store(i, dot(k, a.ptr.offset(i as isize * a.stride), x));
+            store(i, dot(k, a.ptr.offset(a.rows.at(i)), x));
         }
     } else {
         let mut sums = vec![T::ZERO; m];

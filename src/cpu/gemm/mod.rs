@@ -49,10 +49,11 @@ mod x86;
 
 use blis::{Operand, Product};
 use kernels::Float;
-use pack::KIndex;
+use pack::Index;
 
 use crate::dtype::{DType, Element};
 use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
+use crate::kernel::fold::Folded;
 
 /// Products of bf16 operands of fewer terms `m·n·k` than this run with
 /// the f32 kernels (see `Contraction::run`).
@@ -124,9 +125,9 @@ pub fn bf16_products_run() -> u64 {
 #[derive(Clone, Copy)]
 struct Terms {
     len: usize,
-    a: KIndex,
-    b: KIndex,
-    d: KIndex,
+    a: Index,
+    b: Index,
+    d: Index,
 }
 
 /// Offsets of every term in each operand and the diagonal factor.
@@ -159,16 +160,47 @@ impl Terms {
         match tables {
             None => Terms {
                 len: k.len,
-                a: KIndex::Stride(k.a),
-                b: KIndex::Stride(k.b),
-                d: KIndex::Stride(k.d),
+                a: Index::Stride(k.a),
+                b: Index::Stride(k.b),
+                d: Index::Stride(k.d),
             },
             Some([a, b, d]) => Terms {
                 len: a.len(),
-                a: KIndex::Table(a.as_ptr()),
-                b: KIndex::Table(b.as_ptr()),
-                d: KIndex::Table(d.as_ptr()),
+                a: Index::Table(a.as_ptr()),
+                b: Index::Table(b.as_ptr()),
+                d: Index::Table(d.as_ptr()),
             },
+        }
+    }
+}
+
+/// M or N of one run: its rows, their output stride, and where they lie
+/// in their factor (a stride, or a table when the batch was folded in).
+struct Rows {
+    len: usize,
+    out: isize,
+    stride: isize,
+    table: Option<Vec<isize>>,
+}
+
+impl Rows {
+    /// The rows of `dims` (outermost first), whose stride in their factor
+    /// is `stride`.
+    fn of(dims: &[Dim], stride: fn(&Dim) -> isize) -> Rows {
+        Rows {
+            len: Folded::len(dims),
+            out: Folded::out_stride(dims),
+            stride: dims.last().map_or(0, stride),
+            table: Folded::row_offsets(dims, stride),
+        }
+    }
+
+    /// Where the rows from `lo ≤ len` lie, for the packing (a table lives
+    /// as long as `self`), and the offset to add to the factor's pointer.
+    fn from(&self, lo: usize) -> (Index, isize) {
+        match &self.table {
+            Some(t) => (Index::Table(t[lo.min(t.len())..].as_ptr()), 0),
+            None => (Index::Stride(self.stride), lo as isize * self.stride),
         }
     }
 }
@@ -257,18 +289,20 @@ impl Contraction {
             return;
         }
         let alpha = T::from_f64(self.scale);
-        let n_batch: usize = self.batch.iter().map(|d| d.len).product();
+        // The batch folded into M and N where it nests there in C (rows
+        // of a factor through tables: a convolution over a padded image
+        // is one product, not one per row of the image).
+        let folded = self.folded();
+        let n_batch = Folded::len(&folded.batch);
+        let (mut m, mut n) = (Rows::of(&folded.m, |d| d.a), Rows::of(&folded.n, |d| d.b));
         // A symmetric C is its own transpose: with M's and N's output
         // strides swapped, a C whose M is contiguous is written row-major,
         // and its lower triangle suffices (where `blis::gemm` would
         // compute a column-major C whole).
-        let (m, n) = if self.symmetric && blis::computes_transpose(self.m.out, self.n.out) {
-            let (mut m, mut n) = (self.m, self.n);
+        if self.symmetric && blis::computes_transpose(m.out, n.out) {
             std::mem::swap(&mut m.out, &mut n.out);
-            (m, n)
-        } else {
-            (self.m, self.n)
-        };
+        }
+        let (m, n) = (&m, &n);
         let tables = Terms::tables(self.k, &self.k_outer);
         let terms = Terms::of(self.k, &tables);
         // The whole product's blocks of K, not a tile's (`blis::k_block`);
@@ -352,17 +386,16 @@ impl Contraction {
                 if lo >= hi {
                     continue;
                 }
-                let (mut mt, mut nt) = (m.len, n.len);
-                let (mut a_off, mut b_off) = (0isize, 0isize);
-                let o_off = if split_n {
-                    nt = hi - lo;
-                    b_off = lo as isize * n.b;
-                    lo as isize * n.out
+                // The tile: rows `lo..hi` of N (or of M).
+                let (a_lo, b_lo) = if split_n { (0, lo) } else { (lo, 0) };
+                let (mt, nt) = if split_n {
+                    (m.len, hi - lo)
                 } else {
-                    mt = hi - lo;
-                    a_off = lo as isize * m.a;
-                    lo as isize * m.out
+                    (hi - lo, n.len)
                 };
+                let (a_rows, a_off) = m.from(a_lo);
+                let (b_rows, b_off) = n.from(b_lo);
+                let o_off = a_lo as isize * m.out + b_lo as isize * n.out;
                 // SAFETY: `detect` proved that every element the loop nest
                 // reads is inside its argument's declared shape (offsets from
                 // `base_*` stay in `0..len`), the lengths were checked above,
@@ -383,26 +416,26 @@ impl Contraction {
                             && !transposed
                             && mt > 1
                             && nt > 1
-                            && self.batch.iter().all(|d| stride(d) == 0)
+                            && folded.batch.iter().all(|d| stride(d) == 0)
                             && bytes <= SHARED_PACK_BYTES
                     };
                     // The factors of batch point `(ba, bb)`, read through
                     // `packed` when the batch shares one.
                     let a_at = |ba: isize, packed: *const T| Operand {
                         ptr: ptrs.a.wrapping_offset(ba + a_off),
-                        stride: m.a,
+                        rows: a_rows,
                         k: ptrs.terms.a,
                         packed,
                     };
                     let b_at = |bb: isize, packed: *const T| Operand {
                         ptr: ptrs.b.wrapping_offset(bb + b_off),
-                        stride: n.b,
+                        rows: b_rows,
                         k: ptrs.terms.b,
                         packed,
                     };
                     let diag = (!ptrs.d.is_null()).then_some((ptrs.d, ptrs.terms.d));
                     let none = std::ptr::null();
-                    let a_in_place = matches!(ptrs.terms.a, KIndex::Stride(1));
+                    let a_in_place = matches!(ptrs.terms.a, Index::Stride(1));
                     let (len, mr, nr) = (ptrs.terms.len, kernel.mr, kernel.nr);
                     let a_shared = (shared(|d| d.a, mt) && !a_in_place)
                         .then(|| blis::prepack(mr, kc, mt, len, a_at(0, none), None));
@@ -410,7 +443,7 @@ impl Contraction {
                         .then(|| blis::prepack(nr, kc, nt, len, b_at(0, none), diag));
                     let packed = |v: &Option<Vec<T>>| v.as_ref().map_or(none, |v| v.as_ptr());
                     for bi in batches.clone() {
-                        let (ba, bb, bo) = offsets(&self.batch, bi);
+                        let (ba, bb, bo) = offsets(&folded.batch, bi);
                         let product = Product {
                             m: mt,
                             n: nt,
@@ -442,7 +475,7 @@ impl Contraction {
         }
         if symmetric {
             for bi in 0..n_batch {
-                let (_, _, bo) = offsets(&self.batch, bi);
+                let (_, _, bo) = offsets(&folded.batch, bi);
                 // SAFETY: the batch slice's square output lies in `out`
                 // (as for the products above), and no product runs now.
                 unsafe { blis::mirror_lower(out.as_mut_ptr().offset(bo), m.len, m.out, n.out) };

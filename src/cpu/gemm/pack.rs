@@ -1,27 +1,29 @@
 //! Packing: copying a block of an operand view into the contiguous
 //! micro-panels a micro-kernel reads.
 //!
-//! Owns [`KIndex`] (where the `p`-th term of K lies in an operand: a
-//! stride, or a table of offsets when K runs over several dimensions, the
-//! channels and taps of a convolution's window read straight from the
-//! image) and [`pack_panels`], the one packing routine for both operands:
-//! a block of `rows × kc` elements of a view (any strides, zero for a
-//! broadcast, negative for a reversed view) becomes panels of `width` rows,
+//! Owns [`Index`] (where the `p`-th term of K, or the `r`-th row, lies in
+//! an operand: a stride, or a table of offsets when it runs over several
+//! dimensions: the channels and taps of a convolution's window read
+//! straight from the image, or the positions of its output rows in a
+//! padded image) and [`pack_panels`], the one packing routine for both
+//! operands: a block of `rows × kc` elements of a view (any strides, zero
+//! for a broadcast, negative for a reversed view, or tables) becomes panels of `width` rows,
 //! each holding, for every `p` in `0..kc`, the `width` values of column `p`
 //! side by side, with zeros past the last row. The left operand is packed
 //! as it is (rows of A), the right one through its transpose (columns of
 //! B). Must not choose block sizes nor compute.
 
-/// Where term `p` of K lies in an operand, relative to its K origin.
+/// Where term `p` of K (or row `p`) lies in an operand, relative to its
+/// origin.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum KIndex {
+pub(super) enum Index {
     /// At `p · stride`.
     Stride(isize),
     /// At `table[p]`.
     Table(*const isize),
 }
 
-impl KIndex {
+impl Index {
     /// The offset of term `p`.
     ///
     /// # Safety
@@ -30,21 +32,55 @@ impl KIndex {
     #[inline(always)]
     pub(super) unsafe fn at(self, p: usize) -> isize {
         match self {
-            KIndex::Stride(s) => p as isize * s,
-            KIndex::Table(t) => *t.add(p),
+            Index::Stride(s) => p as isize * s,
+            Index::Table(t) => *t.add(p),
         }
     }
 
-    /// The index of the terms from `p0` on, and the offset to add to the
-    /// operand's pointer for them (a table keeps absolute offsets).
+    /// The index of the terms (rows) from `p0` on, and the offset to add to
+    /// the operand's pointer for them (a table keeps absolute offsets).
     ///
     /// # Safety
     ///
     /// A table holds at least `p0` entries.
-    pub(super) unsafe fn from(self, p0: usize) -> (KIndex, isize) {
+    pub(super) unsafe fn from(self, p0: usize) -> (Index, isize) {
         match self {
-            KIndex::Stride(s) => (self, p0 as isize * s),
-            KIndex::Table(t) => (KIndex::Table(t.add(p0)), 0),
+            Index::Stride(s) => (self, p0 as isize * s),
+            Index::Table(t) => (Index::Table(t.add(p0)), 0),
+        }
+    }
+
+    /// The stride, when the offsets are one.
+    pub(super) fn stride(self) -> Option<isize> {
+        match self {
+            Index::Stride(s) => Some(s),
+            Index::Table(_) => None,
+        }
+    }
+
+    /// Whether the `n` offsets from `p0` are consecutive, `+1` (`Some(false)`)
+    /// or `−1` (`Some(true)`) apart.
+    ///
+    /// # Safety
+    ///
+    /// A table holds at least `p0 + n` entries.
+    #[inline(always)]
+    unsafe fn adjacent(self, p0: usize, n: usize) -> Option<bool> {
+        match self {
+            Index::Stride(1) => Some(false),
+            Index::Stride(-1) => Some(true),
+            Index::Stride(_) => None,
+            Index::Table(t) => {
+                let first = *t.add(p0);
+                let run = |step: isize| (1..n).all(|i| *t.add(p0 + i) == first + i as isize * step);
+                if run(1) {
+                    Some(false)
+                } else if run(-1) {
+                    Some(true)
+                } else {
+                    None
+                }
+            }
         }
     }
 }
@@ -67,29 +103,30 @@ macro_rules! by_width {
 }
 
 /// Packs `rows × kc` elements of the view whose element `(r, p)` is at
-/// `src + r·row_stride + k.at(p)` into `rows.div_ceil(width)` panels of
+/// `src + row.at(r) + k.at(p)` into `rows.div_ceil(width)` panels of
 /// `width × kc` elements at `dst`: panel `q` holds element `(q·width + i,
 /// p)` at `q·width·kc + p·width + i`, and zero where `q·width + i ≥ rows`.
 ///
 /// # Safety
 ///
-/// Every element of the view is readable, `dst` has room for
-/// `rows.div_ceil(width) · width · kc` elements, and the two do not overlap.
+/// Every element of the view is readable (tables hold `rows` and `kc`
+/// entries), `dst` has room for `rows.div_ceil(width) · width · kc`
+/// elements, and the two do not overlap.
 pub(super) unsafe fn pack_panels<T: Copy + Default>(
     width: usize,
     rows: usize,
     kc: usize,
     src: *const T,
-    row_stride: isize,
-    k: KIndex,
+    row: Index,
+    k: Index,
     dst: *mut T,
 ) {
     // Each kind of index gets its own copy of the loops (contiguous K
     // visibly so, for the compiler).
     match k {
-        KIndex::Stride(1) => pack_with(width, rows, kc, src, row_stride, |p| p as isize, dst),
-        KIndex::Stride(s) => pack_with(width, rows, kc, src, row_stride, |p| p as isize * s, dst),
-        KIndex::Table(t) => pack_with(width, rows, kc, src, row_stride, |p| *t.add(p), dst),
+        Index::Stride(1) => pack_with(width, rows, kc, src, row, |p| p as isize, dst),
+        Index::Stride(s) => pack_with(width, rows, kc, src, row, |p| p as isize * s, dst),
+        Index::Table(t) => pack_with(width, rows, kc, src, row, |p| *t.add(p), dst),
     }
 }
 
@@ -100,7 +137,7 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     rows: usize,
     kc: usize,
     src: *const T,
-    row_stride: isize,
+    row: Index,
     k: K,
     dst: *mut T,
 ) {
@@ -108,20 +145,20 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
     let mut panel = dst;
     while r0 < rows {
         let live = width.min(rows - r0);
-        let first = src.wrapping_offset(r0 as isize * row_stride);
-        if row_stride.abs() == 1 && live == width {
+        let first = src.wrapping_offset(row.at(r0));
+        match row.adjacent(r0, live) {
             // The panel's rows are adjacent: each column is one copy, and
             // a reversal when they are adjacent backwards (a convolution's
             // input gradient reads its padded output gradient so).
-            let rev = row_stride == -1;
-            let start = if rev {
-                first.wrapping_offset(1 - width as isize)
-            } else {
-                first
-            };
-            by_width!(width, copy_columns, (kc, start, rev, k, panel))
-        } else {
-            by_width!(width, gather_rows, (live, kc, first, row_stride, k, panel))
+            Some(rev) if live == width => {
+                let start = if rev {
+                    first.wrapping_offset(1 - width as isize)
+                } else {
+                    first
+                };
+                by_width!(width, copy_columns, (kc, start, rev, k, panel))
+            }
+            _ => by_width!(width, gather_rows, (live, kc, src, row, r0, k, panel)),
         }
         if live < width {
             for p in 0..kc {
@@ -159,9 +196,9 @@ unsafe fn copy_columns<T: Copy, const W: usize>(
     }
 }
 
-/// One panel from `live ≤ W` rows: the panel is written in order, each
-/// column gathered from the `W` rows at the column's one offset (rows past
-/// `live` read the first row; the caller zeroes them).
+/// One panel from the `live ≤ W` rows from `r0`: the panel is written in
+/// order, each column gathered from the `W` rows at the column's one
+/// offset (rows past `live` read the first row; the caller zeroes them).
 ///
 /// # Safety
 ///
@@ -169,14 +206,14 @@ unsafe fn copy_columns<T: Copy, const W: usize>(
 unsafe fn gather_rows<T: Copy, const W: usize>(
     live: usize,
     kc: usize,
-    first: *const T,
-    row_stride: isize,
+    src: *const T,
+    row: Index,
+    r0: usize,
     k: impl Fn(usize) -> isize,
     panel: *mut T,
 ) {
-    let rows: [*const T; W] = std::array::from_fn(|i| {
-        first.wrapping_offset(if i < live { i as isize * row_stride } else { 0 })
-    });
+    let rows: [*const T; W] =
+        std::array::from_fn(|i| src.wrapping_offset(row.at(r0 + if i < live { i } else { 0 })));
     for p in 0..kc {
         let column = panel.add(p * W);
         let at = k(p);

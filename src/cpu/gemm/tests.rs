@@ -7,7 +7,7 @@
 use super::super::wide::Width;
 use super::blis::{gemm, k_block, k_blocks, mirror_lower, prepack, Operand, Product};
 use super::kernels::{portable, Float, Kernel};
-use super::pack::KIndex;
+use super::pack::Index;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -76,7 +76,9 @@ struct Case {
     diag: bool,
     /// Only the lower triangle, with C's row 0 at this row of the whole.
     lower: Option<isize>,
-    /// The terms of K read through tables of offsets, in reverse order.
+    /// The terms of K read through tables of offsets, in reverse order,
+    /// and the rows of A and B through tables (in order: uniform tables
+    /// take the adjacent-row copies, reversed ones the gathers).
     tables: bool,
     /// Both factors packed whole beforehand (as for a shared factor).
     prepacked: bool,
@@ -111,24 +113,27 @@ fn check<T: Float>(kernel: &Kernel<T>, kc: usize, case: &Case, tol: f64, seed: u
     let order: Vec<isize> = (0..k as isize).rev().collect();
     let table = |stride: isize| order.iter().map(|&p| p * stride).collect::<Vec<isize>>();
     let (ta, tb, td) = (table(acs), table(brs), table(2));
+    // Rows read through tables of their offsets (in order), or by strides.
+    let rows_of = |n: usize, stride: isize| (0..n as isize).map(|r| r * stride).collect::<Vec<_>>();
+    let (ra, rb) = (rows_of(m, ars), rows_of(n, bcs));
     let index = |t: &Vec<isize>, stride: isize| {
         if case.tables {
-            KIndex::Table(t.as_ptr())
+            Index::Table(t.as_ptr())
         } else {
-            KIndex::Stride(stride)
+            Index::Stride(stride)
         }
     };
     // SAFETY: the views cover their storage exactly and C is its own buffer.
     unsafe {
         let va = Operand {
             ptr: a.as_ptr().offset(a0),
-            stride: ars,
+            rows: index(&ra, ars),
             k: index(&ta, acs),
             packed: std::ptr::null(),
         };
         let vb = Operand {
             ptr: b.as_ptr().offset(b0),
-            stride: bcs,
+            rows: index(&rb, bcs),
             k: index(&tb, brs),
             packed: std::ptr::null(),
         };
@@ -266,14 +271,14 @@ fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
             unsafe {
                 let va = Operand {
                     ptr: a.as_ptr().add(rows.start * k),
-                    stride: k as isize,
-                    k: KIndex::Stride(1),
+                    rows: Index::Stride(k as isize),
+                    k: Index::Stride(1),
                     packed: std::ptr::null(),
                 };
                 let vb = Operand {
                     ptr: b.as_ptr().add(cols.start),
-                    stride: 1,
-                    k: KIndex::Stride(n as isize),
+                    rows: Index::Stride(1),
+                    k: Index::Stride(n as isize),
                     packed: std::ptr::null(),
                 };
                 let dst = c.as_mut_ptr().add(rows.start * n + cols.start);
