@@ -631,6 +631,44 @@ fn guards_on_outer_indices_keep_the_inner_loop_vectorised() {
     }
 }
 
+/// An argmax or argmin inside a vectorised output loop (a pool's window,
+/// its padding guard on the inner index peeled off) runs per lane with
+/// its own index and best value: the interpreter's first index of a
+/// strictly better value, a NaN better than any number, ties and −∞
+/// included, at every length and thread count.
+#[test]
+fn argmax_and_argmin_run_per_lane_in_vector_loops() {
+    let _s = serial();
+    let _split = FineSplit::new();
+    let bodies = [
+        "f[i; j] = argmax{k}_0^2 (if {2*j + k - 1 >= 0} then (x[i; 2*j + k - 1]) else (-inf))",
+        "f[i; j] = argmin{k}_0^2 (x[i; 2*j + k])",
+        "f[i; j] = argmax{k}_0^2 (if {2*j + k - 1 >= 0} then (max{l}_0^1 (x[l; 2*j + k - 1] * (i + 1))) else (-inf))",
+    ];
+    for body in bodies {
+        for n in [1usize, 5, 9, 33] {
+            let sizes = [("i", 2), ("j", n)];
+            let f = IndexFn::parse_with_sizes(body, &[("x", &[2, 2 * n + 2][..])], &sizes)
+                .unwrap_or_else(|e| panic!("{body}: {e}"));
+            let kern = jit::compile(&f, DType::F32).unwrap();
+            if n >= 9 {
+                assert!(kern.is_vectorized(), "{body}: {kern}");
+            }
+            // Few distinct values (ties in most windows), a NaN, −∞.
+            let mut rng = StdRng::seed_from_u64(n as u64);
+            let mut inputs = random_inputs(&f, &mut rng, false);
+            for (i, v) in inputs[0].1.iter_mut().enumerate() {
+                *v = match i % 11 {
+                    3 => f64::NAN,
+                    7 => f64::NEG_INFINITY,
+                    _ => (*v * 2.0).round(),
+                };
+            }
+            check(&f, &inputs);
+        }
+    }
+}
+
 /// Reductions inside a contiguous output loop whose own loads are strided
 /// (column sums `Σ_i x[i; j]`, a bias gradient; max/min over a column; a
 /// small matmul) run with one accumulator per lane in index order: the

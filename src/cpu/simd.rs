@@ -400,11 +400,12 @@ impl<'f> Emitter<'f> {
         regs: &mut [Vec<Option<Value>>],
         wide: bool,
     ) -> R<Vec<Value>> {
-        let init = match op {
-            ReduceOp::Sum => 0.0,
-            ReduceOp::Max => f32::NEG_INFINITY,
-            ReduceOp::Min => f32::INFINITY,
-            _ => return Err(format!("{op:?} inside a vectorised loop")),
+        // An argmax or argmin carries each lane's index and best value.
+        let init: &[f32] = match op {
+            ReduceOp::Sum => &[0.0],
+            ReduceOp::Max => &[f32::NEG_INFINITY],
+            ReduceOp::Min => &[f32::INFINITY],
+            ReduceOp::ArgMax | ReduceOp::ArgMin => &[-1.0, 0.0],
         };
         // Only the outer loop of a sum split into blocks is `wide`.
         if wide {
@@ -423,11 +424,12 @@ impl<'f> Emitter<'f> {
                 }
             };
         }
-        let init = self.vm().c(init);
-        let inits = vec![init; ks.len()];
-        self.counted_loop(l, &inits, V, |e, _, _, acc| {
+        let per_copy = init.len();
+        let inits: Vec<Value> = init.iter().map(|&x| self.vm().c(x)).collect();
+        let inits: Vec<Value> = (0..ks.len()).flat_map(|_| inits.clone()).collect();
+        let out = self.counted_loop(l, &inits, V, |e, k, lo, acc| {
             let branch = std::mem::replace(&mut e.vbranch, true);
-            let mut next = Vec::with_capacity(ks.len());
+            let mut next = Vec::with_capacity(acc.len());
             for (u, &ku) in ks.iter().enumerate() {
                 e.ivars[var.0 as usize] = Some(ku);
                 std::mem::swap(&mut e.vregs, &mut regs[u]);
@@ -436,14 +438,54 @@ impl<'f> Emitter<'f> {
                         e.vstmt(s, var, lanes)?;
                     }
                     let x = e.vreg(value)?;
-                    Ok::<Value, String>(e.fold(op, acc[u], x))
+                    let acc = &acc[u * per_copy..(u + 1) * per_copy];
+                    Ok::<Vec<Value>, String>(match op {
+                        ReduceOp::ArgMax | ReduceOp::ArgMin => e.arg_fold(op, acc, x, k, lo),
+                        _ => vec![e.fold(op, acc[0], x)],
+                    })
                 })();
                 std::mem::swap(&mut e.vregs, &mut regs[u]);
-                next.push(folded?);
+                next.extend(folded?);
             }
             e.vbranch = branch;
             Ok(next)
-        })
+        })?;
+        // Each copy's result: its sum or extreme, or its index.
+        Ok(out.chunks(per_copy).map(|c| c[0]).collect())
+    }
+
+    /// One step of a per-lane argmax (argmin) over `[index, best]`: as the
+    /// scalar loop, a lane takes `x` and the iteration's index `k` on the
+    /// first iteration (`k = lo`), when `x` is strictly better than its
+    /// best, or when `x` is a NaN and its best is not.
+    fn arg_fold(
+        &mut self,
+        op: ReduceOp,
+        acc: &[Value],
+        x: Value,
+        k: Value,
+        lo: Value,
+    ) -> Vec<Value> {
+        let (index, best) = (acc[0], acc[1]);
+        let first = self.b.ins().icmp(IntCC::Equal, k, lo);
+        let kf = self.b.ins().fcvt_from_sint(types::F32, k);
+        let kf = self.b.ins().splat(V, kf);
+        let all = self.vm().c(f32::from_bits(u32::MAX));
+        let none = self.vm().c(0.0);
+        let first = self.b.ins().select(first, all, none);
+        let mut vm = self.vm();
+        let cc = if op == ReduceOp::ArgMax {
+            Cc::Gt
+        } else {
+            Cc::Lt
+        };
+        let better = vm.cmp(cc, x, best);
+        let x_nan = vm.cmp(Cc::Unordered, x, x);
+        let best_number = vm.cmp(Cc::Eq, best, best);
+        let nan = vm.and_m(x_nan, best_number);
+        let take = vm.or_m(better, nan);
+        let take = vm.or_m(take, first);
+        vec![vm.sel(take, kf, index), vm.sel(take, x, best)]
     }
 
     /// The outer, `wide` loop of a blocked sum over `l` whose body is the

@@ -107,8 +107,9 @@ pub(crate) fn peel(k: &Kernel, l: &Loop) -> Option<Peeled> {
 /// bound is dominated: `var ≥ ⌈lower⌉`, `var ≤ ⌊upper⌋`.
 struct Conditions {
     var: IVar,
-    /// Variables of loops inside the body: conditions may not mention them.
-    bound_inside: Vec<IVar>,
+    /// Variables of loops inside the body, with their range when it is
+    /// constant: conditions may not mention the others.
+    bound_inside: Vec<(IVar, Option<(i64, i64)>)>,
     lower: Vec<Bound>,
     upper: Vec<Bound>,
 }
@@ -188,9 +189,17 @@ impl Conditions {
             CmpOp::Eq | CmpOp::Ne => return None,
         };
         let c = form.coeff(self.var);
-        let r = form.without(self.var);
-        if r.terms.iter().any(|(v, _)| self.bound_inside.contains(v)) {
-            return None;
+        // A variable of a loop inside, of constant range, at its worst
+        // value: the guard holds for every value when it holds there (a
+        // pool's padding `2·t + k − 1 ≥ 0` for every tap `k ≥ 0`).
+        let mut r = form.without(self.var);
+        for (w, range) in &self.bound_inside {
+            let k = r.coeff(*w);
+            if k != 0 {
+                let (lo, hi) = (*range)?;
+                let worst = if k > 0 { lo } else { hi };
+                r = add_const(&r.without(*w), k.checked_mul(worst)?);
+            }
         }
         // c·v + r ≥ 0: v ≥ ⌈−r / c⌉ (c > 0) or v ≤ ⌊r / −c⌋ (c < 0).
         let (condition, list) = if c > 0 {
@@ -210,6 +219,10 @@ impl Conditions {
         Some(Cond::Index(Lin::constant(0), CmpOp::Ge))
     }
 
+    fn is_inside(&self, v: IVar) -> bool {
+        self.bound_inside.iter().any(|(w, _)| *w == v)
+    }
+
     /// A bound list (`lower`: the maximum of ceilings is taken, else the
     /// minimum of floors) without its forms that depend on the variable;
     /// each is dominated by the list's first invariant integer form `N`
@@ -226,7 +239,7 @@ impl Conditions {
             let r = b.num.without(self.var);
             // lower: c·v ≤ N·d − r; upper: c·v ≥ N·d − r.
             let rhs = n.checked_scale(b.den)?.checked_sub(&r)?;
-            if rhs.terms.iter().any(|(v, _)| self.bound_inside.contains(v)) {
+            if rhs.terms.iter().any(|(v, _)| self.is_inside(*v)) {
                 return None;
             }
             // v ≤ rhs / c when (lower, c > 0) or (upper, c < 0); else v ≥.
@@ -249,11 +262,13 @@ impl Conditions {
     }
 }
 
-fn collect_loop_vars(body: &[Stmt], out: &mut Vec<IVar>) {
+/// The variables of the loops in `body`, with their range when every
+/// bound is a constant.
+fn collect_loop_vars(body: &[Stmt], out: &mut Vec<(IVar, Option<(i64, i64)>)>) {
     for s in body {
         match s {
             Stmt::Reduce { body, .. } | Stmt::For(body) => {
-                out.push(body.var);
+                out.push((body.var, constant_range(body)));
                 collect_loop_vars(&body.body, out);
             }
             Stmt::If {
@@ -265,6 +280,30 @@ fn collect_loop_vars(body: &[Stmt], out: &mut Vec<IVar>) {
             _ => {}
         }
     }
+}
+
+/// `l`'s range when all its bounds are constants.
+fn constant_range(l: &Loop) -> Option<(i64, i64)> {
+    let value = |b: &Bound, up: bool| {
+        (b.num.terms.is_empty() && b.den > 0).then(|| {
+            if up {
+                b.num.constant.div_euclid(b.den)
+            } else {
+                -(-b.num.constant).div_euclid(b.den)
+            }
+        })
+    };
+    let lo = l
+        .lower
+        .iter()
+        .map(|b| value(b, false))
+        .collect::<Option<Vec<_>>>()?;
+    let hi = l
+        .upper
+        .iter()
+        .map(|b| value(b, true))
+        .collect::<Option<Vec<_>>>()?;
+    Some((lo.into_iter().max()?, hi.into_iter().min()?))
 }
 
 fn add_const(l: &Lin, c: i64) -> Lin {

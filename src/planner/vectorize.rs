@@ -19,8 +19,9 @@
 //! may sit under it. Both branches of a value guard run on every lane and a
 //! `bitselect` picks the result, so loads under a value guard must be
 //! provably in bounds on every lane (same offset as a store, from an
-//! argument at least as long as the output). A reduction inside runs once
-//! per lane with a vector accumulator, in index order.
+//! argument at least as long as the output). A reduction inside (a sum, a
+//! maximum or minimum, an argmax or argmin) runs once per lane with a
+//! vector accumulator, in index order.
 //!
 //! **Sums.** A sum qualifies when its body has no loop and no store, its
 //! loads are contiguous or invariant in the reduction variable and its
@@ -196,14 +197,22 @@ impl Check<'_> {
             // A reduction inside the loop runs once per lane with a vector
             // accumulator, in index order (a column sum `Σ_i x[i; j]` in a
             // loop over `j`; the channel and tap sums of a convolution in a
-            // loop over time): its trip range must be the same on every
+            // loop over time; a pool's argmax, each lane with its own index
+            // and best value): its trip range must be the same on every
             // lane. A reduction contiguous in its own variable and longer
             // than this loop keeps the scalar loop with a vectorised sum
             // (`vector_sum`): the longer loop gets the vectors.
             Stmt::Reduce { op, body, .. } => {
                 let invariant = |b: &crate::kernel::Bound| b.num.coeff(v) == 0;
                 self.output_loop
-                    && matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min)
+                    && matches!(
+                        op,
+                        ReduceOp::Sum
+                            | ReduceOp::Max
+                            | ReduceOp::Min
+                            | ReduceOp::ArgMax
+                            | ReduceOp::ArgMin
+                    )
                     && (!reduction_vectorizable(*op, body) || body.max_trips < self.trips)
                     && body.lower.iter().chain(&body.upper).all(invariant)
                     && body.body.iter().all(|s| self.stmt_ok(s, top))
