@@ -302,12 +302,23 @@ impl<'f> Emitter<'f> {
             Stmt::Store { offset, value } => {
                 let v = self.vreg(*value)?;
                 let addr = self.out_address(offset)?;
-                if lanes == Lanes::Four {
+                let stride = offset.coeff(var);
+                if lanes == Lanes::Four && stride == 1 {
                     let flags = MemFlagsData::new().with_notrap();
                     self.b.ins().store(flags, v, addr, 0);
                 } else {
-                    let x = self.b.ins().extractlane(v, 0);
-                    self.b.ins().store(MemFlagsData::trusted(), x, addr, 0);
+                    // One lane, or a strided write (a phase of an
+                    // output split by residue, `crate::planner::residues`):
+                    // lane i stores element `offset + i·stride`.
+                    let count = if lanes == Lanes::Four { LANES } else { 1 };
+                    for i in 0..count {
+                        let at = (i * stride)
+                            .checked_mul(4)
+                            .and_then(|b| i32::try_from(b).ok())
+                            .ok_or("a strided write's offset out of range")?;
+                        let x = self.b.ins().extractlane(v, i as u8);
+                        self.b.ins().store(MemFlagsData::trusted(), x, addr, at);
+                    }
                 }
                 Ok(())
             }

@@ -40,6 +40,7 @@ pub mod passes;
 pub(crate) mod peel;
 mod program;
 pub(crate) mod reorder;
+pub mod residues;
 pub mod route;
 pub(crate) mod split_sums;
 pub(crate) mod spread;

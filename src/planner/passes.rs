@@ -15,13 +15,13 @@
 //! the table below is the whole difference between the CPU's and the GPU's
 //! loop kernels. f64 kernels on every target compute exactly what the
 //! reference interpreter computes (same operations, same order), so they
-//! are lowered, and on the CPU their guarded zeros left out of sums and
-//! their transposed loops tiled (neither changes a result bit), and nothing
-//! else.
+//! are lowered, and on the CPU their guarded zeros left out of sums, their
+//! output loops split by residue and their transposed loops tiled (none
+//! changes a result bit), and nothing else.
 //!
 //! Must not emit or run code.
 
-use super::{blocked_sums, guard_bounds, reorder, spread, tile, vectorize};
+use super::{blocked_sums, guard_bounds, reorder, residues, spread, tile, vectorize};
 use crate::kernel::backend::Target;
 use crate::kernel::Kernel;
 use crate::symbolic::IndexFn;
@@ -38,6 +38,9 @@ pub enum LoopPass {
     /// Linear guards of a sum's terms (zero padding) folded into the sum's
     /// bounds (`guard_bounds`).
     GuardsToBounds,
+    /// Output loops whose sums divide by their index split by residue,
+    /// sliding sums shifted to constant ranges (`residues`).
+    SplitResidues,
     /// The two innermost output loops walked in blocks when the
     /// inner one reads across cache lines (`tile`): transposed copies.
     TileTransposes,
@@ -73,19 +76,20 @@ pub const LOOP_PASSES: &[(Target, DType, LoopRole, &[LoopPass])] = &[
             InterchangeSums,
             Lower,
             GuardsToBounds,
+            SplitResidues,
             TileTransposes,
             MarkVectors,
             BlockLongSums,
         ],
     ),
-    // f64: the interpreter's operations in its order; tiles only reorder
-    // which output elements are computed first, and the terms a guard
-    // leaves out are zeros (adding them changes no sum).
+    // f64: the interpreter's operations in its order; residue splits and
+    // tiles only reorder which output elements are computed first, and the
+    // terms a guard leaves out are zeros (adding them changes no sum).
     (
         Target::Cpu,
         DType::F64,
         LoopRole::Whole,
-        &[Lower, GuardsToBounds, TileTransposes],
+        &[Lower, GuardsToBounds, SplitResidues, TileTransposes],
     ),
     (
         Target::Cpu,
@@ -153,6 +157,7 @@ pub fn loop_kernel(
             }
             Lower => kernel = Some(crate::kernel::lower(source.as_ref().unwrap_or(f))?),
             GuardsToBounds => kernel = kernel.map(guard_bounds::guards_to_bounds),
+            SplitResidues => kernel = kernel.map(residues::split_residues),
             TileTransposes => kernel = kernel.map(tile::tile_transposes),
             MarkVectors => kernel = kernel.map(|k| vectorize::plan_vectors(k, dtype)),
             BlockLongSums => kernel = kernel.map(blocked_sums::block_long_sums),

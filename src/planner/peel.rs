@@ -27,7 +27,7 @@
 //! kernel computes: only which loop computes each element.
 
 use super::vectorize::vectorizable;
-use crate::kernel::{Bound, Cond, IVar, Kernel, Lin, Loop, Stmt};
+use crate::kernel::{Bound, Cond, IVar, Lin, Loop, Stmt};
 use crate::symbolic::expr::CmpOp;
 
 /// A loop split into scalar head and tail and a vectorisable interior.
@@ -40,7 +40,7 @@ pub(crate) struct Peeled {
 /// The split of `l` (see the module documentation), when its only obstacle
 /// to vector code is reduction bounds that depend on its variable, through
 /// at most one condition on each side.
-pub(crate) fn peel(k: &Kernel, l: &Loop) -> Option<Peeled> {
+pub(crate) fn peel(l: &Loop) -> Option<Peeled> {
     let mut bound_inside = Vec::new();
     collect_loop_vars(&l.body, &mut bound_inside);
     let mut cx = Conditions {
@@ -61,7 +61,7 @@ pub(crate) fn peel(k: &Kernel, l: &Loop) -> Option<Peeled> {
         max_trips: l.max_trips,
         vector: false,
     };
-    if !vectorizable(k, &interior) {
+    if !vectorizable(&interior) {
         return None;
     }
     let piece = |lower: Vec<Bound>, upper: Vec<Bound>| Loop {

@@ -9,7 +9,9 @@
 //!
 //! **Output loops.** A loop qualifies when it is an output loop
 //! (`Stmt::For`) with no loop inside, every store in it is contiguous
-//! (coefficient 1 of the loop variable), every load contiguous, invariant
+//! (coefficient 1 of the loop variable) or strided forwards (a phase of an
+//! output split by residue, `super::residues`: lanes store one at a time),
+//! every load contiguous, invariant
 //! (coefficient 0, a broadcast) or strided (a coefficient of at most
 //! `MAX_STRIDE` (16) in size: a pool's or a strided convolution's windows,
 //! a flip; its lanes load one at a time), and every index guard is invariant (an
@@ -17,14 +19,19 @@
 //! index guard is then a real branch that all lanes take alike (`cat` along
 //! an outer dimension, the rows of an optimizer's stacked update), so loads
 //! may sit under it. Both branches of a value guard run on every lane and a
-//! `bitselect` picks the result, so loads under a value guard must be
-//! provably in bounds on every lane (same offset as a store, from an
-//! argument at least as long as the output). A reduction inside (a sum, a
+//! `bitselect` picks the result, so a lane may load what its scalar
+//! iteration would not have: that is safe because every lane is an
+//! iteration of the loop, inside the index guards around it, and an index
+//! function's reads are in bounds wherever its index guards hold whatever
+//! its value guards say (`IndexFn::check_bounds` ignores value guards,
+//! which depend on data; a max pool's gradient reads `dy` under an
+//! equality with the window's argmax). A reduction inside (a sum, a
 //! maximum or minimum, an argmax or argmin) runs once per lane with a
 //! vector accumulator, in index order.
 //!
 //! **Sums.** A sum qualifies when its body has no loop and no store, its
-//! loads are contiguous or invariant in the reduction variable and its
+//! loads are contiguous or invariant in the reduction variable (under a
+//! value guard too, for the same reason) and its
 //! index guards are invariant; its partial sums are then combined in a
 //! fixed order that depends only on its range.
 //!
@@ -44,27 +51,27 @@ pub fn plan_vectors(mut k: Kernel, dtype: DType) -> Kernel {
         return k;
     }
     let body = std::mem::take(&mut k.body);
-    k.body = plan_stmts(&k, body);
+    k.body = plan_stmts(body);
     k
 }
 
-fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
+fn plan_stmts(stmts: Vec<Stmt>) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(stmts.len());
     for s in stmts {
         match s {
             Stmt::For(mut l) => {
-                if vectorizable(k, &l) {
+                if vectorizable(&l) {
                     l.vector = true;
                     out.push(Stmt::For(l));
-                } else if let Some(p) = peel(k, &l) {
+                } else if let Some(p) = peel(&l) {
                     // Scalar boundary iterations around a vector interior.
                     let mut interior = p.interior;
                     interior.vector = true;
-                    out.extend(p.head.map(|h| Stmt::For(plan_loop(k, h))));
+                    out.extend(p.head.map(|h| Stmt::For(plan_loop(h))));
                     out.push(Stmt::For(interior));
-                    out.extend(p.tail.map(|t| Stmt::For(plan_loop(k, t))));
+                    out.extend(p.tail.map(|t| Stmt::For(plan_loop(t))));
                 } else {
-                    out.push(Stmt::For(plan_loop(k, l)));
+                    out.push(Stmt::For(plan_loop(l)));
                 }
             }
             Stmt::Reduce {
@@ -77,7 +84,7 @@ fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                 if reduction_vectorizable(op, &body) {
                     body.vector = true;
                 } else {
-                    body = plan_loop(k, body);
+                    body = plan_loop(body);
                 }
                 out.push(Stmt::Reduce {
                     op,
@@ -96,9 +103,9 @@ fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                 result,
             } => out.push(Stmt::If {
                 cond,
-                then: plan_stmts(k, then),
+                then: plan_stmts(then),
                 then_value,
-                otherwise: plan_stmts(k, otherwise),
+                otherwise: plan_stmts(otherwise),
                 otherwise_value,
                 result,
             }),
@@ -109,15 +116,15 @@ fn plan_stmts(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
 }
 
 /// A scalar loop with the loops inside it planned.
-fn plan_loop(k: &Kernel, mut l: Loop) -> Loop {
+fn plan_loop(mut l: Loop) -> Loop {
     let body = std::mem::take(&mut l.body);
-    l.body = plan_stmts(k, body);
+    l.body = plan_stmts(body);
     l
 }
 
 /// Whether the output loop `l` of `k` can run as f32x4 code (see the
 /// module documentation).
-pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
+pub(crate) fn vectorizable(l: &Loop) -> bool {
     let stores: Vec<&Lin> = l
         .body
         .iter()
@@ -126,21 +133,10 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
             _ => None,
         })
         .collect();
-    let out_len = k.out_len();
-    // A load in a branch may run on every lane when it reads an argument
-    // at least as long as the output, at the offset of a store: the store
-    // is in bounds of the output, so the load is in bounds of the argument.
-    let speculable = |arg: usize, offset: &Lin| {
-        k.args
-            .get(arg)
-            .is_some_and(|a| a.shape.iter().product::<usize>() >= out_len)
-            && stores.contains(&offset)
-    };
     let cx = Check {
         var: l.var,
         output_loop: true,
         trips: l.max_trips,
-        speculable: &speculable,
     };
     !stores.is_empty() && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
@@ -150,34 +146,35 @@ pub(crate) fn vectorizable(k: &Kernel, l: &Loop) -> bool {
 const MAX_STRIDE: u64 = 16;
 
 /// The rules shared by vectorised output loops and vectorised sums.
-struct Check<'a> {
+struct Check {
     var: IVar,
     /// An output loop (stores and per-lane reductions allowed) rather than
     /// the body of a vectorised sum.
     output_loop: bool,
     /// Trip count bound of the loop.
     trips: u64,
-    /// Whether a load under a value guard is in bounds on every lane.
-    speculable: &'a dyn Fn(usize, &Lin) -> bool,
 }
 
-impl Check<'_> {
+impl Check {
     fn stmt_ok(&self, s: &Stmt, top: bool) -> bool {
         let v = self.var;
         match s {
             Stmt::Let(_, e) => match e {
                 // An output loop's lanes may also read with a stride (a
                 // lane at a time, `crate::cpu::simd`), a sum's not.
-                Expr::Load { arg, offset } => {
-                    let stride_ok = match offset.coeff(v) {
-                        0 | 1 => true,
-                        c => self.output_loop && c.unsigned_abs() <= MAX_STRIDE,
-                    };
-                    stride_ok && (top || (self.speculable)(*arg, offset))
-                }
+                Expr::Load { offset, .. } => match offset.coeff(v) {
+                    0 | 1 => true,
+                    c => self.output_loop && c.unsigned_abs() <= MAX_STRIDE,
+                },
                 _ => true,
             },
-            Stmt::Store { offset, .. } => self.output_loop && top && offset.coeff(v) == 1,
+            // Stores contiguous, or strided as reads are (the phases of an
+            // output split by residue, `super::residues`).
+            Stmt::Store { offset, .. } => {
+                self.output_loop
+                    && top
+                    && matches!(offset.coeff(v), c if c == 1 || (2..=MAX_STRIDE as i64).contains(&c))
+            }
             Stmt::If {
                 cond,
                 then,
@@ -227,13 +224,13 @@ impl Check<'_> {
 /// invariant in the reduction variable, and whose index guards are
 /// invariant. Index guards become branches (taken by all four
 /// lanes alike), so loads may sit in them; both branches of a value guard
-/// run on every lane, so those must load nothing.
+/// run on every lane (their loads in bounds: see the module
+/// documentation).
 pub(crate) fn reduction_vectorizable(op: ReduceOp, l: &Loop) -> bool {
     let cx = Check {
         var: l.var,
         output_loop: false,
         trips: l.max_trips,
-        speculable: &|_, _| false,
     };
     op == ReduceOp::Sum && l.max_trips >= LANES as u64 && l.body.iter().all(|s| cx.stmt_ok(s, true))
 }
