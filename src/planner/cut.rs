@@ -9,7 +9,9 @@
 //! `if {z[b; o; s − k] ≥ 0} then (dy[b; o; s − k]) else (0)` inside a
 //! convolution's input gradient depends on `(b, o, s − k)`, three
 //! coordinates, not on the four indices `b, o, s, k`. The coordinates are
-//! found by integer elimination over the forms of `e` (each new form is
+//! found by integer elimination over the forms of `e`, those of its reads
+//! first (a padded copy's guard `32 − t ≥ 0` would otherwise make its
+//! coordinate run backwards), then its guards and bounds (each new form is
 //! reduced by the earlier ones; what remains becomes a coordinate with a
 //! pivot index of coefficient ±1); the pivots are then solved for, so the
 //! stage's body is `e` with every free index replaced by its value in the

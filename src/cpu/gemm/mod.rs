@@ -4,7 +4,10 @@
 //! Owns the tiling of a product across the threads of tenjin's pool, the
 //! batch loop around each single-threaded product, the folding of the outer
 //! summed dimensions into one K (tables of offsets, `Terms`: a
-//! convolution's taps read straight from the image), the packing of a
+//! convolution's taps read straight from the image) and of the batch into
+//! M or N where `Contraction::folded` allows (tables of row offsets,
+//! `Rows`: a convolution's output rows read from its padded image, one
+//! product per image: implicit GEMM), the packing of a
 //! factor the whole batch shares, and the mirror of a symmetric product.
 //! The product itself is BLIS-style (`blis`: cache blocks and packing from
 //! the views, `pack`; register-tiled micro-kernels, `kernels` and `x86`:
