@@ -64,6 +64,10 @@ pub(crate) struct Code {
 /// hundred registers at most and keep the better code.
 const LARGE_KERNEL_REGS: u32 = 1000;
 
+/// Innermost loops of constant range and fewer iterations than this are
+/// unrolled (`Emitter::counted_loop`).
+const UNROLL_TRIPS: i64 = 8;
+
 fn host_isa(large: bool) -> Result<OwnedTargetIsa, String> {
     static ISA: [OnceLock<Result<OwnedTargetIsa, String>>; 2] = [OnceLock::new(), OnceLock::new()];
     ISA[large as usize]
@@ -714,6 +718,30 @@ impl<'a> Emitter<'a> {
         ty: types::Type,
         mut body: impl FnMut(&mut Self, Value, Value, &[Value]) -> R<Vec<Value>>,
     ) -> R<Vec<Value>> {
+        let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
+        // A short innermost loop of constant range (a 3×3 window's taps)
+        // is unrolled: the same iterations in the same order, without a
+        // counter and a branch per term.
+        let innermost = !l
+            .body
+            .iter()
+            .any(|s| matches!(s, Stmt::Reduce { .. } | Stmt::For(_)));
+        if let Some((first, last)) = l.constant_range().filter(|_| innermost) {
+            if last - first < UNROLL_TRIPS {
+                let lo = self.b.ins().iconst(types::I64, first);
+                let mut carried = init.to_vec();
+                for kv in first..=last {
+                    let k = self.b.ins().iconst(types::I64, kv);
+                    let saved = self.ivars[slot].replace(k);
+                    carried = body(self, k, lo, &carried)?;
+                    self.ivars[slot] = saved;
+                }
+                return Ok(carried);
+            }
+        }
         let (lo, hi) = self.range(l)?;
         let block = self.b.create_block();
         let exit = self.b.create_block();
@@ -733,10 +761,6 @@ impl<'a> Emitter<'a> {
             .ins()
             .brif(enter, block, &args(&first), exit, &args(init));
         self.b.switch_to_block(block);
-        let slot = l.var.0 as usize;
-        if slot >= self.ivars.len() {
-            return Err(format!("loop variable {} out of range", l.var));
-        }
         let saved = self.ivars[slot].replace(k);
         let next = body(self, k, lo, &carried)?;
         self.ivars[slot] = saved;

@@ -242,6 +242,35 @@ pub struct Loop {
     pub vector: bool,
 }
 
+impl Bound {
+    /// The bound's value when its numerator is a constant: rounded up for
+    /// a lower bound, down for an upper one.
+    pub fn constant_value(&self, lower: bool) -> Option<i64> {
+        if !self.num.terms.is_empty() || self.den <= 0 {
+            return None;
+        }
+        let c = self.num.constant;
+        Some(if lower {
+            -(-c).div_euclid(self.den)
+        } else {
+            c.div_euclid(self.den)
+        })
+    }
+}
+
+impl Loop {
+    /// `(first, last)` when every bound is a constant (`first > last`: an
+    /// empty loop).
+    pub fn constant_range(&self) -> Option<(i64, i64)> {
+        let lo = self.lower.iter().map(|b| b.constant_value(true));
+        let hi = self.upper.iter().map(|b| b.constant_value(false));
+        Some((
+            lo.collect::<Option<Vec<_>>>()?.into_iter().max()?,
+            hi.collect::<Option<Vec<_>>>()?.into_iter().min()?,
+        ))
+    }
+}
+
 /// A statement (see the module documentation for the semantics).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {

@@ -268,7 +268,7 @@ fn collect_loop_vars(body: &[Stmt], out: &mut Vec<(IVar, Option<(i64, i64)>)>) {
     for s in body {
         match s {
             Stmt::Reduce { body, .. } | Stmt::For(body) => {
-                out.push((body.var, constant_range(body)));
+                out.push((body.var, body.constant_range()));
                 collect_loop_vars(&body.body, out);
             }
             Stmt::If {
@@ -280,30 +280,6 @@ fn collect_loop_vars(body: &[Stmt], out: &mut Vec<(IVar, Option<(i64, i64)>)>) {
             _ => {}
         }
     }
-}
-
-/// `l`'s range when all its bounds are constants.
-fn constant_range(l: &Loop) -> Option<(i64, i64)> {
-    let value = |b: &Bound, up: bool| {
-        (b.num.terms.is_empty() && b.den > 0).then(|| {
-            if up {
-                b.num.constant.div_euclid(b.den)
-            } else {
-                -(-b.num.constant).div_euclid(b.den)
-            }
-        })
-    };
-    let lo = l
-        .lower
-        .iter()
-        .map(|b| value(b, false))
-        .collect::<Option<Vec<_>>>()?;
-    let hi = l
-        .upper
-        .iter()
-        .map(|b| value(b, true))
-        .collect::<Option<Vec<_>>>()?;
-    Some((lo.into_iter().max()?, hi.into_iter().min()?))
 }
 
 fn add_const(l: &Lin, c: i64) -> Lin {

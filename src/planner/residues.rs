@@ -159,7 +159,7 @@ fn phase(l: &Loop, d: i64, p: i64, extent: i64) -> Option<Loop> {
     if innermost {
         // The phase's range: its constant bounds, or the parallel loop's
         // `[0, extent)` in steps of `d` from `p`.
-        let range = constant_range(&phase).or_else(|| {
+        let range = phase.constant_range().or_else(|| {
             is_parallel(l).then(|| (-(-p).div_euclid(d), (extent - 1 - p).div_euclid(d)))
         });
         shift_sliding_sums(&mut phase.body, v, range);
@@ -311,30 +311,6 @@ fn exact(b: &Bound, lower: bool) -> Bound {
         },
         den: 1,
     }
-}
-
-/// The loop's range when its bounds are constants.
-fn constant_range(l: &Loop) -> Option<(i64, i64)> {
-    let value = |b: &Bound, lower: bool| {
-        b.num.terms.is_empty().then(|| {
-            if lower {
-                -(-b.num.constant).div_euclid(b.den)
-            } else {
-                b.num.constant.div_euclid(b.den)
-            }
-        })
-    };
-    let lo = l
-        .lower
-        .iter()
-        .map(|b| value(b, true))
-        .collect::<Option<Vec<_>>>()?;
-    let hi = l
-        .upper
-        .iter()
-        .map(|b| value(b, false))
-        .collect::<Option<Vec<_>>>()?;
-    Some((lo.into_iter().max()?, hi.into_iter().min()?))
 }
 
 /// Sums directly in the body of the loop over `v` (range `range`) whose
