@@ -13,6 +13,8 @@
 //! as it is (rows of A), the right one through its transpose (columns of
 //! B). Must not choose block sizes nor compute.
 
+use crate::dtype::{DType, Element};
+
 /// Where term `p` of K (or row `p`) lies in an operand, relative to its
 /// origin.
 #[derive(Clone, Copy, Debug)]
@@ -112,7 +114,7 @@ macro_rules! by_width {
 /// Every element of the view is readable (tables hold `rows` and `kc`
 /// entries), `dst` has room for `rows.div_ceil(width) · width · kc`
 /// elements, and the two do not overlap.
-pub(super) unsafe fn pack_panels<T: Copy + Default>(
+pub(super) unsafe fn pack_panels<T: Element>(
     width: usize,
     rows: usize,
     kc: usize,
@@ -132,7 +134,7 @@ pub(super) unsafe fn pack_panels<T: Copy + Default>(
 
 /// [`pack_panels`] with the K offsets as a function.
 #[inline(always)]
-unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
+unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     width: usize,
     rows: usize,
     kc: usize,
@@ -158,6 +160,12 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
                 };
                 by_width!(width, copy_columns, (kc, start, rev, k, panel))
             }
+            // Two runs of 16 rows at stride 2 (a stride-2 convolution's
+            // output rows over its padded image): a permute per run.
+            _ if live == width && stride_two_halves::<T>(width, row, r0) => {
+                let half = |h: usize| src.wrapping_offset(row.at(r0 + 16 * h)) as *const f32;
+                stride_two::copy_halves(kc, [half(0), half(1)], k, panel as *mut f32)
+            }
             _ => by_width!(width, gather_rows, (live, kc, src, row, r0, k, panel)),
         }
         if live < width {
@@ -169,6 +177,75 @@ unsafe fn pack_with<T: Copy + Default, K: Fn(usize) -> isize + Copy>(
         }
         panel = panel.add(width * kc);
         r0 += width;
+    }
+}
+
+/// Whether the panel of `width` rows from `r0` is two runs of 16 f32 rows
+/// at stride 2, on a host with AVX-512 (`stride_two::copy_halves`).
+///
+/// # Safety
+///
+/// A table holds at least `r0 + width` entries.
+unsafe fn stride_two_halves<T: Element>(width: usize, row: Index, r0: usize) -> bool {
+    if width != 32 || T::DTYPE != DType::F32 || !stride_two::available() {
+        return false;
+    }
+    (0..2).all(|h| {
+        let first = row.at(r0 + 16 * h);
+        (1..16).all(|i| row.at(r0 + 16 * h + i) == first + 2 * i as isize)
+    })
+}
+
+/// Packing rows at stride 2 with AVX-512 permutes.
+#[cfg(target_arch = "x86_64")]
+mod stride_two {
+    use std::arch::x86_64::*;
+
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+
+    /// One panel of 32 rows, two runs of 16 at stride 2 from `first[0]` and
+    /// `first[1]`: per term `p`, each run's 31 values from `first + k(p)`
+    /// (the last one not read past), every other one kept by one permute.
+    ///
+    /// # Safety
+    ///
+    /// As for `super::pack_panels`, for one panel; `available()`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn copy_halves(
+        kc: usize,
+        first: [*const f32; 2],
+        k: impl Fn(usize) -> isize,
+        panel: *mut f32,
+    ) {
+        let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        for p in 0..kc {
+            let at = k(p);
+            for (h, run) in first.iter().enumerate() {
+                let base = run.wrapping_offset(at);
+                let lo = _mm512_loadu_ps(base);
+                let hi = _mm512_maskz_loadu_ps(0x7fff, base.wrapping_add(16));
+                let v = _mm512_permutex2var_ps(lo, even, hi);
+                _mm512_storeu_ps(panel.add(p * 32 + 16 * h), v);
+            }
+        }
+    }
+}
+
+/// No permutes off x86-64: the gathers pack every panel.
+#[cfg(not(target_arch = "x86_64"))]
+mod stride_two {
+    pub(super) fn available() -> bool {
+        false
+    }
+    pub(super) unsafe fn copy_halves(
+        _: usize,
+        _: [*const f32; 2],
+        _: impl Fn(usize) -> isize,
+        _: *mut f32,
+    ) {
+        unreachable!("no stride-2 permutes off x86-64 (`available` is false)")
     }
 }
 

@@ -7,7 +7,7 @@
 use super::super::wide::Width;
 use super::blis::{gemm, k_block, k_blocks, mirror_lower, prepack, Operand, Product};
 use super::kernels::{portable, Float, Kernel};
-use super::pack::Index;
+use super::pack::{pack_panels, Index};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -383,6 +383,39 @@ fn the_lower_triangle_is_mirrored_onto_the_upper_one() {
         for i in 0..n {
             for j in 0..n {
                 assert_eq!(c[i * rs + j * cs], want(&before, i, j), "{n} ({i}, {j})");
+            }
+        }
+    }
+}
+
+/// Panels of 32 rows in two runs at stride 2 (a stride-2 convolution's
+/// output rows over its padded image, packed with permutes on AVX-512
+/// hosts) hold exactly the values a gather would, with terms through a
+/// table and a stride, and rows through a table and a uniform stride.
+#[test]
+fn rows_at_stride_two_pack_like_a_gather() {
+    let src: Vec<f32> = (0..400).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let table: Vec<isize> = (0..16)
+        .map(|i| 2 * i)
+        .chain((0..16).map(|i| 70 + 2 * i))
+        .collect();
+    let terms: Vec<isize> = vec![0, 1, 2, 34, 35, 36, 68];
+    let uniform: Vec<isize> = (0..32).map(|i| 2 * i).collect();
+    for (rows, offsets) in [
+        (Index::Table(table.as_ptr()), &table),
+        (Index::Stride(2), &uniform),
+    ] {
+        for k in [Index::Table(terms.as_ptr()), Index::Stride(3)] {
+            let kc = terms.len();
+            let mut panel = vec![f32::NAN; 32 * kc];
+            // SAFETY: every row offset plus every term offset is inside `src`.
+            unsafe { pack_panels(32, 32, kc, src.as_ptr(), rows, k, panel.as_mut_ptr()) };
+            for p in 0..kc {
+                for i in 0..32 {
+                    // SAFETY: the tables hold `kc` and 32 entries.
+                    let at = offsets[i] + unsafe { k.at(p) };
+                    assert_eq!(panel[p * 32 + i], src[at as usize], "term {p}, row {i}");
+                }
             }
         }
     }
