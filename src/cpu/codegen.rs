@@ -64,10 +64,6 @@ pub(crate) struct Code {
 /// hundred registers at most and keep the better code.
 const LARGE_KERNEL_REGS: u32 = 1000;
 
-/// Innermost loops of constant range and fewer iterations than this are
-/// unrolled (`Emitter::counted_loop`).
-const UNROLL_TRIPS: i64 = 8;
-
 fn host_isa(large: bool) -> Result<OwnedTargetIsa, String> {
     static ISA: [OnceLock<Result<OwnedTargetIsa, String>>; 2] = [OnceLock::new(), OnceLock::new()];
     ISA[large as usize]
@@ -273,7 +269,7 @@ pub(super) fn float_cc(op: CmpOp) -> FloatCC {
     }
 }
 
-fn args(vals: &[Value]) -> Vec<BlockArg> {
+pub(super) fn args(vals: &[Value]) -> Vec<BlockArg> {
     vals.iter().map(|&v| BlockArg::Value(v)).collect()
 }
 
@@ -706,73 +702,6 @@ impl<'a> Emitter<'a> {
             e.stmts(&l.body)?;
             update(e, k, lo, acc)
         })
-    }
-
-    /// `for var in range(l)` with `l.var` bound to the counter while `body`
-    /// emits an iteration (statements and the next carried values, of type
-    /// `ty`, from the current ones); returns the carried values at the exit.
-    pub(super) fn counted_loop(
-        &mut self,
-        l: &Loop,
-        init: &[Value],
-        ty: types::Type,
-        mut body: impl FnMut(&mut Self, Value, Value, &[Value]) -> R<Vec<Value>>,
-    ) -> R<Vec<Value>> {
-        let slot = l.var.0 as usize;
-        if slot >= self.ivars.len() {
-            return Err(format!("loop variable {} out of range", l.var));
-        }
-        // A short innermost loop of constant range (a 3×3 window's taps)
-        // is unrolled: the same iterations in the same order, without a
-        // counter and a branch per term.
-        let innermost = !l
-            .body
-            .iter()
-            .any(|s| matches!(s, Stmt::Reduce { .. } | Stmt::For(_)));
-        if let Some((first, last)) = l.constant_range().filter(|_| innermost) {
-            if last - first < UNROLL_TRIPS {
-                let lo = self.b.ins().iconst(types::I64, first);
-                let mut carried = init.to_vec();
-                for kv in first..=last {
-                    let k = self.b.ins().iconst(types::I64, kv);
-                    let saved = self.ivars[slot].replace(k);
-                    carried = body(self, k, lo, &carried)?;
-                    self.ivars[slot] = saved;
-                }
-                return Ok(carried);
-            }
-        }
-        let (lo, hi) = self.range(l)?;
-        let block = self.b.create_block();
-        let exit = self.b.create_block();
-        let k = self.b.append_block_param(block, types::I64);
-        let carried: Vec<Value> = init
-            .iter()
-            .map(|_| self.b.append_block_param(block, ty))
-            .collect();
-        let results: Vec<Value> = init
-            .iter()
-            .map(|_| self.b.append_block_param(exit, ty))
-            .collect();
-        let enter = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, lo, hi);
-        let mut first = vec![lo];
-        first.extend_from_slice(init);
-        self.b
-            .ins()
-            .brif(enter, block, &args(&first), exit, &args(init));
-        self.b.switch_to_block(block);
-        let saved = self.ivars[slot].replace(k);
-        let next = body(self, k, lo, &carried)?;
-        self.ivars[slot] = saved;
-        let k1 = self.b.ins().iadd_imm_s(k, 1);
-        let again = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, k1, hi);
-        let mut back = vec![k1];
-        back.extend_from_slice(&next);
-        self.b
-            .ins()
-            .brif(again, block, &args(&back), exit, &args(&next));
-        self.b.switch_to_block(exit);
-        Ok(results)
     }
 }
 

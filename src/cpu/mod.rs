@@ -32,6 +32,7 @@ mod backend;
 mod clif_lanes;
 mod codegen;
 mod compiled;
+mod counted_loop;
 #[doc(hidden)]
 pub mod gemm;
 mod math;

@@ -15,6 +15,7 @@
 //! it is. Must not decide what is a contraction (`crate::planner`) nor run
 //! one (`crate::cpu::gemm`).
 
+use super::backend::Target;
 use super::contraction::{Contraction, Dim};
 use crate::DType;
 
@@ -122,6 +123,18 @@ impl Contraction {
             Folded::len(&f.n),
             self.k_total,
         ]
+    }
+}
+
+impl Contraction {
+    /// `[calls, m, n, k]` of the products `target` runs: the CPU's GEMM
+    /// folded ([`Contraction::folded_shape`]), a GPU's cuBLAS calls
+    /// ([`Contraction::gemm_shape`]).
+    pub fn gemm_shape_on(&self, target: Target) -> [usize; 4] {
+        match target {
+            Target::Cpu => self.folded_shape(),
+            Target::Gpu => self.gemm_shape(),
+        }
     }
 }
 

@@ -28,10 +28,7 @@ pub const MIN_GEMM_VOLUME: usize = 16 * 16 * 16;
 /// padded copy is one product per image, not one per row and tap), a
 /// GPU's cuBLAS runs the products `gemm_shape` counts.
 fn worth_gemm(plan: &Contraction, target: Target) -> bool {
-    let [calls, m, n, k] = match target {
-        Target::Cpu => plan.folded_shape(),
-        Target::Gpu => plan.gemm_shape(),
-    };
+    let [calls, m, n, k] = plan.gemm_shape_on(target);
     calls > 0 && m.saturating_mul(n).saturating_mul(k) >= MIN_GEMM_VOLUME
 }
 

@@ -609,11 +609,7 @@ const LOOP_NS_PER_TERM: f64 = 0.5;
 /// copy is one product per image); a GPU makes a call per batch point and
 /// per point of the outer sums.
 fn cost_ns(plan: &Contraction, copied: usize, target: Target) -> f64 {
-    let shape = match target {
-        Target::Cpu => plan.folded_shape(),
-        Target::Gpu => plan.gemm_shape(),
-    };
-    let [calls, m, n, k] = shape.map(|x| x as f64);
+    let [calls, m, n, k] = plan.gemm_shape_on(target).map(|x| x as f64);
     let call = 2.0 * m * n * k / FLOPS_PER_NS + (m * k + k * n) * PACK_NS + CALL_NS;
     calls * call + copied as f64 * COPY_NS
 }
