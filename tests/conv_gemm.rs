@@ -53,6 +53,22 @@ fn a_padded_conv2d_and_its_gradients_run_as_gemms_over_padded_copies() {
         grads.clone().count() == 2 && grads.into_iter().all(|(_, r)| *r == "gemm"),
         "{e}"
     );
+    // `explain` names the algorithm: the padded copy, then one product per
+    // image over its windows (implicit GEMM), for the forward and both
+    // gradients.
+    assert_eq!(e.forward[0].algorithm, "padded copy", "{e}");
+    assert!(
+        e.forward[1]
+            .algorithm
+            .starts_with("implicit GEMM: 2 × (16×64×144), rows read through a table"),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("output: implicit GEMM"), "{text}");
+    for role in ["gradient of x", "gradient of w"] {
+        let s = e.backward.iter().find(|s| s.role == role).unwrap();
+        assert!(s.algorithm.starts_with("implicit GEMM"), "{role}: {e}");
+    }
 }
 
 #[test]
@@ -73,6 +89,11 @@ fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges()
         bwd[..dx].contains(&"gemm"),
         "the col2im product comes first: {e}"
     );
+    // The col2im sum divides by the stride: split into phases on the CPU.
+    assert_eq!(
+        e.backward[dx].algorithm, "strided sums (col2im), split by residue into phases",
+        "{e}"
+    );
 }
 
 #[test]
@@ -82,6 +103,15 @@ fn the_same_convolution_written_as_one_line_gets_the_same_routes_and_values() {
     let z = index_fn_with_sizes(LINE, &[("x", &x), ("w", &w)], &[("i", 8), ("j", 8)]).unwrap();
     assert_eq!(routes(&y).0, routes(&z).0);
     assert_eq!(routes(&y).1, routes(&z).1);
+    // The same algorithms, chosen on the index functions, not the op's name.
+    let algorithms = |t: &Tensor| {
+        let e = tenjin::explain(t).unwrap();
+        let names = |l: &[tenjin::trace::StageLine]| -> Vec<String> {
+            l.iter().map(|s| s.algorithm.clone()).collect()
+        };
+        (names(&e.forward), names(&e.backward))
+    };
+    assert_eq!(algorithms(&y), algorithms(&z));
     let g = Tensor::randn(&[2, 16, 8, 8], DType::F64, 3).unwrap();
     y.backward_with(&g).unwrap();
     let (gx, gw) = (

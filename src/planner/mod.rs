@@ -21,8 +21,10 @@
 //! | `split_sums` | a long sum with few outputs on the GPU: block partial sums, then their combine, as two stages |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
 //! | `passes` | the passes in order: the stage pipeline, and the loop passes per target |
+//! | `algorithm` | nothing: it names what a planned stage runs (implicit GEMM, im2col, phases by residue, ...) for `explain` |
 //! | `reorder`, `peel`, `vectorize`, `blocked_sums` | the loop nest's order, its peeled boundaries, its vector loops, its accurate long f32 sums |
 
+pub mod algorithm;
 mod blas_layout;
 pub(crate) mod blocked_sums;
 pub mod contraction;

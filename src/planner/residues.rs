@@ -29,7 +29,7 @@ use crate::symbolic::expr::CmpOp;
 
 /// The largest residue count split (a stride of at most 4 in each
 /// dimension: 16 phases for a 2-D stride of 4).
-const MAX_PHASES: i64 = 4;
+pub(crate) const MAX_PHASES: i64 = 4;
 
 /// `k` with its output loops split by residue and their sliding sums
 /// shifted (see the module documentation).

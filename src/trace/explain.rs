@@ -5,6 +5,8 @@
 //! changes nothing.
 
 use super::Node;
+use crate::planner::algorithm::algorithm;
+use crate::planner::route::Target;
 use crate::planner::Program;
 use crate::runtime::exec::Compiled;
 use std::fmt;
@@ -13,7 +15,10 @@ use std::sync::Arc;
 /// The plan of the operation that produced a tensor (see [`explain`](crate::explain)).
 /// Printing it gives one line per stage of the forward and the backward
 /// program: its domain, its route (`gemm`, `gemm+loop` or `loop`), the
-/// bytes of its value, where that value goes, and its function.
+/// bytes of its value, where that value goes, the algorithm the planner
+/// chose for it (`implicit GEMM: 32 × (64×256×576)`, `padded copy`,
+/// `strided sums (col2im), split by residue into phases`, ...) and its
+/// function.
 #[derive(Clone, Debug)]
 pub struct Explanation {
     /// The op's name (`index_fn`, `linear`, ...).
@@ -39,6 +44,9 @@ pub struct StageLine {
     /// What happens to the value: `output`, `saved for backward`,
     /// `gradient of w`, `forward stage 0 (from the tape)` ...
     pub role: String,
+    /// The algorithm the planner chose, in words
+    /// ([`crate::planner::algorithm::algorithm`]).
+    pub algorithm: String,
     /// The function the stage computes.
     pub function: String,
     /// The planner's estimate of the operations it executes.
@@ -54,7 +62,8 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
         s.stages.iter().map(Option::is_some).collect()
     };
     let args = node.plan.f.args();
-    let forward = lines(&grad.forward, size, |k| {
+    let target = node.plan.backend.target();
+    let forward = lines(&grad.forward, size, target, |k| {
         let out = grad.forward.program.outputs.contains(&k);
         match (out, saved.get(k).copied().unwrap_or(false)) {
             (true, true) => "output, saved for backward".into(),
@@ -75,7 +84,7 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
             }
         }
     });
-    let backward = lines(&grad.backward, size, |k| {
+    let backward = lines(&grad.backward, size, target, |k| {
         let stage = &grad.backward.program.stages[k];
         let outs: Vec<String> = grad
             .backward
@@ -109,7 +118,12 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
     }
 }
 
-fn lines(c: &Compiled, size: usize, role: impl Fn(usize) -> String) -> Vec<StageLine> {
+fn lines(
+    c: &Compiled,
+    size: usize,
+    target: Target,
+    role: impl Fn(usize) -> String,
+) -> Vec<StageLine> {
     c.program
         .stages
         .iter()
@@ -119,6 +133,7 @@ fn lines(c: &Compiled, size: usize, role: impl Fn(usize) -> String) -> Vec<Stage
             route: s.route.name(),
             bytes: s.len().saturating_mul(size),
             role: role(k),
+            algorithm: algorithm(s, target),
             function: described(&c.program, k),
             work: s.work(),
         })
@@ -138,11 +153,12 @@ impl fmt::Display for Explanation {
             for (k, s) in rows.iter().enumerate() {
                 writeln!(
                     f,
-                    "  stage {k:<2} {:<16} {:<9} {:>10} B  {}",
+                    "  stage {k:<2} {:<16} {:<9} {:>10} B  {}: {}",
                     format!("{:?}", s.domain),
                     s.route,
                     s.bytes,
-                    s.role
+                    s.role,
+                    s.algorithm
                 )?;
                 writeln!(f, "           {}", s.function)?;
             }
