@@ -35,13 +35,15 @@ use crate::symbolic::IndexFn;
 /// ```
 /// use tenjin::planner::{algorithm::algorithm, plan_function, route::Target};
 /// use tenjin::symbolic::IndexFn;
-/// let conv = IndexFn::parse(
+/// let conv = IndexFn::parse_with_sizes(
 ///     "y[n; o; t] = sum{c}_0^15 (sum{k}_0^2 (x[n; c; t + k] * w[o; c; k]))",
 ///     &[("x", &[4, 16, 66][..]), ("w", &[32, 16, 3][..])],
+///     &[("t", 64)],
 /// )?;
 /// let p = plan_function(&conv, tenjin::DType::F32)?;
 /// let last = p.stages.last().unwrap();
-/// assert!(algorithm(last, Target::Cpu).contains("GEMM"), "{}", algorithm(last, Target::Cpu));
+/// let named = algorithm(last, Target::Cpu);
+/// assert!(named.starts_with("implicit GEMM: 4 × ("), "{named}"); // taps read in place
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn algorithm(stage: &Stage, target: Target) -> String {
