@@ -96,6 +96,42 @@ fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges()
     );
 }
 
+/// A grouped convolution's result is a reshape of its `[N, groups, Q, …]`
+/// index function: `explain` says that the reshape runs no kernel, forward
+/// or backward; the depthwise function itself is a direct loop.
+#[test]
+fn a_depthwise_convolution_is_a_direct_loop_and_its_reshape_an_alias() {
+    let x = Tensor::randn(&[2, 8, 10, 10], DType::F64, 1)
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::randn(&[8, 1, 3, 3], DType::F64, 2)
+        .unwrap()
+        .requires_grad();
+    let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 8).unwrap();
+    let e = tenjin::explain(&y).unwrap();
+    assert!(
+        e.forward
+            .iter()
+            .chain(&e.backward)
+            .all(|s| s.algorithm.starts_with("alias:") && s.algorithm.contains("no kernel")),
+        "{e}"
+    );
+    // The depthwise function itself, written by hand: 9 taps per output
+    // stay a loop nest, with no im2col.
+    let line = "y[n; c; i; j] = sum{p}_0^2 (sum{q}_0^2 (if {i + p >= 1} then (if {i + p <= 10} \
+        then (if {j + q >= 1} then (if {j + q <= 10} then (x[n; c; i + p - 1; j + q - 1] * w[c; p; q]) \
+        else (0)) else (0)) else (0)) else (0)))";
+    let w3 = w.reshape(&[8, 3, 3]).unwrap();
+    let z = index_fn_with_sizes(line, &[("x", &x), ("w", &w3)], &[("i", 10), ("j", 10)]).unwrap();
+    let e = tenjin::explain(&z).unwrap();
+    let out = e.forward.last().unwrap();
+    assert_eq!(out.algorithm, "direct loop", "{e}");
+    assert!(
+        e.forward.iter().all(|s| !s.algorithm.starts_with("im2col")),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_same_convolution_written_as_one_line_gets_the_same_routes_and_values() {
     let (x, w) = inputs();

@@ -45,7 +45,8 @@ pub struct StageLine {
     /// `gradient of w`, `forward stage 0 (from the tape)` ...
     pub role: String,
     /// The algorithm the planner chose, in words
-    /// ([`crate::planner::algorithm::algorithm`]).
+    /// ([`crate::planner::algorithm::algorithm`]); for a reshape of dense
+    /// data, that no kernel runs (`alias: …`).
     pub algorithm: String,
     /// The function the stage computes.
     pub function: String,
@@ -63,7 +64,7 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
     };
     let args = node.plan.f.args();
     let target = node.plan.backend.target();
-    let forward = lines(&grad.forward, size, target, |k| {
+    let mut forward = lines(&grad.forward, size, target, |k| {
         let out = grad.forward.program.outputs.contains(&k);
         match (out, saved.get(k).copied().unwrap_or(false)) {
             (true, true) => "output, saved for backward".into(),
@@ -84,7 +85,7 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
             }
         }
     });
-    let backward = lines(&grad.backward, size, target, |k| {
+    let mut backward = lines(&grad.backward, size, target, |k| {
         let stage = &grad.backward.program.stages[k];
         let outs: Vec<String> = grad
             .backward
@@ -104,6 +105,16 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
             None => "intermediate".into(),
         }
     });
+    // A reshape of dense data runs no kernel either way: its output is its
+    // input's storage, and its input's gradient the incoming buffer.
+    if grad.alias {
+        for s in &mut forward {
+            s.algorithm = "alias: the input's storage, reinterpreted (no kernel runs)".into();
+        }
+        for s in &mut backward {
+            s.algorithm = "alias: the incoming gradient, reinterpreted (no kernel runs)".into();
+        }
+    }
     Explanation {
         op: node.plan.op.clone(),
         function: node.plan.f.to_string(),
