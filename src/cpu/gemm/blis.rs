@@ -3,8 +3,11 @@
 //! of K (pack B), then of M (pack A), then micro-tiles.
 //!
 //! Owns [`gemm`] (with a diagonal factor applied to packed B, A read in
-//! place when its rows are contiguous along K, micro-tiles above the
-//! diagonal skipped for a symmetric product), [`prepack`] (a factor packed
+//! place when its rows are contiguous along K, B read in place through its
+//! table of terms when each panel's columns are adjacent (a padded
+//! convolution's output rows over its image: no packed copy of the
+//! windows) unless the panel would crowd a few L1 sets, micro-tiles above
+//! the diagonal skipped for a symmetric product), [`prepack`] (a factor packed
 //! whole, for the products of a batch that share it), [`mirror_lower`],
 //! the thread's packing buffers and the split of K into blocks
 //! ([`k_block`], [`k_blocks`]). The caller passes the blocks of K of the
@@ -214,7 +217,19 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
             for kb in 0..k_count {
                 let pc = kb * kc;
                 let kl = kc.min(k - pc);
-                let b_panels = if b.packed.is_null() {
+                // B read in place through its table of terms when each
+                // full panel's columns are adjacent (`b_in_place`); its
+                // last, partial panel is packed, so no column past B's end
+                // is read.
+                let b_direct = b_in_place(nr, nb, kl, b, jc, pc, p.diag.is_some());
+                let b_panels = if b_direct.is_some() {
+                    let last = nb - nb % nr;
+                    if last < nb {
+                        let to = packed_b.add(last * kl);
+                        pack_block(nr, nb - last, kl, b, jc + last, pc, None, to);
+                    }
+                    packed_b as *const T
+                } else if b.packed.is_null() {
                     pack_block(nr, nb, kl, b, jc, pc, p.diag, packed_b);
                     packed_b as *const T
                 } else {
@@ -241,7 +256,12 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                         pack_panels(mr, mb - last, kl, edge, edge_rows, a_k, to);
                     }
                     for jr in (0..nb).step_by(nr) {
-                        let b_panel = b_panels.add(jr * kl);
+                        // The panel in place (its first column, and the
+                        // terms' offsets), or packed.
+                        let (b_panel, b_terms) = match &b_direct {
+                            Some((cols, terms)) if jr + nr <= nb => (cols[jr / nr], *terms),
+                            _ => (b_panels.add(jr * kl), std::ptr::null()),
+                        };
                         for ir in (0..mb).step_by(mr) {
                             let rows = mr.min(mb - ir);
                             if !needed(ic + ir + rows, jc + jr) {
@@ -263,6 +283,7 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                                 cs_a,
                                 b_panel,
                                 nr as isize,
+                                b_terms,
                                 dst,
                                 rs_c,
                                 cs_c,
@@ -277,6 +298,66 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
             }
         }
     });
+}
+
+/// The most lines of an in-place B panel one L1 set may hold: two sets'
+/// worth of a 12-way L1 (a padded conv2d's panel puts 14–20 lines in its
+/// fullest set and gains from reading in place; conv1d's channels of 1024
+/// f32, 4 KB apart, put all 320 terms in one set and lose: 26.0 against
+/// 24.1 ms a step, measured).
+const CROWDED_SET_LINES: usize = 24;
+
+/// Where each full panel of `width` columns of B's block (the `cols`
+/// columns from `c0`, terms from `pc`) starts, and the terms' table, when
+/// the block is read in place: B's terms come through a table (a
+/// convolution's taps and channels), every full panel's columns are
+/// adjacent in memory (a row of the output over its image) and no
+/// diagonal factor scales the packed copy. `None`: pack the block.
+///
+/// # Safety
+///
+/// B's tables hold its rows and terms from `c0` and `pc`.
+unsafe fn b_in_place<T>(
+    width: usize,
+    cols: usize,
+    kc_of_block: usize,
+    b: Operand<T>,
+    c0: usize,
+    pc: usize,
+    scaled: bool,
+) -> Option<(Vec<*const T>, *const isize)> {
+    if scaled || !b.packed.is_null() || cols < width {
+        return None;
+    }
+    let (ptr, rows, k) = b.block(c0, pc);
+    let Index::Table(terms) = k else {
+        return None;
+    };
+    // The panel's lines per L1 set (64 sets of 64-byte lines: every x86
+    // L1 since Sandy Bridge): terms a multiple of 4 KB apart (conv1d's
+    // channels of 1024 f32) would share a few sets and evict each other
+    // between the micro-tiles that reuse the panel.
+    let size = std::mem::size_of::<T>() as isize;
+    let mut per_set = [0usize; 64];
+    for p in 0..kc_of_block {
+        let first = (ptr as isize + (rows.at(0) + *terms.add(p)) * size) >> 6;
+        let last = (ptr as isize + (rows.at(0) + *terms.add(p) + width as isize) * size - 1) >> 6;
+        for line in first..=last {
+            per_set[(line & 63) as usize] += 1;
+        }
+    }
+    let crowded = per_set.iter().max().copied().unwrap_or(0);
+    if crowded > CROWDED_SET_LINES {
+        return None;
+    }
+    let mut starts = Vec::with_capacity(cols / width);
+    for q in 0..cols / width {
+        if rows.adjacent(q * width, width) != Some(false) {
+            return None;
+        }
+        starts.push(ptr.wrapping_offset(rows.at(q * width)));
+    }
+    Some((starts, terms))
 }
 
 /// Packs the `rows` rows (or columns) of `op` from `r0`, terms `pc..pc +

@@ -17,12 +17,15 @@ use super::super::wide::Width;
 use crate::dtype::Element;
 use std::ops::{Add, Mul};
 
-/// `(kc, a, rs_a, cs_a, b, ks_b, c, rs_c, cs_c, alpha, accumulate, m, n)`:
-/// computes the `mr × nr` tile `alpha · Σ_p a[i·rs_a + p·cs_a] ·
+/// `(kc, a, rs_a, cs_a, b, ks_b, b_terms, c, rs_c, cs_c, alpha, accumulate,
+/// m, n)`: computes the `mr × nr` tile `alpha · Σ_p a[i·rs_a + p·cs_a] ·
 /// b[p·ks_b + j]` (each operand packed, `rs_a = 1, cs_a = mr` and `ks_b =
-/// nr`, or read in place) and writes its first `m` rows and `n` columns to
-/// `c + i·rs_c + j·cs_c`, added to what is there when `accumulate`
-/// (otherwise `c` is not read).
+/// nr`, or read in place), or `… · b[b_terms[p] + j]` when `b_terms` is not
+/// null (B's `nr` columns adjacent in memory, its terms through a table: a
+/// convolution's windows read in place), and writes its first `m` rows and
+/// `n` columns to `c + i·rs_c + j·cs_c`, added to what is there when
+/// `accumulate` (otherwise `c` is not read). The sum runs in increasing
+/// `p` either way, so both forms of B give the same bits.
 pub(super) type KernelFn<T> = unsafe fn(
     usize,
     *const T,
@@ -30,6 +33,7 @@ pub(super) type KernelFn<T> = unsafe fn(
     isize,
     *const T,
     isize,
+    *const isize,
     *mut T,
     isize,
     isize,
@@ -147,6 +151,7 @@ unsafe fn portable_kernel<T: Float>(
     cs_a: isize,
     b: *const T,
     ks_b: isize,
+    b_terms: *const isize,
     c: *mut T,
     rs_c: isize,
     cs_c: isize,
@@ -160,7 +165,12 @@ unsafe fn portable_kernel<T: Float>(
     let mut acc = [[T::default(); NR]; MR];
     for p in 0..kc {
         let column = a.offset(p as isize * cs_a);
-        let bv = std::slice::from_raw_parts(b.offset(p as isize * ks_b), NR);
+        let at = if b_terms.is_null() {
+            p as isize * ks_b
+        } else {
+            *b_terms.add(p)
+        };
+        let bv = std::slice::from_raw_parts(b.offset(at), NR);
         for (i, row) in acc.iter_mut().enumerate() {
             let ai = *column.offset(i as isize * rs_a);
             for (x, &bj) in row.iter_mut().zip(bv) {

@@ -67,7 +67,7 @@ impl Index {
     ///
     /// A table holds at least `p0 + n` entries.
     #[inline(always)]
-    unsafe fn adjacent(self, p0: usize, n: usize) -> Option<bool> {
+    pub(super) unsafe fn adjacent(self, p0: usize, n: usize) -> Option<bool> {
         match self {
             Index::Stride(1) => Some(false),
             Index::Stride(-1) => Some(true),

@@ -256,6 +256,36 @@ fn every_kernel_matches_the_reference_over_every_layout() {
     }
 }
 
+/// B read in place through its table of terms (full panels of adjacent
+/// columns: a convolution's windows) gives the bits of B packed, for every
+/// kernel, with a partial last panel and blocks of K.
+#[test]
+fn b_read_in_place_through_its_terms_equals_b_packed_bitwise() {
+    for (m, n, k) in [(13, 70, 70), (37, 33, 300), (7, 100, 520)] {
+        let case = |prepacked| Case {
+            m,
+            n,
+            k,
+            a: Layout::Rows,
+            b: Layout::Rows,
+            c_cols: false,
+            alpha: 1.0,
+            accumulate: false,
+            diag: false,
+            lower: None,
+            tables: true,
+            prepacked,
+        };
+        for kernel in kernels::<f32>() {
+            let kc = k_block(&kernel, n, k).min(256);
+            let direct = check(&kernel, kc, &case(false), 1e-6, 3);
+            let packed = check(&kernel, kc, &case(true), 1e-6, 3);
+            let bits = |c: &[f32]| c.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&direct), bits(&packed), "{} {m}x{n}x{k}", kernel.name);
+        }
+    }
+}
+
 #[test]
 fn a_tile_of_c_alone_equals_the_whole_product_bitwise() {
     // The driver cuts M or N among threads: a piece must round exactly as

@@ -29,6 +29,7 @@ macro_rules! micro_kernel {
             cs_a: isize,
             b: *const $t,
             ks_b: isize,
+            b_terms: *const isize,
             c: *mut $t,
             rs_c: isize,
             cs_c: isize,
@@ -39,20 +40,34 @@ macro_rules! micro_kernel {
         ) {
             const NR: usize = $nv * $lanes;
             let mut acc = [[$zero(); $nv]; $mr];
-            let (mut a, mut b) = (a, b);
-            for _ in 0..kc {
-                let mut bv = [$zero(); $nv];
-                for (j, v) in bv.iter_mut().enumerate() {
-                    *v = $load(b.add(j * $lanes));
-                }
-                for (i, row) in acc.iter_mut().enumerate() {
-                    let ai = $set1(*a.offset(i as isize * rs_a));
-                    for (x, &bj) in row.iter_mut().zip(&bv) {
-                        *x = $fma(ai, bj, *x);
+            // One step of K: B's `nv` vectors at `b`, A's column at `a`.
+            macro_rules! step {
+                ($a:expr, $b:expr) => {{
+                    let mut bv = [$zero(); $nv];
+                    for (j, v) in bv.iter_mut().enumerate() {
+                        *v = $load($b.add(j * $lanes));
                     }
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let ai = $set1(*$a.offset(i as isize * rs_a));
+                        for (x, &bj) in row.iter_mut().zip(&bv) {
+                            *x = $fma(ai, bj, *x);
+                        }
+                    }
+                }};
+            }
+            let mut a = a;
+            if b_terms.is_null() {
+                let mut b = b;
+                for _ in 0..kc {
+                    step!(a, b);
+                    a = a.offset(cs_a);
+                    b = b.offset(ks_b);
                 }
-                a = a.offset(cs_a);
-                b = b.offset(ks_b);
+            } else {
+                for p in 0..kc {
+                    step!(a, b.offset(*b_terms.add(p)));
+                    a = a.offset(cs_a);
+                }
             }
             let alpha = $set1(alpha);
             if m == $mr && n == NR && cs_c == 1 {
