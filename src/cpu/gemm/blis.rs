@@ -333,6 +333,13 @@ unsafe fn b_in_place<T>(
     let Index::Table(terms) = k else {
         return None;
     };
+    let mut starts = Vec::with_capacity(cols / width);
+    for q in 0..cols / width {
+        if rows.adjacent(q * width, width) != Some(false) {
+            return None;
+        }
+        starts.push(ptr.wrapping_offset(rows.at(q * width)));
+    }
     // The panel's lines per L1 set (64 sets of 64-byte lines: every x86
     // L1 since Sandy Bridge): terms a multiple of 4 KB apart (conv1d's
     // channels of 1024 f32) would share a few sets and evict each other
@@ -347,17 +354,9 @@ unsafe fn b_in_place<T>(
         }
     }
     let crowded = per_set.iter().max().copied().unwrap_or(0);
-    if crowded > CROWDED_SET_LINES {
-        return None;
-    }
-    let mut starts = Vec::with_capacity(cols / width);
-    for q in 0..cols / width {
-        if rows.adjacent(q * width, width) != Some(false) {
-            return None;
-        }
-        starts.push(ptr.wrapping_offset(rows.at(q * width)));
-    }
-    Some((starts, terms))
+    // (The count depends on where the buffers lie, so the choice may
+    // differ between runs; both forms give the same bits.)
+    (crowded <= CROWDED_SET_LINES).then_some((starts, terms))
 }
 
 /// Packs the `rows` rows (or columns) of `op` from `r0`, terms `pc..pc +

@@ -2,7 +2,8 @@
 //!
 //! Owns the register tiles and their blocking. Each kernel keeps `mr × nv`
 //! vector accumulators in registers; per step of K it loads `nv` vectors of
-//! the packed B panel, broadcasts `mr` values of the packed A panel and
+//! the packed B panel (or of B in place, at the step's offset from its
+//! table of terms), broadcasts `mr` values of the packed A panel and
 //! issues `mr · nv` fused multiply-adds. The tiles leave enough independent
 //! accumulators to hide the FMA latency on both pipes (Zen 4: 4 cycles, 2
 //! pipes of 256 bits), the cache blocks keep a B micro-panel in L1 and an A
