@@ -303,6 +303,32 @@ pub enum Stmt {
     },
 }
 
+impl Stmt {
+    /// The same statement with each branch of an `If` rewritten by `f`;
+    /// any other statement unchanged (the passes that rewrite loops and
+    /// walk into both branches alike).
+    pub fn map_branches(self, mut f: impl FnMut(Vec<Stmt>) -> Vec<Stmt>) -> Stmt {
+        match self {
+            Stmt::If {
+                cond,
+                then,
+                then_value,
+                otherwise,
+                otherwise_value,
+                result,
+            } => Stmt::If {
+                cond,
+                then: f(then),
+                then_value,
+                otherwise: f(otherwise),
+                otherwise_value,
+                result,
+            },
+            other => other,
+        }
+    }
+}
+
 /// A lowered index function: the loop nest that computes its output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {

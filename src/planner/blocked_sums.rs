@@ -77,21 +77,7 @@ impl Splitter {
                 self.in_vector_loop = outer;
                 Stmt::For(l)
             }
-            Stmt::If {
-                cond,
-                then,
-                then_value,
-                otherwise,
-                otherwise_value,
-                result,
-            } => Stmt::If {
-                cond,
-                then: self.stmts(then),
-                then_value,
-                otherwise: self.stmts(otherwise),
-                otherwise_value,
-                result,
-            },
+            branch @ Stmt::If { .. } => branch.map_branches(|b| self.stmts(b)),
             Stmt::Reduce {
                 op,
                 value,

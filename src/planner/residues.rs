@@ -77,21 +77,7 @@ fn split_stmts(stmts: Vec<Stmt>, extent: i64) -> Vec<Stmt> {
                     }
                 }
             }
-            Stmt::If {
-                cond,
-                then,
-                then_value,
-                otherwise,
-                otherwise_value,
-                result,
-            } => out.push(Stmt::If {
-                cond,
-                then: split_stmts(then, extent),
-                then_value,
-                otherwise: split_stmts(otherwise, extent),
-                otherwise_value,
-                result,
-            }),
+            branch @ Stmt::If { .. } => out.push(branch.map_branches(|b| split_stmts(b, extent))),
             other => out.push(other),
         }
     }

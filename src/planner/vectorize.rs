@@ -94,21 +94,7 @@ fn plan_stmts(stmts: Vec<Stmt>) -> Vec<Stmt> {
                     wide,
                 });
             }
-            Stmt::If {
-                cond,
-                then,
-                then_value,
-                otherwise,
-                otherwise_value,
-                result,
-            } => out.push(Stmt::If {
-                cond,
-                then: plan_stmts(then),
-                then_value,
-                otherwise: plan_stmts(otherwise),
-                otherwise_value,
-                result,
-            }),
+            branch @ Stmt::If { .. } => out.push(branch.map_branches(plan_stmts)),
             other => out.push(other),
         }
     }
