@@ -14,14 +14,15 @@ const LINE: &str = "y[n; o; i; j] = sum{c}_0^15 (sum{p}_0^2 (sum{q}_0^2 (\
     if {i + p >= 1} then (if {i + p <= 8} then (if {j + q >= 1} then (if {j + q <= 8} \
     then (x[n; c; i + p - 1; j + q - 1] * w[o; c; p; q]) else (0)) else (0)) else (0)) else (0))))";
 
+/// A random f64 leaf of `shape` that requires its gradient.
+fn leaf(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, seed)
+        .unwrap()
+        .requires_grad()
+}
+
 fn inputs() -> (Tensor, Tensor) {
-    let x = Tensor::randn(&[2, 16, 8, 8], DType::F64, 1)
-        .unwrap()
-        .requires_grad();
-    let w = Tensor::randn(&[16, 16, 3, 3], DType::F64, 2)
-        .unwrap()
-        .requires_grad();
-    (x, w)
+    (leaf(&[2, 16, 8, 8], 1), leaf(&[16, 16, 3, 3], 2))
 }
 
 fn routes(y: &Tensor) -> (Vec<&'static str>, Vec<&'static str>, Vec<String>) {
@@ -73,12 +74,8 @@ fn a_padded_conv2d_and_its_gradients_run_as_gemms_over_padded_copies() {
 
 #[test]
 fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges() {
-    let x = Tensor::randn(&[2, 32, 32, 32], DType::F64, 1)
-        .unwrap()
-        .requires_grad();
-    let w = Tensor::randn(&[32, 32, 3, 3], DType::F64, 2)
-        .unwrap()
-        .requires_grad();
+    let x = leaf(&[2, 32, 32, 32], 1);
+    let w = leaf(&[32, 32, 3, 3], 2);
     let y = x.conv2d(&w, None, [2, 2], [1, 1], [1, 1], 1).unwrap();
     let e = tenjin::explain(&y).unwrap();
     let (fwd, bwd, roles) = routes(&y);
@@ -101,12 +98,8 @@ fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges()
 /// or backward; the depthwise function itself is a direct loop.
 #[test]
 fn a_depthwise_convolution_is_a_direct_loop_and_its_reshape_an_alias() {
-    let x = Tensor::randn(&[2, 8, 10, 10], DType::F64, 1)
-        .unwrap()
-        .requires_grad();
-    let w = Tensor::randn(&[8, 1, 3, 3], DType::F64, 2)
-        .unwrap()
-        .requires_grad();
+    let x = leaf(&[2, 8, 10, 10], 1);
+    let w = leaf(&[8, 1, 3, 3], 2);
     let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 8).unwrap();
     let e = tenjin::explain(&y).unwrap();
     assert!(
@@ -177,13 +170,9 @@ fn a_fused_conv_bias_relu_line_reads_its_masked_gradient_through_a_padded_stage(
     // gradient is a windowed sum over that stage, rewritten like the
     // plain convolution's: a zero-padded copy and one GEMM, not a GEMM
     // into [B, C, K, T] read back through solved ranges (col2im).
-    let x = Tensor::randn(&[4, 32, 132], DType::F64, 1)
-        .unwrap()
-        .requires_grad();
-    let w = Tensor::randn(&[32, 32, 5], DType::F64, 2)
-        .unwrap()
-        .requires_grad();
-    let b = Tensor::randn(&[32], DType::F64, 3).unwrap().requires_grad();
+    let x = leaf(&[4, 32, 132], 1);
+    let w = leaf(&[32, 32, 5], 2);
+    let b = leaf(&[32], 3);
     let src = "y[n; o; t] = max(sum{c}_0^31 (sum{k}_0^4 (x[n; c; t + k] * w[o; c; k])) + b[o], 0)";
     let y = index_fn_with_sizes(src, &[("x", &x), ("w", &w), ("b", &b)], &[("t", 128)]).unwrap();
     let e = tenjin::explain(&y).unwrap();

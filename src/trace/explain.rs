@@ -6,8 +6,7 @@
 
 use super::Node;
 use crate::planner::algorithm::algorithm;
-use crate::planner::route::Target;
-use crate::planner::Program;
+use crate::planner::{Program, Stage};
 use crate::runtime::exec::Compiled;
 use std::fmt;
 use std::sync::Arc;
@@ -64,57 +63,64 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
     };
     let args = node.plan.f.args();
     let target = node.plan.backend.target();
-    let mut forward = lines(&grad.forward, size, target, |k| {
-        let out = grad.forward.program.outputs.contains(&k);
-        match (out, saved.get(k).copied().unwrap_or(false)) {
-            (true, true) => "output, saved for backward".into(),
-            (true, false) => "output".into(),
-            (false, true) => "saved for backward".into(),
-            (false, false) => {
-                let read = grad
-                    .backward
-                    .program
-                    .stages
-                    .iter()
-                    .any(|s| s.forward == Some(k));
-                if read {
-                    "recomputed by backward (save policy)".into()
-                } else {
-                    "intermediate".into()
-                }
-            }
-        }
-    });
-    let mut backward = lines(&grad.backward, size, target, |k| {
-        let stage = &grad.backward.program.stages[k];
-        let outs: Vec<String> = grad
-            .backward
-            .program
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(_, &o)| o == k)
-            .map(|(p, _)| format!("gradient of {}", args[grad.plan.wrt[p]].name))
-            .collect();
-        match stage.forward {
-            Some(t) if saved.get(t).copied().unwrap_or(false) => {
-                format!("forward stage {t} (from the tape)")
-            }
-            Some(t) => format!("forward stage {t} (recomputed)"),
-            None if !outs.is_empty() => outs.join(", "),
-            None => "intermediate".into(),
-        }
-    });
     // A reshape of dense data runs no kernel either way: its output is its
     // input's storage, and its input's gradient the incoming buffer.
-    if grad.alias {
-        for s in &mut forward {
-            s.algorithm = "alias: the input's storage, reinterpreted (no kernel runs)".into();
-        }
-        for s in &mut backward {
-            s.algorithm = "alias: the incoming gradient, reinterpreted (no kernel runs)".into();
-        }
-    }
+    let named = |s: &Stage, backward: bool| match (grad.alias, backward) {
+        (false, _) => algorithm(s, target),
+        (true, false) => "alias: the input's storage, reinterpreted (no kernel runs)".into(),
+        (true, true) => "alias: the incoming gradient, reinterpreted (no kernel runs)".into(),
+    };
+    let forward = lines(
+        &grad.forward,
+        size,
+        |s| named(s, false),
+        |k| {
+            let out = grad.forward.program.outputs.contains(&k);
+            match (out, saved.get(k).copied().unwrap_or(false)) {
+                (true, true) => "output, saved for backward".into(),
+                (true, false) => "output".into(),
+                (false, true) => "saved for backward".into(),
+                (false, false) => {
+                    let read = grad
+                        .backward
+                        .program
+                        .stages
+                        .iter()
+                        .any(|s| s.forward == Some(k));
+                    if read {
+                        "recomputed by backward (save policy)".into()
+                    } else {
+                        "intermediate".into()
+                    }
+                }
+            }
+        },
+    );
+    let backward = lines(
+        &grad.backward,
+        size,
+        |s| named(s, true),
+        |k| {
+            let stage = &grad.backward.program.stages[k];
+            let outs: Vec<String> = grad
+                .backward
+                .program
+                .outputs
+                .iter()
+                .enumerate()
+                .filter(|(_, &o)| o == k)
+                .map(|(p, _)| format!("gradient of {}", args[grad.plan.wrt[p]].name))
+                .collect();
+            match stage.forward {
+                Some(t) if saved.get(t).copied().unwrap_or(false) => {
+                    format!("forward stage {t} (from the tape)")
+                }
+                Some(t) => format!("forward stage {t} (recomputed)"),
+                None if !outs.is_empty() => outs.join(", "),
+                None => "intermediate".into(),
+            }
+        },
+    );
     Explanation {
         op: node.plan.op.clone(),
         function: node.plan.f.to_string(),
@@ -132,7 +138,7 @@ pub(crate) fn explain_node(node: &Arc<Node>) -> Explanation {
 fn lines(
     c: &Compiled,
     size: usize,
-    target: Target,
+    algorithm: impl Fn(&Stage) -> String,
     role: impl Fn(usize) -> String,
 ) -> Vec<StageLine> {
     c.program
@@ -144,7 +150,7 @@ fn lines(
             route: s.route.name(),
             bytes: s.len().saturating_mul(size),
             role: role(k),
-            algorithm: algorithm(s, target),
+            algorithm: algorithm(s),
             function: described(&c.program, k),
             work: s.work(),
         })

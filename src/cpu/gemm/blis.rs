@@ -258,8 +258,11 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                     for jr in (0..nb).step_by(nr) {
                         // The panel in place (its first column, and the
                         // terms' offsets), or packed.
-                        let (b_panel, b_terms) = match &b_direct {
-                            Some((cols, terms)) if jr + nr <= nb => (cols[jr / nr], *terms),
+                        let (b_panel, b_terms) = match b_direct {
+                            Some(terms) if jr + nr <= nb => {
+                                let (cols, rows, _) = b.block(jc + jr, pc);
+                                (cols.wrapping_offset(rows.at(0)), terms)
+                            }
                             _ => (b_panels.add(jr * kl), std::ptr::null()),
                         };
                         for ir in (0..mb).step_by(mr) {
@@ -307,12 +310,12 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
 /// 24.1 ms a step, measured).
 const CROWDED_SET_LINES: usize = 24;
 
-/// Where each full panel of `width` columns of B's block (the `cols`
-/// columns from `c0`, terms from `pc`) starts, and the terms' table, when
-/// the block is read in place: B's terms come through a table (a
-/// convolution's taps and channels), every full panel's columns are
-/// adjacent in memory (a row of the output over its image) and no
-/// diagonal factor scales the packed copy. `None`: pack the block.
+/// The table of B's terms from `pc` when the block of its `cols` columns
+/// from `c0` is read in place: its terms come through a table (a
+/// convolution's taps and channels), every full panel of `width` columns
+/// is adjacent in memory (a row of the output over its image), no
+/// diagonal factor scales the packed copy and the panel's lines would not
+/// crowd an L1 set. `None`: pack the block.
 ///
 /// # Safety
 ///
@@ -325,7 +328,7 @@ unsafe fn b_in_place<T>(
     c0: usize,
     pc: usize,
     scaled: bool,
-) -> Option<(Vec<*const T>, *const isize)> {
+) -> Option<*const isize> {
     if scaled || !b.packed.is_null() || cols < width {
         return None;
     }
@@ -333,12 +336,8 @@ unsafe fn b_in_place<T>(
     let Index::Table(terms) = k else {
         return None;
     };
-    let mut starts = Vec::with_capacity(cols / width);
-    for q in 0..cols / width {
-        if rows.adjacent(q * width, width) != Some(false) {
-            return None;
-        }
-        starts.push(ptr.wrapping_offset(rows.at(q * width)));
+    if (0..cols / width).any(|q| rows.adjacent(q * width, width) != Some(false)) {
+        return None;
     }
     // The panel's lines per L1 set (64 sets of 64-byte lines: every x86
     // L1 since Sandy Bridge): terms a multiple of 4 KB apart (conv1d's
@@ -347,16 +346,15 @@ unsafe fn b_in_place<T>(
     let size = std::mem::size_of::<T>() as isize;
     let mut per_set = [0usize; 64];
     for p in 0..kc_of_block {
-        let first = (ptr as isize + (rows.at(0) + *terms.add(p)) * size) >> 6;
-        let last = (ptr as isize + (rows.at(0) + *terms.add(p) + width as isize) * size - 1) >> 6;
-        for line in first..=last {
+        let at = ptr as isize + (rows.at(0) + *terms.add(p)) * size;
+        for line in at >> 6..=(at + width as isize * size - 1) >> 6 {
             per_set[(line & 63) as usize] += 1;
         }
     }
     let crowded = per_set.iter().max().copied().unwrap_or(0);
     // (The count depends on where the buffers lie, so the choice may
     // differ between runs; both forms give the same bits.)
-    (crowded <= CROWDED_SET_LINES).then_some((starts, terms))
+    (crowded <= CROWDED_SET_LINES).then_some(terms)
 }
 
 /// Packs the `rows` rows (or columns) of `op` from `r0`, terms `pc..pc +
