@@ -1,5 +1,5 @@
 //! The op/gradcheck, tape, higher-order, nn/optim, memory, indexing,
-//! checkpoint and data-parallel suites with every tensor on the simulated GPU:
+//! checkpoint, data-parallel and view-offset suites with every tensor on the simulated GPU:
 //! `tenjin::cuda::simulate()` and `set_default_device(Device::Cuda(0))` before any test starts, so every
 //! constructor creates on the device, every op and derivative runs its
 //! PTX in the simulator (every access checked), and the suites' own
@@ -33,6 +33,9 @@ mod checkpoint;
 
 #[path = "distributed.rs"]
 mod distributed;
+
+#[path = "view_offsets.rs"]
+mod view_offsets;
 
 /// Whether `TENJIN_GPU_TESTS=cuda` asks for the real GPU and there is one.
 fn on_a_real_gpu() -> bool {

@@ -8,7 +8,7 @@
 //! transpose of a vector-Jacobian product needs two reverse walks.
 
 use super::post_order;
-use crate::ops::apply_index_fn;
+use crate::ops::{apply_index_fn, window};
 use crate::runtime::op_plan::OpPlan;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
@@ -99,11 +99,18 @@ pub(crate) fn tangent(
             };
             if let Some(t) = t {
                 wrt.push(a);
-                // A reshape reads its input flat.
-                tangents.push(t.reshape(&f.args()[a].shape)?);
+                // A reshape reads its input flat; a window's is placed.
+                tangents.push(match node.placed {
+                    Some(_) => t,
+                    None => t.reshape(&f.args()[a].shape)?,
+                });
             }
         }
         if wrt.is_empty() {
+            continue;
+        }
+        if node.placed.is_some() {
+            tangent.insert(node.id(), window::window_tangent(node, &tangents[0])?);
             continue;
         }
         if node.plan.is_host() {

@@ -19,7 +19,7 @@
 //! kernels itself or know any op.
 
 use super::post_order;
-use crate::ops::apply_index_fn;
+use crate::ops::{apply_index_fn, window};
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
 use crate::trace::Origin;
@@ -356,6 +356,9 @@ impl Walk {
                 Some(p) => p,
             }
         };
+        if node.placed.is_some() {
+            return self.visit_window(node, g);
+        }
         if node.plan.is_host() {
             return Err(crate::trace::autograd_error(
                 node.op_name(),
@@ -413,6 +416,26 @@ impl Walk {
             self.add(t, contribution)?;
         }
         Ok(())
+    }
+
+    /// A window's gradient: `g` placed at the window's block of the base
+    /// (`ops::window`), delivered to the base.
+    fn visit_window(&mut self, node: &Arc<Node>, g: Pending) -> Result<(), Error> {
+        let edge = &node.edges[0];
+        let Some(t) = target_of(edge) else {
+            return Ok(());
+        };
+        if !self.reaches(edge) {
+            return Ok(());
+        }
+        let g = self.value(g)?;
+        let placed = window::place_gradient(node, &g, self.batch.len())?;
+        let shape: Vec<usize> = match edge {
+            Origin::Op(m) => m.plan.f.output_shape().to_vec(),
+            _ => self.leaf_shapes[&t].clone(),
+        };
+        let shape: Vec<usize> = self.batch.iter().chain(&shape).copied().collect();
+        self.add(t, Pending::Value(placed.reshape(&shape)?))
     }
 
     /// One derivative `d` applied to the incoming gradient `g` (read as

@@ -30,6 +30,7 @@ mod reduce;
 mod shape;
 mod statistics;
 mod triangle;
+pub(crate) mod window;
 
 pub use attention::AttentionOptions;
 pub use autocast::{autocast, autocast_dtype};
@@ -223,6 +224,11 @@ fn apply_computed(
         Def::Text { src, sizes } => (src, sizes),
         Def::Function { text, .. } => (text, &[][..]),
     };
+    // Views at run-time positions are read through windows of their
+    // bases: the plan below does not depend on the positions.
+    let windows = window::windowed(args)?;
+    let windows: Vec<(&str, &Tensor)> = windows.iter().map(|(n, t)| (*n, t)).collect();
+    let args = &windows[..];
     let half_products = half::half_products();
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
     let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");

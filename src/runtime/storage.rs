@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 /// Dense memory of `len` elements of one dtype on one device.
 pub(crate) struct Storage {
-    buf: RwLock<Buffer>,
+    memory: Memory,
     len: usize,
     dtype: DType,
     /// Where the block lives (`Device::code`): it changes when a module
@@ -54,6 +54,17 @@ pub(crate) struct Storage {
     /// Deferred storages whose kernels read this one (dead ones pruned):
     /// settled before this one is written in place.
     readers: Mutex<Vec<Weak<Storage>>>,
+}
+
+/// Where a storage's elements are.
+enum Memory {
+    /// A block of its own.
+    Own(RwLock<Buffer>),
+    /// Elements `start..start + len` of another storage's block (one with
+    /// a block of its own): a *window*, read-only, that kernels read in
+    /// place (how a view at a run-time position reaches a kernel whose
+    /// plan does not depend on the position; see `crate::ops::window`).
+    Window { root: Arc<Storage>, start: usize },
 }
 
 /// A kernel run later into a deferred storage.
@@ -111,8 +122,17 @@ impl Storage {
         } else {
             alloc::allocate_on(device, bytes)?
         };
-        Ok(Arc::new(Storage {
-            buf: RwLock::new(buf),
+        Ok(Arc::new(Storage::over(
+            Memory::Own(RwLock::new(buf)),
+            len,
+            dtype,
+            device,
+        )))
+    }
+
+    fn over(memory: Memory, len: usize, dtype: DType, device: Device) -> Storage {
+        Storage {
+            memory,
             len,
             dtype,
             device: AtomicU64::new(device.code()),
@@ -122,7 +142,53 @@ impl Storage {
             deferred: Mutex::new(None),
             is_deferred: AtomicBool::new(false),
             readers: Mutex::new(Vec::new()),
-        }))
+        }
+    }
+
+    /// Elements `start..start + len` of `of`'s elements as a storage of
+    /// their own, sharing the memory: a read-only window (writing one is
+    /// an error), whose version is its root's, so a value saved through it
+    /// is refused once the root is written in place. `None` when the range
+    /// does not lie in `of`.
+    pub(crate) fn window(of: &Arc<Storage>, start: usize, len: usize) -> Option<Arc<Storage>> {
+        if start.checked_add(len)? > of.len {
+            return None;
+        }
+        let (root, start) = match &of.memory {
+            Memory::Own(_) => (of.clone(), start),
+            Memory::Window { root, start: s } => (root.clone(), s + start),
+        };
+        let device = root.device();
+        Some(Arc::new(Storage::over(
+            Memory::Window { root, start },
+            len,
+            of.dtype,
+            device,
+        )))
+    }
+
+    /// Whether this storage is a window of another's memory.
+    pub(crate) fn is_window(&self) -> bool {
+        matches!(self.memory, Memory::Window { .. })
+    }
+
+    /// The storage owning the memory: this one, or a window's root.
+    fn root(self: &Arc<Storage>) -> &Arc<Storage> {
+        match &self.memory {
+            Memory::Own(_) => self,
+            Memory::Window { root, .. } => root,
+        }
+    }
+
+    /// The block, for a storage with one of its own.
+    fn own(&self) -> Result<&RwLock<Buffer>, Error> {
+        match &self.memory {
+            Memory::Own(b) => Ok(b),
+            Memory::Window { .. } => Err(Error::Invalid {
+                function: "storage".into(),
+                message: "internal: a window of another storage's memory is read-only".into(),
+            }),
+        }
     }
 
     /// A storage of `kernel`'s output size on its device, computed by
@@ -148,7 +214,8 @@ impl Storage {
             kernel.output_shape().iter().product(),
         )?;
         out.version.store(1, Relaxed);
-        for s in &inputs {
+        // A window's root is what an in-place write goes through.
+        for s in inputs.iter().map(Storage::root) {
             let mut readers = s.readers.lock().unwrap_or_else(|e| e.into_inner());
             if readers.len() >= READERS_PRUNED_PAST {
                 readers.retain(|r| r.strong_count() > 0);
@@ -190,7 +257,7 @@ impl Storage {
         if let Some(w) = d.as_ref() {
             let sized: Vec<(&Arc<Storage>, usize)> =
                 w.inputs.iter().map(|s| (s, s.len())).collect();
-            let mut out = self.buf.write().unwrap_or_else(|e| e.into_inner());
+            let mut out = self.own()?.write().unwrap_or_else(|e| e.into_inner());
             super::exec::run_into(&w.kernel, &sized, self, &mut out)?;
             *d = None;
             self.is_deferred.store(false, Relaxed);
@@ -286,7 +353,10 @@ impl Storage {
     }
 
     pub(crate) fn device(&self) -> Device {
-        Device::from_code(self.device.load(Relaxed))
+        match &self.memory {
+            Memory::Own(_) => Device::from_code(self.device.load(Relaxed)),
+            Memory::Window { root, .. } => root.device(),
+        }
     }
 
     /// Takes `moved` (a copy of this storage made by
@@ -309,22 +379,25 @@ impl Storage {
     }
 
     /// Bytes of the underlying block (what the allocator counts).
+    /// A window counts none: its memory is its root's.
     pub(crate) fn block_bytes(&self) -> usize {
-        self.buf
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .block_bytes()
+        match &self.memory {
+            Memory::Own(b) => b.read().unwrap_or_else(|e| e.into_inner()).block_bytes(),
+            Memory::Window { .. } => 0,
+        }
     }
 
     /// Elements the underlying block can hold (at least `len`): an
     /// optimizer keeps a parameter's state in the same block, after its
     /// `len` elements (see `optim`).
+    /// A window holds its `len` elements only.
     pub(crate) fn capacity(&self) -> usize {
-        self.buf
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .len_bytes()
-            / self.dtype.size()
+        match &self.memory {
+            Memory::Own(b) => {
+                b.read().unwrap_or_else(|e| e.into_inner()).len_bytes() / self.dtype.size()
+            }
+            Memory::Window { .. } => self.len,
+        }
     }
 
     /// The token of whoever last put a block here with
@@ -363,39 +436,59 @@ impl Storage {
 
     /// The block of a storage nobody else holds.
     pub(crate) fn into_buffer(self: Arc<Storage>) -> Option<Buffer> {
-        Arc::into_inner(self).map(|s| s.buf.into_inner().unwrap_or_else(|e| e.into_inner()))
+        match Arc::into_inner(self)?.memory {
+            Memory::Own(b) => Some(b.into_inner().unwrap_or_else(|e| e.into_inner())),
+            Memory::Window { .. } => None,
+        }
     }
 
-    /// Bumped by every [`Storage::write`].
+    /// Bumped by every [`Storage::write`] (a window's: its root's).
     pub(crate) fn version(&self) -> u64 {
-        self.version.load(Relaxed)
+        match &self.memory {
+            Memory::Own(_) => self.version.load(Relaxed),
+            Memory::Window { root, .. } => root.version(),
+        }
     }
 
-    /// The block, read-locked, its deferred kernel run first.
+    /// The block, read-locked, its deferred kernel run first (a window's:
+    /// its root's whole block; [`Storage::operand`] picks the window).
     pub(crate) fn read(&self) -> Result<RwLockReadGuard<'_, Buffer>, Error> {
-        self.settle()?;
-        Ok(self.buf.read().unwrap_or_else(|e| e.into_inner()))
+        match &self.memory {
+            Memory::Own(b) => {
+                self.settle()?;
+                Ok(b.read().unwrap_or_else(|e| e.into_inner()))
+            }
+            Memory::Window { root, .. } => root.read(),
+        }
     }
 
     /// The block, write-locked for a write (the version is bumped), after
     /// this storage's deferred kernel and those of the deferred storages
     /// reading it have run.
     pub(crate) fn write(&self) -> Result<RwLockWriteGuard<'_, Buffer>, Error> {
+        let block = self.own()?;
         self.settle()?;
         self.settle_readers()?;
         self.version.fetch_add(1, Relaxed);
-        Ok(self.buf.write().unwrap_or_else(|e| e.into_inner()))
+        Ok(block.write().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The first `n` elements of the block held by `guard` (this storage's
     /// block, read-locked), where `n` may exceed `len` up to the block's
-    /// capacity (an optimizer's state after a parameter).
+    /// capacity (an optimizer's state after a parameter); a window's first
+    /// `n` elements in its root's block.
     pub(crate) fn operand<'g>(&self, guard: &'g Buffer, n: usize) -> Result<Operand<'g>, Error> {
-        Operand::of_buffer(guard, self.dtype, n)
+        match &self.memory {
+            Memory::Own(_) => Operand::of_buffer(guard, self.dtype, n),
+            Memory::Window { start, .. } => {
+                Operand::of_buffer(guard, self.dtype, start + n)?.range(*start, n)
+            }
+        }
     }
 
     /// The `len` elements of the block held by `guard` (write-locked).
     pub(crate) fn operand_mut<'g>(&self, guard: &'g mut Buffer) -> Result<OperandMut<'g>, Error> {
+        self.own()?;
         OperandMut::of_buffer(guard, self.dtype, self.len)
     }
 
@@ -405,7 +498,7 @@ impl Storage {
     fn download<T: Element>(&self, start: usize, n: usize) -> Result<Vec<T>, Error> {
         let backend = backend_for(self.device())?;
         let g = self.read()?;
-        let all = self.operand(&g, g.len_bytes() / self.dtype.size())?;
+        let all = self.operand(&g, self.capacity())?;
         let mut host = vec![T::ZERO; n];
         backend.copy(all.range(start, n)?, OperandMut::host(&mut host))?;
         Ok(host)
@@ -541,6 +634,22 @@ impl Storage {
         let mut a = self.write()?;
         let src = other.operand(&b, other.len)?;
         backend.add_assign(self.operand_mut(&mut a)?, src)
+    }
+
+    /// `self[start..] += other`, element-wise over `other`'s elements (a
+    /// window's gradient into its base's; same dtype and device).
+    pub(crate) fn add_at(&self, start: usize, other: &Storage) -> Result<(), Error> {
+        if std::ptr::eq(self, other) {
+            return Err(Error::Invalid {
+                function: "add_at".into(),
+                message: "internal: a storage added to itself".into(),
+            });
+        }
+        let backend = self.backend_with("add_at", other)?;
+        let b = other.read()?;
+        let mut a = self.write()?;
+        let src = other.operand(&b, other.len)?;
+        backend.add_assign(self.operand_mut(&mut a)?.range(start, other.len)?, src)
     }
 
     /// The backend of this storage's device, when `other` lives there too.

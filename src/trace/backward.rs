@@ -18,7 +18,7 @@
 
 use super::interpret::{replay, Machine};
 use super::schedule::{Schedule, Slot, Step};
-use super::{add_into, autograd_error, Leaf};
+use super::{add_into, add_placed, autograd_error, Leaf, Placement};
 use crate::runtime::exec;
 use crate::runtime::Storage;
 use crate::trace::Origin;
@@ -123,8 +123,9 @@ impl Machine for Executor<'_> {
         b.clone()
     }
 
+    /// A window shares its root's memory: never written in place.
     fn is_unique(&self, b: &Arc<Storage>) -> bool {
-        Arc::strong_count(b) == 1
+        Arc::strong_count(b) == 1 && !b.is_window()
     }
 
     fn drop_buf(&mut self, b: Arc<Storage>) {
@@ -223,9 +224,18 @@ impl Machine for Executor<'_> {
         exec::run_new(&step.kernel, inputs).map(Some)
     }
 
-    fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Arc<Storage>) -> Result<(), Error> {
+    fn accumulate_leaf(
+        &mut self,
+        node: usize,
+        edge: usize,
+        g: Arc<Storage>,
+        at: Option<Placement>,
+    ) -> Result<(), Error> {
         let (address, k) = self.leaf_slot(node, edge)?;
-        add_into(&mut self.leaves[k].1, g)?;
+        match at {
+            Some(at) => add_placed(&mut self.leaves[k].1, &g, at)?,
+            None => add_into(&mut self.leaves[k].1, g)?,
+        }
         self.delivered(address, k);
         Ok(())
     }
@@ -264,8 +274,12 @@ impl Machine for Executor<'_> {
         _target: usize,
         slot: &mut Option<Arc<Storage>>,
         g: Arc<Storage>,
+        at: Option<Placement>,
     ) -> Result<(), Error> {
-        add_into(slot, g)
+        match at {
+            Some(at) => add_placed(slot, &g, at),
+            None => add_into(slot, g),
+        }
     }
 }
 

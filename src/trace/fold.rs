@@ -29,6 +29,7 @@
 //! | the producing step runs generated code or a GEMM, delivers to that edge alone, and no later step of its node reads its value | the value exists only to be mapped |
 //! | both compute the same dtype on the same device, and the composed stage takes the producer's route | a GEMM with a loop epilogue would write and read the value as the two steps do |
 //! | a step reading saved values folds only into generated code of its own shape, reading fewer than [`MAX_FOLDED_ARGS`] arguments in all | cuBLAS takes a scale, not an expression; the arguments of a chain add up |
+//! | no window's step (a node with a `Placement`) is passed through, nor adds a sum in a kernel | its gradient is a block of its target's, placed by the interpreter |
 //!
 //! **Sums of gradients.** A value read twice gets the sum of two
 //! gradients (a residual stream: the addition's, passed on, and the layer
@@ -158,7 +159,11 @@ fn fold_accumulations(
             .filter(|&&e| targets[st.node][e].is_none())
             .filter_map(|&e| leaf_address(nodes, st.node, e).map(|a| (e, a)))
             .collect();
+        // A window's gradient is placed in a block of the sum, by the
+        // interpreter: no kernel adds it.
+        let placed = graph.placed[st.node];
         let into = match (&to[..], &leaves[..]) {
+            _ if placed => None,
             ([t], []) if reached[*t] => Some(SumInto::Node(*t)),
             ([], [(edge, a)]) if reached_leaves.contains_key(a) => Some(SumInto::Leaf {
                 node: st.node,
@@ -226,6 +231,9 @@ struct Graph {
     delivers: HashMap<(usize, usize), usize>,
     /// Per node: how many steps it runs.
     steps_of: Vec<usize>,
+    /// Per node: whether it is a window's, its gradient placed in a block
+    /// of its target's (never passed on whole).
+    placed: Vec<bool>,
 }
 
 impl Graph {
@@ -250,6 +258,7 @@ impl Graph {
             feeders,
             delivers,
             steps_of,
+            placed: nodes.iter().map(|n| n.placed.is_some()).collect(),
         }
     }
 
@@ -263,7 +272,7 @@ impl Graph {
             };
             let d = *self.delivers.get(&edge)?;
             let st = &steps[d];
-            if st.deliver.len() != 1 || st.kept {
+            if st.deliver.len() != 1 || st.kept || self.placed[st.node] {
                 return None;
             }
             match st.passes {

@@ -10,6 +10,7 @@
 //! (reference counts of storages) or models them (the plan's counts).
 
 use super::schedule::{Prog, Schedule, Slot, Step, SumInto, Val};
+use super::Placement;
 use crate::Error;
 use std::collections::HashMap;
 
@@ -38,8 +39,15 @@ pub(super) trait Machine {
         inputs: &[&Self::Buf],
         over: Option<usize>,
     ) -> Result<Option<Self::Buf>, Error>;
-    /// Adds `g` into edge `edge` of node `node`, a leaf's gradient.
-    fn accumulate_leaf(&mut self, node: usize, edge: usize, g: Self::Buf) -> Result<(), Error>;
+    /// Adds `g` into edge `edge` of node `node`, a leaf's gradient (at
+    /// `at` in it, for a window's node).
+    fn accumulate_leaf(
+        &mut self,
+        node: usize,
+        edge: usize,
+        g: Self::Buf,
+        at: Option<Placement>,
+    ) -> Result<(), Error>;
     /// Takes the gradient summed so far for the leaf at edge `edge` of
     /// node `node` (reached by an earlier step), for a step whose kernel
     /// adds its value to it (`SumInto::Leaf`); [`Machine::leaf_summed`]
@@ -49,14 +57,15 @@ pub(super) trait Machine {
     /// that leaf's gradient: a delivery, as [`Machine::accumulate_leaf`]
     /// makes one.
     fn leaf_summed(&mut self, node: usize, edge: usize, sum: Self::Buf) -> Result<(), Error>;
-    /// `slot += g`, the pending gradient of node `target`: in place when
-    /// the slot's buffer is held by nobody else, otherwise into a new
-    /// buffer.
+    /// `slot += g`, the pending gradient of node `target` (at `at` in it,
+    /// for a window's node): in place when the slot's buffer is held by
+    /// nobody else, otherwise into a new buffer.
     fn add_into(
         &mut self,
         target: usize,
         slot: &mut Option<Self::Buf>,
         g: Self::Buf,
+        at: Option<Placement>,
     ) -> Result<(), Error>;
     /// Called once after the last step: the leaves' gradients, held back
     /// until every step succeeded, are committed (all or none).
@@ -153,17 +162,19 @@ pub(super) fn replay<M: Machine>(
         for (_, b) in others {
             machine.drop_buf(b);
         }
+        // A window's gradient goes to its block of the base's.
+        let at = schedule.nodes[i].placed;
         for &e in &step.deliver {
             let g = machine.share(&result);
             match schedule.targets[i][e] {
                 Some(t) if step.into == Some(SumInto::Node(t)) => {
                     machine.summed_into(t, &mut pending[t], g)
                 }
-                Some(t) => machine.add_into(t, &mut pending[t], g)?,
+                Some(t) => machine.add_into(t, &mut pending[t], g, at)?,
                 None if step.into == Some(SumInto::Leaf { node: i, edge: e }) => {
                     machine.leaf_summed(i, e, g)?
                 }
-                None => machine.accumulate_leaf(i, e, g)?,
+                None => machine.accumulate_leaf(i, e, g, at)?,
             }
         }
         if step.kept {

@@ -304,6 +304,30 @@ pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Resu
     Ok(())
 }
 
+/// `slot += g` placed at `at` (a window's gradient into its base's):
+/// in place when nobody else holds the current value, otherwise into a
+/// new buffer, zeros but for `g` when there is none yet.
+pub(crate) fn add_placed(
+    slot: &mut Option<Arc<Storage>>,
+    g: &Storage,
+    at: Placement,
+) -> Result<(), Error> {
+    match slot.as_mut() {
+        Some(current) if Arc::strong_count(current) == 1 && !current.is_window() => {
+            current.add_at(at.start, g)
+        }
+        _ => {
+            let sum = Storage::zeros_on(g.device(), g.dtype(), at.of)?;
+            if let Some(current) = slot.as_ref() {
+                sum.copy_from(current)?;
+            }
+            sum.add_at(at.start, g)?;
+            *slot = Some(sum);
+            Ok(())
+        }
+    }
+}
+
 /// `a + g` in a new buffer (on their device).
 fn sum_of(a: &Storage, g: &Storage) -> Result<Arc<Storage>, Error> {
     let sum = Storage::uninit_on(a.device(), a.dtype(), a.len())?;
@@ -334,10 +358,21 @@ pub(crate) struct Node {
     /// Per argument of `plan.f`: where its gradient goes.
     pub(crate) edges: Vec<Origin>,
     saved: Mutex<Saved>,
+    /// For a window's node (`crate::ops::window`): where its one argument,
+    /// a block of the value its edge leads to, lies in that value; its
+    /// gradient is added there rather than delivered whole.
+    pub(crate) placed: Option<Placement>,
     /// The storages of the inputs (ordered like the plan's arguments) and
     /// of the output, weakly: their identity and size for the static memory
     /// plan (`memory_plan`); they keep no data alive.
     storages: Storages,
+}
+
+/// A block of `len` elements at `start` in a value of `of` elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) start: usize,
+    pub(crate) of: usize,
 }
 
 struct Storages {
@@ -364,6 +399,20 @@ impl Node {
         kept: Vec<Option<Arc<Storage>>>,
         policy: SavePolicy,
     ) -> Result<Arc<Node>, Error> {
+        Self::unshared(plan, grad, edges, inputs, out, kept, policy).map(Arc::new)
+    }
+
+    /// As [`Node::record`], the node not yet shared (a window's sets its
+    /// placement first).
+    pub(crate) fn unshared(
+        plan: Arc<OpPlan>,
+        grad: Arc<NodeGrad>,
+        edges: Vec<Origin>,
+        inputs: &[&Arc<Storage>],
+        out: &Arc<Storage>,
+        kept: Vec<Option<Arc<Storage>>>,
+        policy: SavePolicy,
+    ) -> Result<Node, Error> {
         let needs = grad.needs(policy);
         let keep_inputs = KEEP_INPUTS.with(Cell::get);
         let keep = |s: &Arc<Storage>| (s.clone(), s.version());
@@ -391,7 +440,7 @@ impl Node {
             released: false,
         };
         LIVE_NODES.fetch_add(1, Relaxed);
-        Ok(Arc::new(Node {
+        Ok(Node {
             id: NEXT_ID.fetch_add(1, Relaxed),
             plan,
             grad,
@@ -403,7 +452,8 @@ impl Node {
                 versions: inputs.iter().map(|s| s.version()).collect(),
                 out_version: out.version(),
             },
-        }))
+            placed: None,
+        })
     }
 
     pub(crate) fn id(&self) -> u64 {

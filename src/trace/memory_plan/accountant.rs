@@ -8,7 +8,7 @@
 use super::{Phase, Planner};
 use crate::trace::interpret::Machine;
 use crate::trace::schedule::{Prog, Schedule, Slot, Step};
-use crate::trace::{autograd_error, Origin};
+use crate::trace::{autograd_error, Origin, Placement};
 use crate::Error;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -49,7 +49,10 @@ impl Accountant<'_> {
         }
     }
 
-    fn sum_into(&mut self, slot: &mut Option<usize>, g: usize) {
+    fn sum_into(&mut self, slot: &mut Option<usize>, g: usize, at: Option<Placement>) {
+        if let Some(at) = at {
+            return self.place_into(slot, g, at);
+        }
         match *slot {
             None => {
                 *slot = Some(g);
@@ -68,6 +71,31 @@ impl Accountant<'_> {
                 self.p.name(sum, name);
                 *slot = Some(sum);
                 self.new_slot.push(false);
+            }
+        }
+    }
+}
+
+impl Accountant<'_> {
+    /// `slot += g` placed at `at` (`trace::add_placed`): in place when the
+    /// slot's buffer is unique, else into a new buffer of the whole.
+    fn place_into(&mut self, slot: &mut Option<usize>, g: usize, at: Placement) {
+        match *slot {
+            Some(cur) if self.p.bufs[cur].refs == 1 => {
+                self.p.unref(g);
+                self.new_slot.push(false);
+            }
+            cur => {
+                let dtype = self.p.bufs[g].dtype;
+                let sum = self.p.alloc(at.of, dtype, None);
+                if let Some(cur) = cur {
+                    let name = self.p.bufs[cur].name.clone();
+                    self.p.unref(cur);
+                    self.p.name(sum, name);
+                }
+                self.p.unref(g);
+                *slot = Some(sum);
+                self.new_slot.push(cur.is_none());
             }
         }
     }
@@ -141,10 +169,16 @@ impl Machine for Accountant<'_> {
         Ok(Some(self.p.alloc(len, step.kernel.dtype(), None)))
     }
 
-    fn accumulate_leaf(&mut self, node: usize, edge: usize, g: usize) -> Result<(), Error> {
+    fn accumulate_leaf(
+        &mut self,
+        node: usize,
+        edge: usize,
+        g: usize,
+        at: Option<Placement>,
+    ) -> Result<(), Error> {
         let k = self.leaf_index(node, edge)?;
         let mut slot = self.pending[k];
-        self.sum_into(&mut slot, g);
+        self.sum_into(&mut slot, g, at);
         if let Some(b) = slot {
             self.p.name(b, None);
         }
@@ -179,7 +213,7 @@ impl Machine for Accountant<'_> {
         for k in 0..self.leaves.len() {
             if let Some(g) = self.pending[k].take() {
                 let mut slot = self.leaves[k];
-                self.sum_into(&mut slot, g);
+                self.sum_into(&mut slot, g, None);
                 self.leaves[k] = slot;
             }
         }
@@ -195,8 +229,14 @@ impl Machine for Accountant<'_> {
         Ok(())
     }
 
-    fn add_into(&mut self, target: usize, slot: &mut Option<usize>, g: usize) -> Result<(), Error> {
-        self.sum_into(slot, g);
+    fn add_into(
+        &mut self,
+        target: usize,
+        slot: &mut Option<usize>,
+        g: usize,
+        at: Option<Placement>,
+    ) -> Result<(), Error> {
+        self.sum_into(slot, g, at);
         if let Some(b) = *slot {
             self.p.name(b, Some(format!("z{}", target + 1)));
         }

@@ -1,0 +1,90 @@
+//! Views at a new position every step (issue 28): what a step costs and
+//! what it compiles once the first steps are done.
+//!
+//! - `walk`: a linear layer over `data.narrow(0, t, 16)` of a constant
+//!   data set, `t` new every step.
+//! - `walk_grad`: the same rows narrowed from a table that takes a
+//!   gradient, `tanh` summed.
+//! - `narrow_cat`: an embedding written as a new user would, 32 rows
+//!   `table.narrow(0, id, 1)` joined by `cat`, then a matmul; beside it
+//!   the same model with `embedding`.
+//!
+//! One JSON line per workload (median step time, and what the later
+//! steps compiled, derived and planned); `bench/view_offsets.sh` runs it
+//! beside PyTorch eager (`bench/view_offsets_peers.py`).
+//!
+//! `cargo run --release --example view_offsets`
+
+use std::time::Instant;
+use tenjin::{DType, Tensor};
+
+/// Runs `step(t)` for `t` in `0..steps`; returns the median step time in
+/// ms over the steps after the first `warm`, and the stats over them.
+fn measure(
+    steps: usize,
+    warm: usize,
+    mut step: impl FnMut(usize) -> Result<(), tenjin::Error>,
+) -> Result<(f64, tenjin::Stats, tenjin::Stats), tenjin::Error> {
+    let mut times = Vec::new();
+    let mut before = tenjin::stats();
+    for t in 0..steps {
+        if t == warm {
+            before = tenjin::stats();
+        }
+        let start = Instant::now();
+        step(t)?;
+        if t >= warm {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], before, tenjin::stats()))
+}
+
+fn report(name: &str, (ms, a, b): (f64, tenjin::Stats, tenjin::Stats), steps: usize) {
+    println!(
+        "{{\"system\": \"tenjin\", \"workload\": \"{name}\", \"median_ms\": {ms:.4}, \"later_steps\": {steps}, \"kernels_compiled\": {}, \"derivations\": {}, \"op_plans_built\": {}}}",
+        b.kernels_compiled - a.kernels_compiled,
+        b.derivations - a.derivations,
+        b.op_plans_built - a.op_plans_built,
+    );
+}
+
+fn main() -> Result<(), tenjin::Error> {
+    let (steps, warm) = (60, 2);
+    let data = Tensor::randn(&[1000, 64], DType::F32, 1)?;
+    let w = Tensor::randn(&[64, 32], DType::F32, 2)?.requires_grad();
+    let walk = measure(steps, warm, |t| {
+        data.narrow(0, t * 7, 16)?
+            .matmul(&w)?
+            .tanh()?
+            .sum()?
+            .backward()
+    })?;
+    report("walk", walk, steps - warm);
+
+    let table = Tensor::randn(&[1000, 64], DType::F32, 3)?.requires_grad();
+    let walk_grad = measure(steps, warm, |t| {
+        table.narrow(0, t * 7, 16)?.tanh()?.sum()?.backward()
+    })?;
+    report("walk_grad", walk_grad, steps - warm);
+
+    let ids = |t: usize| -> Vec<usize> { (0..32).map(|k| (t * 131 + k * 977) % 1000).collect() };
+    let narrow_cat = measure(steps, warm, |t| {
+        let rows: Vec<Tensor> = ids(t)
+            .into_iter()
+            .map(|i| table.narrow(0, i, 1))
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&Tensor> = rows.iter().collect();
+        Tensor::cat(&refs, 0)?.matmul(&w)?.sum()?.backward()
+    })?;
+    report("narrow_cat", narrow_cat, steps - warm);
+
+    let embedding = measure(steps, warm, |t| {
+        let ids: Vec<i64> = ids(t).into_iter().map(|i| i as i64).collect();
+        let ids = Tensor::from_vec_i64(ids, &[32])?;
+        table.embedding(&ids)?.matmul(&w)?.sum()?.backward()
+    })?;
+    report("embedding", embedding, steps - warm);
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Views at run-time positions: an op reads a view through the smallest
+//! block of its base that holds it, taken as a *window* of the base's
+//! memory, so the op's plan and kernels do not depend on where the view
+//! starts (issue 28: a loop that walks a tensor with `narrow` must not
+//! compile per position).
+//!
+//! Owns [`windowed`], which `apply` runs on every op's arguments before
+//! it keys the plan, and the window's recorded node. A block is a run of
+//! positions `lo..=hi` along one base dimension `k`, at fixed positions
+//! along the dimensions before `k`, with every dimension after it whole:
+//! contiguous memory, so the window is a storage sharing the base's
+//! memory at an element offset (`Storage::window`), read in place, and
+//! the view is re-expressed over it with the offset of `lo` taken out of
+//! its map. Views that move along a dimension after the first one they
+//! span (`x.narrow(1, t, 4)` of a `[B, T, D]` tensor) keep their offsets
+//! in the plan: their elements do not form one block.
+//!
+//! When the base takes a gradient, the window is a recorded node: an
+//! alias (the identity on the block's shape, planned once per shape)
+//! whose node carries its placement (`trace::Placement`), so the backward
+//! adds its gradient into the block of the base's gradient, in place when
+//! it can, and never writes a base-sized gradient per window. Graphs of
+//! gradients and forward mode go through [`place_gradient`] and
+//! [`window_tangent`], as tensor ops. This module must not know which
+//! view made the map: it reads only the map.
+
+use super::formula;
+use crate::alloc::Device;
+use crate::runtime::op_plan::{self as plan, OpPlan};
+use crate::runtime::Storage;
+use crate::symbolic::compose::AffineMap;
+use crate::symbolic::index_fn::row_major_strides;
+use crate::symbolic::IndexFn;
+use crate::tensor::Tensor;
+use crate::trace::{self, Node, Origin, Placement};
+use crate::Error;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// The name windows are recorded under.
+const WINDOW_OP: &str = "window";
+
+/// Where a view's elements lie in its base: the block and the view's map
+/// into it.
+#[derive(Debug, PartialEq)]
+struct Block {
+    /// The block's first element in the base's elements.
+    start: usize,
+    /// The block's shape: the run of positions along dimension `k`, then
+    /// the dimensions after it.
+    shape: Vec<usize>,
+    /// The view as read from the block.
+    map: AffineMap,
+}
+
+/// The block of a base of `base_shape` that a view of `view_shape`
+/// through `map` reads, when it is not the whole base.
+fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Option<Block> {
+    if base_shape.is_empty() || view_shape.contains(&0) || map.base_rank() != base_shape.len() {
+        return None;
+    }
+    // The least and greatest position a view element reaches along `d`.
+    let extent = |d: usize| -> (i64, i64) {
+        let (mut lo, mut hi) = (map.offsets[d], map.offsets[d]);
+        for (&a, &n) in map.coeffs[d].iter().zip(view_shape) {
+            let reach = a * (n as i64 - 1);
+            lo += reach.min(0);
+            hi += reach.max(0);
+        }
+        (lo, hi)
+    };
+    let rank = base_shape.len();
+    let mut k = 0;
+    while k + 1 < rank && extent(k).0 == extent(k).1 {
+        k += 1;
+    }
+    let strides = row_major_strides(base_shape)?;
+    let mut start = 0usize;
+    for (d, &stride) in strides.iter().enumerate().take(k + 1) {
+        let (lo, hi) = extent(d);
+        if lo < 0 || hi as usize >= base_shape[d] {
+            return None;
+        }
+        start += lo as usize * stride as usize;
+    }
+    let (lo, hi) = extent(k);
+    let rows = (hi - lo + 1) as usize;
+    if rows * strides[k] as usize == base_shape.iter().product::<usize>() {
+        return None;
+    }
+    let mut map = AffineMap {
+        coeffs: map.coeffs[k..].to_vec(),
+        offsets: map.offsets[k..].to_vec(),
+    };
+    map.offsets[0] -= lo;
+    Some(Block {
+        start,
+        shape: [&[rows][..], &base_shape[k + 1..]].concat(),
+        map,
+    })
+}
+
+/// `args` with every view that reads a block of its base re-expressed
+/// over a window of that block (recorded when the base takes a gradient).
+pub(super) fn windowed<'a>(args: &[(&'a str, &Tensor)]) -> Result<Vec<(&'a str, Tensor)>, Error> {
+    args.iter()
+        .map(|&(name, t)| {
+            let (base, map) = t.base_and_map();
+            let block = map.and_then(|m| block_of(t.shape(), base.shape(), m));
+            Ok(match block {
+                Some(b) => (
+                    name,
+                    Tensor::view_of(&window(base, &b)?, t.shape().to_vec(), b.map),
+                ),
+                None => (name, t.clone()),
+            })
+        })
+        .collect()
+}
+
+/// The dense tensor over the block `b` of `base`'s memory.
+fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
+    let (storage, origin) = base.storage_and_origin();
+    let len = b.shape.iter().product();
+    let memory = Storage::window(storage, b.start, len).ok_or_else(|| Error::Invalid {
+        function: WINDOW_OP.into(),
+        message: format!(
+            "internal: elements {}..{} of a base of {} elements",
+            b.start,
+            b.start + len,
+            storage.len()
+        ),
+    })?;
+    let origin = if trace::is_grad_enabled() && origin.requires_grad() {
+        let at = Placement {
+            start: b.start,
+            of: storage.len(),
+        };
+        Origin::Op(record(base, &memory, &b.shape, at)?)
+    } else {
+        Origin::Constant
+    };
+    Ok(Tensor::dense(b.shape.clone(), memory, origin))
+}
+
+/// The window's node: the identity on the block's shape, an alias (no
+/// kernel runs either way), whose gradient is placed at `at` in the
+/// base's.
+fn record(
+    base: &Tensor,
+    memory: &Arc<Storage>,
+    shape: &[usize],
+    at: Placement,
+) -> Result<Arc<Node>, Error> {
+    let (dtype, device) = (base.dtype(), base.device());
+    let mut key = format!("{WINDOW_OP}\u{1}{shape:?}\u{1}{dtype:?}");
+    if device != Device::Cpu {
+        let _ = write!(key, "\u{1}{device}");
+    }
+    let plan = plan::cached(&key, || {
+        let names = formula::indices("i", shape.len());
+        let src = formula::define("y", &names, formula::access("x", &names));
+        let f = IndexFn::parse(&src, &[("x", shape)])?;
+        OpPlan::new(WINDOW_OP, f, dtype, device, true, None)
+    })?;
+    let grad = plan.grad(&[true])?;
+    let policy = crate::runtime::policy_for(device);
+    let edges = vec![base.origin().clone()];
+    let mut node = Node::unshared(plan, grad, edges, &[memory], memory, Vec::new(), policy)?;
+    node.placed = Some(at);
+    Ok(Arc::new(node))
+}
+
+/// A window node's placement and block shape.
+fn placement(node: &Node) -> Result<(Placement, &[usize]), Error> {
+    let at = node.placed.ok_or_else(|| {
+        trace::autograd_error(node.op_name(), "internal: not a window's node".into())
+    })?;
+    Ok((at, node.plan.f.output_shape()))
+}
+
+/// A window node's gradient with respect to its base, as recorded tensor
+/// ops (a graph of gradients): `g` (`batch` leading dimensions, then the
+/// window's) placed at the block, zeros elsewhere, the base's elements
+/// flat.
+pub(crate) fn place_gradient(node: &Node, g: &Tensor, batch: usize) -> Result<Tensor, Error> {
+    let (at, shape) = placement(node)?;
+    let len: usize = shape.iter().product();
+    let flat = g.reshape(&[&g.shape()[..batch], &[len][..]].concat())?;
+    let mut pads = vec![(0, 0); batch];
+    pads.push((at.start, at.of - at.start - len));
+    flat.pad(&pads, 0.0)
+}
+
+/// A window node's tangent from its base's tangent `t` (forward mode):
+/// the block of `t`.
+pub(crate) fn window_tangent(node: &Node, t: &Tensor) -> Result<Tensor, Error> {
+    let (at, shape) = placement(node)?;
+    let len: usize = shape.iter().product();
+    t.reshape(&[t.numel()])?
+        .narrow(0, at.start, len)?
+        .reshape(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_narrow_along_the_first_dimension_reads_a_block_of_rows() {
+        // x[3:5] of a [6, 4] base.
+        let map = AffineMap {
+            coeffs: vec![vec![1, 0], vec![0, 1]],
+            offsets: vec![3, 0],
+        };
+        let b = block_of(&[2, 4], &[6, 4], &map).unwrap();
+        assert_eq!((b.start, b.shape), (12, vec![2, 4]));
+        assert_eq!(b.map.offsets, vec![0, 0]);
+    }
+
+    #[test]
+    fn fixed_leading_positions_narrow_the_block_to_the_next_dimension() {
+        // x[2, 5:7, :] of a [4, 8, 3] base, read transposed.
+        let map = AffineMap {
+            coeffs: vec![vec![0, 0], vec![0, 1], vec![1, 0]],
+            offsets: vec![2, 5, 0],
+        };
+        let b = block_of(&[3, 2], &[4, 8, 3], &map).unwrap();
+        assert_eq!(b.start, 2 * 24 + 5 * 3);
+        assert_eq!(b.shape, vec![2, 3]);
+        assert_eq!(b.map.coeffs, vec![vec![0, 1], vec![1, 0]]);
+        assert_eq!(b.map.offsets, vec![0, 0]);
+    }
+
+    #[test]
+    fn a_flipped_block_keeps_its_reversal_in_the_map() {
+        // x.flip(0)[1:3] of a [5, 2] base: base rows 3 and 2.
+        let map = AffineMap {
+            coeffs: vec![vec![-1, 0], vec![0, 1]],
+            offsets: vec![3, 0],
+        };
+        let b = block_of(&[2, 2], &[5, 2], &map).unwrap();
+        assert_eq!((b.start, b.shape), (4, vec![2, 2]));
+        assert_eq!(b.map.offsets, vec![1, 0]);
+    }
+
+    #[test]
+    fn views_over_whole_rows_or_moving_inside_them_have_no_block() {
+        // A transpose reads every row; x[:, 1:3] moves inside rows.
+        let t = AffineMap::permutation(&[1, 0]);
+        assert_eq!(block_of(&[4, 6], &[6, 4], &t), None);
+        let inner = AffineMap {
+            coeffs: vec![vec![1, 0], vec![0, 1]],
+            offsets: vec![0, 1],
+        };
+        assert_eq!(block_of(&[6, 2], &[6, 4], &inner), None);
+    }
+}
