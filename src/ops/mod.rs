@@ -227,8 +227,14 @@ fn apply_computed(
     // Views at run-time positions are read through windows of their
     // bases: the plan below does not depend on the positions.
     let windows = window::windowed(args)?;
-    let windows: Vec<(&str, &Tensor)> = windows.iter().map(|(n, t)| (*n, t)).collect();
-    let args = &windows[..];
+    let rebased: Vec<(&str, &Tensor)>;
+    let args = match &windows {
+        Some(w) => {
+            rebased = w.iter().map(|(n, t)| (*n, t)).collect();
+            &rebased[..]
+        }
+        None => args,
+    };
     let half_products = half::half_products();
     let mut key = String::with_capacity(src.len() + 32 * args.len() + 16);
     let _ = write!(key, "{op}\u{1}{src}\u{1}{dtype:?}");

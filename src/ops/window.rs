@@ -101,21 +101,31 @@ fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Opti
 }
 
 /// `args` with every view that reads a block of its base re-expressed
-/// over a window of that block (recorded when the base takes a gradient).
-pub(super) fn windowed<'a>(args: &[(&'a str, &Tensor)]) -> Result<Vec<(&'a str, Tensor)>, Error> {
+/// over a window of that block (recorded when the base takes a gradient);
+/// `None` when no argument is such a view (nothing is allocated: this
+/// runs on every op).
+pub(super) fn windowed<'a>(
+    args: &[(&'a str, &Tensor)],
+) -> Result<Option<Vec<(&'a str, Tensor)>>, Error> {
+    let block = |t: &Tensor| {
+        let (base, map) = t.base_and_map();
+        map.and_then(|m| block_of(t.shape(), base.shape(), m))
+    };
+    if !args.iter().any(|(_, t)| t.is_view() && block(t).is_some()) {
+        return Ok(None);
+    }
     args.iter()
         .map(|&(name, t)| {
-            let (base, map) = t.base_and_map();
-            let block = map.and_then(|m| block_of(t.shape(), base.shape(), m));
-            Ok(match block {
+            Ok(match block(t) {
                 Some(b) => (
                     name,
-                    Tensor::view_of(&window(base, &b)?, t.shape().to_vec(), b.map),
+                    Tensor::view_of(&window(t.base_and_map().0, &b)?, t.shape().to_vec(), b.map),
                 ),
                 None => (name, t.clone()),
             })
         })
-        .collect()
+        .collect::<Result<_, Error>>()
+        .map(Some)
 }
 
 /// The dense tensor over the block `b` of `base`'s memory.
