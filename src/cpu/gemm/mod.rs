@@ -45,6 +45,7 @@ mod blis;
 mod gemv;
 mod kernels;
 mod pack;
+mod pack_transposed;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]

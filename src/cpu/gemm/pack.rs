@@ -13,6 +13,7 @@
 //! as it is (rows of A), the right one through its transpose (columns of
 //! B). Must not choose block sizes nor compute.
 
+use super::pack_transposed;
 use crate::dtype::{DType, Element};
 
 /// Where term `p` of K (or row `p`) lies in an operand, relative to its
@@ -126,13 +127,14 @@ pub(super) unsafe fn pack_panels<T: Element>(
     // Each kind of index gets its own copy of the loops (contiguous K
     // visibly so, for the compiler).
     match k {
-        Index::Stride(1) => pack_with(width, rows, kc, src, row, |p| p as isize, dst),
-        Index::Stride(s) => pack_with(width, rows, kc, src, row, |p| p as isize * s, dst),
-        Index::Table(t) => pack_with(width, rows, kc, src, row, |p| *t.add(p), dst),
+        Index::Stride(1) => pack_with(width, rows, kc, src, row, None::<fn(usize) -> isize>, dst),
+        Index::Stride(s) => pack_with(width, rows, kc, src, row, Some(|p| p as isize * s), dst),
+        Index::Table(t) => pack_with(width, rows, kc, src, row, Some(|p| *t.add(p)), dst),
     }
 }
 
-/// [`pack_panels`] with the K offsets as a function.
+/// [`pack_panels`] with the K offsets as a function (`None`: contiguous,
+/// `p`).
 #[inline(always)]
 unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     width: usize,
@@ -140,9 +142,13 @@ unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     kc: usize,
     src: *const T,
     row: Index,
-    k: K,
+    k: Option<K>,
     dst: *mut T,
 ) {
+    // Rows contiguous along K, gathered by register transposes.
+    let transposed =
+        k.is_none() && width >= 8 && T::DTYPE == DType::F32 && pack_transposed::available();
+    let k = move |p: usize| k.map_or(p as isize, |k| k(p));
     let mut r0 = 0;
     let mut panel = dst;
     while r0 < rows {
@@ -165,6 +171,12 @@ unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
             _ if live == width && stride_two_halves::<T>(width, row, r0) => {
                 let half = |h: usize| src.wrapping_offset(row.at(r0 + 16 * h)) as *const f32;
                 stride_two::copy_halves(kc, [half(0), half(1)], k, panel as *mut f32)
+            }
+            _ if transposed => {
+                let starts: [*const f32; 32] = std::array::from_fn(|i| {
+                    src.wrapping_offset(row.at(r0 + i.min(live - 1))) as *const f32
+                });
+                pack_transposed::gather_panel(width, live, kc, &starts[..live], panel as *mut f32)
             }
             _ => by_width!(width, gather_rows, (live, kc, src, row, r0, k, panel)),
         }
