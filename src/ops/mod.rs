@@ -459,7 +459,7 @@ fn run_and_record(
     let origin = match grad {
         Some(grad) => {
             let edges: Vec<Origin> = args.iter().map(|(_, t)| t.origin().clone()).collect();
-            Origin::Op(Node::record(
+            Origin::Op(Arc::new(Node::record(
                 plan.clone(),
                 grad,
                 edges,
@@ -467,7 +467,7 @@ fn run_and_record(
                 &out,
                 kept,
                 policy,
-            )?)
+            )?))
         }
         None => Origin::Constant,
     };

@@ -176,17 +176,18 @@ fn record(
     let grad = plan.grad(&[true])?;
     let policy = crate::runtime::policy_for(device);
     let edges = vec![base.origin().clone()];
-    let mut node = Node::unshared(plan, grad, edges, &[memory], memory, Vec::new(), policy)?;
+    let mut node = Node::record(plan, grad, edges, &[memory], memory, Vec::new(), policy)?;
     node.placed = Some(at);
     Ok(Arc::new(node))
 }
 
-/// A window node's placement and block shape.
-fn placement(node: &Node) -> Result<(Placement, &[usize]), Error> {
+/// A window node's placement, block shape and element count.
+fn placement(node: &Node) -> Result<(Placement, &[usize], usize), Error> {
     let at = node.placed.ok_or_else(|| {
         trace::autograd_error(node.op_name(), "internal: not a window's node".into())
     })?;
-    Ok((at, node.plan.f.output_shape()))
+    let shape = node.plan.f.output_shape();
+    Ok((at, shape, shape.iter().product()))
 }
 
 /// A window node's gradient with respect to its base, as recorded tensor
@@ -194,8 +195,7 @@ fn placement(node: &Node) -> Result<(Placement, &[usize]), Error> {
 /// window's) placed at the block, zeros elsewhere, the base's elements
 /// flat.
 pub(crate) fn place_gradient(node: &Node, g: &Tensor, batch: usize) -> Result<Tensor, Error> {
-    let (at, shape) = placement(node)?;
-    let len: usize = shape.iter().product();
+    let (at, _, len) = placement(node)?;
     let flat = g.reshape(&[&g.shape()[..batch], &[len][..]].concat())?;
     let mut pads = vec![(0, 0); batch];
     pads.push((at.start, at.of - at.start - len));
@@ -205,8 +205,7 @@ pub(crate) fn place_gradient(node: &Node, g: &Tensor, batch: usize) -> Result<Te
 /// A window node's tangent from its base's tangent `t` (forward mode):
 /// the block of `t`.
 pub(crate) fn window_tangent(node: &Node, t: &Tensor) -> Result<Tensor, Error> {
-    let (at, shape) = placement(node)?;
-    let len: usize = shape.iter().product();
+    let (at, shape, len) = placement(node)?;
     t.reshape(&[t.numel()])?
         .narrow(0, at.start, len)?
         .reshape(shape)

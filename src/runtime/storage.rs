@@ -623,29 +623,29 @@ impl Storage {
     /// `self += other`, element-wise (gradient accumulation; same dtype,
     /// length and device).
     pub(crate) fn add_assign(&self, other: &Storage) -> Result<(), Error> {
-        if std::ptr::eq(self, other) {
-            return Err(Error::Invalid {
-                function: "add_assign".into(),
-                message: "internal: a storage added to itself".into(),
+        if other.len != self.len {
+            return Err(Error::Shape {
+                op: "add_assign".into(),
+                message: format!("{} elements added to {}", other.len, self.len),
             });
         }
-        let backend = self.backend_with("add_assign", other)?;
-        let b = other.read()?;
-        let mut a = self.write()?;
-        let src = other.operand(&b, other.len)?;
-        backend.add_assign(self.operand_mut(&mut a)?, src)
+        self.add_over("add_assign", 0, other)
     }
 
     /// `self[start..] += other`, element-wise over `other`'s elements (a
     /// window's gradient into its base's; same dtype and device).
     pub(crate) fn add_at(&self, start: usize, other: &Storage) -> Result<(), Error> {
+        self.add_over("add_at", start, other)
+    }
+
+    fn add_over(&self, op: &str, start: usize, other: &Storage) -> Result<(), Error> {
         if std::ptr::eq(self, other) {
             return Err(Error::Invalid {
-                function: "add_at".into(),
+                function: op.into(),
                 message: "internal: a storage added to itself".into(),
             });
         }
-        let backend = self.backend_with("add_at", other)?;
+        let backend = self.backend_with(op, other)?;
         let b = other.read()?;
         let mut a = self.write()?;
         let src = other.operand(&b, other.len)?;

@@ -389,22 +389,9 @@ impl Node {
     /// Records `plan` applied to `inputs` (storages ordered like the
     /// plan's arguments) giving `out`, with the forward values `kept` (by
     /// forward stage). Exactly what `grad`'s backward program reads
-    /// under `policy` is saved.
+    /// under `policy` is saved. Not yet shared: a window's node sets its
+    /// placement first.
     pub(crate) fn record(
-        plan: Arc<OpPlan>,
-        grad: Arc<NodeGrad>,
-        edges: Vec<Origin>,
-        inputs: &[&Arc<Storage>],
-        out: &Arc<Storage>,
-        kept: Vec<Option<Arc<Storage>>>,
-        policy: SavePolicy,
-    ) -> Result<Arc<Node>, Error> {
-        Self::unshared(plan, grad, edges, inputs, out, kept, policy).map(Arc::new)
-    }
-
-    /// As [`Node::record`], the node not yet shared (a window's sets its
-    /// placement first).
-    pub(crate) fn unshared(
         plan: Arc<OpPlan>,
         grad: Arc<NodeGrad>,
         edges: Vec<Origin>,
