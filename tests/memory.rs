@@ -341,7 +341,11 @@ fn backward_follows_the_height_heuristic_of_fig_4_8() {
 /// 10,000 (a quadratic planner takes a hundred times), and in seconds.
 /// The ratio, not a wall-clock bound alone, is the claim: alone on 2 cores
 /// the long chain takes 0.7 s on the CPU and 0.85–1.1 s with its tensors
-/// on the simulated device, so a 1 s bound failed by chance.
+/// on the simulated device, so a 1 s bound failed by chance. The ratio is
+/// above ten, the long chain's nodes no longer fitting in cache: 23–24 on
+/// the CPU and 27.6–29.9 on the simulated device on a Zen 5 host
+/// (2026-11-28), where a bound of 30 failed by chance; a quadratic
+/// planner gives about 100.
 #[test]
 fn memory_plan_is_linear_in_the_length_of_the_trace() {
     let _g = serial(AllocMode::RuntimeEfficient);
@@ -363,6 +367,6 @@ fn memory_plan_is_linear_in_the_length_of_the_trace() {
     let long = plan_of_chain(100_000);
     let ratio = long.as_secs_f64() / short.as_secs_f64();
     eprintln!("memory_plan of 100,001 ops: {long:?}; of 10,001: {short:?}; ratio {ratio:.1}");
-    assert!(ratio < 30.0, "not linear: ratio {ratio:.1}");
+    assert!(ratio < 50.0, "not linear: ratio {ratio:.1}");
     assert!(long < std::time::Duration::from_secs(3), "{long:?}");
 }
