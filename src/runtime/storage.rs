@@ -2,7 +2,9 @@
 //!
 //! Owns one allocator [`Buffer`] with its element count, dtype and a
 //! version counter that in-place writes bump (the tape refuses to use a
-//! saved value that was overwritten after it was saved). Every method
+//! saved value that was overwritten after it was saved), or, for a
+//! *window*, a range of another storage's block (read-only; its version
+//! and device are that storage's; [`Storage::window`]). Every method
 //! works by device: data moves through the device's backend
 //! (`super::backend_for`), and where no backend runs on a device, or a
 //! host view of its memory is asked for, the answer is an
