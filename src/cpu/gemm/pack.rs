@@ -145,9 +145,9 @@ unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     k: Option<K>,
     dst: *mut T,
 ) {
-    // Rows contiguous along K, gathered by register transposes.
-    let transposed =
-        k.is_none() && width >= 8 && T::DTYPE == DType::F32 && pack_transposed::available();
+    // Rows far apart, gathered by register transposes (their terms in
+    // runs, checked sixteen at a time).
+    let transposed = width >= 8 && T::DTYPE == DType::F32 && pack_transposed::available();
     let k = move |p: usize| k.map_or(p as isize, |k| k(p));
     let mut r0 = 0;
     let mut panel = dst;
@@ -176,7 +176,8 @@ unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
                 let starts: [*const f32; 32] = std::array::from_fn(|i| {
                     src.wrapping_offset(row.at(r0 + i.min(live - 1))) as *const f32
                 });
-                pack_transposed::gather_panel(width, live, kc, &starts[..live], panel as *mut f32)
+                let rows = &starts[..live];
+                pack_transposed::gather_panel(width, live, kc, rows, k, panel as *mut f32)
             }
             _ => by_width!(width, gather_rows, (live, kc, src, row, r0, k, panel)),
         }
