@@ -52,8 +52,9 @@ fn run_of(p0: usize, k: &impl Fn(usize) -> isize) -> Run {
 ///
 /// # Safety
 ///
-/// Every `rows[i] + k(p)` (`i < live`, `p < kc`) is readable; `panel` has
-/// room for `width · kc`; `available()`.
+/// Every `rows[i] + k(p)` (`i < live`, `p < kc`) is readable, all in one
+/// buffer (so is every element between two of them, which a run's vector
+/// loads read); `panel` has room for `width · kc`; `available()`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn gather_panel(
