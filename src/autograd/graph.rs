@@ -407,12 +407,7 @@ impl Walk {
             let name = format!("d{}/d{}", node.op_name(), f.args()[a].name);
             let contribution = self.apply(&name, d, seed, &g, args)?;
             // A reshape's derivative is flat: give it the target's shape.
-            let shape: Vec<usize> = match edge {
-                Origin::Op(m) => m.plan.f.output_shape().to_vec(),
-                _ => self.leaf_shapes[&t].clone(),
-            };
-            let shape: Vec<usize> = self.batch.iter().chain(&shape).copied().collect();
-            let contribution = self.reshaped(contribution, &shape)?;
+            let contribution = self.reshaped(contribution, &self.shape_at(edge, t))?;
             self.add(t, contribution)?;
         }
         Ok(())
@@ -430,12 +425,17 @@ impl Walk {
         }
         let g = self.value(g)?;
         let placed = window::place_gradient(node, &g, self.batch.len())?;
-        let shape: Vec<usize> = match edge {
-            Origin::Op(m) => m.plan.f.output_shape().to_vec(),
-            _ => self.leaf_shapes[&t].clone(),
+        self.add(t, Pending::Value(placed.reshape(&self.shape_at(edge, t))?))
+    }
+
+    /// The shape of a gradient delivered along `edge` to `t`: the batch's
+    /// dimensions, then the target's.
+    fn shape_at(&self, edge: &Origin, t: Target) -> Vec<usize> {
+        let target: &[usize] = match edge {
+            Origin::Op(m) => m.plan.f.output_shape(),
+            _ => &self.leaf_shapes[&t],
         };
-        let shape: Vec<usize> = self.batch.iter().chain(&shape).copied().collect();
-        self.add(t, Pending::Value(placed.reshape(&shape)?))
+        self.batch.iter().chain(target).copied().collect()
     }
 
     /// One derivative `d` applied to the incoming gradient `g` (read as

@@ -74,6 +74,13 @@ fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Opti
     while k + 1 < rank && extent(k).0 == extent(k).1 {
         k += 1;
     }
+    let (lo, hi) = extent(k);
+    // The whole base (checked before anything is allocated: most views,
+    // transposes and broadcasts, read it all).
+    let whole = base_shape[..k].iter().all(|&n| n == 1);
+    if whole && lo == 0 && hi + 1 == base_shape[k] as i64 {
+        return None;
+    }
     let strides = row_major_strides(base_shape)?;
     let mut start = 0usize;
     for (d, &stride) in strides.iter().enumerate().take(k + 1) {
@@ -83,11 +90,7 @@ fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Opti
         }
         start += lo as usize * stride as usize;
     }
-    let (lo, hi) = extent(k);
     let rows = (hi - lo + 1) as usize;
-    if rows * strides[k] as usize == base_shape.iter().product::<usize>() {
-        return None;
-    }
     let mut map = AffineMap {
         coeffs: map.coeffs[k..].to_vec(),
         offsets: map.offsets[k..].to_vec(),
@@ -107,25 +110,19 @@ fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Opti
 pub(super) fn windowed<'a>(
     args: &[(&'a str, &Tensor)],
 ) -> Result<Option<Vec<(&'a str, Tensor)>>, Error> {
-    let block = |t: &Tensor| {
+    let mut rebased: Option<Vec<(&'a str, Tensor)>> = None;
+    for (i, &(name, t)) in args.iter().enumerate() {
         let (base, map) = t.base_and_map();
-        map.and_then(|m| block_of(t.shape(), base.shape(), m))
-    };
-    if !args.iter().any(|(_, t)| t.is_view() && block(t).is_some()) {
-        return Ok(None);
+        let arg = match map.and_then(|m| block_of(t.shape(), base.shape(), m)) {
+            Some(b) => Tensor::view_of(&window(base, &b)?, t.shape().to_vec(), b.map),
+            None if rebased.is_none() => continue,
+            None => t.clone(),
+        };
+        rebased
+            .get_or_insert_with(|| args[..i].iter().map(|&(n, t)| (n, t.clone())).collect())
+            .push((name, arg));
     }
-    args.iter()
-        .map(|&(name, t)| {
-            Ok(match block(t) {
-                Some(b) => (
-                    name,
-                    Tensor::view_of(&window(t.base_and_map().0, &b)?, t.shape().to_vec(), b.map),
-                ),
-                None => (name, t.clone()),
-            })
-        })
-        .collect::<Result<_, Error>>()
-        .map(Some)
+    Ok(rebased)
 }
 
 /// The dense tensor over the block `b` of `base`'s memory.

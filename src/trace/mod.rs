@@ -298,7 +298,9 @@ pub(crate) struct PreparedSum {
 pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Result<(), Error> {
     match slot.as_mut() {
         None => *slot = Some(g),
-        Some(current) if Arc::strong_count(current) == 1 => current.add_assign(&g)?,
+        Some(current) if Arc::strong_count(current) == 1 && !current.is_window() => {
+            current.add_assign(&g)?
+        }
         Some(current) => *slot = Some(sum_of(current, &g)?),
     }
     Ok(())

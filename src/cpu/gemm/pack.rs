@@ -127,14 +127,13 @@ pub(super) unsafe fn pack_panels<T: Element>(
     // Each kind of index gets its own copy of the loops (contiguous K
     // visibly so, for the compiler).
     match k {
-        Index::Stride(1) => pack_with(width, rows, kc, src, row, None::<fn(usize) -> isize>, dst),
-        Index::Stride(s) => pack_with(width, rows, kc, src, row, Some(|p| p as isize * s), dst),
-        Index::Table(t) => pack_with(width, rows, kc, src, row, Some(|p| *t.add(p)), dst),
+        Index::Stride(1) => pack_with(width, rows, kc, src, row, |p| p as isize, dst),
+        Index::Stride(s) => pack_with(width, rows, kc, src, row, |p| p as isize * s, dst),
+        Index::Table(t) => pack_with(width, rows, kc, src, row, |p| *t.add(p), dst),
     }
 }
 
-/// [`pack_panels`] with the K offsets as a function (`None`: contiguous,
-/// `p`).
+/// [`pack_panels`] with the K offsets as a function.
 #[inline(always)]
 unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     width: usize,
@@ -142,13 +141,12 @@ unsafe fn pack_with<T: Element, K: Fn(usize) -> isize + Copy>(
     kc: usize,
     src: *const T,
     row: Index,
-    k: Option<K>,
+    k: K,
     dst: *mut T,
 ) {
     // Rows far apart, gathered by register transposes (their terms in
     // runs, checked sixteen at a time).
     let transposed = width >= 8 && T::DTYPE == DType::F32 && pack_transposed::available();
-    let k = move |p: usize| k.map_or(p as isize, |k| k(p));
     let mut r0 = 0;
     let mut panel = dst;
     while r0 < rows {

@@ -74,9 +74,7 @@ impl Accountant<'_> {
             }
         }
     }
-}
 
-impl Accountant<'_> {
     /// `slot += g` placed at `at` (`trace::add_placed`): in place when the
     /// slot's buffer is unique, else into a new buffer of the whole.
     fn place_into(&mut self, slot: &mut Option<usize>, g: usize, at: Placement) {
