@@ -14,6 +14,7 @@ STEPS, WARM = 60, 2
 data = torch.randn(1000, 64)
 w = torch.randn(64, 32, requires_grad=True)
 table = torch.randn(1000, 64, requires_grad=True)
+seq = torch.randn(32, 128, 64)
 
 
 def ids(t):
@@ -34,6 +35,7 @@ def median_ms(step):
 workloads = {
     "walk": lambda t: (data.narrow(0, t * 7, 16) @ w).tanh().sum().backward(),
     "walk_grad": lambda t: table.narrow(0, t * 7, 16).tanh().sum().backward(),
+    "time_steps": lambda t: (seq[:, t] @ w).tanh().sum().backward(),
     "narrow_cat": lambda t: (torch.cat([table.narrow(0, i, 1) for i in ids(t)], 0) @ w)
     .sum()
     .backward(),

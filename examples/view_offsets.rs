@@ -5,6 +5,9 @@
 //!   data set, `t` new every step.
 //! - `walk_grad`: the same rows narrowed from a table that takes a
 //!   gradient, `tanh` summed.
+//! - `time_steps`: the same layer over `seq[:, t]` of a constant
+//!   `[32, 128, 64]` batch of sequences (a view moving along the second
+//!   dimension: read through a span of the batch).
 //! - `narrow_cat`: an embedding written as a new user would, 32 rows
 //!   `table.narrow(0, id, 1)` joined by `cat`, then a matmul; beside it
 //!   the same model with `embedding`.
@@ -62,6 +65,17 @@ fn main() -> Result<(), tenjin::Error> {
             .backward()
     })?;
     report("walk", walk, steps - warm);
+
+    let seq = Tensor::randn(&[32, 128, 64], DType::F32, 4)?;
+    let time_steps = measure(steps, warm, |t| {
+        seq.narrow(1, t, 1)?
+            .squeeze(1)?
+            .matmul(&w)?
+            .tanh()?
+            .sum()?
+            .backward()
+    })?;
+    report("time_steps", time_steps, steps - warm);
 
     let table = Tensor::randn(&[1000, 64], DType::F32, 3)?.requires_grad();
     let walk_grad = measure(steps, warm, |t| {

@@ -45,6 +45,40 @@ fn walking_a_tensor_by_position_compiles_nothing_after_the_first_step() -> Resul
     Ok(())
 }
 
+/// Entry `i` along dimension `dim`, as a view (PyTorch's `x[:, i]`).
+fn at(x: &Tensor, dim: usize, i: usize) -> Result<Tensor, Error> {
+    x.narrow(dim, i, 1)?.squeeze(dim)
+}
+
+#[test]
+fn walking_data_along_a_later_dimension_compiles_nothing_after_the_first_step() -> Result<(), Error>
+{
+    // An RNN's input read one time step at a time (`x[:, t]` of a
+    // `[B, T, D]` batch), a window of time steps, and a strided one.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let data = Tensor::randn(&[6, 40, 8], DType::F32, 11)?;
+    let w = Tensor::randn(&[8, 4], DType::F32, 12)?.requires_grad();
+    let h0 = Tensor::randn(&[6, 4], DType::F32, 13)?.requires_grad();
+    let step = |t: usize| -> Result<(), Error> {
+        let x = at(&data, 1, t)?;
+        let window = data.narrow(1, t, 3)?.sum_dims(&[1], false)?;
+        let strided = data.slice(1, t, t + 7, 2)?.mean()?;
+        let h = x.add(&window)?.matmul(&w)?.add(&h0)?.tanh()?;
+        h.sum()?.add(&strided)?.backward()
+    };
+    step(0)?;
+    step(1)?;
+    let before = tenjin::stats();
+    for t in 2..30 {
+        step(t)?;
+    }
+    let after = tenjin::stats();
+    assert_eq!(after.kernels_compiled, before.kernels_compiled);
+    assert_eq!(after.derivations, before.derivations);
+    assert_eq!(after.op_plans_built, before.op_plans_built);
+    Ok(())
+}
+
 #[test]
 fn values_read_through_windows_equal_copies() -> Result<(), Error> {
     let x = randn(&[6, 5, 4], 4)?;
@@ -59,6 +93,14 @@ fn values_read_through_windows_equal_copies() -> Result<(), Error> {
             x.narrow(0, 1, 2)?.flip(&[0])?.contiguous()?,
         ),
         (row(&x, 3)?.t()?, row(&x, 3)?.t()?.contiguous()?),
+        // Views moving along later dimensions (spans of the base).
+        (at(&x, 1, 2)?, at(&x, 1, 2)?.contiguous()?),
+        (x.narrow(1, 1, 3)?, x.narrow(1, 1, 3)?.contiguous()?),
+        (at(&x, 2, 3)?.t()?, at(&x, 2, 3)?.t()?.contiguous()?),
+        (
+            x.slice(2, 1, 4, 2)?.flip(&[1])?,
+            x.slice(2, 1, 4, 2)?.flip(&[1])?.contiguous()?,
+        ),
     ];
     for (view, copy) in &cases {
         // A kernel reading the view (through its window) against the
@@ -66,11 +108,19 @@ fn values_read_through_windows_equal_copies() -> Result<(), Error> {
         let expected: Vec<f64> = copy.to_vec_f64()?.iter().map(|v| v * 2.0).collect();
         assert_eq!(view.mul_scalar(2.0)?.to_vec_f64()?, expected);
     }
-    // Every position of a walk: the values of the rows at that position.
+    // Every position of a walk: the values of the rows at that position,
+    // and of the time steps of a walk along the second dimension.
     let all = x.to_vec_f64()?;
     for t in 0..6 {
         let got = row(&x, t)?.add_scalar(0.0)?.to_vec_f64()?;
         assert_eq!(got, all[t * 20..(t + 1) * 20].to_vec());
+    }
+    for t in 0..5 {
+        let got = at(&x, 1, t)?.add_scalar(0.0)?.to_vec_f64()?;
+        let expected: Vec<f64> = (0..6)
+            .flat_map(|b| all[b * 20 + t * 4..b * 20 + t * 4 + 4].to_vec())
+            .collect();
+        assert_eq!(got, expected);
     }
     Ok(())
 }

@@ -11,9 +11,19 @@
 //! contiguous memory, so the window is a storage sharing the base's
 //! memory at an element offset (`Storage::window`), read in place, and
 //! the view is re-expressed over it with the offset of `lo` taken out of
-//! its map. Views that move along a dimension after the first one they
-//! span (`x.narrow(1, t, 4)` of a `[B, T, D]` tensor) keep their offsets
-//! in the plan: their elements do not form one block.
+//! its map.
+//!
+//! Views that move along a dimension after the first one they span
+//! (`x.narrow(1, t, 4)` or `x[:, t]` of a `[B, T, D]` tensor) do not form
+//! one block. When their base takes no gradient (an input batch read one
+//! time step at a time) they are read through a *span* ([`span_of`]): a
+//! window from the first element they reach to the last, of one
+//! dimension, the view re-expressed over it with one row-major
+//! coefficient per view dimension; its length does not depend on the
+//! position. When the base takes a gradient they keep their offsets in
+//! the plan: the gradient of a span would be the whole span, each element
+//! solved through bounds that divide by the row length (measured: 2.5×
+//! the step of the plan per position, once compiled).
 //!
 //! When the base takes a gradient, the window is a recorded node: an
 //! alias (the identity on the block's shape, planned once per shape)
@@ -103,6 +113,47 @@ fn block_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Opti
     })
 }
 
+/// The span of a base of `base_shape` that a view of `view_shape` through
+/// `map` reads, as a block of one dimension, when it is not the whole
+/// base: the elements from the least to the greatest the view reaches,
+/// the view read from them through one row-major coefficient per view
+/// dimension. For views whose elements do not form a block of rows
+/// ([`block_of`]): `x.narrow(1, t, n)` or `x[:, t]` of a `[B, T, D]`
+/// tensor reach `(B - 1)·T·D + n·D` elements from `t·D` on, a length that
+/// does not depend on `t`.
+fn span_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Option<Block> {
+    if view_shape.contains(&0) || map.base_rank() != base_shape.len() {
+        return None;
+    }
+    let strides = row_major_strides(base_shape)?;
+    let mut coeffs = vec![0i64; view_shape.len()];
+    let mut offset = 0i64;
+    for (d, &stride) in strides.iter().enumerate() {
+        offset = offset.checked_add(map.offsets[d].checked_mul(stride)?)?;
+        for (c, &a) in coeffs.iter_mut().zip(&map.coeffs[d]) {
+            *c = c.checked_add(a.checked_mul(stride)?)?;
+        }
+    }
+    let (mut lo, mut hi) = (offset, offset);
+    for (&c, &n) in coeffs.iter().zip(view_shape) {
+        let reach = c.checked_mul(n as i64 - 1)?;
+        lo += reach.min(0);
+        hi += reach.max(0);
+    }
+    let len = base_shape.iter().product::<usize>() as i64;
+    if lo < 0 || hi >= len || (lo == 0 && hi + 1 == len) {
+        return None;
+    }
+    Some(Block {
+        start: lo as usize,
+        shape: vec![(hi - lo + 1) as usize],
+        map: AffineMap {
+            coeffs: vec![coeffs],
+            offsets: vec![offset - lo],
+        },
+    })
+}
+
 /// `args` with every view that reads a block of its base re-expressed
 /// over a window of that block (recorded when the base takes a gradient);
 /// `None` when no argument is such a view (nothing is allocated: this
@@ -113,7 +164,11 @@ pub(super) fn windowed<'a>(
     let mut rebased: Option<Vec<(&'a str, Tensor)>> = None;
     for (i, &(name, t)) in args.iter().enumerate() {
         let (base, map) = t.base_and_map();
-        let arg = match map.and_then(|m| block_of(t.shape(), base.shape(), m)) {
+        let block = map.and_then(|m| {
+            block_of(t.shape(), base.shape(), m)
+                .or_else(|| (!takes_gradient(base)).then(|| span_of(t.shape(), base.shape(), m))?)
+        });
+        let arg = match block {
             Some(b) => Tensor::view_of(&window(base, &b)?, t.shape().to_vec(), b.map),
             None if rebased.is_none() => continue,
             None => t.clone(),
@@ -125,9 +180,14 @@ pub(super) fn windowed<'a>(
     Ok(rebased)
 }
 
+/// Whether a window of `base` is recorded: its gradient is asked for.
+fn takes_gradient(base: &Tensor) -> bool {
+    trace::is_grad_enabled() && base.origin().requires_grad()
+}
+
 /// The dense tensor over the block `b` of `base`'s memory.
 fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
-    let (storage, origin) = base.storage_and_origin();
+    let (storage, _) = base.storage_and_origin();
     let len = b.shape.iter().product();
     let memory = Storage::window(storage, b.start, len).ok_or_else(|| Error::Invalid {
         function: WINDOW_OP.into(),
@@ -138,7 +198,7 @@ fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
             storage.len()
         ),
     })?;
-    let origin = if trace::is_grad_enabled() && origin.requires_grad() {
+    let origin = if takes_gradient(base) {
         let at = Placement {
             start: b.start,
             of: storage.len(),
@@ -248,6 +308,34 @@ mod tests {
         let b = block_of(&[2, 2], &[5, 2], &map).unwrap();
         assert_eq!((b.start, b.shape), (4, vec![2, 2]));
         assert_eq!(b.map.offsets, vec![1, 0]);
+    }
+
+    #[test]
+    fn a_view_moving_inside_rows_reads_a_span_whose_length_is_the_same_at_every_position() {
+        // x[:, t] of a [3, 5, 4] base, for t = 1 and t = 4.
+        let at = |t: i64| AffineMap {
+            coeffs: vec![vec![1, 0], vec![0, 0], vec![0, 1]],
+            offsets: vec![0, t, 0],
+        };
+        let one = span_of(&[3, 4], &[3, 5, 4], &at(1)).unwrap();
+        let four = span_of(&[3, 4], &[3, 5, 4], &at(4)).unwrap();
+        assert_eq!((one.start, four.start), (4, 16));
+        assert_eq!(one.shape, vec![2 * 20 + 4]);
+        assert_eq!((one.shape, one.map), (four.shape, four.map.clone()));
+        assert_eq!(four.map.coeffs, vec![vec![20, 1]]);
+        assert_eq!(four.map.offsets, vec![0]);
+        // Flipped along the row: the span starts at the last element read.
+        let flipped = AffineMap {
+            coeffs: vec![vec![1, 0], vec![0, 0], vec![0, -1]],
+            offsets: vec![0, 2, 3],
+        };
+        let f = span_of(&[3, 4], &[3, 5, 4], &flipped).unwrap();
+        assert_eq!((f.start, f.map.offsets.clone()), (8, vec![3]));
+        // A transpose reads the whole base: no span.
+        assert_eq!(
+            span_of(&[4, 3], &[3, 4], &AffineMap::permutation(&[1, 0])),
+            None
+        );
     }
 
     #[test]
