@@ -505,7 +505,10 @@ fn pick_output(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
 /// lengths the one whose terms lie closest together, and the others from
 /// the widest strides to the narrowest, so that the terms of the folded K
 /// (`Σ_n Σ_y Σ_x` of a convolution's weight gradient) walk memory in
-/// order rather than jumping between images at every term.
+/// order rather than jumping between images at every term. (A GPU makes
+/// a call per point of the outer ones, so the longest is K; the CPU sums
+/// them all in one K and orders it by spread where that packs its terms
+/// in runs: `Contraction::folded`.)
 fn pick_k(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
     let spread = |d: &Dim| d.a.unsigned_abs().saturating_add(d.b.unsigned_abs());
     let Some(best) =

@@ -138,8 +138,10 @@ struct Terms {
 type Tables = Option<[Vec<isize>; 3]>;
 
 impl Terms {
-    /// The offset tables of `k` inside `outer` (none when `outer` is empty).
-    fn tables(k: Dim, outer: &[Dim]) -> Tables {
+    /// The offset tables of the summed dimensions `dims` (outermost
+    /// first; none when there is one).
+    fn tables(dims: &[Dim]) -> Tables {
+        let (&k, outer) = dims.split_last()?;
         if outer.is_empty() {
             return None;
         }
@@ -307,8 +309,9 @@ impl Contraction {
             std::mem::swap(&mut m.out, &mut n.out);
         }
         let (m, n) = (&m, &n);
-        let tables = Terms::tables(self.k, &self.k_outer);
-        let terms = Terms::of(self.k, &tables);
+        let tables = Terms::tables(&folded.k);
+        let k = folded.k.last().copied().unwrap_or(Dim::UNIT);
+        let terms = Terms::of(k, &tables);
         // The whole product's blocks of K, not a tile's (`blis::k_block`);
         // `blis::gemm` computes Cᵀ when C's columns are contiguous, and its
         // N is then M.
