@@ -42,7 +42,7 @@ use crate::symbolic::compose::AffineMap;
 use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::IndexFn;
 use crate::tensor::Tensor;
-use crate::trace::{self, Node, Origin, Placement};
+use crate::trace::{self, Node, Origin, Placement, Strided};
 use crate::Error;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -163,13 +163,8 @@ pub(super) fn windowed<'a>(
 ) -> Result<Option<Vec<(&'a str, Tensor)>>, Error> {
     let mut rebased: Option<Vec<(&'a str, Tensor)>> = None;
     for (i, &(name, t)) in args.iter().enumerate() {
-        let (base, map) = t.base_and_map();
-        let block = map.and_then(|m| {
-            block_of(t.shape(), base.shape(), m)
-                .or_else(|| (!takes_gradient(base)).then(|| span_of(t.shape(), base.shape(), m))?)
-        });
-        let arg = match block {
-            Some(b) => Tensor::view_of(&window(base, &b)?, t.shape().to_vec(), b.map),
+        let arg = match rebase(t)? {
+            Some(arg) => arg,
             None if rebased.is_none() => continue,
             None => t.clone(),
         };
@@ -180,16 +175,63 @@ pub(super) fn windowed<'a>(
     Ok(rebased)
 }
 
+/// `t` read through a window of its base, when it is a view of part of
+/// it: a block's window; a span's, when the base takes no gradient; a
+/// strided copy placed back, when it does and its elements can be placed
+/// (see the module documentation).
+fn rebase(t: &Tensor) -> Result<Option<Tensor>, Error> {
+    let (base, Some(map)) = t.base_and_map() else {
+        return Ok(None);
+    };
+    let view = |b: Block| -> Result<Tensor, Error> {
+        Ok(Tensor::view_of(
+            &window(base, &b)?,
+            t.shape().to_vec(),
+            b.map,
+        ))
+    };
+    if let Some(b) = block_of(t.shape(), base.shape(), map) {
+        return view(b).map(Some);
+    }
+    match span_of(t.shape(), base.shape(), map) {
+        Some(s) if !takes_gradient(base) => view(s).map(Some),
+        Some(s) if base.device() == Device::Cpu && placeable(t.shape(), &s.map.coeffs[0]) => {
+            strided_window(base, &s, t.shape()).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether every element of a view of `shape` read at the coefficients
+/// `coeffs` of a span lies apart from the others, the dimensions nesting
+/// (each coefficient at least the reach of the smaller ones): then its
+/// gradient is placed by pads (`place_strided`).
+fn placeable(shape: &[usize], coeffs: &[i64]) -> bool {
+    let mut dims: Vec<(u64, usize)> = coeffs
+        .iter()
+        .zip(shape)
+        .filter(|&(_, &n)| n > 1)
+        .map(|(&c, &n)| (c.unsigned_abs(), n))
+        .collect();
+    dims.sort_unstable();
+    let mut reach = 1u64;
+    dims.iter().all(|&(c, n)| {
+        let fits = c >= reach;
+        reach = c.saturating_mul(n as u64 - 1).saturating_add(reach);
+        fits
+    })
+}
+
 /// Whether a window of `base` is recorded: its gradient is asked for.
 fn takes_gradient(base: &Tensor) -> bool {
     trace::is_grad_enabled() && base.origin().requires_grad()
 }
 
-/// The dense tensor over the block `b` of `base`'s memory.
-fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
+/// The storage over the block `b` of `base`'s memory.
+fn window_memory(base: &Tensor, b: &Block) -> Result<Arc<Storage>, Error> {
     let (storage, _) = base.storage_and_origin();
     let len = b.shape.iter().product();
-    let memory = Storage::window(storage, b.start, len).ok_or_else(|| Error::Invalid {
+    Storage::window(storage, b.start, len).ok_or_else(|| Error::Invalid {
         function: WINDOW_OP.into(),
         message: format!(
             "internal: elements {}..{} of a base of {} elements",
@@ -197,17 +239,45 @@ fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
             b.start + len,
             storage.len()
         ),
-    })?;
+    })
+}
+
+/// The dense tensor over the block `b` of `base`'s memory.
+fn window(base: &Tensor, b: &Block) -> Result<Tensor, Error> {
+    let memory = window_memory(base, b)?;
     let origin = if takes_gradient(base) {
         let at = Placement {
             start: b.start,
-            of: storage.len(),
+            of: base.storage_and_origin().0.len(),
+            strided: None,
         };
         Origin::Op(record(base, &memory, &b.shape, at)?)
     } else {
         Origin::Constant
     };
     Ok(Tensor::dense(b.shape.clone(), memory, origin))
+}
+
+/// A view of `shape` of a base that takes a gradient, read through the
+/// span `s`: the view's elements copied out of the span (a kernel planned
+/// once for every position), recorded as a window whose gradient is
+/// placed at the view's elements of the base's (`Strided`), so the
+/// gradient of the op reading it is the view's size, not the span's.
+fn strided_window(base: &Tensor, s: &Block, shape: &[usize]) -> Result<Tensor, Error> {
+    let span = Tensor::dense(s.shape.clone(), window_memory(base, s)?, Origin::Constant);
+    let copy =
+        trace::no_grad(|| Tensor::view_of(&span, shape.to_vec(), s.map.clone()).contiguous())?;
+    let memory = copy.storage_and_origin().0.clone();
+    let at = Placement {
+        start: s.start + s.map.offsets[0] as usize,
+        of: base.storage_and_origin().0.len(),
+        strided: Some(Arc::new(Strided {
+            shape: shape.to_vec(),
+            coeffs: s.map.coeffs[0].clone(),
+        })),
+    };
+    let node = record(base, &memory, shape, at)?;
+    Ok(Tensor::dense(shape.to_vec(), memory, Origin::Op(node)))
 }
 
 /// The window's node: the identity on the block's shape, an alias (no
@@ -239,8 +309,8 @@ fn record(
 }
 
 /// A window node's placement, block shape and element count.
-fn placement(node: &Node) -> Result<(Placement, &[usize], usize), Error> {
-    let at = node.placed.ok_or_else(|| {
+fn placement(node: &Node) -> Result<(&Placement, &[usize], usize), Error> {
+    let at = node.placed.as_ref().ok_or_else(|| {
         trace::autograd_error(node.op_name(), "internal: not a window's node".into())
     })?;
     let shape = node.plan.f.output_shape();
@@ -249,23 +319,88 @@ fn placement(node: &Node) -> Result<(Placement, &[usize], usize), Error> {
 
 /// A window node's gradient with respect to its base, as recorded tensor
 /// ops (a graph of gradients): `g` (`batch` leading dimensions, then the
-/// window's) placed at the block, zeros elsewhere, the base's elements
-/// flat.
+/// window's) placed at the window's elements, zeros elsewhere, the base's
+/// elements flat.
 pub(crate) fn place_gradient(node: &Node, g: &Tensor, batch: usize) -> Result<Tensor, Error> {
     let (at, _, len) = placement(node)?;
-    let flat = g.reshape(&[&g.shape()[..batch], &[len][..]].concat())?;
+    let (placed, first) = match &at.strided {
+        None => (
+            g.reshape(&[&g.shape()[..batch], &[len][..]].concat())?,
+            at.start,
+        ),
+        Some(s) => place_strided(g, batch, at.start, s)?,
+    };
+    let reach = placed.shape()[batch];
     let mut pads = vec![(0, 0); batch];
-    pads.push((at.start, at.of - at.start - len));
-    flat.pad(&pads, 0.0)
+    pads.push((first, at.of - first - reach));
+    placed.pad(&pads, 0.0)
+}
+
+/// `g` (`batch` leading dimensions, then `s.shape`) laid out flat from its
+/// first position on, with zeros between its elements, as tensor ops
+/// (pads, reshapes, narrows, flips, a permutation), and that first
+/// position: each dimension, from the smallest coefficient to the
+/// largest, padded to its coefficient and merged into the next (the
+/// nesting `placeable` checked).
+fn place_strided(
+    g: &Tensor,
+    batch: usize,
+    element_zero: usize,
+    s: &Strided,
+) -> Result<(Tensor, usize), Error> {
+    // The view's dimensions by coefficient, largest first, flipped where
+    // it is negative (its last element then comes first).
+    let mut order: Vec<usize> = (0..s.shape.len()).collect();
+    order.sort_by_key(|&d| std::cmp::Reverse(s.coeffs[d].unsigned_abs()));
+    let perm: Vec<usize> = (0..batch).chain(order.iter().map(|&d| batch + d)).collect();
+    let mut t = g.permute(&perm)?;
+    let flips: Vec<usize> = (0..order.len())
+        .filter(|&j| s.coeffs[order[j]] < 0)
+        .map(|j| batch + j)
+        .collect();
+    if !flips.is_empty() {
+        t = t.flip(&flips)?;
+    }
+    let first = order.iter().fold(element_zero as i64, |p, &d| {
+        p + s.coeffs[d].min(0) * (s.shape[d] as i64 - 1)
+    });
+    // Innermost first: `t` is `[batch…, n_0, …, n_j, reach]`.
+    t = t.unsqueeze(-1)?;
+    let mut reach = 1usize;
+    for &d in order.iter().rev() {
+        let (c, n) = (s.coeffs[d].unsigned_abs() as usize, s.shape[d]);
+        if n == 1 {
+            t = t.squeeze(-2)?;
+            continue;
+        }
+        let rank = t.rank();
+        let mut pads = vec![(0, 0); rank];
+        pads[rank - 1] = (0, c - reach);
+        let mut merged = t.shape()[..rank - 2].to_vec();
+        merged.push(n * c);
+        t = t.pad(&pads, 0.0)?.reshape(&merged)?;
+        reach += (n - 1) * c;
+        t = t.narrow(-1, 0, reach)?;
+    }
+    Ok((t, first as usize))
 }
 
 /// A window node's tangent from its base's tangent `t` (forward mode):
-/// the block of `t`.
+/// the window's elements of `t`.
 pub(crate) fn window_tangent(node: &Node, t: &Tensor) -> Result<Tensor, Error> {
     let (at, shape, len) = placement(node)?;
-    t.reshape(&[t.numel()])?
-        .narrow(0, at.start, len)?
-        .reshape(shape)
+    let flat = t.reshape(&[t.numel()])?;
+    match &at.strided {
+        None => flat.narrow(0, at.start, len)?.reshape(shape),
+        Some(s) => Ok(Tensor::view_of(
+            &flat,
+            shape.to_vec(),
+            AffineMap {
+                coeffs: vec![s.coeffs.clone()],
+                offsets: vec![at.start as i64],
+            },
+        )),
+    }
 }
 
 #[cfg(test)]

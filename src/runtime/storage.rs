@@ -640,6 +640,64 @@ impl Storage {
         self.add_over("add_at", start, other)
     }
 
+    /// `self[start + Σ_j coeffs[j]·v[j]] += other[v]` for every point `v`
+    /// of `shape` (row-major, `other`'s elements; no two points at one
+    /// position): a strided window's gradient into its base's. Added run
+    /// by run, a run being the innermost dimensions whose positions are
+    /// consecutive.
+    pub(crate) fn add_strided(
+        &self,
+        start: usize,
+        shape: &[usize],
+        coeffs: &[i64],
+        other: &Storage,
+    ) -> Result<(), Error> {
+        let op = "add_strided";
+        if std::ptr::eq(self, other) || shape.iter().product::<usize>() != other.len {
+            return Err(Error::Invalid {
+                function: op.into(),
+                message: format!("internal: {} elements placed as {shape:?}", other.len),
+            });
+        }
+        // The run: the innermost dimensions that continue each other.
+        let (mut inner, mut run) = (shape.len(), 1usize);
+        while inner > 0 && (shape[inner - 1] == 1 || coeffs[inner - 1] == run as i64) {
+            inner -= 1;
+            run *= shape[inner];
+        }
+        let outer = &shape[..inner];
+        let backend = self.backend_with(op, other)?;
+        let b = other.read()?;
+        let mut a = self.write()?;
+        let src = other.operand(&b, other.len)?;
+        let mut v = vec![0usize; outer.len()];
+        for r in 0..other.len / run.max(1) {
+            let at = v.iter().zip(coeffs).try_fold(start as i64, |p, (&i, &c)| {
+                p.checked_add(c.checked_mul(i as i64)?)
+            });
+            let at = at
+                .and_then(|p| usize::try_from(p).ok())
+                .filter(|&p| p + run <= self.len)
+                .ok_or_else(|| Error::Invalid {
+                    function: op.into(),
+                    message: format!(
+                        "internal: point {v:?} of {shape:?} placed outside {} elements",
+                        self.len
+                    ),
+                })?;
+            let dst = self.operand_mut(&mut a)?.range(at, run)?;
+            backend.add_assign(dst, src.range(r * run, run)?)?;
+            for d in (0..v.len()).rev() {
+                v[d] += 1;
+                if v[d] < outer[d] {
+                    break;
+                }
+                v[d] = 0;
+            }
+        }
+        Ok(())
+    }
+
     fn add_over(&self, op: &str, start: usize, other: &Storage) -> Result<(), Error> {
         if std::ptr::eq(self, other) {
             return Err(Error::Invalid {

@@ -229,7 +229,7 @@ impl Machine for Executor<'_> {
         node: usize,
         edge: usize,
         g: Arc<Storage>,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error> {
         let (address, k) = self.leaf_slot(node, edge)?;
         match at {
@@ -274,7 +274,7 @@ impl Machine for Executor<'_> {
         _target: usize,
         slot: &mut Option<Arc<Storage>>,
         g: Arc<Storage>,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error> {
         match at {
             Some(at) => add_placed(slot, &g, at),

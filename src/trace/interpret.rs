@@ -46,7 +46,7 @@ pub(super) trait Machine {
         node: usize,
         edge: usize,
         g: Self::Buf,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error>;
     /// Takes the gradient summed so far for the leaf at edge `edge` of
     /// node `node` (reached by an earlier step), for a step whose kernel
@@ -65,7 +65,7 @@ pub(super) trait Machine {
         target: usize,
         slot: &mut Option<Self::Buf>,
         g: Self::Buf,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error>;
     /// Called once after the last step: the leaves' gradients, held back
     /// until every step succeeded, are committed (all or none).
@@ -163,7 +163,7 @@ pub(super) fn replay<M: Machine>(
             machine.drop_buf(b);
         }
         // A window's gradient goes to its block of the base's.
-        let at = schedule.nodes[i].placed;
+        let at = schedule.nodes[i].placed.as_ref();
         for &e in &step.deliver {
             let g = machine.share(&result);
             match schedule.targets[i][e] {

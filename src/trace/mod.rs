@@ -312,18 +312,18 @@ pub(crate) fn add_into(slot: &mut Option<Arc<Storage>>, g: Arc<Storage>) -> Resu
 pub(crate) fn add_placed(
     slot: &mut Option<Arc<Storage>>,
     g: &Storage,
-    at: Placement,
+    at: &Placement,
 ) -> Result<(), Error> {
     match slot.as_mut() {
         Some(current) if Arc::strong_count(current) == 1 && !current.is_window() => {
-            current.add_at(at.start, g)
+            at.add(current, g)
         }
         _ => {
             let sum = Storage::zeros_on(g.device(), g.dtype(), at.of)?;
             if let Some(current) = slot.as_ref() {
                 sum.copy_from(current)?;
             }
-            sum.add_at(at.start, g)?;
+            at.add(&sum, g)?;
             *slot = Some(sum);
             Ok(())
         }
@@ -370,11 +370,32 @@ pub(crate) struct Node {
     storages: Storages,
 }
 
-/// A block of `len` elements at `start` in a value of `of` elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a window's elements lie in a value of `of` elements: a block of
+/// consecutive elements from `start` on, or, with `strided`, element `v`
+/// (a point of `strided.shape`) at `start + Σ_j strided.coeffs[j]·v[j]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub(crate) start: usize,
     pub(crate) of: usize,
+    pub(crate) strided: Option<Arc<Strided>>,
+}
+
+/// The positions of a strided window's elements (see [`Placement`]): no
+/// two elements at one position.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Strided {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) coeffs: Vec<i64>,
+}
+
+impl Placement {
+    /// `sum[positions] += g`, in place.
+    pub(crate) fn add(&self, sum: &Storage, g: &Storage) -> Result<(), Error> {
+        match &self.strided {
+            None => sum.add_at(self.start, g),
+            Some(s) => sum.add_strided(self.start, &s.shape, &s.coeffs, g),
+        }
+    }
 }
 
 struct Storages {

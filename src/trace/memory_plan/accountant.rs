@@ -49,7 +49,7 @@ impl Accountant<'_> {
         }
     }
 
-    fn sum_into(&mut self, slot: &mut Option<usize>, g: usize, at: Option<Placement>) {
+    fn sum_into(&mut self, slot: &mut Option<usize>, g: usize, at: Option<&Placement>) {
         if let Some(at) = at {
             return self.place_into(slot, g, at);
         }
@@ -77,7 +77,7 @@ impl Accountant<'_> {
 
     /// `slot += g` placed at `at` (`trace::add_placed`): in place when the
     /// slot's buffer is unique, else into a new buffer of the whole.
-    fn place_into(&mut self, slot: &mut Option<usize>, g: usize, at: Placement) {
+    fn place_into(&mut self, slot: &mut Option<usize>, g: usize, at: &Placement) {
         match *slot {
             Some(cur) if self.p.bufs[cur].refs == 1 => {
                 self.p.unref(g);
@@ -172,7 +172,7 @@ impl Machine for Accountant<'_> {
         node: usize,
         edge: usize,
         g: usize,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error> {
         let k = self.leaf_index(node, edge)?;
         let mut slot = self.pending[k];
@@ -232,7 +232,7 @@ impl Machine for Accountant<'_> {
         target: usize,
         slot: &mut Option<usize>,
         g: usize,
-        at: Option<Placement>,
+        at: Option<&Placement>,
     ) -> Result<(), Error> {
         self.sum_into(slot, g, at);
         if let Some(b) = *slot {
