@@ -26,7 +26,7 @@ def get(system, workload):
     return [r for r in rows if r["system"] == system and r["workload"] == workload]
 print("| workload | threads | tenjin ms | PyTorch eager ms | ratio per round | median ratio | tenjin's later steps: kernels compiled / derivations / plans built |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
-for w in ("walk", "walk_grad", "time_steps", "narrow_cat", "embedding"):
+for w in ("walk", "walk_grad", "time_steps", "time_steps_grad", "chunk_attention", "narrow_cat", "embedding"):
     a, b = get("tenjin", w), get("torch", w)
     ra = [x["median_ms"] / y["median_ms"] for x, y in zip(a, b)]
     cells = " / ".join(f"{x:.2f}" for x in ra)

@@ -15,6 +15,14 @@ data = torch.randn(1000, 64)
 w = torch.randn(64, 32, requires_grad=True)
 table = torch.randn(1000, 64, requires_grad=True)
 seq = torch.randn(32, 128, 64)
+emb = torch.randn(32, 128, 64, requires_grad=True)
+qkv = torch.randn(4, 128, 384, requires_grad=True)
+
+
+def chunk_attention(_):
+    q, k, v = qkv.chunk(3, 2)
+    (torch.softmax(q @ k.transpose(1, 2), -1) @ v).tanh().sum().backward()
+
 
 
 def ids(t):
@@ -36,6 +44,8 @@ workloads = {
     "walk": lambda t: (data.narrow(0, t * 7, 16) @ w).tanh().sum().backward(),
     "walk_grad": lambda t: table.narrow(0, t * 7, 16).tanh().sum().backward(),
     "time_steps": lambda t: (seq[:, t] @ w).tanh().sum().backward(),
+    "time_steps_grad": lambda t: (emb[:, t] @ w).tanh().sum().backward(),
+    "chunk_attention": chunk_attention,
     "narrow_cat": lambda t: (torch.cat([table.narrow(0, i, 1) for i in ids(t)], 0) @ w)
     .sum()
     .backward(),

@@ -8,6 +8,12 @@
 //! - `time_steps`: the same layer over `seq[:, t]` of a constant
 //!   `[32, 128, 64]` batch of sequences (a view moving along the second
 //!   dimension: read through a span of the batch).
+//! - `time_steps_grad`: the same over `emb[:, t]` of a `[32, 128, 64]`
+//!   tensor that takes a gradient (copied out of the span, its gradient
+//!   placed back at its elements).
+//! - `chunk_attention`: attention over `q, k, v = x.chunk(3, 2)` of a
+//!   `[4, 128, 384]` tensor that takes a gradient (fixed positions: three
+//!   views along the last dimension).
 //! - `narrow_cat`: an embedding written as a new user would, 32 rows
 //!   `table.narrow(0, id, 1)` joined by `cat`, then a matmul; beside it
 //!   the same model with `embedding`.
@@ -76,6 +82,25 @@ fn main() -> Result<(), tenjin::Error> {
             .backward()
     })?;
     report("time_steps", time_steps, steps - warm);
+
+    let emb = Tensor::randn(&[32, 128, 64], DType::F32, 5)?.requires_grad();
+    let time_steps_grad = measure(steps, warm, |t| {
+        emb.narrow(1, t, 1)?
+            .squeeze(1)?
+            .matmul(&w)?
+            .tanh()?
+            .sum()?
+            .backward()
+    })?;
+    report("time_steps_grad", time_steps_grad, steps - warm);
+
+    let qkv = Tensor::randn(&[4, 128, 384], DType::F32, 6)?.requires_grad();
+    let chunk_attention = measure(steps, warm, |_| {
+        let c = qkv.chunk(3, 2)?;
+        let scores = c[0].matmul(&c[1].transpose(1, 2)?)?.softmax(-1)?;
+        scores.matmul(&c[2])?.tanh()?.sum()?.backward()
+    })?;
+    report("chunk_attention", chunk_attention, steps - warm);
 
     let table = Tensor::randn(&[1000, 64], DType::F32, 3)?.requires_grad();
     let walk_grad = measure(steps, warm, |t| {

@@ -13,24 +13,36 @@
 //! the view is re-expressed over it with the offset of `lo` taken out of
 //! its map.
 //!
-//! Views that move along a dimension after the first one they span
-//! (`x.narrow(1, t, 4)` or `x[:, t]` of a `[B, T, D]` tensor) do not form
-//! one block. When their base takes no gradient (an input batch read one
-//! time step at a time) they are read through a *span* ([`span_of`]): a
-//! window from the first element they reach to the last, of one
-//! dimension, the view re-expressed over it with one row-major
-//! coefficient per view dimension; its length does not depend on the
-//! position. When the base takes a gradient they keep their offsets in
-//! the plan: the gradient of a span would be the whole span, each element
-//! solved through bounds that divide by the row length (measured: 2.5×
-//! the step of the plan per position, once compiled).
-//!
 //! When the base takes a gradient, the window is a recorded node: an
 //! alias (the identity on the block's shape, planned once per shape)
 //! whose node carries its placement (`trace::Placement`), so the backward
 //! adds its gradient into the block of the base's gradient, in place when
-//! it can, and never writes a base-sized gradient per window. Graphs of
-//! gradients and forward mode go through [`place_gradient`] and
+//! it can, and never writes a base-sized gradient per window.
+//!
+//! Views that move along a dimension after the first one they span
+//! (`x.narrow(1, t, 4)`, `x[:, t]` or a `chunk` of a `[B, T, D]` tensor)
+//! do not form one block. Their elements lie in a *span* ([`span_of`]):
+//! the base's elements from the first the view reaches to the last, a
+//! window of one dimension whose length does not depend on the position,
+//! over which the view is re-expressed with one row-major coefficient per
+//! view dimension.
+//! - When the base takes no gradient (an input batch read one time step
+//!   at a time), the op reads the view through the span in place.
+//! - When it takes one, on the CPU, and the view's elements lie apart and
+//!   nest ([`placeable`]), the view is copied out of the span (a kernel
+//!   planned once for every position) and the copy is the window's
+//!   recorded node, whose placement is strided (`trace::Strided`): the
+//!   backward adds the gradient, the view's size, at the view's elements
+//!   of the base's, run by run (`Storage::add_strided`). Read in place
+//!   instead, the op's gradient would be the whole span, each element
+//!   solved through bounds that divide by the row length (measured: 2.5×
+//!   the step of a plan per position).
+//! - Otherwise (on a GPU, where placing run by run would be a launch per
+//!   run; views whose elements overlap) the view keeps its offsets in the
+//!   plan.
+//!
+//! Graphs of gradients and forward mode go through [`place_gradient`]
+//! (pads, and for a strided window reshapes, narrows and flips) and
 //! [`window_tangent`], as tensor ops. This module must not know which
 //! view made the map: it reads only the map.
 

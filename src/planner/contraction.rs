@@ -529,3 +529,51 @@ fn pick(mut dims: Vec<Dim>) -> (Dim, Vec<Dim>) {
     let d = dims.remove(best);
     (d, dims)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The CPU's order of a folded K (`Contraction::folded`), on
+    //! contractions this module detects.
+
+    use super::detect;
+    use crate::symbolic::IndexFn;
+
+    #[test]
+    fn a_strided_weight_gradient_sums_its_images_outermost_and_its_columns_innermost() {
+        // The weight gradient of a stride-2 convolution: 8 images of 4 × 4
+        // positions; the images are the longest summed dimension, so the
+        // planner makes them the GEMM's K, but the CPU's one K walks the
+        // columns innermost (terms 1 and 2 apart), the images outermost.
+        let f = IndexFn::parse_with_sizes(
+            "dw[o; c; p; q] = sum{n}_0^7 (sum{y}_0^3 (sum{x}_0^3 (dy[n; o; y; x] * xp[n; c; p + 2*y; q + 2*x])))",
+            &[("dy", &[8, 2, 4, 4][..]), ("xp", &[8, 3, 9, 9][..])],
+            &[("p", 3), ("q", 3)],
+        )
+        .unwrap();
+        let c = detect(&f).expect("a contraction");
+        assert_eq!(c.k.len, 8, "the planner's K: the images");
+        let k = c.folded().k;
+        let lens: Vec<usize> = k.iter().map(|d| d.len).collect();
+        assert_eq!(lens, vec![8, 4, 4]);
+        let inner = k.last().unwrap();
+        let mut strides = [inner.a, inner.b];
+        strides.sort_unstable();
+        assert_eq!(strides, [1, 2]);
+        assert_eq!(k[0].a.abs().max(k[0].b.abs()), 3 * 81, "images outermost");
+    }
+
+    #[test]
+    fn terms_that_do_not_pack_in_runs_keep_the_planners_order() {
+        // A convolution's input gradient reads the weights flipped: its
+        // taps run backwards, so the channels stay innermost.
+        let f = IndexFn::parse_with_sizes(
+            "dx[c; t] = sum{o}_0^15 (sum{k}_0^2 (w[o; c; 2 + -k] * g[o; t + k]))",
+            &[("w", &[16, 4, 3][..]), ("g", &[16, 10][..])],
+            &[("t", 8)],
+        )
+        .unwrap();
+        let c = detect(&f).expect("a contraction");
+        let k = c.folded().k;
+        assert_eq!(k.last().map(|d| d.len), Some(16));
+    }
+}

@@ -29,7 +29,7 @@
 //! | the producing step runs generated code or a GEMM, delivers to that edge alone, and no later step of its node reads its value | the value exists only to be mapped |
 //! | both compute the same dtype on the same device, and the composed stage takes the producer's route | a GEMM with a loop epilogue would write and read the value as the two steps do |
 //! | a step reading saved values folds only into generated code of its own shape, reading fewer than [`MAX_FOLDED_ARGS`] arguments in all | cuBLAS takes a scale, not an expression; the arguments of a chain add up |
-//! | no window's step (a node with a `Placement`) is passed through, nor adds a sum in a kernel | its gradient is a block of its target's, placed by the interpreter |
+//! | no window's step (a node with a `Placement`) is passed through, nor adds a sum in a kernel | its gradient is a block (or strided elements) of its target's, placed by the interpreter |
 //!
 //! **Sums of gradients.** A value read twice gets the sum of two
 //! gradients (a residual stream: the addition's, passed on, and the layer
