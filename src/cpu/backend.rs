@@ -103,6 +103,41 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn add_runs(
+        &self,
+        dst: OperandMut<'_>,
+        src: Operand<'_>,
+        at: &[usize],
+        run: usize,
+    ) -> Result<(), Error> {
+        if src.dtype() != dst.dtype() || at.len().checked_mul(run) != Some(src.len()) {
+            return Err(Error::Invalid {
+                function: "add_runs".into(),
+                message: format!(
+                    "internal: {} runs of {run} from {} {:?} elements into {:?}",
+                    at.len(),
+                    src.len(),
+                    src.dtype(),
+                    dst.dtype()
+                ),
+            });
+        }
+        with_element!(src.dtype(), T => {
+            let (d, s) = (dst.host_slice_mut::<T>()?, src.host_slice::<T>()?);
+            let len = d.len();
+            for (&p, from) in at.iter().zip(s.chunks_exact(run.max(1))) {
+                let to = d.get_mut(p..p + run).ok_or_else(|| Error::Invalid {
+                    function: "add_runs".into(),
+                    message: format!("internal: a run at {p} past {len} elements"),
+                })?;
+                for (x, y) in to.iter_mut().zip(from) {
+                    *x = x.add(*y);
+                }
+            }
+        });
+        Ok(())
+    }
+
     fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
         check_len("cast", &src, &dst)?;
         src.host_in()?.cast_into(dst.host_out()?);
@@ -111,5 +146,58 @@ impl Backend for Cpu {
 
     fn synchronize(&self) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU's buffer operations with the interface's own `add_runs`
+    /// (an `add_assign` per run), what a GPU backend runs.
+    struct PerRun;
+
+    impl Backend for PerRun {
+        fn device(&self) -> Device {
+            CPU.device()
+        }
+        fn target(&self) -> Target {
+            CPU.target()
+        }
+        fn compile(&self, route: &Route, dtype: DType) -> Result<Box<dyn Executable>, Error> {
+            CPU.compile(route, dtype)
+        }
+        fn fill(&self, out: OperandMut<'_>, value: f64) -> Result<(), Error> {
+            CPU.fill(out, value)
+        }
+        fn copy(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+            CPU.copy(src, dst)
+        }
+        fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error> {
+            CPU.add_assign(dst, src)
+        }
+        fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {
+            CPU.cast(src, dst)
+        }
+        fn synchronize(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn runs_are_added_at_their_positions_by_the_cpu_and_by_the_default() {
+        let src: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+        let at = [7, 1, 4];
+        for backend in [&CPU as &dyn Backend, &PerRun] {
+            let mut dst = vec![0.5f32; 10];
+            backend
+                .add_runs(OperandMut::host(&mut dst), Operand::host(&src), &at, 2)
+                .unwrap();
+            assert_eq!(dst, [0.5, 3.5, 4.5, 0.5, 5.5, 6.5, 0.5, 1.5, 2.5, 0.5]);
+            // A run past the end is an error, not a write out of bounds.
+            let mut short = vec![0f32; 8];
+            let past = backend.add_runs(OperandMut::host(&mut short), Operand::host(&src), &at, 2);
+            assert!(past.is_err());
+        }
     }
 }

@@ -312,6 +312,15 @@ impl<'a> OperandMut<'a> {
             _borrow: PhantomData,
         })
     }
+
+    /// Elements `start..start + n`, borrowed from this operand for a
+    /// while.
+    pub fn sub(&mut self, start: usize, n: usize) -> Result<OperandMut<'_>, Error> {
+        Ok(OperandMut {
+            span: self.span.range(start, n)?,
+            _borrow: PhantomData,
+        })
+    }
 }
 
 /// One stage compiled by a backend for its device.
@@ -368,6 +377,23 @@ pub trait Backend: Send + Sync {
     /// `dst += src` element-wise (same dtype and length): gradient
     /// accumulation.
     fn add_assign(&self, dst: OperandMut<'_>, src: Operand<'_>) -> Result<(), Error>;
+
+    /// `dst[at[r]..at[r] + run] += src[r·run..(r + 1)·run]` for every run
+    /// `r` (same dtype; the runs of `dst` do not overlap): a strided
+    /// window's gradient into its base's. By default an `add_assign` per
+    /// run.
+    fn add_runs(
+        &self,
+        mut dst: OperandMut<'_>,
+        src: Operand<'_>,
+        at: &[usize],
+        run: usize,
+    ) -> Result<(), Error> {
+        for (r, &p) in at.iter().enumerate() {
+            self.add_assign(dst.sub(p, run)?, src.range(r * run, run)?)?;
+        }
+        Ok(())
+    }
 
     /// `dst = src as dst's type` element-wise (same length, any element
     /// types; Rust's `as` semantics: floats to integers round toward zero

@@ -666,16 +666,15 @@ impl Storage {
             run *= shape[inner];
         }
         let outer = &shape[..inner];
-        let backend = self.backend_with(op, other)?;
-        let b = other.read()?;
-        let mut a = self.write()?;
-        let src = other.operand(&b, other.len)?;
+        let mut at = Vec::with_capacity(other.len / run.max(1));
         let mut v = vec![0usize; outer.len()];
-        for r in 0..other.len / run.max(1) {
-            let at = v.iter().zip(coeffs).try_fold(start as i64, |p, (&i, &c)| {
-                p.checked_add(c.checked_mul(i as i64)?)
-            });
-            let at = at
+        for _ in 0..other.len / run.max(1) {
+            let p = v
+                .iter()
+                .zip(coeffs)
+                .try_fold(start as i64, |p, (&i, &c)| {
+                    p.checked_add(c.checked_mul(i as i64)?)
+                })
                 .and_then(|p| usize::try_from(p).ok())
                 .filter(|&p| p + run <= self.len)
                 .ok_or_else(|| Error::Invalid {
@@ -685,8 +684,7 @@ impl Storage {
                         self.len
                     ),
                 })?;
-            let dst = self.operand_mut(&mut a)?.range(at, run)?;
-            backend.add_assign(dst, src.range(r * run, run)?)?;
+            at.push(p);
             for d in (0..v.len()).rev() {
                 v[d] += 1;
                 if v[d] < outer[d] {
@@ -695,7 +693,11 @@ impl Storage {
                 v[d] = 0;
             }
         }
-        Ok(())
+        let backend = self.backend_with(op, other)?;
+        let b = other.read()?;
+        let mut a = self.write()?;
+        let src = other.operand(&b, other.len)?;
+        backend.add_runs(self.operand_mut(&mut a)?, src, &at, run)
     }
 
     fn add_over(&self, op: &str, start: usize, other: &Storage) -> Result<(), Error> {
