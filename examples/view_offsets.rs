@@ -72,26 +72,17 @@ fn main() -> Result<(), tenjin::Error> {
     })?;
     report("walk", walk, steps - warm);
 
+    // The linear layer over time step `t` of `seq` (`seq[:, t]`).
+    let layer_at = |seq: &Tensor, t: usize| -> Result<(), tenjin::Error> {
+        let x = seq.narrow(1, t, 1)?.squeeze(1)?;
+        x.matmul(&w)?.tanh()?.sum()?.backward()
+    };
     let seq = Tensor::randn(&[32, 128, 64], DType::F32, 4)?;
-    let time_steps = measure(steps, warm, |t| {
-        seq.narrow(1, t, 1)?
-            .squeeze(1)?
-            .matmul(&w)?
-            .tanh()?
-            .sum()?
-            .backward()
-    })?;
+    let time_steps = measure(steps, warm, |t| layer_at(&seq, t))?;
     report("time_steps", time_steps, steps - warm);
 
     let emb = Tensor::randn(&[32, 128, 64], DType::F32, 5)?.requires_grad();
-    let time_steps_grad = measure(steps, warm, |t| {
-        emb.narrow(1, t, 1)?
-            .squeeze(1)?
-            .matmul(&w)?
-            .tanh()?
-            .sum()?
-            .backward()
-    })?;
+    let time_steps_grad = measure(steps, warm, |t| layer_at(&emb, t))?;
     report("time_steps_grad", time_steps_grad, steps - warm);
 
     let qkv = Tensor::randn(&[4, 128, 384], DType::F32, 6)?.requires_grad();

@@ -25,6 +25,28 @@ fn row(x: &Tensor, i: usize) -> Result<Tensor, Error> {
     x.narrow(0, i, 1)?.squeeze(0)
 }
 
+/// Runs `step(0)` and `step(1)`, then `step(t)` for `t` in `2..n`: the
+/// process-wide counters before and after the later steps.
+fn later_steps(
+    n: usize,
+    step: impl Fn(usize) -> Result<(), Error>,
+) -> Result<(tenjin::Stats, tenjin::Stats), Error> {
+    step(0)?;
+    step(1)?;
+    let before = tenjin::stats();
+    for t in 2..n {
+        step(t)?;
+    }
+    Ok((before, tenjin::stats()))
+}
+
+/// Nothing was compiled, derived or planned between `before` and `after`.
+fn assert_nothing_new(before: &tenjin::Stats, after: &tenjin::Stats) {
+    assert_eq!(after.kernels_compiled, before.kernels_compiled);
+    assert_eq!(after.derivations, before.derivations);
+    assert_eq!(after.op_plans_built, before.op_plans_built);
+}
+
 #[test]
 fn walking_a_tensor_by_position_compiles_nothing_after_the_first_step() -> Result<(), Error> {
     let _alone = alone();
@@ -37,16 +59,8 @@ fn walking_a_tensor_by_position_compiles_nothing_after_the_first_step() -> Resul
         let joined = Tensor::cat(&[&x, &rows, &table.narrow(0, t, 2)?], 0)?;
         joined.matmul(&w)?.tanh()?.sum()?.backward()
     };
-    step(0)?;
-    step(1)?;
-    let before = tenjin::stats();
-    for t in 2..20 {
-        step(t)?;
-    }
-    let after = tenjin::stats();
-    assert_eq!(after.kernels_compiled, before.kernels_compiled);
-    assert_eq!(after.derivations, before.derivations);
-    assert_eq!(after.op_plans_built, before.op_plans_built);
+    let (before, after) = later_steps(20, step)?;
+    assert_nothing_new(&before, &after);
     Ok(())
 }
 
@@ -71,16 +85,8 @@ fn walking_data_along_a_later_dimension_compiles_nothing_after_the_first_step() 
         let h = x.add(&window)?.matmul(&w)?.add(&h0)?.tanh()?;
         h.sum()?.add(&strided)?.backward()
     };
-    step(0)?;
-    step(1)?;
-    let before = tenjin::stats();
-    for t in 2..30 {
-        step(t)?;
-    }
-    let after = tenjin::stats();
-    assert_eq!(after.kernels_compiled, before.kernels_compiled);
-    assert_eq!(after.derivations, before.derivations);
-    assert_eq!(after.op_plans_built, before.op_plans_built);
+    let (before, after) = later_steps(30, step)?;
+    assert_nothing_new(&before, &after);
     Ok(())
 }
 
@@ -198,22 +204,14 @@ fn walking_a_table_along_a_later_dimension_compiles_nothing_after_the_first_step
         let x = at(&emb, 1, t)?.add(&emb.narrow(1, t, 2)?.sum_dims(&[1], false)?)?;
         x.matmul(&w)?.tanh()?.sum()?.backward()
     };
-    step(0)?;
-    step(1)?;
-    let before = tenjin::stats();
-    for t in 2..30 {
-        step(t)?;
-    }
-    let after = tenjin::stats();
+    let (before, after) = later_steps(30, step)?;
     if emb.device() != tenjin::Device::Cpu {
         // (On a GPU such views keep their offsets in the plan: placing
         // their gradients run by run would be a launch per run.)
         eprintln!("skipped on {}: strided windows are the CPU's", emb.device());
         return Ok(());
     }
-    assert_eq!(after.kernels_compiled, before.kernels_compiled);
-    assert_eq!(after.derivations, before.derivations);
-    assert_eq!(after.op_plans_built, before.op_plans_built);
+    assert_nothing_new(&before, &after);
     Ok(())
 }
 
