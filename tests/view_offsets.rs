@@ -91,6 +91,26 @@ fn walking_data_along_a_later_dimension_compiles_nothing_after_the_first_step() 
 }
 
 #[test]
+fn token_ids_read_one_time_step_at_a_time_embed_as_their_copies() -> Result<(), Error> {
+    let _alone = alone();
+    // A language model's `ids[:, t]` (integers, read through a span).
+    let ids: Vec<i64> = (0..24).map(|v| v * 7 % 10).collect();
+    let ids = Tensor::from_vec_i64(ids, &[4, 6])?;
+    let table = randn(&[10, 3], 18)?;
+    for t in 0..6 {
+        let column = at(&ids, 1, t)?;
+        let copy = Tensor::from_vec_i64(column.to_vec_i64()?, &[4])?;
+        let expected: Vec<i64> = (0..4).map(|b| (b * 6 + t as i64) * 7 % 10).collect();
+        assert_eq!(copy.to_vec_i64()?, expected);
+        assert_eq!(
+            table.embedding(&column)?.to_vec_f64()?,
+            table.embedding(&copy)?.to_vec_f64()?
+        );
+    }
+    Ok(())
+}
+
+#[test]
 fn values_read_through_windows_equal_copies() -> Result<(), Error> {
     let _alone = alone();
     let x = randn(&[6, 5, 4], 4)?;
