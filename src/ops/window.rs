@@ -33,7 +33,7 @@
 //!   planned once for every position) and the copy is the window's
 //!   recorded node, whose placement is strided (`trace::Strided`): the
 //!   backward adds the gradient, the view's size, at the view's elements
-//!   of the base's, run by run (`Storage::add_strided`). Read in place
+//!   of the base's, run by run (`Storage::add_runs`). Read in place
 //!   instead, the op's gradient would be the whole span, each element
 //!   solved through bounds that divide by the row length (measured: 2.5×
 //!   the step of a plan per position).
@@ -137,25 +137,32 @@ fn span_of(view_shape: &[usize], base_shape: &[usize], map: &AffineMap) -> Optio
     if view_shape.contains(&0) || map.base_rank() != base_shape.len() {
         return None;
     }
-    let strides = row_major_strides(base_shape)?;
-    let mut coeffs = vec![0i64; view_shape.len()];
-    let mut offset = 0i64;
-    for (d, &stride) in strides.iter().enumerate() {
-        offset = offset.checked_add(map.offsets[d].checked_mul(stride)?)?;
-        for (c, &a) in coeffs.iter_mut().zip(&map.coeffs[d]) {
-            *c = c.checked_add(a.checked_mul(stride)?)?;
+    // View dimension `j`'s row-major coefficient, and the offset: sums over
+    // the base's dimensions, innermost first (nothing is allocated before
+    // the whole base is ruled out: most views, transposes and broadcasts,
+    // read it all).
+    let flat = |of: &dyn Fn(usize) -> i64| -> Option<i64> {
+        let (mut sum, mut stride) = (0i64, 1i64);
+        for d in (0..base_shape.len()).rev() {
+            sum = sum.checked_add(of(d).checked_mul(stride)?)?;
+            stride = stride.checked_mul(i64::try_from(base_shape[d]).ok()?)?;
         }
-    }
+        Some(sum)
+    };
+    let offset = flat(&|d| map.offsets[d])?;
     let (mut lo, mut hi) = (offset, offset);
-    for (&c, &n) in coeffs.iter().zip(view_shape) {
-        let reach = c.checked_mul(n as i64 - 1)?;
-        lo += reach.min(0);
-        hi += reach.max(0);
+    for (j, &n) in view_shape.iter().enumerate() {
+        let reach = flat(&|d| map.coeffs[d][j])?.checked_mul(n as i64 - 1)?;
+        lo = lo.checked_add(reach.min(0))?;
+        hi = hi.checked_add(reach.max(0))?;
     }
     let len = base_shape.iter().product::<usize>() as i64;
     if lo < 0 || hi >= len || (lo == 0 && hi + 1 == len) {
         return None;
     }
+    let coeffs = (0..view_shape.len())
+        .map(|j| flat(&|d| map.coeffs[d][j]))
+        .collect::<Option<Vec<i64>>>()?;
     Some(Block {
         start: lo as usize,
         shape: vec![(hi - lo + 1) as usize],

@@ -23,6 +23,8 @@
 //! made. A deferred storage dropped unread never runs.
 
 use super::backend_for;
+
+mod add;
 use super::compiled::CompiledKernel;
 use crate::alloc::{self, Buffer, Device};
 use crate::dtype::{with_element, DType, Element};
@@ -620,98 +622,6 @@ impl Storage {
         let mut a = self.write()?;
         let src = other.operand(&b, n)?;
         backend.copy(src, self.operand_mut(&mut a)?.range(0, n)?)
-    }
-
-    /// `self += other`, element-wise (gradient accumulation; same dtype,
-    /// length and device).
-    pub(crate) fn add_assign(&self, other: &Storage) -> Result<(), Error> {
-        if other.len != self.len {
-            return Err(Error::Shape {
-                op: "add_assign".into(),
-                message: format!("{} elements added to {}", other.len, self.len),
-            });
-        }
-        self.add_over("add_assign", 0, other)
-    }
-
-    /// `self[start..] += other`, element-wise over `other`'s elements (a
-    /// window's gradient into its base's; same dtype and device).
-    pub(crate) fn add_at(&self, start: usize, other: &Storage) -> Result<(), Error> {
-        self.add_over("add_at", start, other)
-    }
-
-    /// `self[start + Σ_j coeffs[j]·v[j]] += other[v]` for every point `v`
-    /// of `shape` (row-major, `other`'s elements; no two points at one
-    /// position): a strided window's gradient into its base's. Added run
-    /// by run, a run being the innermost dimensions whose positions are
-    /// consecutive.
-    pub(crate) fn add_strided(
-        &self,
-        start: usize,
-        shape: &[usize],
-        coeffs: &[i64],
-        other: &Storage,
-    ) -> Result<(), Error> {
-        let op = "add_strided";
-        if std::ptr::eq(self, other) || shape.iter().product::<usize>() != other.len {
-            return Err(Error::Invalid {
-                function: op.into(),
-                message: format!("internal: {} elements placed as {shape:?}", other.len),
-            });
-        }
-        // The run: the innermost dimensions that continue each other.
-        let (mut inner, mut run) = (shape.len(), 1usize);
-        while inner > 0 && (shape[inner - 1] == 1 || coeffs[inner - 1] == run as i64) {
-            inner -= 1;
-            run *= shape[inner];
-        }
-        let outer = &shape[..inner];
-        let mut at = Vec::with_capacity(other.len / run.max(1));
-        let mut v = vec![0usize; outer.len()];
-        for _ in 0..other.len / run.max(1) {
-            let p = v
-                .iter()
-                .zip(coeffs)
-                .try_fold(start as i64, |p, (&i, &c)| {
-                    p.checked_add(c.checked_mul(i as i64)?)
-                })
-                .and_then(|p| usize::try_from(p).ok())
-                .filter(|&p| p + run <= self.len)
-                .ok_or_else(|| Error::Invalid {
-                    function: op.into(),
-                    message: format!(
-                        "internal: point {v:?} of {shape:?} placed outside {} elements",
-                        self.len
-                    ),
-                })?;
-            at.push(p);
-            for d in (0..v.len()).rev() {
-                v[d] += 1;
-                if v[d] < outer[d] {
-                    break;
-                }
-                v[d] = 0;
-            }
-        }
-        let backend = self.backend_with(op, other)?;
-        let b = other.read()?;
-        let mut a = self.write()?;
-        let src = other.operand(&b, other.len)?;
-        backend.add_runs(self.operand_mut(&mut a)?, src, &at, run)
-    }
-
-    fn add_over(&self, op: &str, start: usize, other: &Storage) -> Result<(), Error> {
-        if std::ptr::eq(self, other) {
-            return Err(Error::Invalid {
-                function: op.into(),
-                message: "internal: a storage added to itself".into(),
-            });
-        }
-        let backend = self.backend_with(op, other)?;
-        let b = other.read()?;
-        let mut a = self.write()?;
-        let src = other.operand(&b, other.len)?;
-        backend.add_assign(self.operand_mut(&mut a)?.range(start, other.len)?, src)
     }
 
     /// The backend of this storage's device, when `other` lives there too.
