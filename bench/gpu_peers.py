@@ -192,6 +192,22 @@ def matmul(n):
         report("torch", "matmul", f"{n}^3,{name}", ms, tflops=round(2 * n**3 / ms / 1e9, 1))
 
 
+def half_products(layers=12, d=768, h=12, t=1024, b=8):
+    """The GPT step's products alone over bf16 matrices, as
+    examples/gpu_peers.rs's half_products (the same names and shapes)."""
+    heads, dh, rows = b * h, d // h, b * t
+    for name, sa, sb in (
+        ("scores", [heads, t, dh], [heads, dh, t]),
+        ("context", [heads, t, t], [heads, t, dh]),
+        ("projection", [rows, d], [d, d]),
+        ("mlp_up", [rows, d], [d, 4 * d]),
+        ("mlp_down", [rows, 4 * d], [4 * d, d]),
+        ("weight_grad", [d, rows], [rows, d]),
+    ):
+        x, y = rand(*sa).to(torch.bfloat16), rand(*sb).to(torch.bfloat16)
+        report("torch", "half_products", f"{name},{sa}x{sb},bf16".replace(" ", ""), median_ms(11, lambda x=x, y=y: x @ y))
+
+
 def value_grad(system, workload, size, shapes, f, **extra):
     """Value and gradients of sum(f(xs) * g); with system "torch" also
     under torch.compile (f compiled)."""
@@ -319,6 +335,8 @@ def main():
     if want("conv2d"):
         value_grad("torch", "conv2d", "B=32,C=O=64,32x32,3x3,p1", [(32, 64, 32, 32), (64, 64, 3, 3)],
                    lambda x, w: F.conv2d(x, w, padding=1))
+    if want("half_products"):
+        half_products()
     if want("gpt_step_autocast"):
         gpt_step_autocast()
     if want("gpt_step"):

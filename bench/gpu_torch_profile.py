@@ -3,8 +3,10 @@ bench/gpu_peers.py: one step under torch.profiler after two warm-ups, the
 CUDA kernels summed by name, the costliest first, and the share of GEMMs
 (kernels whose name says gemm/sgemm/cutlass). Beside tenjin's own
 breakdown (`TENJIN_GPU_PROFILE=1`, examples/gpu_peers.rs), it shows where
-the two differ (`PROFILE_COMPILE=1`: torch.compile's step as well). Runs on
-the GPU machine: python3 bench/gpu_torch_profile.py
+the two differ (`PROFILE_COMPILE=1`: torch.compile's step as well;
+`PROFILE_AUTOCAST=1`: eager's step with its forward and loss under
+torch.autocast(bf16), as gpu_peers.py's gpt_step_autocast). Runs on the GPU
+machine: python3 bench/gpu_torch_profile.py
 """
 import os
 import sys
@@ -49,7 +51,14 @@ def breakdown(system, loss_fn):
         print(f"| {ms:.3f} | {calls} | {name[:110]} |")
 
 
-breakdown("eager", model)
+if os.environ.get("PROFILE_AUTOCAST") == "1":
+    def autocast_model(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return model(x, y)
+
+    breakdown("eager under bf16 autocast", autocast_model)
+else:
+    breakdown("eager", model)
 # `PROFILE_COMPILE=1`: torch.compile's step too (its fused kernels by name).
 if os.environ.get("PROFILE_COMPILE") == "1":
     breakdown("torch.compile", torch.compile(model))

@@ -17,6 +17,9 @@
 //! - `matmul`: a 4096³ product of f32, bf16 and f16 matrices (half ones
 //!   multiplied on the tensor cores with f32 sums, their result rounded to
 //!   the half type: PyTorch's half matmul), the product alone;
+//! - `half_products`: the GPT step's products alone, over bf16 matrices
+//!   (the attention's two per head, batched; a projection, the MLP's two,
+//!   a weight gradient), each with its result rounded to bf16;
 //! - `gpt_step_autocast`: the same step with its forward and loss under
 //!   `tenjin::autocast(BF16)` (master weights and AdamW in f32), against
 //!   PyTorch eager under `torch.autocast("cuda", torch.bfloat16)`;
@@ -39,6 +42,10 @@
 //!
 //! `tf32` sets `tenjin::cuda::set_math_mode(MathMode::Tf32)` (the script
 //! sets PyTorch's `allow_tf32` to match); the mode is in every line.
+//! `half-copies=never` (or `always`) sets `tenjin::cuda::set_half_copies`
+//! to `HalfCopies::Never` (`Always`): half products over their f32
+//! operands (over half copies of them), the comparisons for the copies'
+//! rule.
 
 // Shared with the other examples; this one uses only part of each.
 #[allow(dead_code)]
@@ -165,6 +172,30 @@ struct Block {
     ln2: LayerNorm,
     w: [Tensor; 6],
     b: [Tensor; 2],
+}
+
+/// The products of a GPT step (`g`), over bf16 matrices: the attention's
+/// scores and context for every head at once, a projection, the MLP's
+/// two products and a projection's weight gradient.
+fn half_products(device: Device, g: Gpt, reps: usize) -> Result<(), Error> {
+    let (heads, t, d) = (g.batch * g.heads, g.context, g.width);
+    let (dh, rows) = (d / g.heads, g.batch * g.context);
+    let shapes: [(&str, Vec<usize>, Vec<usize>); 6] = [
+        ("scores", vec![heads, t, dh], vec![heads, dh, t]),
+        ("context", vec![heads, t, t], vec![heads, t, dh]),
+        ("projection", vec![rows, d], vec![d, d]),
+        ("mlp_up", vec![rows, d], vec![d, 4 * d]),
+        ("mlp_down", vec![rows, 4 * d], vec![4 * d, d]),
+        ("weight_grad", vec![d, rows], vec![rows, d]),
+    ];
+    for (k, (name, sa, sb)) in shapes.iter().enumerate() {
+        let a = on(device, sa, 80 + k as u64, 1.0)?.to_dtype(DType::BF16)?;
+        let b = on(device, sb, 90 + k as u64, 1.0)?.to_dtype(DType::BF16)?;
+        let ms = median_ms(reps, device, || a.matmul(&b)?.realize())?;
+        let size = format!("{name},{sa:?}x{sb:?},bf16").replace(' ', "");
+        report("half_products", &size, ms, None);
+    }
+    Ok(())
 }
 
 /// The GPT step; with `autocast`, its forward (the loss included) under
@@ -460,6 +491,14 @@ fn main() -> Result<(), Error> {
     if std::env::args().any(|a| a == "tf32") {
         tenjin::cuda::set_math_mode(MathMode::Tf32);
     }
+    use tenjin::cuda::{set_half_copies, HalfCopies};
+    for arg in std::env::args() {
+        match arg.as_str() {
+            "half-copies=never" => set_half_copies(HalfCopies::Never),
+            "half-copies=always" => set_half_copies(HalfCopies::Always),
+            _ => {}
+        }
+    }
     // `--only a,b`: just these workloads (the device script runs each in a
     // process of its own, under its own time limit).
     let args: Vec<String> = std::env::args().collect();
@@ -484,6 +523,9 @@ fn main() -> Result<(), Error> {
             let name = format!("{dtype:?}").to_lowercase();
             report("matmul", &format!("{n}^3,{name}"), ms, None);
         }
+    }
+    if run("half_products") {
+        half_products(device, sizes.gpt, reps)?;
     }
     let (widths, batches) = sizes.mlp;
     for &batch in batches.iter().filter(|_| run("mlp_step")) {

@@ -74,12 +74,14 @@ pub mod error;
 pub mod gpu;
 /// CUDA devices: availability and count (real GPUs need the `cuda`
 /// feature), the simulated device that stands in for one, and the
-/// precision of f32 GEMMs (full f32 unless set to TF32), and waiting for
-/// a device's queued work.
+/// precision of f32 GEMMs (full f32 unless set to TF32), when half
+/// products read half copies of their operands, and waiting for a
+/// device's queued work.
 pub mod cuda {
     pub use crate::gpu::{
-        device_count, is_available, is_profiling, is_simulated, math_mode, profile_report,
-        set_math_mode, set_profiling, simulate, MathMode,
+        device_count, half_copies, is_available, is_profiling, is_simulated, math_mode,
+        profile_report, set_half_copies, set_math_mode, set_profiling, simulate, HalfCopies,
+        MathMode,
     };
     pub use crate::runtime::synchronize;
 }

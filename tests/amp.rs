@@ -337,8 +337,9 @@ fn the_grad_scaler_steps_alike_on_the_simulated_gpu() {
 /// values in one pass: the same values and gradients, bit for bit, as
 /// converting the arguments with `to_dtype` and running the op on the
 /// half tensors, for both half types, a bias, a part of a tensor (a
-/// narrowed view), a transposed view and an argument already in the half
-/// type, on the CPU and on the simulated GPU.
+/// narrowed view), a transposed view, a weight broadcast over a batch and
+/// an argument already in the half type, on the CPU and on the simulated
+/// GPU.
 #[test]
 fn lowering_matches_the_explicit_conversions_bit_for_bit() {
     for device in [Device::Cpu, common::gpu()] {
@@ -373,7 +374,11 @@ fn lowering_matches_the_explicit_conversions_bit_for_bit() {
                     let y = lower(&part).linear(&lower(&w), Some(&lower(&b)))?;
                     let z = y.matmul(&lower(&vh))?;
                     let t = lower(&w.t()?).t()?.matmul(&lower(&x).t()?)?;
-                    Ok(vec![y, z, t])
+                    // A batch (itself a broadcast) against one weight, which
+                    // the product broadcasts over it.
+                    let batch = lower(&x).reshape(&[1, 7, 9])?.broadcast_to(&[3, 7, 9])?;
+                    let u = batch.matmul(&lower(&w).t()?)?;
+                    Ok(vec![y, z, t, u])
                 })
                 .unwrap();
                 let mut loss = Tensor::scalar(0.0, DType::F32)

@@ -352,6 +352,81 @@ fn half_products_run_on_the_tensor_cores() {
     }
 }
 
+/// A half product may read half copies of its f32 operands (cuBLAS's
+/// half GEMM over them, `tenjin::cuda::set_half_copies`): the same
+/// products of the same values summed in f32, bit for bit on the
+/// simulated device (within one rounding to the half type on a GPU),
+/// forward and both gradients, with two rounding launches before each
+/// product.
+#[test]
+fn half_products_over_half_copies_are_those_over_f32_operands() {
+    use tenjin::cuda::{set_half_copies, HalfCopies};
+    let _serial = serial();
+    let (m, k, n) = (37, 64, 29);
+    for half in HALVES {
+        let on = |shape: &[usize], seed: u64| -> Tensor {
+            Tensor::randn(shape, DType::F32, seed)
+                .unwrap()
+                .to_dtype(half)
+                .unwrap()
+                .to_device(gpu())
+                .unwrap()
+                .requires_grad()
+        };
+        let (a, b, w) = (on(&[m, k], 11), on(&[k, n], 12), on(&[m, n], 13));
+        let run = |when: HalfCopies| {
+            set_half_copies(when);
+            a.zero_grad();
+            b.zero_grad();
+            let before = tenjin::stats();
+            let y = a.matmul(&b).unwrap();
+            y.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+            let after = tenjin::stats();
+            set_half_copies(HalfCopies::WherePaying);
+            let values = [y, a.grad().unwrap(), b.grad().unwrap()];
+            let launches = after.ptx_launches - before.ptx_launches;
+            (
+                values,
+                launches,
+                after.cublas_half_calls - before.cublas_half_calls,
+            )
+        };
+        // (The first run leaves gradients for `zero_grad` to clear.)
+        run(HalfCopies::Never);
+        let (plain, plain_launches, calls) = run(HalfCopies::Never);
+        let (copied, copied_launches, copied_calls) = run(HalfCopies::Always);
+        for (p, c) in plain.iter().zip(&copied) {
+            if tenjin::cuda::is_simulated() {
+                assert_eq!(bits(p), bits(c), "{half:?}");
+            } else {
+                // Other kernels: the f32 sums in another order, each
+                // result within one rounding to the half type.
+                let eps = if half == DType::BF16 {
+                    2f64.powi(-7)
+                } else {
+                    2f64.powi(-10)
+                };
+                let f = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec_f64().unwrap();
+                for (x, y) in f(p).iter().zip(f(c)) {
+                    assert!(
+                        (x - y).abs() <= eps * x.abs().max(y.abs()) + 1e-6,
+                        "{half:?}: {x} against {y}"
+                    );
+                }
+            }
+        }
+        assert!(
+            calls >= 3 && copied_calls == calls,
+            "{half:?}: {calls} half GEMMs"
+        );
+        assert_eq!(
+            copied_launches - plain_launches,
+            2 * calls,
+            "{half:?}: the operands' rounded copies"
+        );
+    }
+}
+
 /// On a GPU, an element-wise op on half tensors is one kernel: the
 /// widening of its argument and the rounding of its result are loop
 /// kernels with half buffers, which fusion takes into the op's kernel (it

@@ -35,10 +35,10 @@ const BLOCK: u32 = 256;
 const BLOCKS_PER_SM: u32 = 32;
 
 /// The loaded buffer-operation kernels by operation and dtype.
-type Builtins<F> = Mutex<HashMap<(Builtin, DType), Arc<F>>>;
+pub(super) type Builtins<F> = Mutex<HashMap<(Builtin, DType), Arc<F>>>;
 
 /// The module of `b` writing `dtype`, loaded once into `cache`.
-fn load_builtin<D: Driver>(
+pub(super) fn load_builtin<D: Driver>(
     driver: &D,
     cache: &Builtins<D::Function>,
     b: Builtin,
@@ -88,7 +88,7 @@ fn output(op: &OperandMut<'_>) -> Arg {
 
 /// Launches the built-in kernel `function` (`name` in the profile) over
 /// `n` elements with `args` (counted, timed when profiling).
-fn launch_over<D: Driver>(
+pub(super) fn launch_over<D: Driver>(
     driver: &D,
     name: &str,
     function: &D::Function,
@@ -203,6 +203,9 @@ impl<D: Driver> Executable for LoopKernel<D> {
 /// as its last argument, at the output index only).
 struct GemmKernel<D: Driver> {
     driver: Arc<D>,
+    device: Device,
+    /// The backend's loaded builtins (the operands' rounded copies).
+    builtins: Arc<Builtins<D::Function>>,
     contraction: Contraction,
     plan: BlasPlan,
     epilogue: Option<LoopKernel<D>>,
@@ -311,7 +314,7 @@ impl<D: Driver> GemmKernel<D> {
                 .map(input)
                 .ok_or_else(|| self.err(format!("no operand {arg}")))
         };
-        let (a_buf, b_buf) = (operand(a)?, operand(b)?);
+        let (mut a_buf, mut b_buf) = (operand(a)?, operand(b)?);
         let at = |base: usize, off: isize| {
             usize::try_from(base as isize + off)
                 .map_err(|_| self.err("a negative operand offset".into()))
@@ -324,6 +327,31 @@ impl<D: Driver> GemmKernel<D> {
         let k_outer = self.contraction.k_outer();
         let n_outer: usize = p.outer.iter().map(|d| d.len).product();
         let n_k: usize = k_outer.iter().map(|d| d.len).product();
+        // Half products over half buffers where that pays
+        // (`super::half_operands`); the copies live until the calls are
+        // queued.
+        let (mut operands, mut _copies) = (dtype, Vec::new());
+        if let Some(half) = half_operands {
+            let lens = |x: Arg| match x {
+                Arg::Buffer { bytes, .. } => bytes / dtype.size(),
+                Arg::Scalar(_) => 0,
+            };
+            let buffers = if a_buf == b_buf {
+                vec![lens(a_buf)]
+            } else {
+                vec![lens(a_buf), lens(b_buf)]
+            };
+            if super::half_operands::pays(p, k_outer, [a.1, b.1], &buffers) {
+                let ([ra, rb], held) = super::half_operands::rounded(
+                    &*self.driver,
+                    &self.builtins,
+                    self.device,
+                    half,
+                    [a_buf, b_buf],
+                )?;
+                (a_buf, b_buf, operands, _copies) = (ra, rb, half, held);
+            }
+        }
         for oi in 0..n_outer {
             let (oa, ob, oo) = offsets(&p.outer, oi);
             for ki in 0..n_k {
@@ -364,6 +392,7 @@ impl<D: Driver> GemmKernel<D> {
                     batch: p.batch,
                     math,
                     half_operands,
+                    operands,
                 };
                 count(&COUNTERS.blas_calls, 1);
                 if half_operands.is_some() {
@@ -683,6 +712,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
             })?;
             Ok(Box::new(GemmKernel {
                 driver: self.driver.clone(),
+                device: self.device,
+                builtins: self.builtins.clone(),
                 contraction: c.clone(),
                 plan,
                 epilogue,

@@ -228,21 +228,39 @@ impl Driver for CudaDriver {
             call.c.stride as i64,
         );
         let d = call.dtype;
-        let (a, b, c) = (call.a.address(d), call.b.address(d), call.c.address(d));
+        let (a, b, c) = (
+            call.a.address(call.operands),
+            call.b.address(call.operands),
+            call.c.address(d),
+        );
         // SAFETY: the runtime checked every operand's device, length and
         // dtype; the plan keeps every element a call touches inside its
         // operand (`Contraction::blas`), and C is a fresh output.
         let status = unsafe {
             match (d, call.half_operands) {
-                // f32 buffers of half values: their products on the
-                // tensor cores (exact conversions), summed in f32.
+                // Buffers of half values: their products on the tensor
+                // cores (exact conversions), summed in f32; half buffers
+                // as they are, f32 ones converted by cuBLAS.
                 (crate::DType::F32, Some(half)) => {
-                    use cublas::sys::{cublasComputeType_t as Compute, cudaDataType::CUDA_R_32F};
-                    let compute = match half {
-                        crate::DType::BF16 => Compute::CUBLAS_COMPUTE_32F_FAST_16BF,
-                        crate::DType::F16 => Compute::CUBLAS_COMPUTE_32F_FAST_16F,
-                        other => {
-                            return Err(self.err(format!("{other:?} products: not a half type")))
+                    use cublas::sys::cublasComputeType_t as Compute;
+                    use cublas::sys::cudaDataType::{CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F};
+                    let (compute, operands) = match (half, call.operands) {
+                        (crate::DType::BF16, crate::DType::F32) => {
+                            (Compute::CUBLAS_COMPUTE_32F_FAST_16BF, CUDA_R_32F)
+                        }
+                        (crate::DType::F16, crate::DType::F32) => {
+                            (Compute::CUBLAS_COMPUTE_32F_FAST_16F, CUDA_R_32F)
+                        }
+                        (crate::DType::BF16, crate::DType::BF16) => {
+                            (Compute::CUBLAS_COMPUTE_32F, CUDA_R_16BF)
+                        }
+                        (crate::DType::F16, crate::DType::F16) => {
+                            (Compute::CUBLAS_COMPUTE_32F, CUDA_R_16F)
+                        }
+                        (half, operands) => {
+                            return Err(self.err(format!(
+                                "{half:?} products over {operands:?} buffers: not a half type's"
+                            )))
                         }
                     };
                     let (alpha, beta) = (call.alpha as f32, call.beta as f32);
@@ -255,11 +273,11 @@ impl Driver for CudaDriver {
                         k,
                         (&alpha as *const f32).cast(),
                         a as *const std::ffi::c_void,
-                        CUDA_R_32F,
+                        operands,
                         lda,
                         sa,
                         b as *const std::ffi::c_void,
-                        CUDA_R_32F,
+                        operands,
                         ldb,
                         sb,
                         (&beta as *const f32).cast(),

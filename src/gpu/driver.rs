@@ -80,6 +80,10 @@ pub(crate) struct GemmCall {
     /// type on the tensor cores (exact for such values), summed in f32,
     /// whatever `math` says.
     pub half_operands: Option<DType>,
+    /// The element type of A's and B's buffers: `dtype`, or the half
+    /// type `half_operands` names (cuBLAS's `GemmEx` over half buffers,
+    /// f32 sums into an f32 C; see `super::half_operands`).
+    pub operands: DType,
 }
 
 /// A device, as the GPU backend drives it. Work is ordered on one stream

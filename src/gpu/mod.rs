@@ -16,6 +16,8 @@
 //! - `backend`: the runtime's `Backend` over any driver;
 //! - `devices`: which driver a device opens with ([`simulate`]);
 //! - [`math_mode`]: the precision of f32 GEMMs ([`MathMode`]);
+//! - `half_operands`: half products over half copies of their operands
+//!   ([`set_half_copies`]);
 //! - `profile`: the device time of every kernel, on request
 //!   ([`set_profiling`], [`profile_report`]).
 //!
@@ -31,6 +33,7 @@ mod cuda;
 mod devices;
 pub(crate) mod driver;
 pub mod dump;
+mod half_operands;
 pub mod math_mode;
 #[cfg(feature = "cuda")]
 mod memory;
@@ -41,5 +44,6 @@ pub(crate) mod sim;
 pub(crate) use counters::snapshot as counters;
 pub(crate) use devices::backend;
 pub use devices::{device_count, is_available, is_simulated, simulate};
+pub use half_operands::{half_copies, set_half_copies, HalfCopies};
 pub use math_mode::{math_mode, set_math_mode, MathMode};
 pub use profile::{is_profiling, profile_report, set_profiling};

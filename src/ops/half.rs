@@ -117,9 +117,12 @@ pub(super) fn through_half_values(
     let values: Vec<Tensor> = args
         .iter()
         .map(|(_, t)| match t.dtype() {
-            // (A view of part of its base is gathered first.)
+            // A view reading its whole base or more (a transpose, a
+            // weight broadcast over a batch) is read through the rounded
+            // base, so a broadcast is never materialised; a view of part
+            // of its base is gathered first.
             DType::F32 => match t.base_and_map() {
-                (base, Some(_)) if base.numel() == t.numel() => {
+                (base, Some(_)) if base.numel() <= t.numel() => {
                     through_base(t, |base| base.round_to_half(half))
                 }
                 _ => t.round_to_half(half),

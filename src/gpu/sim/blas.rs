@@ -7,7 +7,8 @@
 //! and `C` overlapping neither `A` nor `B`. The product is computed in the
 //! element type (f32 sums in f32, in index order; in `MathMode::Tf32`
 //! each f32 input rounded to TF32 first, and with half operands to their
-//! half type, as the tensor cores see them), `C` is not read when
+//! half type, as the tensor cores see them; A and B may then be buffers
+//! of that half type, as `GemmEx` reads them), `C` is not read when
 //! `beta` is 0 (as cuBLAS). Must not run anything but this reference.
 
 use super::super::driver::{GemmCall, Matrix};
@@ -68,6 +69,14 @@ fn read(blocks: &mut Blocks, at: Option<(u64, usize)>, dtype: DType) -> Result<V
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
             .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
         _ => bytes
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
@@ -101,8 +110,17 @@ pub(crate) fn gemm(blocks: &mut Blocks, call: &GemmCall) -> Result<(), String> {
     } else {
         (call.k, call.n)
     };
-    let sa = span("a", &call.a, ar, ac, call.batch, call.dtype)?;
-    let sb = span("b", &call.b, br, bc, call.batch, call.dtype)?;
+    // Half buffers only for half products summed in f32 (`GemmEx`).
+    let operands = call.operands;
+    if operands != call.dtype && !(call.dtype == DType::F32 && call.half_operands == Some(operands))
+    {
+        return Err(format!(
+            "A and B of {operands:?} for a {:?} product of {:?} operands (CUBLAS_STATUS_NOT_SUPPORTED)",
+            call.dtype, call.half_operands
+        ));
+    }
+    let sa = span("a", &call.a, ar, ac, call.batch, operands)?;
+    let sb = span("b", &call.b, br, bc, call.batch, operands)?;
     let sc = span("c", &call.c, call.m, call.n, call.batch, call.dtype)?;
     if let super::super::driver::Arg::Buffer {
         writable: false, ..
@@ -116,8 +134,8 @@ pub(crate) fn gemm(blocks: &mut Blocks, call: &GemmCall) -> Result<(), String> {
     let Some((c_start, _)) = sc else {
         return Ok(());
     };
-    let a = read(blocks, sa, call.dtype)?;
-    let b = read(blocks, sb, call.dtype)?;
+    let a = read(blocks, sa, operands)?;
+    let b = read(blocks, sb, operands)?;
     // Read whole, so the elements between columns (`ldc > m`: other
     // calls' results) are written back as they were; their values enter
     // the product only when `beta` is not 0.

@@ -157,6 +157,7 @@ fn cublas_reference_and_its_argument_checks() {
         batch: 1,
         math: crate::gpu::MathMode::Full,
         half_operands: None,
+        operands: DType::F64,
     };
     d.gemm(&call).unwrap();
     let mut back = [0u8; 32];
@@ -175,6 +176,58 @@ fn cublas_reference_and_its_argument_checks() {
     assert!(bad(&|c| c.k = 4).contains("beyond its buffer"));
     assert!(bad(&|c| c.c = matrix(a, 48, 2, true)).contains("overlaps"));
     assert!(bad(&|c| c.dtype = DType::I64).contains("NOT_SUPPORTED"));
+    // Half buffers only for half products summed in f32.
+    assert!(bad(&|c| c.operands = DType::BF16).contains("NOT_SUPPORTED"));
+}
+
+/// `GemmEx` over half buffers: bf16 A and B (as the backend's rounded
+/// copies hold them), f32 sums into an f32 C.
+#[test]
+fn cublas_reads_half_buffers_for_half_products() {
+    let (d, memory) = device();
+    let (a, b, c) = (buffer(memory, 12), buffer(memory, 12), buffer(memory, 16));
+    let put = |addr: u64, v: &[f32]| {
+        let bytes: Vec<u8> = v
+            .iter()
+            .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+            .collect();
+        d.copy_to_device(addr, &bytes).unwrap()
+    };
+    put(a, &[1., 4., 2., 5., 3., 6.5]); // [[1 2 3] [4 5 6.5]]
+    put(b, &[1., 0., 1., 0., 1., 0.25]); // [[1 0] [0 1] [1 0.25]]
+    let call = GemmCall {
+        dtype: DType::F32,
+        trans_a: false,
+        trans_b: false,
+        m: 2,
+        n: 2,
+        k: 3,
+        alpha: 1.0,
+        a: matrix(a, 12, 2, false),
+        b: matrix(b, 12, 3, false),
+        beta: 0.0,
+        c: matrix(c, 16, 2, true),
+        batch: 1,
+        math: crate::gpu::MathMode::Full,
+        half_operands: Some(DType::BF16),
+        operands: DType::BF16,
+    };
+    d.gemm(&call).unwrap();
+    let mut back = [0u8; 16];
+    d.copy_to_host(&mut back, c).unwrap();
+    let got: Vec<f32> = back
+        .chunks_exact(4)
+        .map(|x| f32::from_le_bytes(x.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, vec![4., 10.5, 2.75, 6.625]);
+    // A bf16 buffer read as f32 would overrun it.
+    let mut wide = call;
+    wide.operands = DType::F32;
+    assert!(d
+        .gemm(&wide)
+        .unwrap_err()
+        .to_string()
+        .contains("beyond its buffer"));
 }
 
 /// A block-wide tree sum of `a0` in shared memory (`ntid` a power of
