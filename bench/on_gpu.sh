@@ -61,7 +61,7 @@ for w in mlp_step attention elementwise_forward elementwise_exp elementwise_valu
 done
 [ -n "$quick" ] || step tenjin 120 "$bin/gpu_peers" --device cuda --only gpt_step $math
 grep '^{' "$out/tenjin.log" >"$out/tenjin.jsonl"
-# Where tenjin's time goes (per-kernel device times; medians inflated).
+# Where tenjin's time goes (per-kernel device times, between events).
 [ -n "$math$quick" ] || step profile 150 env TENJIN_GPU_PROFILE=1 "$bin/gpu_peers" --device cuda \
   --only "${PROFILE:-elementwise_value_grad,softmax,layer_norm,conv2d,gpt_step}"
 # PyTorch eager, torch.compile (every workload compiled: minutes) and JAX

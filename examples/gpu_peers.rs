@@ -38,7 +38,8 @@
 //!   padding 1.
 //!
 //! `TENJIN_GPU_PROFILE=1` prints each workload's per-kernel device times
-//! to stderr (`tenjin::cuda::profile_report`), its medians then inflated.
+//! to stderr (`tenjin::cuda::profile_report`: device times between
+//! events around each kernel, nothing waiting for the device).
 //!
 //! `tf32` sets `tenjin::cuda::set_math_mode(MathMode::Tf32)` (the script
 //! sets PyTorch's `allow_tf32` to match); the mode is in every line.
@@ -128,8 +129,8 @@ fn report(workload: &str, size: &str, ms: f64, bytes: Option<f64>) {
     println!(
         r#"{{"system": "tenjin", "workload": "{workload}", "size": "{size}", "math": "{mode}", "median_ms": {ms:.4}{bytes}}}"#
     );
-    // `TENJIN_GPU_PROFILE=1`: where the time went (the median above is then
-    // inflated by a synchronisation around every kernel).
+    // `TENJIN_GPU_PROFILE=1`: where the time went (each kernel's device
+    // time between two events recorded around it).
     if tenjin::cuda::is_profiling() {
         eprintln!(
             "{workload} {size}, the timed runs:\n{}",

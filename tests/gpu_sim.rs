@@ -1331,3 +1331,48 @@ fn a_reshape_passes_its_gradient_on_without_a_kernel() {
     let twice: Vec<f64> = w.to_vec_f64().unwrap().iter().map(|v| 2.0 * v).collect();
     assert_eq!(got, twice);
 }
+
+/// With profiling on, every kernel and GEMM the device runs is timed
+/// between two marks of its stream (events on a GPU, nothing waiting for
+/// it) and reported per kernel once asked: a product and an element-wise
+/// op over it, run three times, are rows of three calls each with a
+/// positive time.
+#[test]
+fn the_profile_times_each_kernel_between_marks_of_the_stream() {
+    let _s = serial();
+    let device = gpu();
+    let a = Tensor::randn(&[48, 32], DType::F32, 5)
+        .unwrap()
+        .to_device(device)
+        .unwrap();
+    let b = Tensor::randn(&[32, 40], DType::F32, 6)
+        .unwrap()
+        .to_device(device)
+        .unwrap();
+    tenjin::cuda::set_profiling(true);
+    let _ = tenjin::cuda::profile_report(true);
+    for _ in 0..3 {
+        a.matmul(&b).unwrap().exp().unwrap().realize().unwrap();
+    }
+    let report = tenjin::cuda::profile_report(true);
+    tenjin::cuda::set_profiling(false);
+    let row = |kind: &str| -> (u64, f64) {
+        let line = report
+            .lines()
+            .find(|l| l.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} row in\n{report}"));
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        (cells[2].parse().unwrap(), cells[1].parse().unwrap())
+    };
+    for kind in ["gemm nn", "loop [48, 40]"] {
+        let (calls, ms) = row(kind);
+        assert!(
+            calls == 3 && ms > 0.0,
+            "{kind}: {calls} calls, {ms} ms\n{report}"
+        );
+    }
+    assert!(
+        !tenjin::cuda::profile_report(true).contains("gemm"),
+        "reset"
+    );
+}

@@ -155,6 +155,7 @@ impl CudaDriver {
 
 impl Driver for CudaDriver {
     type Function = CudaFunction;
+    type Mark = Event;
 
     fn arch(&self) -> Arch {
         self.arch
@@ -365,5 +366,34 @@ impl Driver for CudaDriver {
 
     fn synchronize(&self) -> Result<(), Error> {
         self.stream.synchronize().map_err(|e| self.err(e))
+    }
+
+    fn mark(&self) -> Result<Event, Error> {
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let event = self.stream.record_event(timed).map_err(|e| self.err(e))?;
+        Ok(Event {
+            event,
+            ordinal: self.ordinal,
+        })
+    }
+}
+
+/// A timed event recorded on a device's stream ([`Driver::mark`]).
+pub(crate) struct Event {
+    event: cudarc::driver::CudaEvent,
+    ordinal: usize,
+}
+
+// SAFETY: a CUDA event may be queried and destroyed from any thread of
+// its context, which `CudaEvent` binds first.
+unsafe impl Send for Event {}
+
+impl super::driver::Mark for Event {
+    fn seconds_since(&self, start: &Self) -> Result<f64, Error> {
+        let ms = start
+            .event
+            .elapsed_ms(&self.event)
+            .map_err(|e| device_error(self.ordinal, e))?;
+        Ok(f64::from(ms) / 1e3)
     }
 }

@@ -86,11 +86,22 @@ pub(crate) struct GemmCall {
     pub operands: DType,
 }
 
+/// A point in a device's stream of work, for timing it
+/// (`super::profile`).
+pub(crate) trait Mark: Send + 'static {
+    /// Seconds from `start` to this mark on the device (waiting until the
+    /// device has passed both).
+    fn seconds_since(&self, start: &Self) -> Result<f64, Error>;
+}
+
 /// A device, as the GPU backend drives it. Work is ordered on one stream
 /// per device; copies to the host wait for it.
 pub(crate) trait Driver: Send + Sync + 'static {
     /// A loaded module's entry function (`super::ptx::ENTRY`).
     type Function: Send + Sync + 'static;
+
+    /// A recorded point of the stream ([`Driver::mark`]).
+    type Mark: Mark;
 
     /// The architecture modules are emitted for.
     fn arch(&self) -> Arch;
@@ -127,4 +138,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
 
     /// Waits for all queued work.
     fn synchronize(&self) -> Result<(), Error>;
+
+    /// Records the point the stream has reached, without waiting: the
+    /// device notes the time it passes it.
+    fn mark(&self) -> Result<Self::Mark, Error>;
 }

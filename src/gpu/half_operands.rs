@@ -8,14 +8,14 @@
 //! Both compute the same products of the same half values (the f32
 //! values are half values, or are rounded to them by the tensor cores in
 //! either case) summed in f32. Over half buffers cuBLAS reads half the
-//! bytes and runs faster where the product is large: on an H200 a 4096³
-//! product of bf16 tensors took 0.486 ms over the widened f32 operands and
-//! 0.42 ms over rounded copies, the copies included, and a GPT MLP's
-//! `[8192, 768]·[768, 3072]` 0.240 and 0.196 ms. The copies cost a pass
-//! over each operand, so they are made only where the product's
+//! bytes and picks faster kernels: on an H200 (device times between
+//! events, `TENJIN_GPU_PROFILE=1`) a 4096³ product took 0.330 ms over f32
+//! operands and 0.183 over half ones, a GPT MLP's `[8192, 768]·[768,
+//! 3072]` 0.150 and 0.075 ms. A copy costs a pass over its operand (0.017
+//! ms for 6.3M elements), so copies are made only where the product's
 //! arithmetic outweighs them ([`pays`]): the attention's second product
-//! reads 10⁸ probabilities for 13 GFLOP, and took 0.43 ms without copies
-//! and 0.62 ms with them. Copies are also refused where a row of either
+//! reads 10⁸ probabilities for 13 GFLOP, and took 0.119 ms without copies
+//! and 0.310 ms with them. Copies are also refused where a row of either
 //! operand would start off a 16-byte boundary, which the tensor cores'
 //! fast kernels want (a vocabulary of 50,257 gives such rows).
 //!
@@ -76,9 +76,8 @@ pub fn half_copies() -> HalfCopies {
 }
 
 /// Seconds a product saves per floating-point operation over half
-/// buffers: the 4096³ product's saving, its copies' cost added back (0.16
-/// ms of 137 GFLOP, H200).
-const SAVED_PER_FLOP: f64 = 1.2e-15;
+/// buffers: 1–4·10⁻¹⁵ over the shapes above (H200), the lower half taken.
+const SAVED_PER_FLOP: f64 = 2e-15;
 /// Seconds a rounded copy costs per element (an f32 read and a 16-bit
 /// write: 0.24 ms per 10⁸ elements, H200).
 const COPY_PER_ELEMENT: f64 = 2.5e-12;
@@ -190,8 +189,9 @@ mod tests {
         assert!(pays(&square, &[], [0, 0], &[1 << 24, 1 << 24]));
         let mlp_up = plan(3072, 8192, 768, 1);
         assert!(pays(&mlp_up, &[], [0, 0], &[6_291_456, 2_359_296]));
-        // Where they measured no faster, or slower: a projection's weight
-        // gradient, the attention's second product (10⁸ probabilities).
+        // Where they measured about even, or slower: a projection's
+        // weight gradient, the attention's second product (10⁸
+        // probabilities).
         let weight_grad = plan(768, 768, 8192, 1);
         assert!(!pays(&weight_grad, &[], [0, 0], &[6_291_456, 6_291_456]));
         let context = plan(64, 1024, 1024, 96);
