@@ -352,7 +352,83 @@ fn half_products_run_on_the_tensor_cores() {
     }
 }
 
-/// A half product may read half copies of its f32 operands (cuBLAS's
+/// A product of half tensors reads their buffers: their widenings to
+/// f32 are deferred and never run, cuBLAS multiplies the half values (one
+/// loop kernel, the result's rounding, besides the GEMM), and a gradient
+/// that is f32 meets a saved half operand by the smaller of the two being
+/// converted; the values are those checked against f64 above.
+#[test]
+fn a_product_of_half_tensors_reads_their_half_buffers() {
+    let _serial = serial();
+    let (m, k, n) = (24, 40, 16);
+    for half in HALVES {
+        let on = |shape: &[usize], seed: u64| -> Tensor {
+            Tensor::randn(shape, DType::F32, seed)
+                .unwrap()
+                .to_dtype(half)
+                .unwrap()
+                .to_device(gpu())
+                .unwrap()
+        };
+        let (a, b) = (
+            on(&[m, k], 31).requires_grad(),
+            on(&[k, n], 32).requires_grad(),
+        );
+        // (The widenings are deferred under fusion, a GPU's default.)
+        let fusion = tenjin::fusion(gpu());
+        tenjin::set_fusion(gpu(), true);
+        let before = tenjin::stats();
+        let y = a.matmul(&b).unwrap();
+        y.realize().unwrap();
+        let after = tenjin::stats();
+        tenjin::set_fusion(gpu(), fusion);
+        assert_eq!(
+            after.cublas_half_calls - before.cublas_half_calls,
+            1,
+            "{half:?}"
+        );
+        assert_eq!(
+            after.ptx_launches - before.ptx_launches,
+            1,
+            "{half:?}: the product's operands widened before it"
+        );
+        // Both gradients: each a product of the f32 incoming gradient and
+        // a saved half operand.
+        y.to_dtype(DType::F32)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (da, db) = (a.grad().unwrap(), b.grad().unwrap());
+        let ones = vec![1.0f64; m * n];
+        let host = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec_f64().unwrap();
+        let (av, bv) = (host(&a), host(&b));
+        let eps = if half == DType::BF16 {
+            2f64.powi(-7)
+        } else {
+            2f64.powi(-10)
+        };
+        for (i, g) in host(&da).iter().enumerate() {
+            let (r, c) = (i / k, i % k);
+            let exact: f64 = (0..n).map(|j| ones[r * n + j] * bv[c * n + j]).sum();
+            assert!(
+                (g - exact).abs() <= eps * exact.abs() + 1e-4,
+                "{half:?} dA[{r}, {c}]"
+            );
+        }
+        for (i, g) in host(&db).iter().enumerate() {
+            let (r, c) = (i / n, i % n);
+            let exact: f64 = (0..m).map(|l| av[l * k + r] * ones[l * n + c]).sum();
+            assert!(
+                (g - exact).abs() <= eps * exact.abs() + 1e-4,
+                "{half:?} dB[{r}, {c}]"
+            );
+        }
+    }
+}
+
+/// A half product over f32 operands may read half copies of them (cuBLAS's
 /// half GEMM over them, `tenjin::cuda::set_half_copies`): the same
 /// products of the same values summed in f32, bit for bit on the
 /// simulated device (within one rounding to the half type on a GPU),
@@ -374,7 +450,12 @@ fn half_products_over_half_copies_are_those_over_f32_operands() {
                 .requires_grad()
         };
         let (a, b, w) = (on(&[m, k], 11), on(&[k, n], 12), on(&[m, n], 13));
+        // Without fusion every widening runs: the products' operands are
+        // f32 buffers (with it they are the half tensors' own buffers, the
+        // test above).
+        let fusion = tenjin::fusion(gpu());
         let run = |when: HalfCopies| {
+            tenjin::set_fusion(gpu(), false);
             set_half_copies(when);
             a.zero_grad();
             b.zero_grad();
@@ -383,6 +464,7 @@ fn half_products_over_half_copies_are_those_over_f32_operands() {
             y.mul(&w).unwrap().sum().unwrap().backward().unwrap();
             let after = tenjin::stats();
             set_half_copies(HalfCopies::WherePaying);
+            tenjin::set_fusion(gpu(), fusion);
             let values = [y, a.grad().unwrap(), b.grad().unwrap()];
             let launches = after.ptx_launches - before.ptx_launches;
             (

@@ -327,30 +327,29 @@ impl<D: Driver> GemmKernel<D> {
         let k_outer = self.contraction.k_outer();
         let n_outer: usize = p.outer.iter().map(|d| d.len).product();
         let n_k: usize = k_outer.iter().map(|d| d.len).product();
-        // Half products over half buffers where that pays
-        // (`super::half_operands`); the copies live until the calls are
-        // queued.
+        // Half products over half buffers where they are given or where
+        // copies pay (`super::half_operands`); the copies live until the
+        // calls are queued.
+        let dtype_of = |(arg, _): (usize, usize)| inputs.get(arg).map_or(dtype, |o| o.dtype());
         let (mut operands, mut _copies) = (dtype, Vec::new());
         if let Some(half) = half_operands {
-            let lens = |x: Arg| match x {
-                Arg::Buffer { bytes, .. } => bytes / dtype.size(),
-                Arg::Scalar(_) => 0,
-            };
-            let buffers = if a_buf == b_buf {
-                vec![lens(a_buf)]
-            } else {
-                vec![lens(a_buf), lens(b_buf)]
-            };
-            if super::half_operands::pays(p, k_outer, [a.1, b.1], &buffers) {
-                let ([ra, rb], held) = super::half_operands::rounded(
-                    &*self.driver,
-                    &self.builtins,
-                    self.device,
-                    half,
-                    [a_buf, b_buf],
-                )?;
-                (a_buf, b_buf, operands, _copies) = (ra, rb, half, held);
-            }
+            let pays =
+                |buffers: &[usize]| super::half_operands::pays(p, k_outer, [a.1, b.1], buffers);
+            let ([ra, rb], to, held) = super::half_operands::operands(
+                &*self.driver,
+                &self.builtins,
+                self.device,
+                half,
+                [(a_buf, dtype_of(a)), (b_buf, dtype_of(b))],
+                pays,
+            )?;
+            (a_buf, b_buf, operands, _copies) = (ra, rb, to, held);
+        } else if dtype_of(a) != dtype || dtype_of(b) != dtype {
+            return Err(self.err(format!(
+                "operands of {:?} and {:?} for a {dtype:?} product",
+                dtype_of(a),
+                dtype_of(b)
+            )));
         }
         for oi in 0..n_outer {
             let (oa, ob, oo) = offsets(&p.outer, oi);

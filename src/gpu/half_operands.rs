@@ -116,44 +116,104 @@ pub(super) fn pays(
             < flops * SAVED_PER_FLOP
 }
 
-/// Copies of the f32 buffers `a` and `b` rounded to `half` (one copy when
-/// they are the same buffer), queued on `driver`: the buffers to read
-/// instead, and the copies' memory, to hold until the products are
-/// queued.
-pub(super) fn rounded<D: Driver>(
+/// A copy of the buffer `src` of `from` values as `to` values (a
+/// rounding to a half type, or a widening from one), queued on `driver`:
+/// the buffer to read instead, and its memory, to hold until the products
+/// reading it are queued.
+pub(super) fn copy<D: Driver>(
+    driver: &D,
+    builtins: &Builtins<D::Function>,
+    device: Device,
+    src: Arg,
+    (from, to): (DType, DType),
+) -> Result<(Arg, Buffer), Error> {
+    let Arg::Buffer { bytes, .. } = src else {
+        return Err(Error::Invalid {
+            function: "gemm".into(),
+            message: "internal: a GEMM operand that is not a buffer".into(),
+        });
+    };
+    let cast = super::backend::load_builtin(driver, builtins, Builtin::Cast { from }, to)?;
+    let n = bytes / from.size();
+    let mut memory = allocate_on(device, n * to.size())?;
+    let (addr, bytes) = (memory.as_mut_ptr() as u64, n * to.size());
+    let dst = Arg::Buffer {
+        addr,
+        bytes,
+        writable: true,
+    };
+    let name = if to.is_half() {
+        "round operand"
+    } else {
+        "widen operand"
+    };
+    super::backend::launch_over(driver, name, &cast, n, &[dst, src, Arg::Scalar(n as u64)])?;
+    let read = Arg::Buffer {
+        addr,
+        bytes,
+        writable: false,
+    };
+    Ok((read, memory))
+}
+
+/// The operands `[a, b]` of a product of `half` values, of the element
+/// types `types`, as two buffers of one type cuBLAS reads (`half` or
+/// f32), copies made where needed: two half buffers as they are; one of
+/// each, the smaller converted to the other's type; two f32 ones rounded
+/// where that pays (`pays_for`, given the two buffers), else as they
+/// are. Returns the buffers, their type and the copies' memory.
+#[allow(clippy::type_complexity)]
+pub(super) fn operands<D: Driver>(
     driver: &D,
     builtins: &Builtins<D::Function>,
     device: Device,
     half: DType,
-    [a, b]: [Arg; 2],
-) -> Result<([Arg; 2], Vec<Buffer>), Error> {
-    let cast =
-        super::backend::load_builtin(driver, builtins, Builtin::Cast { from: DType::F32 }, half)?;
-    let mut held = Vec::with_capacity(2);
-    let mut copy = |src: Arg| -> Result<Arg, Error> {
-        let Arg::Buffer { bytes, .. } = src else {
-            return Ok(src);
-        };
-        let n = bytes / DType::F32.size();
-        let mut memory = allocate_on(device, n * half.size())?;
-        let (addr, bytes) = (memory.as_mut_ptr() as u64, n * half.size());
-        let dst = Arg::Buffer {
-            addr,
-            bytes,
-            writable: true,
-        };
-        let args = [dst, src, Arg::Scalar(n as u64)];
-        super::backend::launch_over(driver, "round operand", &cast, n, &args)?;
-        held.push(memory);
-        Ok(Arg::Buffer {
-            addr,
-            bytes,
-            writable: false,
-        })
+    [a, b]: [(Arg, DType); 2],
+    pays_for: impl FnOnce(&[usize]) -> bool,
+) -> Result<([Arg; 2], DType, Vec<Buffer>), Error> {
+    let len = |(x, d): (Arg, DType)| match x {
+        Arg::Buffer { bytes, .. } => bytes / d.size(),
+        Arg::Scalar(_) => 0,
     };
-    let ra = copy(a)?;
-    let rb = if b == a { ra } else { copy(b)? };
-    Ok(([ra, rb], held))
+    let f32 = DType::F32;
+    let mut held = Vec::with_capacity(2);
+    let mut convert = |(x, d): (Arg, DType), to: DType| -> Result<Arg, Error> {
+        if d == to {
+            return Ok(x);
+        }
+        let (read, memory) = copy(driver, builtins, device, x, (d, to))?;
+        held.push(memory);
+        Ok(read)
+    };
+    let to = match (a.1 == half, b.1 == half) {
+        (true, true) => half,
+        // The smaller one converted: a rounding is exact (a half
+        // product's f32 values are half values), a widening too.
+        (true, false) | (false, true) => {
+            let (h, w) = if a.1 == half { (a, b) } else { (b, a) };
+            if len(w) <= len(h) {
+                half
+            } else {
+                f32
+            }
+        }
+        (false, false) => {
+            let buffers = if a.0 == b.0 {
+                vec![len(a)]
+            } else {
+                vec![len(a), len(b)]
+            };
+            if pays_for(&buffers) {
+                half
+            } else {
+                f32
+            }
+        }
+    };
+    let ra = convert(a, to)?;
+    // (One copy when both operands are the same buffer.)
+    let rb = if b == a { ra } else { convert(b, to)? };
+    Ok(([ra, rb], to, held))
 }
 
 #[cfg(test)]

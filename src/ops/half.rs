@@ -114,6 +114,15 @@ pub(super) fn through_half_values(
     half: DType,
     f32_op: impl FnOnce(&[(&str, &Tensor)]) -> Result<Tensor, Error>,
 ) -> Result<Tensor, Error> {
+    // On a GPU the rounded values are the deferred widening of a half
+    // tensor, which a half product reads as that half tensor (cuBLAS over
+    // half buffers, `crate::runtime`'s `exec`): one pass of 4 bytes read
+    // and 2 written before the product, none after; elsewhere one f32
+    // pass. The same values either way.
+    let round = |x: &Tensor| match x.device() {
+        crate::Device::Cuda(_) => widen(&x.to_dtype(half)?),
+        crate::Device::Cpu => x.round_to_half(half),
+    };
     let values: Vec<Tensor> = args
         .iter()
         .map(|(_, t)| match t.dtype() {
@@ -122,10 +131,8 @@ pub(super) fn through_half_values(
             // base, so a broadcast is never materialised; a view of part
             // of its base is gathered first.
             DType::F32 => match t.base_and_map() {
-                (base, Some(_)) if base.numel() <= t.numel() => {
-                    through_base(t, |base| base.round_to_half(half))
-                }
-                _ => t.round_to_half(half),
+                (base, Some(_)) if base.numel() <= t.numel() => through_base(t, round),
+                _ => round(t),
             },
             d if d == half => widen(t),
             d if d.is_half() => through_base(&widen(t)?, |base| base.round_to_half(half)),

@@ -389,10 +389,13 @@ fn run_and_record(
     // A deferred argument the node saves for its backward runs now, as it
     // would have unfused (its inputs are not held longer than they would
     // be, and the memory plan counts it from here); the op then reads it.
+    // A half tensor's widening stays deferred: it holds nothing but the
+    // half tensor, which a half GEMM reads in its stead (the op's, and the
+    // backward's; anything else settles it when it reads it).
     let mut settled = false;
     if let Some(g) = &grad {
         for (s, &saved) in inputs.iter().zip(&g.needs(policy).args) {
-            if saved && s.is_deferred() {
+            if saved && s.is_deferred() && s.widening_of().is_none() {
                 s.settle()?;
                 settled = true;
             }

@@ -47,6 +47,14 @@ pub struct CompiledKernel {
     /// Each argument's element type (the computed type, or a half type
     /// for a kernel's half buffers, `Kernel::buffers`).
     arg_dtypes: Vec<DType>,
+    /// For a GEMM on a GPU whose products are of values of a half type
+    /// (`Contraction::set_half_operands`): that type and the arguments
+    /// that are its two operands, which may be given as buffers of that
+    /// type (see [`CompiledKernel::half_operands`]).
+    half_operands: Option<(DType, [usize; 2])>,
+    /// Whether it widens one buffer of a half type into f32, element for
+    /// element (see [`CompiledKernel::widens_half`]).
+    widens_half: bool,
     route: RouteKind,
     device: Device,
     /// The loop nest it runs (for GEMM and host routes: the function's
@@ -72,11 +80,25 @@ impl CompiledKernel {
             Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
             Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
         };
-        let arg_dtypes = (0..f.args().len())
+        let arg_dtypes: Vec<DType> = (0..f.args().len())
             .map(|a| kernel.buffers.arg_dtype(a, dtype))
             .collect();
+        let on_gpu = matches!(backend.device(), Device::Cuda(_));
+        let half_operands = match route {
+            Route::Gemm(c) if on_gpu && dtype == DType::F32 && c.accumulate.is_none() => c
+                .half_operands
+                .map(|half| (half, c.operands().map(|(arg, _)| arg))),
+            _ => None,
+        };
+        let widens_half = matches!(route, Route::Loop(_))
+            && dtype == DType::F32
+            && kernel.buffers.out.is_none()
+            && matches!(arg_dtypes[..], [d] if d.is_half())
+            && is_identity(f);
         Ok(CompiledKernel {
             arg_dtypes,
+            half_operands,
+            widens_half,
             name: f.name().to_string(),
             args: f.args().to_vec(),
             arg_lens: f.args().iter().map(|a| a.shape.iter().product()).collect(),
@@ -90,6 +112,15 @@ impl CompiledKernel {
             code,
         })
     }
+}
+
+/// Whether `f` is `f[i…] = x[i…]` over its one argument's shape.
+fn is_identity(f: &IndexFn) -> bool {
+    f.args().len() == 1
+        && f.args()[0].shape == f.output_shape()
+        && matches!(f.graph.node(f.root), crate::symbolic::Node::Access { arg: 0, index }
+            if index.len() == f.out_vars.len()
+                && index.iter().zip(&f.out_vars).all(|(form, v)| form.as_single_var() == Some(*v)))
 }
 
 impl CompiledKernel {
@@ -238,6 +269,21 @@ impl CompiledKernel {
         names.join(", ")
     }
 
+    /// The half type of a GPU GEMM's products and its two operands'
+    /// arguments: those may be buffers of that type (the half tensor a
+    /// deferred widening reads, `super::exec`), which cuBLAS reads as they
+    /// are.
+    pub(crate) fn half_operands(&self) -> Option<(DType, [usize; 2])> {
+        self.half_operands
+    }
+
+    /// Whether it computes `f[i…] = x[i…]` from a buffer of a half type
+    /// into f32: a widening, whose deferred result a half GEMM reads as
+    /// the half buffer itself ([`CompiledKernel::half_operands`]).
+    pub(crate) fn widens_half(&self) -> bool {
+        self.widens_half
+    }
+
     /// Every operand's device, element type and length against the
     /// kernel's, before any code runs.
     fn check(&self, inputs: &[Operand<'_>], out_dtype: DType, out_len: usize) -> Result<(), Error> {
@@ -250,17 +296,21 @@ impl CompiledKernel {
             )));
         }
         let typed = self.route != RouteKind::Host;
-        for (((decl, &expected), data), &dtype) in self
+        for (k, (((decl, &expected), data), &dtype)) in self
             .args
             .iter()
             .zip(&self.arg_lens)
             .zip(inputs)
             .zip(&self.arg_dtypes)
+            .enumerate()
         {
             if data.device() != self.device {
                 return Err(device_mismatch(&self.name, self.device, data.device()));
             }
-            if typed && data.dtype() != dtype {
+            let half_operand = self
+                .half_operands
+                .is_some_and(|(half, args)| args.contains(&k) && data.dtype() == half);
+            if typed && data.dtype() != dtype && !half_operand {
                 return Err(self.dtype_error(data.dtype()));
             }
             if data.len() != expected {

@@ -151,6 +151,26 @@ pub(super) fn run_into(
     out: &Storage,
     block: &mut Buffer,
 ) -> Result<(), Error> {
+    // A half GEMM reads the half tensor a deferred widening would widen,
+    // as it is: the widening does not run (unless something else reads
+    // it later).
+    let halves: Vec<(Arc<Storage>, usize)>;
+    let read: Vec<(&Arc<Storage>, usize)>;
+    let inputs = match kernel.half_operands() {
+        Some((half, operands)) => {
+            halves = inputs
+                .iter()
+                .enumerate()
+                .map(|(k, &(s, n))| match s.widening_of() {
+                    Some(h) if operands.contains(&k) && h.dtype() == half && h.len() == n => (h, n),
+                    _ => (s.clone(), n),
+                })
+                .collect();
+            read = halves.iter().map(|(s, n)| (s, *n)).collect();
+            &read[..]
+        }
+        None => inputs,
+    };
     let guards = inputs
         .iter()
         .map(|(s, _)| s.read())

@@ -250,6 +250,19 @@ impl Storage {
         d.as_ref().map(|w| w.about.clone())
     }
 
+    /// The storage of a half type this deferred storage is the f32
+    /// widening of, while its kernel has not run
+    /// (`CompiledKernel::widens_half`): a half GEMM reads that instead.
+    pub(crate) fn widening_of(&self) -> Option<Arc<Storage>> {
+        if !self.is_deferred() {
+            return None;
+        }
+        let d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        d.as_ref()
+            .filter(|w| w.kernel.widens_half())
+            .and_then(|w| w.inputs.first().cloned())
+    }
+
     /// Runs this storage's deferred kernel, if it has not run (its inputs
     /// are not deferred: see [`Storage::deferred`]). On an error it stays
     /// deferred.
