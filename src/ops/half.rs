@@ -114,15 +114,11 @@ pub(super) fn through_half_values(
     half: DType,
     f32_op: impl FnOnce(&[(&str, &Tensor)]) -> Result<Tensor, Error>,
 ) -> Result<Tensor, Error> {
-    // On a GPU the rounded values are the deferred widening of a half
-    // tensor, which a half product reads as that half tensor (cuBLAS over
-    // half buffers, `crate::runtime`'s `exec`): one pass of 4 bytes read
-    // and 2 written before the product, none after; elsewhere one f32
-    // pass. The same values either way.
-    let round = |x: &Tensor| match x.device() {
-        crate::Device::Cuda(_) => widen(&x.to_dtype(half)?),
-        crate::Device::Cpu => x.round_to_half(half),
-    };
+    // (A half tensor and its deferred widening would let a GPU's half
+    // product read half buffers here too, but each gradient would then be
+    // cast twice where `round_to_half`'s is rounded once: BENCHMARKS.md,
+    // "Half precision", third session.)
+    let round = |x: &Tensor| x.round_to_half(half);
     let values: Vec<Tensor> = args
         .iter()
         .map(|(_, t)| match t.dtype() {
