@@ -352,6 +352,16 @@ fn half_products_run_on_the_tensor_cores() {
     }
 }
 
+/// Normal values of `shape` rounded to `half`, on the GPU.
+fn random_half(shape: &[usize], seed: u64, half: DType) -> Tensor {
+    Tensor::randn(shape, DType::F32, seed)
+        .unwrap()
+        .to_dtype(half)
+        .unwrap()
+        .to_device(gpu())
+        .unwrap()
+}
+
 /// A product of half tensors reads their buffers: their widenings to
 /// f32 are deferred and never run, cuBLAS multiplies the half values (one
 /// loop kernel, the result's rounding, besides the GEMM), and a gradient
@@ -362,17 +372,9 @@ fn a_product_of_half_tensors_reads_their_half_buffers() {
     let _serial = serial();
     let (m, k, n) = (24, 40, 16);
     for half in HALVES {
-        let on = |shape: &[usize], seed: u64| -> Tensor {
-            Tensor::randn(shape, DType::F32, seed)
-                .unwrap()
-                .to_dtype(half)
-                .unwrap()
-                .to_device(gpu())
-                .unwrap()
-        };
         let (a, b) = (
-            on(&[m, k], 31).requires_grad(),
-            on(&[k, n], 32).requires_grad(),
+            random_half(&[m, k], 31, half).requires_grad(),
+            random_half(&[k, n], 32, half).requires_grad(),
         );
         // (The widenings are deferred under fusion, a GPU's default.)
         let fusion = tenjin::fusion(gpu());
@@ -440,15 +442,7 @@ fn half_products_over_half_copies_are_those_over_f32_operands() {
     let _serial = serial();
     let (m, k, n) = (37, 64, 29);
     for half in HALVES {
-        let on = |shape: &[usize], seed: u64| -> Tensor {
-            Tensor::randn(shape, DType::F32, seed)
-                .unwrap()
-                .to_dtype(half)
-                .unwrap()
-                .to_device(gpu())
-                .unwrap()
-                .requires_grad()
-        };
+        let on = |shape: &[usize], seed: u64| random_half(shape, seed, half).requires_grad();
         let (a, b, w) = (on(&[m, k], 11), on(&[k, n], 12), on(&[m, n], 13));
         // Without fusion every widening runs: the products' operands are
         // f32 buffers (with it they are the half tensors' own buffers, the

@@ -131,6 +131,30 @@ fn matrix(addr: u64, bytes: usize, ld: usize, writable: bool) -> Matrix {
     }
 }
 
+/// `C = A·B` with A 2×3 and B 3×2, column-major, at the addresses
+/// `[a, b, c]`, C of `dtype`, A and B of `half` where given (a half
+/// product summed in f32), else of `dtype`.
+fn product_2x3x2([a, b, c]: [u64; 3], dtype: DType, half: Option<DType>) -> GemmCall {
+    let operands = half.unwrap_or(dtype);
+    GemmCall {
+        dtype,
+        trans_a: false,
+        trans_b: false,
+        m: 2,
+        n: 2,
+        k: 3,
+        alpha: 1.0,
+        a: matrix(a, 6 * operands.size(), 2, false),
+        b: matrix(b, 6 * operands.size(), 3, false),
+        beta: 0.0,
+        c: matrix(c, 4 * dtype.size(), 2, true),
+        batch: 1,
+        math: crate::gpu::MathMode::Full,
+        half_operands: half,
+        operands,
+    }
+}
+
 #[test]
 fn cublas_reference_and_its_argument_checks() {
     let (d, memory) = device();
@@ -142,23 +166,7 @@ fn cublas_reference_and_its_argument_checks() {
     };
     put(a, &[1., 4., 2., 5., 3., 6.]); // [[1 2 3] [4 5 6]]
     put(b, &[1., 0., 1., 0., 1., 1.]); // [[1 0] [0 1] [1 1]]
-    let call = GemmCall {
-        dtype: DType::F64,
-        trans_a: false,
-        trans_b: false,
-        m: 2,
-        n: 2,
-        k: 3,
-        alpha: 1.0,
-        a: matrix(a, 48, 2, false),
-        b: matrix(b, 48, 3, false),
-        beta: 0.0,
-        c: matrix(c, 32, 2, true),
-        batch: 1,
-        math: crate::gpu::MathMode::Full,
-        half_operands: None,
-        operands: DType::F64,
-    };
+    let call = product_2x3x2([a, b, c], DType::F64, None);
     d.gemm(&call).unwrap();
     let mut back = [0u8; 32];
     d.copy_to_host(&mut back, c).unwrap();
@@ -195,23 +203,7 @@ fn cublas_reads_half_buffers_for_half_products() {
     };
     put(a, &[1., 4., 2., 5., 3., 6.5]); // [[1 2 3] [4 5 6.5]]
     put(b, &[1., 0., 1., 0., 1., 0.25]); // [[1 0] [0 1] [1 0.25]]
-    let call = GemmCall {
-        dtype: DType::F32,
-        trans_a: false,
-        trans_b: false,
-        m: 2,
-        n: 2,
-        k: 3,
-        alpha: 1.0,
-        a: matrix(a, 12, 2, false),
-        b: matrix(b, 12, 3, false),
-        beta: 0.0,
-        c: matrix(c, 16, 2, true),
-        batch: 1,
-        math: crate::gpu::MathMode::Full,
-        half_operands: Some(DType::BF16),
-        operands: DType::BF16,
-    };
+    let call = product_2x3x2([a, b, c], DType::F32, Some(DType::BF16));
     d.gemm(&call).unwrap();
     let mut back = [0u8; 16];
     d.copy_to_host(&mut back, c).unwrap();
