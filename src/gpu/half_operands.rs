@@ -1,9 +1,13 @@
-//! Half products over half buffers: the operands of a product marked as
-//! one of half values (`Contraction::set_half_operands`) rounded into
-//! buffers of that half type, so that cuBLAS runs its half GEMM
+//! Half products over half buffers: the two operands of a product marked
+//! as one of half values (`Contraction::set_half_operands`) as buffers of
+//! one type, so that cuBLAS runs its half GEMM
 //! (`cublasGemmStridedBatchedEx` over bf16 or f16 `A` and `B`, f32 sums
-//! into an f32 `C`) instead of its f32 GEMM with
-//! `CUBLAS_COMPUTE_32F_FAST_16BF` over the f32 values.
+//! into an f32 `C`) where it can, instead of its f32 GEMM with
+//! `CUBLAS_COMPUTE_32F_FAST_16BF` over f32 values. Half tensors' own
+//! buffers (the runtime hands them over for their deferred widenings,
+//! `crate::runtime`'s `exec`) are read as they are; f32 operands are
+//! rounded into half copies where that pays; one of each type, the
+//! smaller is converted to the other's.
 //!
 //! Both compute the same products of the same half values (the f32
 //! values are half values, or are rounded to them by the tensor cores in
@@ -87,10 +91,11 @@ const COPY_LAUNCH: f64 = 5e-6;
 /// start at a multiple of it.
 const ALIGN: usize = 8;
 
-/// Whether rounding the f32 operands `buffers` (their elements) into half
-/// buffers is to be done ([`half_copies`]; by default, whether it pays for `plan`'s calls, one per point of its outer dimensions
-/// and of `k_outer`: see the module documentation). `starts` are the
-/// operands' first elements.
+/// Whether the f32 operands `buffers` (their elements) are to be rounded
+/// into half copies ([`half_copies`]; by default, whether that pays for
+/// `plan`'s calls, one per point of its outer dimensions and of `k_outer`:
+/// see the module documentation). `starts` are the operands' first
+/// elements.
 pub(super) fn pays(
     plan: &BlasPlan,
     k_outer: &[Dim],
@@ -156,11 +161,11 @@ pub(super) fn copy<D: Driver>(
     Ok((read, memory))
 }
 
-/// The operands `[a, b]` of a product of `half` values, of the element
-/// types `types`, as two buffers of one type cuBLAS reads (`half` or
-/// f32), copies made where needed: two half buffers as they are; one of
-/// each, the smaller converted to the other's type; two f32 ones rounded
-/// where that pays (`pays_for`, given the two buffers), else as they
+/// The operands `[a, b]` of a product of `half` values, each with its
+/// element type, as two buffers of one type cuBLAS reads (`half` or f32),
+/// copies made where needed: two half buffers as they are; one of each,
+/// the smaller converted to the other's type; two f32 ones rounded where
+/// that pays (`pays_for`, given the two buffers' lengths), else as they
 /// are. Returns the buffers, their type and the copies' memory.
 #[allow(clippy::type_complexity)]
 pub(super) fn operands<D: Driver>(
@@ -187,8 +192,8 @@ pub(super) fn operands<D: Driver>(
     };
     let to = match (a.1 == half, b.1 == half) {
         (true, true) => half,
-        // The smaller one converted: a rounding is exact (a half
-        // product's f32 values are half values), a widening too.
+        // The smaller one converted: a widening is exact, and a rounding
+        // gives the values the tensor cores would multiply.
         (true, false) | (false, true) => {
             let (h, w) = if a.1 == half { (a, b) } else { (b, a) };
             if len(w) <= len(h) {
