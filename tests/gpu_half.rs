@@ -323,22 +323,17 @@ fn half_products_run_on_the_tensor_cores() {
         let (av, bv, wv) = (host(&a), host(&b), host(&w));
         let check = |what: &str,
                      got: &[f64],
-                     rows: usize,
-                     cols: usize,
-                     inner: usize,
+                     rows,
+                     cols,
+                     inner,
                      term: &dyn Fn(usize, usize, usize) -> f64| {
-            for i in 0..rows {
-                for j in 0..cols {
-                    let (exact, size): (f64, f64) = (0..inner)
-                        .map(|l| term(i, j, l))
-                        .fold((0.0, 0.0), |(s, z), t| (s + t, z + t.abs()));
-                    let g = got[i * cols + j];
-                    assert!(
-                        (g - exact).abs() <= eps * exact.abs() + 1e-5 * size,
-                        "{half:?} {what}[{i}, {j}]: {g} against {exact}"
-                    );
-                }
-            }
+            assert_products(
+                &format!("{half:?} {what}"),
+                eps,
+                got,
+                [rows, cols, inner],
+                term,
+            )
         };
         check("a·b", &host(&y), m, n, k, &|i, j, l| {
             av[i * k + l] * bv[l * n + j]
@@ -349,6 +344,30 @@ fn half_products_run_on_the_tensor_cores() {
         check("dB", &host(&b.grad().unwrap()), k, n, m, &|i, j, l| {
             av[l * k + i] * wv[l * n + j]
         });
+    }
+}
+
+/// Each element `[i, j]` of `got` (`rows × cols`, row-major) is the sum
+/// over `l < inner` of `term(i, j, l)`, within `eps` of its magnitude (the
+/// rounding of the result to a half type) plus f32 sums' error.
+fn assert_products(
+    what: &str,
+    eps: f64,
+    got: &[f64],
+    [rows, cols, inner]: [usize; 3],
+    term: &dyn Fn(usize, usize, usize) -> f64,
+) {
+    for i in 0..rows {
+        for j in 0..cols {
+            let (exact, size): (f64, f64) = (0..inner)
+                .map(|l| term(i, j, l))
+                .fold((0.0, 0.0), |(s, z), t| (s + t, z + t.abs()));
+            let g = got[i * cols + j];
+            assert!(
+                (g - exact).abs() <= eps * exact.abs() + 1e-5 * size,
+                "{what}[{i}, {j}]: {g} against {exact}"
+            );
+        }
     }
 }
 
@@ -407,26 +426,24 @@ fn a_product_of_half_tensors_reads_their_half_buffers() {
         let host = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec_f64().unwrap();
         let (av, bv) = (host(&a), host(&b));
         let eps = if half == DType::BF16 {
-            2f64.powi(-7)
+            2f64.powi(-8)
         } else {
-            2f64.powi(-10)
+            2f64.powi(-11)
         };
-        for (i, g) in host(&da).iter().enumerate() {
-            let (r, c) = (i / k, i % k);
-            let exact: f64 = (0..n).map(|j| ones[r * n + j] * bv[c * n + j]).sum();
-            assert!(
-                (g - exact).abs() <= eps * exact.abs() + 1e-4,
-                "{half:?} dA[{r}, {c}]"
-            );
-        }
-        for (i, g) in host(&db).iter().enumerate() {
-            let (r, c) = (i / n, i % n);
-            let exact: f64 = (0..m).map(|l| av[l * k + r] * ones[l * n + c]).sum();
-            assert!(
-                (g - exact).abs() <= eps * exact.abs() + 1e-4,
-                "{half:?} dB[{r}, {c}]"
-            );
-        }
+        assert_products(
+            &format!("{half:?} dA"),
+            eps,
+            &host(&da),
+            [m, k, n],
+            &|r, c, j| ones[r * n + j] * bv[c * n + j],
+        );
+        assert_products(
+            &format!("{half:?} dB"),
+            eps,
+            &host(&db),
+            [k, n, m],
+            &|r, c, l| av[l * k + r] * ones[l * n + c],
+        );
     }
 }
 

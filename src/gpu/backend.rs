@@ -12,8 +12,10 @@
 //! kernels; copies between the host and the device). Must not plan: it
 //! compiles exactly the route it is given.
 
+mod gemm;
+
 use super::counters::{count, COUNTERS};
-use super::driver::{Arg, Driver, GemmCall, Matrix};
+use super::driver::{Arg, Driver};
 use super::profile;
 use super::ptx::{self, builtin::Builtin};
 use crate::alloc::Device;
@@ -21,10 +23,11 @@ use crate::dtype::Element;
 use crate::kernel::backend::{
     check_len, check_same, Backend, Executable, Operand, OperandMut, Target,
 };
-use crate::kernel::contraction::{offsets, BlasPlan, Contraction};
+use crate::kernel::contraction::Contraction;
 use crate::kernel::host::{DeviceForm, HostKernel, Lines};
 use crate::kernel::{Kernel, Route, Stmt};
 use crate::{DType, Error};
+use gemm::GemmKernel;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -88,7 +91,7 @@ fn output(op: &OperandMut<'_>) -> Arg {
 
 /// Launches the built-in kernel `function` (`name` in the profile) over
 /// `n` elements with `args` (counted, timed when profiling).
-pub(super) fn launch_over<D: Driver>(
+fn launch_over<D: Driver>(
     driver: &D,
     name: &str,
     function: &D::Function,
@@ -198,212 +201,6 @@ impl<D: Driver> Executable for LoopKernel<D> {
     }
 }
 
-/// A contraction through cuBLAS, then, for a GEMM-then-loop route, the
-/// epilogue's loop kernel over the output in place (it reads the product
-/// as its last argument, at the output index only).
-struct GemmKernel<D: Driver> {
-    driver: Arc<D>,
-    device: Device,
-    /// The backend's loaded builtins (the operands' rounded copies).
-    builtins: Arc<Builtins<D::Function>>,
-    contraction: Contraction,
-    plan: BlasPlan,
-    epilogue: Option<LoopKernel<D>>,
-}
-
-impl<D: Driver> GemmKernel<D> {
-    fn err(&self, message: String) -> Error {
-        Error::Invalid {
-            function: "gemm".into(),
-            message,
-        }
-    }
-}
-
-impl<D: Driver> Executable for GemmKernel<D> {
-    fn run(&self, inputs: &[Operand<'_>], out: OperandMut<'_>) -> Result<(), Error> {
-        count(&COUNTERS.kernels_run, 1);
-        let total = out.len();
-        if total == 0 {
-            return Ok(());
-        }
-        let target = output(&out);
-        if let Some(k) = self.contraction.accumulate {
-            // The product is added to argument `k`: a copy of it first.
-            let addend = inputs
-                .get(k)
-                .ok_or_else(|| self.err(format!("no addend {k}")))?;
-            let bytes = total * out.dtype().size();
-            self.driver
-                .copy_on_device(out.address(), addend.address(), bytes)?;
-        }
-        profile::timed(
-            &*self.driver,
-            || self.label(),
-            || self.gemms(inputs, target, out.dtype()),
-        )?;
-        if let Some(e) = &self.epilogue {
-            e.launch(target, total, inputs, Some(&out.as_operand()))?;
-        }
-        Ok(())
-    }
-
-    /// In place over the addend of a product added to an argument
-    /// (`Contraction::accumulate`): cuBLAS's `beta = 1` over it.
-    unsafe fn run_in_place(&self, inputs: &[Operand<'_>], aliased: usize) -> Result<bool, Error> {
-        let Some(over) = inputs
-            .get(aliased)
-            .filter(|_| self.contraction.accumulate == Some(aliased) && self.epilogue.is_none())
-        else {
-            return Ok(false);
-        };
-        count(&COUNTERS.kernels_run, 1);
-        let target = buffer(over.address(), over.len(), over.dtype(), true);
-        profile::timed(
-            &*self.driver,
-            || self.label(),
-            || self.gemms(inputs, target, over.dtype()),
-        )?;
-        Ok(true)
-    }
-}
-
-impl<D: Driver> GemmKernel<D> {
-    /// What the profile calls it (`super::profile`).
-    fn label(&self) -> String {
-        let p = &self.plan;
-        let calls: usize = p
-            .outer
-            .iter()
-            .chain(self.contraction.k_outer())
-            .map(|d| d.len)
-            .product();
-        let op = |t: bool| if t { 't' } else { 'n' };
-        format!(
-            "gemm {}{} m={} n={} k={} batch={} calls={calls}{}",
-            op(p.trans_a),
-            op(p.trans_b),
-            p.m,
-            p.n,
-            p.k,
-            p.batch,
-            if self.epilogue.is_some() {
-                " +epilogue"
-            } else if self.contraction.accumulate.is_some() {
-                " +addend"
-            } else {
-                ""
-            }
-        )
-    }
-
-    /// The cuBLAS calls of one run.
-    fn gemms(&self, inputs: &[Operand<'_>], target: Arg, dtype: DType) -> Result<(), Error> {
-        // A product added to an argument accumulates over its copy.
-        let added = self.contraction.accumulate.is_some();
-        let p = &self.plan;
-        let [first, second] = self.contraction.operands();
-        let (a, b) = if p.swapped {
-            (second, first)
-        } else {
-            (first, second)
-        };
-        let operand = |(arg, _): (usize, usize)| {
-            inputs
-                .get(arg)
-                .map(input)
-                .ok_or_else(|| self.err(format!("no operand {arg}")))
-        };
-        let (mut a_buf, mut b_buf) = (operand(a)?, operand(b)?);
-        let at = |base: usize, off: isize| {
-            usize::try_from(base as isize + off)
-                .map_err(|_| self.err("a negative operand offset".into()))
-        };
-        let math = super::math_mode::math_mode();
-        let half_operands = self
-            .contraction
-            .half_operands
-            .filter(|_| dtype == DType::F32);
-        let k_outer = self.contraction.k_outer();
-        let n_outer: usize = p.outer.iter().map(|d| d.len).product();
-        let n_k: usize = k_outer.iter().map(|d| d.len).product();
-        // Half products over half buffers where they are given or where
-        // copies pay (`super::half_operands`); the copies live until the
-        // calls are queued.
-        let dtype_of = |(arg, _): (usize, usize)| inputs.get(arg).map_or(dtype, |o| o.dtype());
-        let (mut operands, mut _copies) = (dtype, Vec::new());
-        if let Some(half) = half_operands {
-            let pays =
-                |buffers: &[usize]| super::half_operands::pays(p, k_outer, [a.1, b.1], buffers);
-            let ([ra, rb], to, held) = super::half_operands::operands(
-                &*self.driver,
-                &self.builtins,
-                self.device,
-                half,
-                [(a_buf, dtype_of(a)), (b_buf, dtype_of(b))],
-                pays,
-            )?;
-            (a_buf, b_buf, operands, _copies) = (ra, rb, to, held);
-        } else if dtype_of(a) != dtype || dtype_of(b) != dtype {
-            return Err(self.err(format!(
-                "operands of {:?} and {:?} for a {dtype:?} product",
-                dtype_of(a),
-                dtype_of(b)
-            )));
-        }
-        for oi in 0..n_outer {
-            let (oa, ob, oo) = offsets(&p.outer, oi);
-            for ki in 0..n_k {
-                let (ka, kb, _) = offsets(k_outer, ki);
-                let (off_a, off_b) = if p.swapped {
-                    (ob + kb, oa + ka)
-                } else {
-                    (oa + ka, ob + kb)
-                };
-                let call = GemmCall {
-                    dtype,
-                    trans_a: p.trans_a,
-                    trans_b: p.trans_b,
-                    m: p.m,
-                    n: p.n,
-                    k: p.k,
-                    alpha: p.alpha,
-                    a: Matrix {
-                        buffer: a_buf,
-                        offset: at(a.1, off_a)?,
-                        ld: p.lda,
-                        stride: p.stride_a,
-                    },
-                    b: Matrix {
-                        buffer: b_buf,
-                        offset: at(b.1, off_b)?,
-                        ld: p.ldb,
-                        stride: p.stride_b,
-                    },
-                    // The extra summed dimensions accumulate.
-                    beta: if ki > 0 || added { 1.0 } else { 0.0 },
-                    c: Matrix {
-                        buffer: target,
-                        offset: at(0, oo)?,
-                        ld: p.ldc,
-                        stride: p.stride_c,
-                    },
-                    batch: p.batch,
-                    math,
-                    half_operands,
-                    operands,
-                };
-                count(&COUNTERS.blas_calls, 1);
-                if half_operands.is_some() {
-                    count(&COUNTERS.half_blas_calls, 1);
-                }
-                self.driver.gemm(&call)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Launches the loaded element-wise conversion `function` (`name` in the
 /// profile: a cast, or a rounding to a half's values) from `src` into
 /// `dst`.
@@ -414,12 +211,28 @@ fn cast_on<D: Driver>(
     src: Operand<'_>,
     dst: OperandMut<'_>,
 ) -> Result<(), Error> {
-    let n = src.len();
+    cast_buffers(driver, name, function, input(&src), output(&dst), src.len())
+}
+
+/// [`cast_on`] over `n` elements of the buffers `src` and `dst`.
+pub(super) fn cast_buffers<D: Driver>(
+    driver: &D,
+    name: &str,
+    function: &D::Function,
+    src: Arg,
+    dst: Arg,
+    n: usize,
+) -> Result<(), Error> {
     if n == 0 {
         return Ok(());
     }
-    let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
-    launch_over(driver, name, function, n, &args)
+    launch_over(
+        driver,
+        name,
+        function,
+        n,
+        &[dst, src, Arg::Scalar(n as u64)],
+    )
 }
 
 /// A host stage the device runs with a kernel of its own

@@ -121,14 +121,28 @@ pub(super) fn pays(
             < flops * SAVED_PER_FLOP
 }
 
+/// The two operands of a product as cuBLAS reads them.
+pub(super) struct Operands {
+    pub a: Arg,
+    pub b: Arg,
+    /// Their element type: the product's, or the half type of its
+    /// products.
+    pub dtype: DType,
+    /// The copies' memory, held until the products reading them are
+    /// queued (never read: dropping it frees the copies).
+    #[allow(dead_code)]
+    pub held: Vec<Buffer>,
+}
+
+/// The device a copy is made on: its driver, the backend's loaded
+/// builtins and the device (for the pool).
+type On<'a, D> = (&'a D, &'a Builtins<<D as Driver>::Function>, Device);
+
 /// A copy of the buffer `src` of `from` values as `to` values (a
-/// rounding to a half type, or a widening from one), queued on `driver`:
-/// the buffer to read instead, and its memory, to hold until the products
-/// reading it are queued.
-pub(super) fn copy<D: Driver>(
-    driver: &D,
-    builtins: &Builtins<D::Function>,
-    device: Device,
+/// rounding to a half type, or a widening from one), queued on the
+/// device: the buffer to read instead, and its memory.
+fn copy<D: Driver>(
+    (driver, builtins, device): On<'_, D>,
     src: Arg,
     (from, to): (DType, DType),
 ) -> Result<(Arg, Buffer), Error> {
@@ -142,23 +156,18 @@ pub(super) fn copy<D: Driver>(
     let n = bytes / from.size();
     let mut memory = allocate_on(device, n * to.size())?;
     let (addr, bytes) = (memory.as_mut_ptr() as u64, n * to.size());
-    let dst = Arg::Buffer {
+    let buffer = |writable| Arg::Buffer {
         addr,
         bytes,
-        writable: true,
+        writable,
     };
     let name = if to.is_half() {
         "round operand"
     } else {
         "widen operand"
     };
-    super::backend::launch_over(driver, name, &cast, n, &[dst, src, Arg::Scalar(n as u64)])?;
-    let read = Arg::Buffer {
-        addr,
-        bytes,
-        writable: false,
-    };
-    Ok((read, memory))
+    super::backend::cast_buffers(driver, name, &cast, src, buffer(true), n)?;
+    Ok((buffer(false), memory))
 }
 
 /// The operands `[a, b]` of a product of `half` values, each with its
@@ -166,29 +175,16 @@ pub(super) fn copy<D: Driver>(
 /// copies made where needed: two half buffers as they are; one of each,
 /// the smaller converted to the other's type; two f32 ones rounded where
 /// that pays (`pays_for`, given the two buffers' lengths), else as they
-/// are. Returns the buffers, their type and the copies' memory.
-#[allow(clippy::type_complexity)]
+/// are.
 pub(super) fn operands<D: Driver>(
-    driver: &D,
-    builtins: &Builtins<D::Function>,
-    device: Device,
+    on: On<'_, D>,
     half: DType,
     [a, b]: [(Arg, DType); 2],
     pays_for: impl FnOnce(&[usize]) -> bool,
-) -> Result<([Arg; 2], DType, Vec<Buffer>), Error> {
+) -> Result<Operands, Error> {
     let len = |(x, d): (Arg, DType)| match x {
         Arg::Buffer { bytes, .. } => bytes / d.size(),
         Arg::Scalar(_) => 0,
-    };
-    let f32 = DType::F32;
-    let mut held = Vec::with_capacity(2);
-    let mut convert = |(x, d): (Arg, DType), to: DType| -> Result<Arg, Error> {
-        if d == to {
-            return Ok(x);
-        }
-        let (read, memory) = copy(driver, builtins, device, x, (d, to))?;
-        held.push(memory);
-        Ok(read)
     };
     let to = match (a.1 == half, b.1 == half) {
         (true, true) => half,
@@ -199,7 +195,7 @@ pub(super) fn operands<D: Driver>(
             if len(w) <= len(h) {
                 half
             } else {
-                f32
+                DType::F32
             }
         }
         (false, false) => {
@@ -211,14 +207,28 @@ pub(super) fn operands<D: Driver>(
             if pays_for(&buffers) {
                 half
             } else {
-                f32
+                DType::F32
             }
         }
     };
-    let ra = convert(a, to)?;
+    let mut held = Vec::with_capacity(2);
+    let mut convert = |(x, d): (Arg, DType)| -> Result<Arg, Error> {
+        if d == to {
+            return Ok(x);
+        }
+        let (read, memory) = copy(on, x, (d, to))?;
+        held.push(memory);
+        Ok(read)
+    };
+    let ra = convert(a)?;
     // (One copy when both operands are the same buffer.)
-    let rb = if b == a { ra } else { convert(b, to)? };
-    Ok(([ra, rb], to, held))
+    let rb = if b == a { ra } else { convert(b)? };
+    Ok(Operands {
+        a: ra,
+        b: rb,
+        dtype: to,
+        held,
+    })
 }
 
 #[cfg(test)]

@@ -307,10 +307,13 @@ impl CompiledKernel {
             if data.device() != self.device {
                 return Err(device_mismatch(&self.name, self.device, data.device()));
             }
-            let half_operand = self
-                .half_operands
-                .is_some_and(|(half, args)| args.contains(&k) && data.dtype() == half);
-            if typed && data.dtype() != dtype && !half_operand {
+            // (A half GEMM's operand may be a half buffer.)
+            if typed
+                && data.dtype() != dtype
+                && !self
+                    .half_operands
+                    .is_some_and(|(half, args)| args.contains(&k) && data.dtype() == half)
+            {
                 return Err(self.dtype_error(data.dtype()));
             }
             if data.len() != expected {

@@ -154,22 +154,29 @@ pub(super) fn run_into(
     // A half GEMM reads the half tensor a deferred widening would widen,
     // as it is: the widening does not run (unless something else reads
     // it later).
+    // (Nothing is allocated unless an operand is such a widening.)
+    let half_of = |k: usize, (s, n): (&Arc<Storage>, usize)| {
+        let (half, operands) = kernel.half_operands()?;
+        let h = operands.contains(&k).then(|| s.widening_of())??;
+        (h.dtype() == half && h.len() == n).then_some(h)
+    };
     let halves: Vec<(Arc<Storage>, usize)>;
     let read: Vec<(&Arc<Storage>, usize)>;
-    let inputs = match kernel.half_operands() {
-        Some((half, operands)) => {
-            halves = inputs
-                .iter()
-                .enumerate()
-                .map(|(k, &(s, n))| match s.widening_of() {
-                    Some(h) if operands.contains(&k) && h.dtype() == half && h.len() == n => (h, n),
-                    _ => (s.clone(), n),
-                })
-                .collect();
-            read = halves.iter().map(|(s, n)| (s, *n)).collect();
-            &read[..]
-        }
-        None => inputs,
+    let inputs = if kernel.half_operands().is_some()
+        && inputs
+            .iter()
+            .enumerate()
+            .any(|(k, &i)| half_of(k, i).is_some())
+    {
+        halves = inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &(s, n))| (half_of(k, (s, n)).unwrap_or_else(|| s.clone()), n))
+            .collect();
+        read = halves.iter().map(|(s, n)| (s, *n)).collect();
+        &read[..]
+    } else {
+        inputs
     };
     let guards = inputs
         .iter()
