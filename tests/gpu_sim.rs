@@ -1376,3 +1376,41 @@ fn the_profile_times_each_kernel_between_marks_of_the_stream() {
         "reset"
     );
 }
+
+/// `emb[:, t]` of a table that takes a gradient, on the device: a step at
+/// a new `t` compiles nothing, its gradient is added into the table's in
+/// one launch (not one per row), and the gradient is the CPU's.
+#[test]
+fn a_time_step_of_a_table_places_its_gradient_in_one_launch() {
+    let _s = serial();
+    let device = gpu();
+    let values = data(64 * 12 * 8, 21);
+    let on = |d| leaf(&values, &[64, 12, 8], DType::F64, d);
+    let (emb, emb_cpu) = (on(device), on(Device::Cpu));
+    let step = |emb: &Tensor, t: usize| {
+        let x = emb.narrow(1, t, 1).unwrap().squeeze(1).unwrap();
+        x.mul(&x).unwrap().sum().unwrap().backward().unwrap();
+    };
+    for t in 0..3 {
+        step(&emb, t);
+        step(&emb_cpu, t);
+    }
+    let before = tenjin::stats();
+    step(&emb, 5);
+    let after = tenjin::stats();
+    step(&emb_cpu, 5);
+    assert_eq!(after.kernels_compiled, before.kernels_compiled);
+    assert_eq!(after.derivations, before.derivations);
+    let launched = after.ptx_launches - before.ptx_launches;
+    assert!(
+        launched < 16,
+        "{launched} launches for a step over 64 rows: placed row by row?"
+    );
+    let (g, want) = (emb.grad().unwrap(), emb_cpu.grad().unwrap());
+    close(
+        &g.to_device(Device::Cpu).unwrap().to_vec_f64().unwrap(),
+        &want.to_vec_f64().unwrap(),
+        1e-12,
+        "the table's gradient",
+    );
+}

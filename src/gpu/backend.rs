@@ -17,7 +17,7 @@ mod gemm;
 use super::counters::{count, COUNTERS};
 use super::driver::{Arg, Driver};
 use super::profile;
-use super::ptx::{self, builtin::Builtin};
+use super::ptx::{self, builtin::Builtin, builtin::MAX_STRIDED_RANK};
 use crate::alloc::Device;
 use crate::dtype::Element;
 use crate::kernel::backend::{
@@ -25,6 +25,7 @@ use crate::kernel::backend::{
 };
 use crate::kernel::contraction::Contraction;
 use crate::kernel::host::{DeviceForm, HostKernel, Lines};
+use crate::kernel::strided::{self, Strided};
 use crate::kernel::{Kernel, Route, Stmt};
 use crate::{DType, Error};
 use gemm::GemmKernel;
@@ -609,6 +610,55 @@ impl<D: Driver> Backend for GpuBackend<D> {
         let n = src.len();
         let args = [output(&dst), input(&src), Arg::Scalar(n as u64)];
         launch_over(&*self.driver, "add_assign", &f, n, &args)
+    }
+
+    /// One launch: each thread finds its element's position from the
+    /// placement's sizes and coefficients (merged first; a placement of
+    /// more dimensions than the kernel takes goes run by run).
+    fn add_strided(
+        &self,
+        dst: OperandMut<'_>,
+        src: Operand<'_>,
+        start: usize,
+        place: &Strided,
+    ) -> Result<(), Error> {
+        let op = "add_strided";
+        self.on_device(op, dst.device())?;
+        self.on_device(op, src.device())?;
+        let merged = place.merged();
+        if src.dtype() != dst.dtype() || src.len() != merged.len() {
+            return Err(self.err(format!(
+                "{op}: {} {:?} elements placed as {:?} into {:?}",
+                src.len(),
+                src.dtype(),
+                place.shape,
+                dst.dtype()
+            )));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        if merged.shape.len() > MAX_STRIDED_RANK {
+            let (at, run) = place.runs(start, dst.len())?;
+            return self.add_runs(dst, src, &at, run);
+        }
+        match merged.reach(start) {
+            Some((lo, hi)) if lo >= 0 && (hi as u64) < dst.len() as u64 => {}
+            _ => return Err(strided::outside(&format!("{:?}", place.shape), dst.len())),
+        }
+        let rank = merged.shape.len() as u8;
+        let f = self.builtin(Builtin::AddStrided { rank }, src.dtype())?;
+        let n = src.len();
+        let mut args = vec![
+            output(&dst),
+            input(&src),
+            Arg::Scalar(n as u64),
+            Arg::Scalar(start as u64),
+        ];
+        for (&size, &coeff) in merged.shape.iter().zip(&merged.coeffs) {
+            args.extend([Arg::Scalar(size as u64), Arg::Scalar(coeff as u64)]);
+        }
+        launch_over(&*self.driver, op, &f, n, &args)
     }
 
     fn cast(&self, src: Operand<'_>, dst: OperandMut<'_>) -> Result<(), Error> {

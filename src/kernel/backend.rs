@@ -27,6 +27,7 @@
 
 use super::host::{HostIn, HostOut};
 use super::route::Route;
+use super::strided::Strided;
 use crate::alloc::{Buffer, Device};
 use crate::dtype::{DType, Element};
 use crate::Error;
@@ -393,6 +394,21 @@ pub trait Backend: Send + Sync {
             self.add_assign(dst.sub(p, run)?, src.range(r * run, run)?)?;
         }
         Ok(())
+    }
+
+    /// `dst[place(v)] += src[v]` for every element `v` of `place` (same
+    /// dtype; `place`'s positions apart, element 0 at `start`): a strided
+    /// window's gradient into its base's. By default its runs of
+    /// consecutive positions through [`Backend::add_runs`].
+    fn add_strided(
+        &self,
+        dst: OperandMut<'_>,
+        src: Operand<'_>,
+        start: usize,
+        place: &Strided,
+    ) -> Result<(), Error> {
+        let (at, run) = place.runs(start, dst.len())?;
+        self.add_runs(dst, src, &at, run)
     }
 
     /// `dst = src as dst's type` element-wise (same length, any element

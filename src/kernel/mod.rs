@@ -63,6 +63,7 @@ mod lower;
 pub mod nest;
 mod print;
 pub mod route;
+pub mod strided;
 
 pub use lower::lower;
 pub use route::{Route, RouteKind};

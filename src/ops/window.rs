@@ -28,18 +28,17 @@
 //! view dimension.
 //! - When the base takes no gradient (an input batch read one time step
 //!   at a time), the op reads the view through the span in place.
-//! - When it takes one, on the CPU, and the view's elements lie apart and
-//!   nest ([`placeable`]), the view is copied out of the span (a kernel
-//!   planned once for every position) and the copy is the window's
-//!   recorded node, whose placement is strided (`trace::Strided`): the
-//!   backward adds the gradient, the view's size, at the view's elements
-//!   of the base's, run by run (`Storage::add_runs`). Read in place
-//!   instead, the op's gradient would be the whole span, each element
-//!   solved through bounds that divide by the row length (measured: 2.5×
-//!   the step of a plan per position).
-//! - Otherwise (on a GPU, where placing run by run would be a launch per
-//!   run; views whose elements overlap) the view keeps its offsets in the
-//!   plan.
+//! - When it takes one, and the view's elements lie apart and nest
+//!   ([`placeable`]), the view is copied out of the span (a kernel planned
+//!   once for every position) and the copy is the window's recorded node,
+//!   whose placement is strided (`trace::Strided`): the backward adds the
+//!   gradient, the view's size, at the view's elements of the base's
+//!   (`Storage::add_strided`: run by run on the CPU, one launch on a GPU).
+//!   Read in place instead, the op's gradient would be the whole span,
+//!   each element solved through bounds that divide by the row length
+//!   (measured: 2.5× the step of a plan per position).
+//! - Otherwise (views whose elements overlap, such as an `unfold`) the
+//!   view keeps its offsets in the plan.
 //!
 //! Graphs of gradients and forward mode go through [`place_gradient`]
 //! (pads, and for a strided window reshapes, narrows and flips) and
@@ -214,7 +213,7 @@ fn rebase(t: &Tensor) -> Result<Option<Tensor>, Error> {
     }
     match span_of(t.shape(), base.shape(), map) {
         Some(s) if !takes_gradient(base) => view(s).map(Some),
-        Some(s) if base.device() == Device::Cpu && placeable(t.shape(), &s.map.coeffs[0]) => {
+        Some(s) if placeable(t.shape(), &s.map.coeffs[0]) => {
             strided_window(base, &s, t.shape()).map(Some)
         }
         _ => Ok(None),

@@ -31,6 +31,7 @@ pub use explain::{Explanation, StageLine};
 pub(crate) use memory_plan::plan_backward;
 pub use memory_plan::{MemoryPlan, Phase, PlanStep};
 
+pub(crate) use crate::kernel::strided::Strided;
 use crate::runtime::op_plan::{NodeGrad, OpPlan};
 use crate::runtime::SavePolicy;
 use crate::runtime::Storage;
@@ -380,68 +381,13 @@ pub(crate) struct Placement {
     pub(crate) strided: Option<Arc<Strided>>,
 }
 
-/// The positions of a strided window's elements (see [`Placement`]): no
-/// two elements at one position.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Strided {
-    pub(crate) shape: Vec<usize>,
-    pub(crate) coeffs: Vec<i64>,
-}
-
 impl Placement {
     /// `sum[positions] += g`, in place.
     pub(crate) fn add(&self, sum: &Storage, g: &Storage) -> Result<(), Error> {
         match &self.strided {
             None => sum.add_at(self.start, g),
-            Some(s) => {
-                let (at, run) = s.runs(self.start, self.of)?;
-                sum.add_runs(&at, run, g)
-            }
+            Some(s) => sum.add_strided(self.start, s, g),
         }
-    }
-}
-
-impl Strided {
-    /// The window's elements as runs of consecutive positions (the
-    /// innermost dimensions that continue each other): each run's first
-    /// position, element 0 at `start`, and their length; every position
-    /// checked to lie below `of`.
-    fn runs(&self, start: usize, of: usize) -> Result<(Vec<usize>, usize), Error> {
-        let (shape, coeffs) = (&self.shape, &self.coeffs);
-        let (mut inner, mut run) = (shape.len(), 1usize);
-        while inner > 0 && (shape[inner - 1] == 1 || coeffs[inner - 1] == run as i64) {
-            inner -= 1;
-            run *= shape[inner];
-        }
-        let outer = &shape[..inner];
-        let count: usize = outer.iter().product();
-        let mut at = Vec::with_capacity(count);
-        let mut v = vec![0usize; outer.len()];
-        for _ in 0..count {
-            let p = v
-                .iter()
-                .zip(coeffs)
-                .try_fold(start as i64, |p, (&i, &c)| {
-                    p.checked_add(c.checked_mul(i as i64)?)
-                })
-                .and_then(|p| usize::try_from(p).ok())
-                .filter(|&p| p + run <= of)
-                .ok_or_else(|| {
-                    autograd_error(
-                        "window",
-                        format!("internal: point {v:?} of {shape:?} placed outside {of} elements"),
-                    )
-                })?;
-            at.push(p);
-            for d in (0..v.len()).rev() {
-                v[d] += 1;
-                if v[d] < outer[d] {
-                    break;
-                }
-                v[d] = 0;
-            }
-        }
-        Ok((at, run))
     }
 }
 

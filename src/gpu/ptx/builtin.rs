@@ -28,6 +28,12 @@ pub enum Builtin {
     /// `dst[i] += src[i]` for `i < n` (halves: in f32, rounded once);
     /// parameters `(dst, src, n)`.
     AddAssign,
+    /// `dst[start + Σ_j coeff_j·v_j] += src[p]` for `p < n`, `v` the
+    /// point `p` of the sizes row-major (halves: in f32, rounded once;
+    /// positions apart, so no atomics); parameters `(dst, src, n, start,
+    /// size_0, coeff_0, …)`, `rank` pairs of them (at most
+    /// [`MAX_STRIDED_RANK`]).
+    AddStrided { rank: u8 },
     /// `out[i] = src[i] as out's type` for `i < n`, from `from`;
     /// parameters `(out, src, n)`.
     Cast { from: DType },
@@ -223,6 +229,43 @@ fn cast(from: DType, to: DType) -> String {
 /// them: `%f` (f32) and `%x` (`narrow`'s and `widen`'s temporaries).
 const HALF_REGISTERS: &str = "\n\t.reg .f32 %f<3>;\n\t.reg .b32 %x<3>;";
 
+/// The parameters of a copying kernel: `(out, src, n)`.
+const CAST_PARAMS: &str = "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 n";
+
+/// The parameters and setup of the adding kernels: `%rd0` dst, `%rd2`
+/// src, `%rd1` n.
+const ADD_PARAMS: &str = "\t.param .u64 dst,\n\t.param .u64 src,\n\t.param .u64 n";
+const ADD_SETUP: &str = "\tld.param.u64 %rd0, [dst];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n";
+
+/// The most dimensions [`Builtin::AddStrided`] takes.
+pub const MAX_STRIDED_RANK: usize = 6;
+
+/// The registers an adding kernel of `dtype` elements uses.
+fn add_registers(dtype: DType) -> String {
+    let (decl, _, _) = parts(dtype);
+    let extra = if dtype.is_half() { HALF_REGISTERS } else { "" };
+    format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;{extra}")
+}
+
+/// The instructions adding the element at `%rd8` into the one at `%rd7`
+/// (halves in f32, rounded once, as on the CPU).
+fn add_at(dtype: DType) -> String {
+    let (_, ty, _) = parts(dtype);
+    let add = if dtype.is_half() {
+        format!(
+            "{}\n\t{}\n\tadd.rn.f32 %f2, %f0, %f1;\n\t{}",
+            widen(dtype, "%a0", "%f0"),
+            widen(dtype, "%a1", "%f1"),
+            narrow(dtype, "%f2", "%b0")
+        )
+    } else if dtype.is_float() {
+        format!("add.rn.{ty} %b0, %a0, %a1;")
+    } else {
+        format!("add.{ty} %b0, %a0, %a1;")
+    };
+    format!("\tld.global.{ty} %a0, [%rd7];\n\tld.global.{ty} %a1, [%rd8];\n\t{add}\n\tst.global.{ty} [%rd7], %b0;\n")
+}
+
 /// The module of `builtin` writing `dtype` elements for `arch`, entry
 /// `super::ENTRY` (also written to `$TENJIN_PTX_DUMP`).
 pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
@@ -230,7 +273,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
     // %a: the value read (or written) in the input's type, %b: the output's.
     let (params, decls, setup, body) = match builtin {
         Builtin::Fill => (
-            "\t.param .u64 out,\n\t.param .u64 n,\n\t.param .u64 value",
+            "\t.param .u64 out,\n\t.param .u64 n,\n\t.param .u64 value".to_string(),
             format!(".reg {decl} %b<1>;"),
             format!(
                 "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd1, [n];\n\tld.param.u64 %rd2, [value];\n{}",
@@ -242,29 +285,44 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
             ),
             format!("\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tst.global.{ty} [%rd7], %b0;\n"),
         ),
-        Builtin::AddAssign => {
-            // Halves are added in f32 and rounded once, as on the CPU.
-            let add = if dtype.is_half() {
-                format!(
-                    "{}\n\t{}\n\tadd.rn.f32 %f2, %f0, %f1;\n\t{}",
-                    widen(dtype, "%a0", "%f0"),
-                    widen(dtype, "%a1", "%f1"),
-                    narrow(dtype, "%f2", "%b0")
-                )
-            } else if dtype.is_float() {
-                format!("add.rn.{ty} %b0, %a0, %a1;")
-            } else {
-                format!("add.{ty} %b0, %a0, %a1;")
-            };
-            let extra = if dtype.is_half() { HALF_REGISTERS } else { "" };
-            (
-                "\t.param .u64 dst,\n\t.param .u64 src,\n\t.param .u64 n",
-                format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;{extra}"),
-                "\tld.param.u64 %rd0, [dst];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
-                format!(
-                    "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n\tld.global.{ty} %a0, [%rd7];\n\tld.global.{ty} %a1, [%rd8];\n\t{add}\n\tst.global.{ty} [%rd7], %b0;\n"
-                ),
-            )
+        Builtin::AddAssign => (
+            ADD_PARAMS.to_string(),
+            add_registers(dtype),
+            ADD_SETUP.to_string(),
+            format!(
+                "\tmad.lo.s64 %rd7, %rd5, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n{}",
+                add_at(dtype)
+            ),
+        ),
+        Builtin::AddStrided { rank } => {
+            let rank = usize::from(rank);
+            let (mut params, mut setup) = (ADD_PARAMS.to_string(), ADD_SETUP.to_string());
+            params += ",\n\t.param .u64 start";
+            setup += "\tld.param.u64 %rd9, [start];\n";
+            // Size j in %rd(20 + 2j), its coefficient in %rd(21 + 2j).
+            for j in 0..rank {
+                params += &format!(",\n\t.param .u64 size{j},\n\t.param .u64 coeff{j}");
+                setup += &format!(
+                    "\tld.param.u64 %rd{}, [size{j}];\n\tld.param.u64 %rd{}, [coeff{j}];\n",
+                    20 + 2 * j,
+                    21 + 2 * j
+                );
+            }
+            // q (%rd10) = p, then divided by each size from the innermost;
+            // the position (%rd11) gathers coefficient × coordinate.
+            let mut body = "\tmov.u64 %rd10, %rd5;\n\tmov.u64 %rd11, %rd9;\n".to_string();
+            for j in (1..rank).rev() {
+                let (n, c) = (20 + 2 * j, 21 + 2 * j);
+                body += &format!("\trem.u64 %rd12, %rd10, %rd{n};\n\tdiv.u64 %rd10, %rd10, %rd{n};\n\tmad.lo.s64 %rd11, %rd12, %rd{c}, %rd11;\n");
+            }
+            if rank > 0 {
+                body += "\tmad.lo.s64 %rd11, %rd10, %rd21, %rd11;\n";
+            }
+            body += &format!(
+                "\tmad.lo.s64 %rd7, %rd11, {size}, %rd0;\n\tmad.lo.s64 %rd8, %rd5, {size}, %rd2;\n{}",
+                add_at(dtype)
+            );
+            (params, add_registers(dtype), setup, body)
         }
         Builtin::Cast { from } => {
             let (from_decl, from_ty, from_size) = parts(from);
@@ -274,7 +332,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
                 ""
             };
             (
-                "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 n",
+                CAST_PARAMS.to_string(),
                 format!(".reg {from_decl} %a<1>;\n\t.reg {decl} %b<1>;{extra}"),
                 "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
                 format!(
@@ -284,7 +342,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
             )
         }
         Builtin::RoundToHalf { half } => (
-            "\t.param .u64 out,\n\t.param .u64 src,\n\t.param .u64 n",
+            CAST_PARAMS.to_string(),
             format!(".reg {decl} %a<1>;\n\t.reg {decl} %b<1>;\n\t.reg .b16 %h<1>;{HALF_REGISTERS}"),
             "\tld.param.u64 %rd0, [out];\n\tcvta.to.global.u64 %rd0, %rd0;\n\tld.param.u64 %rd2, [src];\n\tcvta.to.global.u64 %rd2, %rd2;\n\tld.param.u64 %rd1, [n];\n".to_string(),
             format!(
@@ -294,7 +352,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
             ),
         ),
         Builtin::Gather { ids, along } => (
-            INDEXING_PARAMS,
+            INDEXING_PARAMS.to_string(),
             format!(".reg {decl} %b<1>;"),
             INDEXING_SETUP.to_string(),
             // i = p % inner, q = p / inner, t = q % count, o = q / count.
@@ -306,7 +364,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
         Builtin::ScatterAdd { ids, along } => {
             let zero = if size == 4 { "0f00000000" } else { "0d0000000000000000" };
             (
-                INDEXING_PARAMS,
+                INDEXING_PARAMS.to_string(),
                 format!(".reg {decl} %a<2>;\n\t.reg {decl} %b<1>;"),
                 INDEXING_SETUP.to_string(),
                 // lines (%rd25) = n / ranges, l (%rd26) = p % lines, r
@@ -330,6 +388,7 @@ pub fn module(builtin: Builtin, dtype: DType, arch: Arch) -> String {
     let tag = match builtin {
         Builtin::Fill => 0xF111_0000_0000_0000u64,
         Builtin::AddAssign => 0xADD0_0000_0000_0000u64,
+        Builtin::AddStrided { rank } => 0xADD5_0000_0000_0000u64 | u64::from(rank),
         Builtin::Cast { from } => {
             0xCA57_0000_0000_0000u64
                 | from.size() as u64

@@ -794,3 +794,62 @@ fn two_byte_stores_are_checked_per_element() {
     .unwrap_err();
     assert!(e.contains("misaligned 2-byte access"), "{e}");
 }
+
+/// The strided add, in every element type: each placement (merged, as
+/// the backend launches it) adds exactly what the CPU's run-by-run add
+/// does, flipped and interleaved dimensions included.
+#[test]
+fn the_strided_add_places_like_the_cpu() {
+    use crate::dtype::with_element;
+    use crate::gpu::ptx::builtin::{module, Builtin};
+    use crate::kernel::backend::{Backend, Operand, OperandMut};
+    use crate::kernel::strided::Strided;
+    let places = [
+        // `x[:, 2]` of `[3, 5, 4]`; a chunk of the last dimension of
+        // `[2, 3, 8]`; a flipped, strided slice; one element.
+        (8usize, vec![3usize, 4], vec![20i64, 1]),
+        (4, vec![2, 3, 4], vec![24, 8, 1]),
+        (45, vec![3, 2, 2], vec![-20, 5, -2]),
+        (7, vec![1], vec![1]),
+    ];
+    for dtype in [DType::F32, DType::F64, DType::I64, DType::BF16, DType::F16] {
+        for (start, shape, coeffs) in &places {
+            let place = Strided {
+                shape: shape.clone(),
+                coeffs: coeffs.clone(),
+            };
+            let merged = place.merged();
+            let (len, n) = (60usize, place.len());
+            with_element!(dtype, T => {
+                let value = |i: usize| <T as crate::dtype::Element>::from_f64((i % 13) as f64 * 0.75 - 2.0);
+                let base: Vec<T> = (0..len).map(|i| value(i + 5)).collect();
+                let src: Vec<T> = (0..n).map(value).collect();
+                let mut want = base.clone();
+                crate::cpu::CPU
+                    .add_strided(OperandMut::host(&mut want), Operand::host(&src), *start, &place)
+                    .unwrap();
+                assert_ne!(want, base);
+                let (d, memory) = device();
+                let bytes = |v: &[T]| element_bytes(v);
+                let (o, s) = (buffer(memory, len * dtype.size()), buffer(memory, n * dtype.size()));
+                d.copy_to_device(o, &bytes(&base)).unwrap();
+                d.copy_to_device(s, &bytes(&src)).unwrap();
+                let rank = merged.shape.len() as u8;
+                let f = d.load(&module(Builtin::AddStrided { rank }, dtype, crate::gpu::ptx::Arch::Sm80)).unwrap();
+                let mut args = vec![
+                    buf(o, len * dtype.size(), true),
+                    buf(s, n * dtype.size(), false),
+                    Arg::Scalar(n as u64),
+                    Arg::Scalar(*start as u64),
+                ];
+                for (&size, &c) in merged.shape.iter().zip(&merged.coeffs) {
+                    args.extend([Arg::Scalar(size as u64), Arg::Scalar(c as u64)]);
+                }
+                d.launch(&f, 2, 8, &args).unwrap();
+                let mut back = vec![0u8; len * dtype.size()];
+                d.copy_to_host(&mut back, o).unwrap();
+                assert_eq!(back, bytes(&want), "{dtype:?} {place:?} from {start}");
+            });
+        }
+    }
+}

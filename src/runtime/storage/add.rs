@@ -1,10 +1,11 @@
 //! Gradient accumulation into a [`Storage`]: the whole (`add_assign`), a
-//! range (`add_at`: a window's gradient into its base's) or runs at given
-//! positions (`add_runs`: a strided window's), each through the device's
-//! backend. Must not know where the positions come from (the trace's
+//! range (`add_at`: a window's gradient into its base's) or a strided
+//! placement's positions (`add_strided`: a strided window's), each through
+//! the device's backend. Must not know where the positions come from (the trace's
 //! placements compute them).
 
 use super::Storage;
+use crate::kernel::strided::Strided;
 use crate::Error;
 
 impl Storage {
@@ -26,18 +27,22 @@ impl Storage {
         self.add_over("add_at", start, other)
     }
 
-    /// `self[at[r]..at[r] + run] += other[r·run..(r + 1)·run]` for every
-    /// run `r` (same dtype and device; the runs do not overlap): a strided
-    /// window's gradient into its base's, in one backend call.
-    pub(crate) fn add_runs(&self, at: &[usize], run: usize, other: &Storage) -> Result<(), Error> {
-        let op = "add_runs";
-        if std::ptr::eq(self, other) || at.len().checked_mul(run) != Some(other.len) {
+    /// `self[place(v)] += other[v]` for every element `v` of `place`
+    /// (same dtype and device; the positions apart, element 0 at `start`):
+    /// a strided window's gradient into its base's, in one backend call.
+    pub(crate) fn add_strided(
+        &self,
+        start: usize,
+        place: &Strided,
+        other: &Storage,
+    ) -> Result<(), Error> {
+        let op = "add_strided";
+        if std::ptr::eq(self, other) || place.len() != other.len {
             return Err(Error::Invalid {
                 function: op.into(),
                 message: format!(
-                    "internal: {} runs of {run} from {} elements",
-                    at.len(),
-                    other.len
+                    "internal: {:?} placed from {} elements",
+                    place.shape, other.len
                 ),
             });
         }
@@ -45,7 +50,7 @@ impl Storage {
         let b = other.read()?;
         let mut a = self.write()?;
         let src = other.operand(&b, other.len)?;
-        backend.add_runs(self.operand_mut(&mut a)?, src, at, run)
+        backend.add_strided(self.operand_mut(&mut a)?, src, start, place)
     }
 
     fn add_over(&self, op: &str, start: usize, other: &Storage) -> Result<(), Error> {
