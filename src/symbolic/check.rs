@@ -14,6 +14,7 @@ use super::context::{domain_rows, edges, Contexts, CtxId};
 use super::expr::{Node, NodeId};
 use super::fourier_motzkin::has_integer_point;
 use super::index_fn::IndexFn;
+use super::sizes::Extents;
 use crate::Error;
 use std::collections::HashSet;
 
@@ -33,6 +34,12 @@ impl IndexFn {
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn check_bounds(&self) -> Result<(), Error> {
+        self.check_bounds_in(&Extents::of(self))
+    }
+
+    /// As [`IndexFn::check_bounds`], with the sizes `extents`: for every
+    /// value of its size symbols too (each at least `MIN_SIZE`).
+    pub(crate) fn check_bounds_in(&self, extents: &Extents) -> Result<(), Error> {
         let overflow = |_: Overflow| Error::Overflow {
             op: format!("bounds check of {}", self.name),
         };
@@ -45,7 +52,7 @@ impl IndexFn {
                 continue;
             }
             if let Node::Access { arg, index } = graph.node(n).clone() {
-                self.check_access(&graph, &contexts, n, ctx, arg, &index)
+                self.check_access(&graph, &contexts, extents, (n, ctx), arg, &index)
                     .map_err(|e| match e {
                         AccessError::Overflow => overflow(Overflow),
                         AccessError::Outside(e) => e,
@@ -66,15 +73,17 @@ impl IndexFn {
         &self,
         graph: &super::expr::Graph,
         contexts: &Contexts,
-        n: NodeId,
-        ctx: CtxId,
+        extents: &Extents,
+        (n, ctx): (NodeId, CtxId),
         arg: usize,
         index: &[Affine],
     ) -> Result<(), AccessError> {
-        let (rows, bound) =
-            domain_rows(graph, &self.out_vars, &self.out_shape, contexts.facts(ctx))?;
+        let (mut rows, bound) =
+            domain_rows(graph, &self.out_vars, &extents.out, contexts.facts(ctx))?;
+        rows.extend(extents.symbol_rows());
         let mut vars = self.out_vars.clone();
         vars.extend(bound.iter().copied());
+        vars.extend(extents.symbols.iter().copied());
         let no_params = |_| 0;
         if !has_integer_point(&rows, &vars, &no_params)? {
             return Ok(()); // the access is never reached
@@ -90,9 +99,9 @@ impl IndexFn {
                     ))));
                 }
             }
-            let size = shape[d] as i64;
+            let size = &extents.args[arg][d];
             let below = form.scale(-1)?.add_const(-1)?; // form ≤ −1
-            let above = form.add_const(-size)?; // form ≥ size
+            let above = form.sub(size)?; // form ≥ size
             for (violation, side) in [(below, "below 0"), (above, "at or above the size")] {
                 let mut probe = rows.clone();
                 probe.push(violation);
@@ -102,7 +111,14 @@ impl IndexFn {
                         access: super::print::node_to_string(self, n),
                         dimension: d,
                         size: shape[d],
-                        message: format!("the index can fall {side} for some point of the domain"),
+                        message: if extents.symbols.is_empty() {
+                            format!("the index can fall {side} for some point of the domain")
+                        } else {
+                            format!(
+                                "the index can fall {side} ({}) for some point of the domain and some value of the sizes",
+                                super::print::affine_to_string(self, size)
+                            )
+                        },
                     }));
                 }
             }

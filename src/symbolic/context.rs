@@ -229,13 +229,13 @@ pub(crate) fn condition_rows(form: &RatAffine, op: CmpOp) -> Result<Vec<Affine>,
 pub(crate) fn domain_rows(
     g: &Graph,
     out_vars: &[VarId],
-    out_shape: &[usize],
+    out_extents: &[Affine],
     facts: &[Fact],
 ) -> Result<(Vec<Affine>, Vec<VarId>), Overflow> {
     let mut rows = Vec::new();
-    for (&v, &n) in out_vars.iter().zip(out_shape) {
+    for (&v, n) in out_vars.iter().zip(out_extents) {
         rows.push(Affine::var(v));
-        rows.push(Affine::constant(n as i64 - 1).sub(&Affine::var(v))?);
+        rows.push(n.add_const(-1)?.sub(&Affine::var(v))?);
     }
     let mut bound = Vec::new();
     for fact in facts {

@@ -20,6 +20,7 @@ use super::intlinalg::IntMatrix;
 use super::lattice::solve_lattice;
 use super::output_reuse::reuse_output_in_products;
 use super::rules::partials;
+use super::sizes::Extents;
 use super::subst::{replace, substitute};
 use crate::Error;
 use std::collections::{BTreeMap, HashMap};
@@ -69,6 +70,20 @@ impl IndexFn {
     }
 
     fn derive_with(&self, arg: &str, reuse_output: bool) -> Result<IndexFn, Error> {
+        self.derive_in(arg, reuse_output, &Extents::of(self))
+            .map(|(f, _)| f)
+    }
+
+    /// The derivative with respect to `arg` for the sizes `extents` (for
+    /// every value of their symbols), with its own sizes: the arguments',
+    /// then the incoming gradient's and the saved output's (this
+    /// function's output's); its output's, `arg`'s.
+    pub(crate) fn derive_in(
+        &self,
+        arg: &str,
+        reuse_output: bool,
+        extents: &Extents,
+    ) -> Result<(IndexFn, Extents), Error> {
         let p = self.arg_index(arg).ok_or_else(|| {
             self.invalid(format!(
                 "cannot derive with respect to `{arg}`: not an argument"
@@ -77,7 +92,7 @@ impl IndexFn {
         let overflow = |_: Overflow| Error::Overflow {
             op: format!("derive {} with respect to {arg}", self.name),
         };
-        Derivation::new(self, p, reuse_output)?
+        Derivation::new(self, p, reuse_output, extents)?
             .run()
             .map_err(|e| match e {
                 DeriveError::Overflow => overflow(Overflow),
@@ -104,6 +119,8 @@ impl From<Overflow> for DeriveError {
 
 struct Derivation<'a> {
     f: &'a IndexFn,
+    /// `f`'s sizes.
+    extents: &'a Extents,
     target: usize,
     g: Graph,
     var_names: Vec<String>,
@@ -116,7 +133,12 @@ struct Derivation<'a> {
 }
 
 impl<'a> Derivation<'a> {
-    fn new(f: &'a IndexFn, target: usize, reuse_output: bool) -> Result<Self, Error> {
+    fn new(
+        f: &'a IndexFn,
+        target: usize,
+        reuse_output: bool,
+        extents: &'a Extents,
+    ) -> Result<Self, Error> {
         let prefix = format!("d{}", f.args[target].name);
         let grad_name = format!("d{}", f.name);
         let mut new_args = vec![(grad_name, "the incoming gradient")];
@@ -144,6 +166,7 @@ impl<'a> Derivation<'a> {
             .collect();
         Ok(Derivation {
             f,
+            extents,
             target,
             g,
             var_names,
@@ -180,7 +203,7 @@ impl<'a> Derivation<'a> {
         VarId(self.var_names.len() as u32 - 1)
     }
 
-    fn run(mut self) -> Result<IndexFn, DeriveError> {
+    fn run(mut self) -> Result<(IndexFn, Extents), DeriveError> {
         let f = self.f;
         let df_arg = f.args.len();
         let seed_index = f.out_vars.iter().map(|v| Affine::var(*v)).collect();
@@ -208,7 +231,13 @@ impl<'a> Derivation<'a> {
             });
         }
         let (graph, root) = self.g.extract(total);
-        Ok(IndexFn {
+        let mut extents = self.extents.clone();
+        extents.args.push(extents.out.clone());
+        if self.saved_output.is_some() {
+            extents.args.push(extents.out.clone());
+        }
+        extents.out = extents.args[self.target].clone();
+        let df = IndexFn {
             name: self.prefix.clone(),
             out_vars: self.beta.clone(),
             out_shape: f.args[self.target].shape.clone(),
@@ -216,7 +245,8 @@ impl<'a> Derivation<'a> {
             var_names: self.var_names,
             graph,
             root,
-        })
+        };
+        Ok((df, extents))
     }
 
     /// Reverse accumulation over (node, context) pairs, parents before
@@ -283,7 +313,7 @@ impl<'a> Derivation<'a> {
             unreachable!("occurrences are accesses")
         };
         let facts = self.contexts.facts(ctx).to_vec();
-        let (rows, bound) = domain_rows(&self.g, &f.out_vars, &f.out_shape, &facts)?;
+        let (rows, bound) = domain_rows(&self.g, &f.out_vars, &self.extents.out, &facts)?;
         let mut alpha: Vec<VarId> = f.out_vars.clone();
         alpha.extend(bound);
         // A·α̂ + b = β  ⇔  A·α̂ = β − b.
@@ -359,7 +389,9 @@ impl<'a> Derivation<'a> {
         let mut loop_rows = lattice_rows;
         for row in &rows {
             let row = row.substitute(&|v| map.get(&v).cloned())?;
-            let is_param_only = row.vars().all(|v| self.beta.contains(&v));
+            let is_param_only = row
+                .vars()
+                .all(|v| self.beta.contains(&v) || self.extents.is_symbol(v));
             if is_param_only {
                 if !self.implied_by_box(&row) {
                     guards.push(Cond::Index(RatAffine::new(row, 1)?, CmpOp::Ge));
@@ -409,16 +441,23 @@ impl<'a> Derivation<'a> {
         Ok(body)
     }
 
-    /// Range of β_d is 0..=size−1: the minimum of `form` over that box.
+    /// Range of β_d is 0..=size−1: the minimum of `form` over that box
+    /// and every value of the size symbols (`None` where it has none, or
+    /// `form` reads another variable).
     fn box_min(&self, form: &Affine) -> Option<i64> {
-        let shape = &self.f.args[self.target].shape;
-        let mut acc = form.constant;
+        let sizes = &self.extents.args[self.target];
+        let mut acc = Affine::constant(form.constant);
         for &(v, c) in &form.terms {
-            let d = self.beta.iter().position(|b| *b == v)?;
-            let hi = shape[d] as i64 - 1;
-            acc = acc.checked_add(if c < 0 { c.checked_mul(hi)? } else { 0 })?;
+            let term = match self.beta.iter().position(|b| *b == v) {
+                // At β_d = size − 1 when c < 0, else at 0.
+                Some(d) if c < 0 => sizes[d].add_const(-1).ok()?.scale(c).ok()?,
+                Some(_) => continue,
+                None if self.extents.is_symbol(v) => Affine::var(v).scale(c).ok()?,
+                None => return None,
+            };
+            acc = acc.add(&term).ok()?;
         }
-        Some(acc)
+        self.extents.least(&acc)
     }
 
     fn implied_by_box(&self, row: &Affine) -> bool {

@@ -39,6 +39,7 @@ pub(crate) mod print;
 pub mod random;
 mod rules;
 pub(crate) mod shape_hash;
+pub mod sizes;
 pub(crate) mod subst;
 mod tangent;
 

@@ -72,6 +72,9 @@ struct Parser<'a> {
     graph: Graph,
     var_names: Vec<String>,
     scope: Vec<(String, VarId)>,
+    /// Size symbols (`crate::symbolic::sizes`): names every index
+    /// expression may use, after the indices in scope.
+    symbols: Vec<(String, VarId)>,
 }
 
 /// Parses an index function. The result has an empty `out_shape` (the
@@ -79,6 +82,18 @@ struct Parser<'a> {
 /// variable, output indices are `VarId(0..n)` and every binder occurrence
 /// gets a fresh variable.
 pub(crate) fn parse_fn(src: &str, args: Vec<ArgDecl>) -> Result<IndexFn, Error> {
+    parse_fn_with_symbols(src, args, &[]).map(|(f, _)| f)
+}
+
+/// As [`parse_fn`], with size symbols: names index expressions and sum
+/// bounds may use besides the indices in scope. Each gets a variable after
+/// the output indices (`VarId(n..n + k)`, in the order given), returned
+/// with the function, whether the text uses it or not.
+pub(crate) fn parse_fn_with_symbols(
+    src: &str,
+    args: Vec<ArgDecl>,
+    symbols: &[String],
+) -> Result<(IndexFn, Vec<VarId>), Error> {
     let mut p = Parser {
         cur: Cursor {
             src,
@@ -92,6 +107,7 @@ pub(crate) fn parse_fn(src: &str, args: Vec<ArgDecl>) -> Result<IndexFn, Error> 
         graph: Graph::new(),
         var_names: Vec::new(),
         scope: Vec::new(),
+        symbols: Vec::new(),
     };
     if p.peek().kind != TokKind::Ident {
         return Err(p.syntax("a function name"));
@@ -126,13 +142,21 @@ pub(crate) fn parse_fn(src: &str, args: Vec<ArgDecl>) -> Result<IndexFn, Error> 
         }
     }
     p.expect("]", "`]`")?;
+    for name in symbols {
+        if p.scope.iter().any(|(n, _)| n == name) {
+            return Err(p.invalid(format!("`{name}` names both an output index and a size")));
+        }
+        let v = p.new_var(name.clone());
+        p.symbols.push((name.clone(), v));
+    }
     p.expect("=", "`=`")?;
     let body = p.expr()?;
     if p.peek().kind != TokKind::Eof {
         return Err(p.syntax("an operator or end of input"));
     }
     let (graph, root) = compact(&p.graph, body.node);
-    Ok(IndexFn {
+    let symbol_vars = p.symbols.iter().map(|(_, v)| *v).collect();
+    let f = IndexFn {
         name: p.fname,
         out_vars,
         out_shape: Vec::new(),
@@ -140,7 +164,8 @@ pub(crate) fn parse_fn(src: &str, args: Vec<ArgDecl>) -> Result<IndexFn, Error> 
         graph,
         root,
         args,
-    })
+    };
+    Ok((f, symbol_vars))
 }
 
 /// Copies the nodes reachable from `root` into a fresh graph (same
@@ -231,6 +256,9 @@ impl Parser<'_> {
     /// The innermost index of that name in scope.
     fn lookup_index(&self, name: &str) -> Result<VarId, Error> {
         if let Some((_, v)) = self.scope.iter().rev().find(|(n, _)| n == name) {
+            return Ok(*v);
+        }
+        if let Some((_, v)) = self.symbols.iter().find(|(n, _)| n == name) {
             return Ok(*v);
         }
         Err(self.invalid(if self.args.iter().any(|a| a.name == name) {

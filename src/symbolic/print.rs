@@ -43,6 +43,12 @@ pub(crate) fn node_to_string(f: &IndexFn, n: NodeId) -> String {
     p.out
 }
 
+/// An affine form of `f`'s variables (output indices, size symbols) as
+/// the printer writes it (`-2 + T`).
+pub(crate) fn affine_to_string(f: &IndexFn, a: &Affine) -> String {
+    Printer::new(f).affine(a)
+}
+
 impl fmt::Display for IndexFn {
     /// `name[i; j] = body`, in the paper's notation.
     fn fmt(&self, fmt: &mut fmt::Formatter<'_>) -> fmt::Result {
