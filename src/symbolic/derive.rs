@@ -323,10 +323,20 @@ impl<'a> Derivation<'a> {
                 a.set(r, c, form.coeff(*v));
             }
         }
+        // b: the constant and the size symbols' terms (`x[−1 + N − i]`).
         let rhs: Vec<Affine> = index
             .iter()
             .zip(&self.beta)
-            .map(|(form, b)| Affine::var(*b).add_const(-form.constant))
+            .map(|(form, b)| {
+                let offset = Affine::from_terms(
+                    form.terms
+                        .iter()
+                        .filter(|(v, _)| !alpha.contains(v))
+                        .copied(),
+                    form.constant,
+                )?;
+                Affine::var(*b).sub(&offset)
+            })
             .collect::<Result<_, _>>()?;
         let sol = solve_lattice(&a)?;
         let combine = |row: &[i64]| -> Result<Affine, Overflow> {

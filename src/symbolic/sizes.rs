@@ -125,7 +125,7 @@ impl SymbolicFn {
         sizes: &[(&str, &str)],
     ) -> Result<SymbolicFn, Error> {
         let mut names: Vec<String> = Vec::new();
-        let mut texts: Vec<Vec<Vec<(Option<String>, i64)>>> = Vec::new();
+        let mut texts: Vec<Vec<Terms>> = Vec::new();
         for (arg, dims) in args {
             let dims = dims
                 .iter()
@@ -142,35 +142,33 @@ impl SymbolicFn {
             &given.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
             &mut names,
         );
-        // Every symbol at its least value: shapes for the parser only.
-        let placeholder = |terms: &[(Option<String>, i64)]| -> usize {
-            let n: i64 = terms
-                .iter()
-                .map(|(s, c)| c * if s.is_some() { MIN_SIZE } else { 1 })
-                .sum();
-            n.max(0) as usize
-        };
         let decls = args
             .iter()
             .zip(&texts)
             .map(|((name, _), dims)| ArgDecl {
                 name: name.to_string(),
-                shape: dims.iter().map(|t| placeholder(t)).collect(),
+                shape: dims
+                    .iter()
+                    .map(|t| least_size(t.iter().map(|(s, c)| (s.is_some(), *c))))
+                    .collect(),
             })
             .collect();
         let (mut f, symbols) = parse_fn_with_symbols(src, decls, &names)?;
-        let form = |terms: &[(Option<String>, i64)]| -> Result<Affine, Error> {
-            let terms = terms.iter().map(|(s, c)| match s {
-                Some(s) => (symbols[names.iter().position(|n| n == s).unwrap_or(0)], *c),
-                None => (VarId(u32::MAX), *c),
-            });
-            let (vars, constant): (Vec<_>, Vec<_>) = terms.partition(|(v, _)| v.0 != u32::MAX);
-            Affine::from_terms(vars.into_iter(), constant.iter().map(|(_, c)| c).sum())
-                .map_err(|_| f_overflow(src))
+        let form = |terms: &Terms| -> Result<Affine, Error> {
+            let symbol = |s: &String| symbols[names.iter().position(|n| n == s).unwrap_or(0)];
+            let vars = terms
+                .iter()
+                .filter_map(|(s, c)| Some((symbol(s.as_ref()?), *c)));
+            let constant = terms
+                .iter()
+                .filter(|(s, _)| s.is_none())
+                .map(|(_, c)| c)
+                .sum();
+            Affine::from_terms(vars, constant).map_err(|_| f_overflow(src))
         };
         let arg_extents = texts
             .iter()
-            .map(|dims| dims.iter().map(|t| form(t)).collect())
+            .map(|dims| dims.iter().map(&form).collect())
             .collect::<Result<Vec<Vec<Affine>>, Error>>()?;
         let given = given
             .iter()
@@ -200,7 +198,18 @@ impl SymbolicFn {
                 )));
             }
         }
-        f.out_shape = extents.out.iter().map(|e| placeholder_of(e)).collect();
+        f.out_shape = extents
+            .out
+            .iter()
+            .map(|e| {
+                least_size(
+                    e.terms
+                        .iter()
+                        .map(|&(_, c)| (true, c))
+                        .chain([(false, e.constant)]),
+                )
+            })
+            .collect();
         f.check_bounds_in(&extents)?;
         Ok(SymbolicFn { f, extents })
     }
@@ -306,9 +315,12 @@ impl std::fmt::Display for SymbolicFn {
     }
 }
 
-/// Terms of a size's text: `(symbol, coefficient)`, `None` for the
-/// constant (`"2*M + 1"` → `[(M, 2), (None, 1)]`).
-fn size_terms(text: &str, what: &str) -> Result<Vec<(Option<String>, i64)>, Error> {
+/// A size's terms: `(symbol, coefficient)`, `None` for a constant
+/// (`"2*M + 1"` → `[(M, 2), (None, 1)]`).
+type Terms = Vec<(Option<String>, i64)>;
+
+/// The terms of a size's text.
+fn size_terms(text: &str, what: &str) -> Result<Terms, Error> {
     let bad = || {
         Error::Invalid {
         function: "symbolic sizes".into(),
@@ -365,7 +377,7 @@ fn size_terms(text: &str, what: &str) -> Result<Vec<(Option<String>, i64)>, Erro
 }
 
 /// Adds the symbols `dims` name to `names`, in order, once each.
-fn collect_symbols(dims: &[Vec<(Option<String>, i64)>], names: &mut Vec<String>) {
+fn collect_symbols(dims: &[Terms], names: &mut Vec<String>) {
     for (s, _) in dims.iter().flatten() {
         if let Some(s) = s {
             if !names.contains(s) {
@@ -440,9 +452,12 @@ fn infer_extents(
         .collect()
 }
 
-/// A size at every symbol's least value.
-fn placeholder_of(e: &Affine) -> usize {
-    let n = e.terms.iter().map(|(_, c)| c * MIN_SIZE).sum::<i64>() + e.constant;
+/// A size at every symbol's least value, from its terms `(whether a
+/// symbol's, coefficient)`: the placeholder shapes the parser takes.
+fn least_size(terms: impl Iterator<Item = (bool, i64)>) -> usize {
+    let n: i64 = terms
+        .map(|(symbol, c)| c.saturating_mul(if symbol { MIN_SIZE } else { 1 }))
+        .fold(0, i64::saturating_add);
     n.max(0) as usize
 }
 
