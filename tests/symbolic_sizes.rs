@@ -210,6 +210,19 @@ fn a_softmax_over_a_symbolic_row_and_its_second_derivative() -> Result<(), Error
     ];
     let dx = &derive_everywhere(&f, &["x"], &at)?[0];
     parses_back(dx)?;
+    // Reading the saved softmax instead of recomputing it: the same
+    // function at every binding.
+    let reusing = f.derive_reusing_output("x")?;
+    assert!(
+        reusing.to_string().contains("y[") && reusing.symbols() == ["R", "T"],
+        "{reusing}"
+    );
+    for &values in &at {
+        let want = f.bind(values)?.derive_reusing_output("x")?;
+        let got = reusing.bind(values)?;
+        assert_eq!(eval(&got, 3)?, eval(&want, 3)?, "{reusing} at {values:?}");
+    }
+    parses_back(&reusing)?;
     // Derived again (a Hessian-vector product's pieces), with respect to
     // the incoming gradient and to x.
     let second = derive_everywhere(dx, &["dy", "x"], &at)?;
@@ -280,5 +293,21 @@ fn attention_in_one_line_and_a_dilated_convolution_over_symbolic_lengths() -> Re
     for d in derive_everywhere(&dilated, &["x", "w"], &at)? {
         parses_back(&d)?;
     }
+    Ok(())
+}
+
+#[test]
+fn a_condition_on_sizes_becomes_a_guard_not_a_refusal() -> Result<(), Error> {
+    // The sum is empty at N = 2 and reads x[0..=N − 3] above it: whether
+    // an element is read depends on N, so the derivative guards on it.
+    let f = SymbolicFn::parse(
+        "y[i] = x[i] * sum{k}_0^(N - 3) (x[k])",
+        &[("x", &["N"][..])],
+        &[],
+    )?;
+    let at: [&[(&str, usize)]; 4] = [&[("N", 2)], &[("N", 3)], &[("N", 4)], &[("N", 11)]];
+    let dx = &derive_everywhere(&f, &["x"], &at)?[0];
+    assert!(dx.to_string().contains("-3 + -dx_0 + N >= 0"), "{dx}");
+    parses_back(dx)?;
     Ok(())
 }

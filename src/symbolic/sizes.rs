@@ -222,6 +222,14 @@ impl SymbolicFn {
         Ok(SymbolicFn { f, extents })
     }
 
+    /// As [`SymbolicFn::derive`], reading the function's saved output
+    /// where the derivative needs its value, as
+    /// [`IndexFn::derive_reusing_output`] does.
+    pub fn derive_reusing_output(&self, arg: &str) -> Result<SymbolicFn, Error> {
+        let (f, extents) = self.f.derive_in(arg, true, &self.extents)?;
+        Ok(SymbolicFn { f, extents })
+    }
+
     /// The size symbols, in the order they were first named.
     pub fn symbols(&self) -> Vec<&str> {
         self.extents
