@@ -135,6 +135,26 @@ impl IndexFn {
     /// Sizes of the output indices: explicit ones first, else the size of an
     /// argument dimension the index appears alone in.
     fn infer_sizes(&self, explicit: &[(&str, usize)]) -> Result<Vec<usize>, Error> {
+        let args: Vec<Vec<usize>> = self.args.iter().map(|a| a.shape.clone()).collect();
+        self.infer_out_sizes(&args, explicit, &|n| n.to_string())
+    }
+
+    /// The output's sizes, of any kind `S` (a number, an affine form of
+    /// size symbols) given each argument's (`args`): an `explicit` one,
+    /// else that of an argument dimension the index appears alone in (two
+    /// that differ are an error, unless one is given); `show` writes one.
+    pub(crate) fn infer_out_sizes<S: Clone + PartialEq>(
+        &self,
+        args: &[Vec<S>],
+        explicit: &[(&str, S)],
+        show: &dyn Fn(&S) -> String,
+    ) -> Result<Vec<S>, Error> {
+        let given = |name: &str| {
+            explicit
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, s)| s.clone())
+        };
         for (name, _) in explicit {
             if !self.out_vars.iter().any(|v| self.var_name(*v) == *name) {
                 return Err(self.invalid(format!(
@@ -142,7 +162,7 @@ impl IndexFn {
                 )));
             }
         }
-        let mut inferred: Vec<Option<(usize, String)>> = vec![None; self.out_vars.len()];
+        let mut inferred: Vec<Option<(S, String)>> = vec![None; self.out_vars.len()];
         for n in self.graph.reachable(self.root) {
             if let Node::Access { arg, index } = self.graph.node(n) {
                 let decl = &self.args[*arg];
@@ -153,16 +173,17 @@ impl IndexFn {
                     let Some(pos) = self.out_vars.iter().position(|o| *o == v) else {
                         continue;
                     };
-                    let size = decl.shape[d];
+                    let size = &args[*arg][d];
                     match &inferred[pos] {
-                        None => inferred[pos] = Some((size, format!("{}[dim {d}]", decl.name))),
-                        Some((s, from))
-                            if *s != size
-                                && explicit_size(explicit, self.var_name(v)).is_none() =>
-                        {
+                        None => {
+                            inferred[pos] = Some((size.clone(), format!("{}[dim {d}]", decl.name)))
+                        }
+                        Some((s, from)) if s != size && given(self.var_name(v)).is_none() => {
                             return Err(self.invalid(format!(
-                                "index `{}` is sized {s} by {from} but {size} by {}[dim {d}]",
+                                "index `{}` is sized {} by {from} but {} by {}[dim {d}]",
                                 self.var_name(v),
+                                show(s),
+                                show(size),
                                 decl.name
                             )))
                         }
@@ -176,18 +197,12 @@ impl IndexFn {
             .zip(inferred)
             .map(|(v, inf)| {
                 let name = self.var_name(*v);
-                explicit_size(explicit, name)
-                    .or(inf.map(|(s, _)| s))
-                    .ok_or_else(|| {
-                        self.invalid(format!(
-                            "output index `{name}` cannot be sized: it appears alone in no argument dimension; give its size"
-                        ))
-                    })
+                given(name).or(inf.map(|(s, _)| s)).ok_or_else(|| {
+                    self.invalid(format!(
+                        "output index `{name}` cannot be sized: it appears alone in no argument dimension; give its size"
+                    ))
+                })
             })
             .collect()
     }
-}
-
-fn explicit_size(explicit: &[(&str, usize)], name: &str) -> Option<usize> {
-    explicit.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }

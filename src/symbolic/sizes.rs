@@ -174,7 +174,7 @@ impl SymbolicFn {
             .iter()
             .map(|(i, t)| Ok((*i, form(t)?)))
             .collect::<Result<Vec<_>, Error>>()?;
-        let out = infer_extents(&f, &arg_extents, &given)?;
+        let out = f.infer_out_sizes(&arg_extents, &given, &|e| show(&f, e))?;
         let extents = Extents {
             symbols,
             args: arg_extents,
@@ -393,71 +393,6 @@ fn collect_symbols(dims: &[Terms], names: &mut Vec<String>) {
             }
         }
     }
-}
-
-/// The output's sizes: `given` ones, else the size of an argument
-/// dimension the index appears alone in (two such that differ are an
-/// error).
-fn infer_extents(
-    f: &IndexFn,
-    args: &[Vec<Affine>],
-    given: &[(&str, Affine)],
-) -> Result<Vec<Affine>, Error> {
-    use super::expr::Node;
-    for (name, _) in given {
-        if !f.out_vars.iter().any(|v| f.var_name(*v) == *name) {
-            return Err(f.invalid(format!(
-                "a size was given for `{name}`, which is not an output index"
-            )));
-        }
-    }
-    let mut inferred: Vec<Option<Affine>> = vec![None; f.out_vars.len()];
-    for n in f.graph.reachable(f.root) {
-        if let Node::Access { arg, index } = f.graph.node(n) {
-            for (d, form) in index.iter().enumerate() {
-                let Some(pos) = form
-                    .as_single_var()
-                    .and_then(|v| f.out_vars.iter().position(|o| *o == v))
-                else {
-                    continue;
-                };
-                let size = &args[*arg][d];
-                match &inferred[pos] {
-                    None => inferred[pos] = Some(size.clone()),
-                    Some(s)
-                        if s != size
-                            && !given.iter().any(|(i, _)| *i == f.var_name(f.out_vars[pos])) =>
-                    {
-                        return Err(f.invalid(format!(
-                            "index `{}` is sized {} by one argument and {} by `{}`",
-                            f.var_name(f.out_vars[pos]),
-                            show(f, s),
-                            show(f, size),
-                            f.args[*arg].name
-                        )))
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    f.out_vars
-        .iter()
-        .zip(inferred)
-        .map(|(v, inf)| {
-            let name = f.var_name(*v);
-            given
-                .iter()
-                .find(|(i, _)| *i == name)
-                .map(|(_, e)| e.clone())
-                .or(inf)
-                .ok_or_else(|| {
-                    f.invalid(format!(
-                        "output index `{name}` cannot be sized: it appears alone in no argument dimension; give its size"
-                    ))
-                })
-        })
-        .collect()
 }
 
 /// A size at every symbol's least value, from its terms `(whether a
