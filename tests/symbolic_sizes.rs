@@ -311,3 +311,25 @@ fn a_condition_on_sizes_becomes_a_guard_not_a_refusal() -> Result<(), Error> {
     parses_back(dx)?;
     Ok(())
 }
+
+#[test]
+fn a_declared_range_is_what_the_proofs_and_the_bindings_hold_to() -> Result<(), Error> {
+    // Dilation 2 with `T − 4` outputs: valid from T = 5 on only.
+    let src = "y[t] = sum{k}_0^2 (x[t + 2*k] * w[k])";
+    let args: [(&str, &[&str]); 2] = [("x", &["T"]), ("w", &["3"])];
+    let err = SymbolicFn::parse(src, &args, &[("t", "T - 4")]).unwrap_err();
+    assert!(err.to_string().contains("negative"), "{err}");
+    let f = SymbolicFn::parse_in(src, &args, &[("t", "T - 4")], &[("T", 5..=64)])?;
+    let at: [&[(&str, usize)]; 3] = [&[("T", 5)], &[("T", 6)], &[("T", 64)]];
+    for d in derive_everywhere(&f, &["x", "w"], &at)? {
+        assert_eq!(d.symbols(), ["T"]);
+    }
+    for outside in [4, 65] {
+        let err = f.bind(&[("T", outside)]).unwrap_err().to_string();
+        assert!(err.contains("declared range [5, 64]"), "{err}");
+    }
+    // A range must start at 2 or above, and be no range of another name.
+    assert!(SymbolicFn::parse_in(src, &args, &[("t", "T - 4")], &[("T", 1..=8)]).is_err());
+    assert!(SymbolicFn::parse_in(src, &args, &[("t", "T - 4")], &[("U", 5..=8)]).is_err());
+    Ok(())
+}

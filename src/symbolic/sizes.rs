@@ -39,7 +39,8 @@ use super::subst::substitute;
 use crate::Error;
 use std::collections::HashMap;
 
-/// The least value a size symbol takes.
+/// The least value a size symbol takes (unless its declared range starts
+/// higher).
 pub const MIN_SIZE: i64 = 2;
 
 /// Each dimension's size as an affine form in the size symbols.
@@ -47,6 +48,9 @@ pub const MIN_SIZE: i64 = 2;
 pub(crate) struct Extents {
     /// The size symbols' variables.
     pub(crate) symbols: Vec<VarId>,
+    /// Each symbol's range: its least value (at least [`MIN_SIZE`]) and
+    /// its greatest, if declared.
+    pub(crate) ranges: Vec<(i64, Option<i64>)>,
     /// Per argument, per dimension.
     pub(crate) args: Vec<Vec<Affine>>,
     /// Per output dimension.
@@ -60,20 +64,28 @@ impl Extents {
             |shape: &[usize]| shape.iter().map(|&n| Affine::constant(n as i64)).collect();
         Extents {
             symbols: Vec::new(),
+            ranges: Vec::new(),
             args: f.args.iter().map(|a| constants(&a.shape)).collect(),
             out: constants(&f.out_shape),
         }
     }
 
-    /// Rows `S − MIN_SIZE ≥ 0`, one per symbol.
+    /// Rows `S − lo ≥ 0` and `hi − S ≥ 0`: each symbol's range.
     pub(crate) fn symbol_rows(&self) -> Vec<Affine> {
-        self.symbols
-            .iter()
-            .map(|&s| Affine {
+        let mut rows = Vec::new();
+        for (&s, &(lo, hi)) in self.symbols.iter().zip(&self.ranges) {
+            rows.push(Affine {
                 terms: vec![(s, 1)],
-                constant: -MIN_SIZE,
-            })
-            .collect()
+                constant: -lo,
+            });
+            if let Some(hi) = hi {
+                rows.push(Affine {
+                    terms: vec![(s, -1)],
+                    constant: hi,
+                });
+            }
+        }
+        rows
     }
 
     pub(crate) fn is_symbol(&self, v: VarId) -> bool {
@@ -81,13 +93,14 @@ impl Extents {
     }
 
     /// The least value of `form`, a form in the symbols alone, over every
-    /// value of them (each at least [`MIN_SIZE`]); `None` when it has none
-    /// (a negative coefficient: it falls without bound) or `form` reads
-    /// another variable.
+    /// value of them in their ranges; `None` when it has none (a negative
+    /// coefficient of a symbol with no greatest value: it falls without
+    /// bound) or `form` reads another variable.
     pub(crate) fn least(&self, form: &Affine) -> Option<i64> {
         form.terms.iter().try_fold(form.constant, |acc, &(v, c)| {
-            (self.is_symbol(v) && c >= 0).then_some(())?;
-            acc.checked_add(c.checked_mul(MIN_SIZE)?)
+            let (lo, hi) = self.ranges[self.symbols.iter().position(|&s| s == v)?];
+            let at = if c >= 0 { lo } else { hi? };
+            acc.checked_add(c.checked_mul(at)?)
         })
     }
 }
@@ -124,6 +137,29 @@ impl SymbolicFn {
         args: &[(&str, &[&str])],
         sizes: &[(&str, &str)],
     ) -> Result<SymbolicFn, Error> {
+        SymbolicFn::parse_in(src, args, sizes, &[])
+    }
+
+    /// As [`SymbolicFn::parse`], with declared ranges for some symbols
+    /// (`("T", 8..=128)`; `usize::MAX` for no greatest value): proofs hold
+    /// over those ranges only, and binding checks them.
+    ///
+    /// ```
+    /// use tenjin::symbolic::sizes::SymbolicFn;
+    /// // x[7] is in bounds only from N = 8 on.
+    /// let src = "y[i] = x[i] * x[7]";
+    /// assert!(SymbolicFn::parse(src, &[("x", &["N"][..])], &[]).is_err());
+    /// let f = SymbolicFn::parse_in(src, &[("x", &["N"][..])], &[], &[("N", 8..=usize::MAX)])?;
+    /// assert!(f.bind(&[("N", 7)]).is_err());
+    /// assert_eq!(f.bind(&[("N", 9)])?.output_shape(), &[9]);
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn parse_in(
+        src: &str,
+        args: &[(&str, &[&str])],
+        sizes: &[(&str, &str)],
+        ranges: &[(&str, std::ops::RangeInclusive<usize>)],
+    ) -> Result<SymbolicFn, Error> {
         let mut names: Vec<String> = Vec::new();
         let mut texts: Vec<Vec<Terms>> = Vec::new();
         for (arg, dims) in args {
@@ -142,15 +178,33 @@ impl SymbolicFn {
             &given.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
             &mut names,
         );
+        let declared = names
+            .iter()
+            .map(|n| symbol_range(n, ranges))
+            .collect::<Result<Vec<_>, Error>>()?;
+        for (n, _) in ranges {
+            if !names.iter().any(|m| m == n) {
+                return Err(Error::Invalid {
+                    function: "symbolic sizes".into(),
+                    message: format!("a range was given for `{n}`, which is no size"),
+                });
+            }
+        }
+        // Every symbol at its least value: shapes for the parser only.
+        let least = |terms: &Terms| -> usize {
+            let at = |s: &String| declared[names.iter().position(|n| n == s).unwrap_or(0)].0;
+            let n: i64 = terms
+                .iter()
+                .map(|(s, c)| c.saturating_mul(s.as_ref().map_or(1, at)))
+                .fold(0, i64::saturating_add);
+            n.max(0) as usize
+        };
         let decls = args
             .iter()
             .zip(&texts)
             .map(|((name, _), dims)| ArgDecl {
                 name: name.to_string(),
-                shape: dims
-                    .iter()
-                    .map(|t| least_size(t.iter().map(|(s, c)| (s.is_some(), *c))))
-                    .collect(),
+                shape: dims.iter().map(least).collect(),
             })
             .collect();
         let (mut f, symbols) = parse_fn_with_symbols(src, decls, &names)?;
@@ -177,6 +231,7 @@ impl SymbolicFn {
         let out = f.infer_out_sizes(&arg_extents, &given, &|e| show(&f, e))?;
         let extents = Extents {
             symbols,
+            ranges: declared,
             args: arg_extents,
             out,
         };
@@ -193,7 +248,7 @@ impl SymbolicFn {
                     format!("the size of `{}`", f.var_name(v))
                 });
                 return Err(f.invalid(format!(
-                    "{what}, {}, is negative for some value of the sizes (each at least {MIN_SIZE})",
+                    "{what}, {}, is negative for some value of the sizes (each at least {MIN_SIZE}, or its declared least)",
                     show(&f, e)
                 )));
             }
@@ -201,14 +256,7 @@ impl SymbolicFn {
         f.out_shape = extents
             .out
             .iter()
-            .map(|e| {
-                least_size(
-                    e.terms
-                        .iter()
-                        .map(|&(_, c)| (true, c))
-                        .chain([(false, e.constant)]),
-                )
-            })
+            .map(|e| extents.least(e).map_or(0, |n| n.max(0) as usize))
             .collect();
         f.check_bounds_in(&extents)?;
         Ok(SymbolicFn { f, extents })
@@ -261,7 +309,7 @@ impl SymbolicFn {
     pub fn bind(&self, values: &[(&str, usize)]) -> Result<IndexFn, Error> {
         let f = &self.f;
         let mut map: HashMap<VarId, Affine> = HashMap::new();
-        for &s in &self.extents.symbols {
+        for (&s, &(lo, hi)) in self.extents.symbols.iter().zip(&self.extents.ranges) {
             let name = f.var_name(s);
             let value = values
                 .iter()
@@ -271,6 +319,12 @@ impl SymbolicFn {
             if (value as i64) < MIN_SIZE {
                 return Err(f.invalid(format!(
                     "the size `{name}` is {value}: a symbol stands for {MIN_SIZE} or more (sizes 0 and 1 are planned as constants)"
+                )));
+            }
+            if (value as i64) < lo || hi.is_some_and(|hi| value as i64 > hi) {
+                let hi = hi.map_or("∞".to_string(), |h| h.to_string());
+                return Err(f.invalid(format!(
+                    "the size `{name}` is {value}, outside its declared range [{lo}, {hi}]"
                 )));
             }
             map.insert(s, Affine::constant(value as i64));
@@ -395,13 +449,27 @@ fn collect_symbols(dims: &[Terms], names: &mut Vec<String>) {
     }
 }
 
-/// A size at every symbol's least value, from its terms `(whether a
-/// symbol's, coefficient)`: the placeholder shapes the parser takes.
-fn least_size(terms: impl Iterator<Item = (bool, i64)>) -> usize {
-    let n: i64 = terms
-        .map(|(symbol, c)| c.saturating_mul(if symbol { MIN_SIZE } else { 1 }))
-        .fold(0, i64::saturating_add);
-    n.max(0) as usize
+/// The declared range of the symbol `name` (`[MIN_SIZE, ∞)` unless
+/// declared; a declared one must start at `MIN_SIZE` or above and not be
+/// empty).
+fn symbol_range(
+    name: &str,
+    ranges: &[(&str, std::ops::RangeInclusive<usize>)],
+) -> Result<(i64, Option<i64>), Error> {
+    let Some((_, r)) = ranges.iter().find(|(n, _)| *n == name) else {
+        return Ok((MIN_SIZE, None));
+    };
+    let (lo, hi) = (*r.start() as i64, *r.end());
+    let hi = (hi != usize::MAX).then_some(hi as i64);
+    if lo < MIN_SIZE || hi.is_some_and(|h| h < lo) {
+        return Err(Error::Invalid {
+            function: "symbolic sizes".into(),
+            message: format!(
+                "the range of `{name}`, {r:?}, must start at {MIN_SIZE} or above and not be empty (sizes 0 and 1 are planned as constants)"
+            ),
+        });
+    }
+    Ok((lo, hi))
 }
 
 /// `e` as text, in the function's names.
