@@ -38,7 +38,7 @@ impl IndexFn {
     }
 
     /// As [`IndexFn::check_bounds`], with the sizes `extents`: for every
-    /// value of its size symbols too (each at least `MIN_SIZE`).
+    /// value of its size symbols too (each in its range).
     pub(crate) fn check_bounds_in(&self, extents: &Extents) -> Result<(), Error> {
         let overflow = |_: Overflow| Error::Overflow {
             op: format!("bounds check of {}", self.name),

@@ -109,8 +109,8 @@ impl Extents {
 /// (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct SymbolicFn {
-    /// The function; its shapes hold every symbol at [`MIN_SIZE`] (what
-    /// the parser needs, never used for a decision).
+    /// The function; its shapes hold every symbol at its least value
+    /// (what the parser needs, never used for a decision).
     pub(crate) f: IndexFn,
     pub(crate) extents: Extents,
 }
@@ -120,8 +120,8 @@ impl SymbolicFn {
     /// size symbols, or affine forms of them (`"B"`, `"784"`, `"T - 2"`,
     /// `"2*M + 1"`); output sizes are inferred from the arguments as
     /// [`IndexFn::parse`] does, or given in `sizes`. Every access is proved
-    /// in bounds for every value of the symbols (each at least
-    /// [`MIN_SIZE`]).
+    /// in bounds, and every size at least 0, for every value of the
+    /// symbols (each at least [`MIN_SIZE`]).
     ///
     /// ```
     /// use tenjin::symbolic::sizes::SymbolicFn;
