@@ -5,8 +5,8 @@
 //! buffer operations on host memory (fill, copy, add). Must not plan: it
 //! compiles exactly the route it is given.
 
-use super::codegen;
-use super::compiled::{CpuKernel, Exec, JitCode};
+use super::code_cache::shared_code;
+use super::compiled::{CpuKernel, Exec};
 use crate::alloc::Device;
 use crate::dtype::{with_element, Element};
 use crate::kernel::backend::{
@@ -44,16 +44,10 @@ impl Cpu {
                 kernel,
                 ..
             } => (
-                Exec::GemmThenJit(
-                    contraction.clone(),
-                    JitCode::new(codegen::compile(kernel, dtype)?),
-                ),
+                Exec::GemmThenJit(contraction.clone(), shared_code(kernel, dtype)?),
                 Some(kernel),
             ),
-            Route::Loop(kernel) => (
-                Exec::Jit(JitCode::new(codegen::compile(kernel, dtype)?)),
-                Some(kernel),
-            ),
+            Route::Loop(kernel) => (Exec::Jit(shared_code(kernel, dtype)?), Some(kernel)),
             Route::Host(h) => (Exec::Host(h.clone()), None),
         };
         Ok(CpuKernel {

@@ -62,14 +62,14 @@ pub struct CpuKernel {
 // difference between variants does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Exec {
-    Jit(JitCode),
+    Jit(Arc<JitCode>),
     /// A contraction computed by tenjin's GEMM (see `super::gemm`).
     Gemm(Contraction),
     /// A contraction into the output buffer, then generated code for the
     /// element-wise work around it, reading the contraction as one more
     /// argument at the output index only, so it runs in place over the
     /// output: no temporary, no allocation per call.
-    GemmThenJit(Contraction, JitCode),
+    GemmThenJit(Contraction, Arc<JitCode>),
     /// Rust code over the operands' typed host slices.
     Host(Arc<dyn HostKernel>),
 }

@@ -30,6 +30,7 @@
 
 mod backend;
 mod clif_lanes;
+mod code_cache;
 mod codegen;
 mod compiled;
 mod counted_loop;
@@ -47,6 +48,7 @@ mod wide_loop;
 mod wide_segment;
 
 pub use backend::CPU;
+pub use code_cache::code_shared;
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
 pub use pool::{num_threads, set_num_threads};
 

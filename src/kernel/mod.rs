@@ -234,7 +234,9 @@ pub struct Loop {
     pub upper: Vec<Bound>,
     pub body: Vec<Stmt>,
     /// An upper bound of the trip count known at lowering time (for cost
-    /// estimates only).
+    /// estimates, and a vector loop's unrolling). Backends read it on
+    /// vector loops only: the CPU shares the code of nests that differ in
+    /// it elsewhere (`crate::cpu`'s code cache).
     pub max_trips: u64,
     /// Run as f32x4 vector code: an output loop vectorised across its
     /// iterations, or a sum with vector partial sums. Lowering leaves it

@@ -94,6 +94,11 @@ pub struct Stats {
     pub kernel_evictions: u64,
     /// Kernels run by the CPU backend.
     pub cpu_kernels_run: u64,
+    /// CPU kernels whose machine code was compiled for another kernel
+    /// with the same loop nest, so no Cranelift ran for them (a new batch
+    /// size of an element-wise or row-wise op; counted within
+    /// `kernels_compiled`).
+    pub cpu_code_shared: u64,
     /// Kernels run by the GPU backend (a loop kernel, or a GEMM with its
     /// epilogue), on every device.
     pub gpu_kernels_run: u64,
@@ -169,6 +174,7 @@ pub fn stats() -> Stats {
         op_plan_evictions: PLAN_EVICTIONS.load(Relaxed),
         kernel_evictions: j.evictions,
         cpu_kernels_run: crate::cpu::kernels_run(),
+        cpu_code_shared: crate::cpu::code_shared(),
         gpu_kernels_run,
         ptx_launches,
         cublas_calls,
