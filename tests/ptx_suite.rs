@@ -73,7 +73,7 @@ fn every_builtin_module_is_emitted() {
     for arch in Arch::ALL {
         for dtype in dtypes {
             let mut all = vec![Builtin::Fill, Builtin::AddAssign];
-            all.extend((1..=6).map(|rank| Builtin::AddStrided { rank }));
+            all.extend((0..=6).map(|rank| Builtin::AddStrided { rank }));
             all.extend(dtypes.map(|from| Builtin::Cast { from }));
             if dtype == DType::F32 {
                 all.extend([DType::BF16, DType::F16].map(|half| Builtin::RoundToHalf { half }));
@@ -94,8 +94,8 @@ fn every_builtin_module_is_emitted() {
             }
         }
     }
-    // Per architecture: fill, add, 6 strided adds, 6 casts + 4 gathers per dtype, 4
+    // Per architecture: fill, add, 7 strided adds (ranks 0 to 6), 6 casts + 4 gathers per dtype, 4
     // scatter-adds per type kernels compute in, 2 roundings of f32 to
     // half values.
-    assert_eq!(n, 3 * (6 * 18 + 2 * 4 + 2));
+    assert_eq!(n, 3 * (6 * 19 + 2 * 4 + 2));
 }
