@@ -21,7 +21,7 @@
 use super::codegen;
 use super::compiled::JitCode;
 use super::wide::Width;
-use crate::kernel::{Kernel, Loop, Stmt};
+use crate::kernel::{Kernel, Stmt};
 use crate::{DType, Error};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -88,31 +88,26 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<Arc<JitCode>, Erro
 
 /// `body` with the trip-count bound of every loop that is not a vector
 /// loop set to 0: the code does not read it there.
-fn without_scalar_trips(body: Vec<Stmt>) -> Vec<Stmt> {
-    let in_loop = |mut l: Loop| {
-        if !l.vector {
-            l.max_trips = 0;
+fn without_scalar_trips(mut body: Vec<Stmt>) -> Vec<Stmt> {
+    fn clear(stmts: &mut [Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::For(l) | Stmt::Reduce { body: l, .. } => {
+                    if !l.vector {
+                        l.max_trips = 0;
+                    }
+                    clear(&mut l.body);
+                }
+                Stmt::If {
+                    then, otherwise, ..
+                } => {
+                    clear(then);
+                    clear(otherwise);
+                }
+                Stmt::Let(..) | Stmt::Store { .. } => {}
+            }
         }
-        l.body = without_scalar_trips(l.body);
-        l
-    };
-    body.into_iter()
-        .map(|s| match s {
-            Stmt::For(l) => Stmt::For(in_loop(l)),
-            Stmt::Reduce {
-                op,
-                value,
-                result,
-                body,
-                wide,
-            } => Stmt::Reduce {
-                op,
-                value,
-                result,
-                body: in_loop(body),
-                wide,
-            },
-            other => other.map_branches(without_scalar_trips),
-        })
-        .collect()
+    }
+    clear(&mut body);
+    body
 }
