@@ -11,6 +11,8 @@
 //! Work runs when it is queued (the stream is trivially in order).
 
 mod blas;
+#[cfg(test)]
+mod builtin_tests;
 pub(crate) mod interp;
 mod isa;
 pub(crate) mod memory;
