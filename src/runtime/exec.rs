@@ -153,30 +153,37 @@ pub(super) fn run_into(
 ) -> Result<(), Error> {
     // A half GEMM reads the half tensor a deferred widening would widen,
     // as it is: the widening does not run (unless something else reads
-    // it later).
-    // (Nothing is allocated unless an operand is such a widening.)
-    let half_of = |k: usize, (s, n): (&Arc<Storage>, usize)| {
-        let (half, operands) = kernel.half_operands()?;
-        let h = operands.contains(&k).then(|| s.widening_of())??;
-        (h.dtype() == half && h.len() == n).then_some(h)
-    };
+    // it later). Nothing is allocated unless an operand is such a
+    // widening.
+    let mut swaps: Vec<(usize, Arc<Storage>)> = Vec::new();
+    if let Some((half, operands)) = kernel.half_operands() {
+        for &k in &operands {
+            let Some(&(s, n)) = inputs.get(k) else {
+                continue;
+            };
+            if let Some(h) = s
+                .widening_of()
+                .filter(|h| h.dtype() == half && h.len() == n)
+            {
+                swaps.push((k, h));
+            }
+        }
+    }
     let halves: Vec<(Arc<Storage>, usize)>;
     let read: Vec<(&Arc<Storage>, usize)>;
-    let inputs = if kernel.half_operands().is_some()
-        && inputs
-            .iter()
-            .enumerate()
-            .any(|(k, &i)| half_of(k, i).is_some())
-    {
+    let inputs = if swaps.is_empty() {
+        inputs
+    } else {
         halves = inputs
             .iter()
             .enumerate()
-            .map(|(k, &(s, n))| (half_of(k, (s, n)).unwrap_or_else(|| s.clone()), n))
+            .map(|(k, &(s, n))| {
+                let swapped = swaps.iter().find(|(j, _)| *j == k);
+                (swapped.map_or_else(|| s.clone(), |(_, h)| h.clone()), n)
+            })
             .collect();
         read = halves.iter().map(|(s, n)| (s, *n)).collect();
         &read[..]
-    } else {
-        inputs
     };
     let guards = inputs
         .iter()

@@ -190,21 +190,14 @@ impl SymbolicFn {
                 });
             }
         }
-        // Every symbol at its least value: shapes for the parser only.
-        let least = |terms: &Terms| -> usize {
-            let at = |s: &String| declared[names.iter().position(|n| n == s).unwrap_or(0)].0;
-            let n: i64 = terms
-                .iter()
-                .map(|(s, c)| c.saturating_mul(s.as_ref().map_or(1, at)))
-                .fold(0, i64::saturating_add);
-            n.max(0) as usize
-        };
+        // The parser reads only the arguments' ranks; their placeholder
+        // shapes are set below, once the sizes are forms.
         let decls = args
             .iter()
             .zip(&texts)
             .map(|((name, _), dims)| ArgDecl {
                 name: name.to_string(),
-                shape: dims.iter().map(least).collect(),
+                shape: vec![0; dims.len()],
             })
             .collect();
         let (mut f, symbols) = parse_fn_with_symbols(src, decls, &names)?;
@@ -253,11 +246,17 @@ impl SymbolicFn {
                 )));
             }
         }
-        f.out_shape = extents
-            .out
-            .iter()
-            .map(|e| extents.least(e).map_or(0, |n| n.max(0) as usize))
-            .collect();
+        // Every symbol at its least value.
+        let least = |sizes: &[Affine]| -> Vec<usize> {
+            sizes
+                .iter()
+                .map(|e| extents.least(e).map_or(0, |n| n.max(0) as usize))
+                .collect()
+        };
+        f.out_shape = least(&extents.out);
+        for (decl, sizes) in f.args.iter_mut().zip(&extents.args) {
+            decl.shape = least(sizes);
+        }
         f.check_bounds_in(&extents)?;
         Ok(SymbolicFn { f, extents })
     }
