@@ -11,11 +11,12 @@
 #
 #   bench/ab.sh e52e188            # ROUNDS=5 THREADS=1 by default
 #   ROUNDS=7 THREADS=2 bench/ab.sh e52e188
+#   EXAMPLES="conv_peers" bench/ab.sh e52e188   # some of the examples
 set -euo pipefail
 BASE=${1:?usage: bench/ab.sh BASE_COMMIT}
 ROUNDS=${ROUNDS:-5}
 THREADS=${THREADS:-1}
-EXAMPLES=(cheap_gradient staged_peers conv_peers op_overhead)
+read -r -a EXAMPLES <<<"${EXAMPLES:-cheap_gradient staged_peers conv_peers op_overhead}"
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 

@@ -1,34 +1,93 @@
-//! Machine code shared between kernels that differ only in what the code
-//! does not read.
+//! Machine code shared between kernels that differ only in their sizes.
 //!
-//! Owns [`shared_code`]. The code Cranelift generates for a loop nest is a
-//! function of the nest alone (its statements, registers, argument count,
-//! buffer types), of the element type and of the vector width: the
-//! parallel loop's extent, the declared shapes and the trip-count bounds
-//! of scalar loops are not in it (the parallel loop runs `start..end`,
-//! given per call; the code reads `Loop::max_trips` only on vector loops,
-//! to choose their unrolling). A new batch size of
-//! an element-wise op, or of a row-wise one (a softmax, a loss over rows),
-//! plans a kernel whose nest is the same as the last size's with another
-//! extent: it gets the code already compiled instead of a Cranelift run
-//! (issue 28: a quarter of a new batch size's time went to Cranelift).
-//! The key is the nest's full `Debug` form, so equal keys mean equal code;
-//! a nest with a NaN constant (whose payload the form does not show) is
-//! never shared. Code is held weakly here and strongly by the kernels
-//! using it, so it is freed with the last of them. Must not decide what
-//! to compile or run anything.
+//! Owns [`shared_code`] and what a kernel runs ([`JitCall`]). The code
+//! Cranelift generates for a loop nest is a function of the nest alone
+//! (its statements, registers, argument count, buffer types), of the
+//! element type and of the vector width. What a new size changes in a nest
+//! is kept out of the code:
+//!
+//! - the parallel loop's extent and the declared shapes: the parallel
+//!   loop runs `start..end`, given per call;
+//! - the constants of loop bounds and guards (`sum b in 0 ..= B − 1`, the
+//!   block count of a long sum): run-time constants
+//!   ([`Kernel::with_run_time_constants`]), read when the code is called,
+//!   except in the short loops the code unrolls
+//!   (`super::counted_loop::unrolled_range`), whose constants it needs;
+//! - trip-count bounds (`Loop::max_trips`): the code reads them only on
+//!   vector loops, to choose their unrolling and whether the wide executor
+//!   runs them, so the key holds only which side of those thresholds each
+//!   vector loop is on (its *trip class*).
+//!
+//! Offsets and strides stay compiled in, so nests whose strides hold a
+//! size (rows of length `B`) are not shared.
+//!
+//! Reading bounds at run time costs a little (up to 8 % on a stride-2
+//! convolution's gradient, whose peeled loops the code can no longer fold
+//! away), so the cache follows torch.compile's second-value rule, and
+//! tiers up as JITs do:
+//!
+//! 1. the first kernel of a nest gets code of its own, its constants
+//!    compiled in (a training loop's steady batch size runs at full speed);
+//! 2. a kernel of a nest met before gets the nest's shared code, compiled
+//!    now if no kernel uses it (the second size: one compile), else taken
+//!    as it is (every later size: none);
+//! 3. a kernel running shared code [`SPECIALISE_AFTER`] times is a steady
+//!    size too, and gets code of its own then.
+//!
+//! So a new batch size of an MLP step compiles nothing: its element-wise
+//! and row-wise kernels, and its sums over the batch (the loss, the bias
+//! gradients), all run shared code (issue 28), and compute the same values
+//! bit for bit (the same loops over the same ranges). The key is the lifted
+//! nest's full `Debug` form, so equal keys mean equal code; a nest with a
+//! NaN constant (whose payload the form does not show) is never shared.
+//! Code is held weakly here and strongly by the kernels using it, so it is
+//! freed with the last of them. Must not plan, nor run anything but the
+//! compilation of a kernel's own code from its run.
 
 use super::codegen;
 use super::compiled::JitCode;
+use super::counted_loop::unrolled_range;
 use super::wide::Width;
-use crate::kernel::{Kernel, Stmt};
+use super::wide_loop::MIN_TRIPS;
+use crate::kernel::key::hash_bytes;
+use crate::kernel::{Kernel, Stmt, LANES};
 use crate::{DType, Error};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// Whether bounds and guards read their constants at run time (the
+/// default); off, every constant is compiled in and only nests equal to
+/// the last constant share code.
+static RUN_TIME_CONSTANTS: AtomicBool = AtomicBool::new(true);
+
+/// Whether kernels compiled from now on read the constants of their loop
+/// bounds and guards when called, so that one code serves every size
+/// (`true`, the default), or have them compiled in (`false`: code
+/// specialised to each size, what tenjin did before; for measuring the
+/// difference, or as an escape hatch). Both compute the same values bit
+/// for bit.
+///
+/// ```
+/// tenjin::jit::set_run_time_constants(false);
+/// assert!(!tenjin::jit::run_time_constants());
+/// tenjin::jit::set_run_time_constants(true);
+/// ```
+pub fn set_run_time_constants(on: bool) {
+    RUN_TIME_CONSTANTS.store(on, Relaxed);
+}
+
+/// Whether kernels compiled now read their bounds' constants at run time
+/// ([`set_run_time_constants`]).
+pub fn run_time_constants() -> bool {
+    RUN_TIME_CONSTANTS.load(Relaxed)
+}
 
 /// Kernels that got code compiled for another kernel.
 static SHARED: AtomicU64 = AtomicU64::new(0);
+
+/// Kernels running shared code that got code of their own.
+static SPECIALISED: AtomicU64 = AtomicU64::new(0);
 
 /// Kernels since the process started whose machine code was compiled for
 /// another kernel with the same loop nest (see the module documentation).
@@ -36,46 +95,143 @@ pub fn code_shared() -> u64 {
     SHARED.load(Relaxed)
 }
 
+/// Kernels since the process started that ran shared code
+/// [`SPECIALISE_AFTER`] times and then got code with their constants
+/// compiled in.
+pub fn code_specialised() -> u64 {
+    SPECIALISED.load(Relaxed)
+}
+
+/// Runs after which a kernel running shared code gets code of its own,
+/// its constants compiled in: a size met that often is a steady one, and
+/// the shared code, which reads its bounds at run time, is up to 8 %
+/// slower on kernels with many bounds (a stride-2 convolution's gradient,
+/// measured).
+pub const SPECIALISE_AFTER: u32 = 16;
+
+/// Generated code with the values of its run-time constants for one kernel
+/// (`Kernel::params`, in order), passed behind a pointer after the
+/// arguments'; when the code is shared, what makes the kernel code of its
+/// own once it runs often.
+pub(crate) struct JitCall {
+    pub(crate) code: Arc<JitCode>,
+    pub(crate) constants: Vec<i64>,
+    own: Option<Box<OwnCode>>,
+}
+
+/// A kernel running shared code: its runs so far, and its own code from
+/// the [`SPECIALISE_AFTER`]-th on.
+struct OwnCode {
+    kernel: Kernel,
+    dtype: DType,
+    runs: AtomicU32,
+    code: OnceLock<Option<Arc<JitCode>>>,
+}
+
+impl JitCall {
+    fn fixed(code: Arc<JitCode>) -> JitCall {
+        JitCall {
+            code,
+            constants: Vec::new(),
+            own: None,
+        }
+    }
+
+    /// The code to run now, with its constants (counts a run).
+    pub(crate) fn current(&self) -> (&JitCode, &[i64]) {
+        if let Some(own) = &self.own {
+            let code = match own.code.get() {
+                Some(code) => code,
+                None if own.runs.fetch_add(1, Relaxed) + 1 >= SPECIALISE_AFTER => {
+                    own.code.get_or_init(|| {
+                        // The same nest compiled before with parameters:
+                        // a failure here keeps the shared code.
+                        let code = codegen::compile(&own.kernel, own.dtype).ok()?;
+                        SPECIALISED.fetch_add(1, Relaxed);
+                        Some(Arc::new(JitCode::new(code)))
+                    })
+                }
+                None => &None,
+            };
+            if let Some(code) = code {
+                return (code, &[]);
+            }
+        }
+        (&self.code, &self.constants)
+    }
+}
+
 #[derive(Default)]
 struct Codes {
+    /// The code of each lifted nest, while kernels use it.
     by_nest: HashMap<String, Weak<JitCode>>,
     /// The map's size after the last sweep of dead entries.
     swept_at: usize,
+    /// Hashes of the lifted nests met so far (the first kernel of a nest
+    /// gets code of its own).
+    seen: HashSet<u64>,
 }
 
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
 
-/// The code of `k` for `dtype` elements: the live code of an equal nest,
-/// or compiled now.
-pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<Arc<JitCode>, Error> {
+/// The code of `k` for `dtype` elements (see the module documentation):
+/// the first kernel of a nest gets code with its constants compiled in;
+/// a kernel of a nest met before gets the nest's shared code, which reads
+/// them when called, compiled now if no kernel uses it.
+pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
+    let compile = |k: &Kernel| Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)));
+    let lifted = if RUN_TIME_CONSTANTS.load(Relaxed) {
+        k.with_run_time_constants(|l| unrolled_range(l).is_none())
+    } else {
+        k.clone()
+    };
     let nest = format!(
         "{dtype:?} {} {:?}",
         Width::host().name(),
         (
-            k.args.len(),
-            k.num_ivars,
-            k.num_regs,
-            k.threads_per_output,
-            k.shared_loops,
-            &k.buffers,
-            &without_scalar_trips(k.body.clone())
+            lifted.args.len(),
+            lifted.num_ivars,
+            lifted.num_regs,
+            lifted.threads_per_output,
+            lifted.shared_loops,
+            &lifted.buffers,
+            lifted.params.iter().map(|p| p.0).collect::<Vec<_>>(),
+            &with_trip_classes(lifted.body.clone())
         )
     );
-    let compile = || Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)));
     if nest.contains("NaN") {
-        return compile();
+        return compile(k).map(JitCall::fixed);
     }
+    let parametric = !lifted.params.is_empty();
+    let call = |code| JitCall {
+        code,
+        constants: lifted.params.iter().map(|&(_, c)| c).collect(),
+        own: parametric.then(|| {
+            Box::new(OwnCode {
+                kernel: k.clone(),
+                dtype,
+                runs: AtomicU32::new(0),
+                code: OnceLock::new(),
+            })
+        }),
+    };
     let lock = || CODES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(code) = lock()
-        .as_ref()
-        .and_then(|c| c.by_nest.get(&nest)?.upgrade())
     {
-        SHARED.fetch_add(1, Relaxed);
-        return Ok(code);
+        let mut guard = lock();
+        let codes = guard.get_or_insert_with(Codes::default);
+        if let Some(code) = codes.by_nest.get(&nest).and_then(Weak::upgrade) {
+            SHARED.fetch_add(1, Relaxed);
+            return Ok(call(code));
+        }
+        if parametric && codes.seen.insert(hash_bytes(nest.as_bytes())) {
+            // The nest's first kernel: its own code, at full speed.
+            drop(guard);
+            return compile(k).map(JitCall::fixed);
+        }
     }
     // Compiled outside the lock: another thread may compile the same nest
     // meanwhile, and the last one in is kept (both are correct).
-    let code = compile()?;
+    let code = compile(&lifted)?;
     let mut guard = lock();
     let codes = guard.get_or_insert_with(Codes::default);
     codes.by_nest.insert(nest, Arc::downgrade(&code));
@@ -83,31 +239,38 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<Arc<JitCode>, Erro
         codes.by_nest.retain(|_, w| w.strong_count() > 0);
         codes.swept_at = codes.by_nest.len();
     }
-    Ok(code)
+    Ok(call(code))
 }
 
-/// `body` with the trip-count bound of every loop that is not a vector
-/// loop set to 0: the code does not read it there.
-fn without_scalar_trips(mut body: Vec<Stmt>) -> Vec<Stmt> {
-    fn clear(stmts: &mut [Stmt]) {
+/// `body` with the trip-count bound of every loop replaced by what the
+/// code reads of it: nothing on a scalar loop (0), on a vector loop its
+/// trip class (how many of the thresholds it reaches: four f32x4 steps per
+/// iteration, `super::simd`; the wide executor, `super::wide_loop`).
+fn with_trip_classes(mut body: Vec<Stmt>) -> Vec<Stmt> {
+    fn classify(stmts: &mut [Stmt]) {
         for s in stmts {
             match s {
                 Stmt::For(l) | Stmt::Reduce { body: l, .. } => {
-                    if !l.vector {
-                        l.max_trips = 0;
-                    }
-                    clear(&mut l.body);
+                    l.max_trips = if l.vector {
+                        [4 * LANES as u64, MIN_TRIPS]
+                            .iter()
+                            .filter(|&&t| l.max_trips >= t)
+                            .count() as u64
+                    } else {
+                        0
+                    };
+                    classify(&mut l.body);
                 }
                 Stmt::If {
                     then, otherwise, ..
                 } => {
-                    clear(then);
-                    clear(otherwise);
+                    classify(then);
+                    classify(otherwise);
                 }
                 Stmt::Let(..) | Stmt::Store { .. } => {}
             }
         }
     }
-    clear(&mut body);
+    classify(&mut body);
     body
 }

@@ -8,7 +8,10 @@
 //!
 //! The generated function has the signature
 //! `extern "C" fn(args: *const *const T, out: *mut T, start: i64, end: i64)`
-//! and computes the output rows `start..end` of the parallel loop. Loops are
+//! and computes the output rows `start..end` of the parallel loop; a kernel
+//! with run-time constants (`Kernel::params`) finds a pointer to them, an
+//! array of `i64` in the parameters' order, after the arguments' in
+//! `args`. Loops are
 //! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
 //! block parameters; guards become branches, so a load only executes on the
 //! path where the IR has it. In f32 kernels, loops the planner marked
@@ -289,6 +292,28 @@ impl<'a> Emitter<'a> {
                 (a * ptr.bytes() as usize) as i32,
             );
             self.bases.push(base);
+        }
+        if !k.params.is_empty() {
+            // Run-time constants: an array of i64 behind the pointer after
+            // the arguments'.
+            let table = self.b.ins().load(
+                ptr,
+                MemFlagsData::trusted().with_readonly(),
+                args_ptr,
+                (k.args.len() * ptr.bytes() as usize) as i32,
+            );
+            for (i, &(v, _)) in k.params.iter().enumerate() {
+                let x = self.b.ins().load(
+                    types::I64,
+                    MemFlagsData::trusted().with_readonly(),
+                    table,
+                    (8 * i) as i32,
+                );
+                *self
+                    .ivars
+                    .get_mut(v.0 as usize)
+                    .ok_or("a run-time constant out of range")? = Some(x);
+            }
         }
         self.out = Some(out);
         self.ivars[START.0 as usize] = Some(start);

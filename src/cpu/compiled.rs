@@ -7,6 +7,7 @@
 //! checked here, when the operands become slices. Must not compile
 //! anything.
 
+use super::code_cache::JitCall;
 use super::codegen::{Code, KernelFn};
 use super::pool;
 use crate::dtype::{not_computable, Element, Float};
@@ -62,14 +63,14 @@ pub struct CpuKernel {
 // difference between variants does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Exec {
-    Jit(Arc<JitCode>),
+    Jit(JitCall),
     /// A contraction computed by tenjin's GEMM (see `super::gemm`).
     Gemm(Contraction),
     /// A contraction into the output buffer, then generated code for the
     /// element-wise work around it, reading the contraction as one more
     /// argument at the output index only, so it runs in place over the
     /// output: no temporary, no allocation per call.
-    GemmThenJit(Contraction, Arc<JitCode>),
+    GemmThenJit(Contraction, JitCall),
     /// Rust code over the operands' typed host slices.
     Host(Arc<dyn HostKernel>),
 }
@@ -77,7 +78,7 @@ pub(crate) enum Exec {
 impl Exec {
     fn code(&self) -> Option<&JitCode> {
         match self {
-            Exec::Jit(code) | Exec::GemmThenJit(_, code) => Some(code),
+            Exec::Jit(call) | Exec::GemmThenJit(_, call) => Some(&call.code),
             Exec::Gemm(_) | Exec::Host(_) => None,
         }
     }
@@ -85,7 +86,7 @@ impl Exec {
 
 /// Generated code and the module that owns its memory.
 pub(crate) struct JitCode {
-    entry: KernelFn,
+    pub(super) entry: KernelFn,
     module: Option<JITModule>,
     vectorized: bool,
     vectorized_reductions: u32,
@@ -248,7 +249,13 @@ impl CpuKernel {
     /// `args` are buffers of the lengths the code was generated for, `out`
     /// holds the output's length, nothing else writes them meanwhile, and
     /// an argument that aliases `out` is read only at the output index.
-    unsafe fn launch_ptrs(&self, code: &JitCode, args: Vec<*const u8>, out: *mut u8) {
+    unsafe fn launch_ptrs(&self, call: &JitCall, mut args: Vec<*const u8>, out: *mut u8) {
+        let (code, constants) = call.current();
+        if !constants.is_empty() {
+            // The code reads its run-time constants through the pointer
+            // after the arguments' (`super::codegen`).
+            args.push(constants.as_ptr() as *const u8);
+        }
         let launch = Launch {
             entry: code.entry,
             args,

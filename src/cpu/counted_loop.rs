@@ -16,6 +16,19 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 /// unrolled (`Emitter::counted_loop`).
 const UNROLL_TRIPS: i64 = 8;
 
+/// The range of `l` when its code is unrolled: a short innermost loop of
+/// constant range (a 3×3 window's taps), emitted as the same iterations in
+/// the same order without a counter and a branch per term. The code cache
+/// keeps these constants in the code (`super::code_cache`).
+pub(super) fn unrolled_range(l: &Loop) -> Option<(i64, i64)> {
+    let innermost = !l
+        .body
+        .iter()
+        .any(|s| matches!(s, Stmt::Reduce { .. } | Stmt::For(_)));
+    l.constant_range()
+        .filter(|&(first, last)| innermost && last - first < UNROLL_TRIPS)
+}
+
 impl Emitter<'_> {
     /// `for var in range(l)` with `l.var` bound to the counter while `body`
     /// emits an iteration (statements and the next carried values, of type
@@ -31,25 +44,16 @@ impl Emitter<'_> {
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
         }
-        // A short innermost loop of constant range (a 3×3 window's taps)
-        // is unrolled: the same iterations in the same order, without a
-        // counter and a branch per term.
-        let innermost = !l
-            .body
-            .iter()
-            .any(|s| matches!(s, Stmt::Reduce { .. } | Stmt::For(_)));
-        if let Some((first, last)) = l.constant_range().filter(|_| innermost) {
-            if last - first < UNROLL_TRIPS {
-                let lo = self.b.ins().iconst(types::I64, first);
-                let mut carried = init.to_vec();
-                for kv in first..=last {
-                    let k = self.b.ins().iconst(types::I64, kv);
-                    let saved = self.ivars[slot].replace(k);
-                    carried = body(self, k, lo, &carried)?;
-                    self.ivars[slot] = saved;
-                }
-                return Ok(carried);
+        if let Some((first, last)) = unrolled_range(l) {
+            let lo = self.b.ins().iconst(types::I64, first);
+            let mut carried = init.to_vec();
+            for kv in first..=last {
+                let k = self.b.ins().iconst(types::I64, kv);
+                let saved = self.ivars[slot].replace(k);
+                carried = body(self, k, lo, &carried)?;
+                self.ivars[slot] = saved;
             }
+            return Ok(carried);
         }
         let (lo, hi) = self.range(l)?;
         let block = self.b.create_block();

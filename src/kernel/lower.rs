@@ -83,6 +83,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
         threads_per_output: 1,
         shared_loops: 0,
         buffers: Default::default(),
+        params: Vec::new(),
     })
 }
 

@@ -61,6 +61,7 @@ pub mod host;
 pub mod key;
 mod lower;
 pub mod nest;
+mod params;
 mod print;
 pub mod route;
 pub mod strided;
@@ -370,6 +371,12 @@ pub struct Kernel {
     /// The half-precision buffers among its arguments and output (see
     /// [`BufferTypes`]); none from lowering.
     pub buffers: BufferTypes,
+    /// Integer parameters the code reads when it is called rather than
+    /// having them compiled in: each variable with the value it takes in
+    /// this kernel. None from lowering; a backend sharing one code between
+    /// kernels that differ only in sizes lifts the constants of bounds and
+    /// guards into them ([`Kernel::with_run_time_constants`]).
+    pub params: Vec<(IVar, i64)>,
 }
 
 /// Which of a kernel's buffers hold a half type (`BF16`, `F16`) while it

@@ -215,6 +215,14 @@ impl Display for Kernel {
             self.out_shape,
             self.extent
         );
+        if !self.params.is_empty() {
+            let params: Vec<String> = self
+                .params
+                .iter()
+                .map(|(v, c)| format!("{v} = {c}"))
+                .collect();
+            let _ = writeln!(p.out, "  run-time constants: {}", params.join(", "));
+        }
         if !self.buffers.is_uniform() {
             let halves: Vec<String> = (0..self.args.len())
                 .filter_map(|a| Some(format!("{} {:?}", self.args[a].name, self.buffers.arg(a)?)))

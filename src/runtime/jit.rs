@@ -29,7 +29,8 @@ pub use super::kernel_cache::{JitStats, MissReason};
 #[doc(hidden)]
 pub use crate::cpu::gemm;
 pub use crate::cpu::{
-    num_threads, set_min_parallel_work, set_num_threads, vector_width, DEFAULT_MIN_PARALLEL_WORK,
+    num_threads, run_time_constants, set_min_parallel_work, set_num_threads,
+    set_run_time_constants, vector_width, DEFAULT_MIN_PARALLEL_WORK, SPECIALISE_AFTER,
 };
 pub use crate::kernel::RouteKind;
 

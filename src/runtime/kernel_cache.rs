@@ -273,20 +273,26 @@ fn get_or_compile(
     Ok(kernel)
 }
 
+/// Drops the least recently used kernels when the cache holds more than
+/// its capacity: down to seven eighths of it, in one pass over the map
+/// (as the op-plan cache does), so that a loop meeting new shapes at
+/// capacity does not scan the whole map for every kernel it compiles.
 fn evict_to_capacity(c: &Cache) {
-    while c.map.len() > c.capacity.load(Relaxed) {
-        let oldest = c
-            .map
-            .iter()
-            .min_by_key(|e| e.value().last_used.load(Relaxed))
-            .map(|e| e.key().clone());
-        match oldest {
-            Some(k) => {
-                if c.map.remove(&k).is_some() {
-                    c.evictions.fetch_add(1, Relaxed);
-                }
-            }
-            None => break,
+    let capacity = c.capacity.load(Relaxed);
+    if c.map.len() <= capacity {
+        return;
+    }
+    let keep = capacity - capacity / 8;
+    let mut ticks: Vec<(u64, Key)> = c
+        .map
+        .iter()
+        .map(|e| (e.value().last_used.load(Relaxed), e.key().clone()))
+        .collect();
+    ticks.sort_unstable_by_key(|t| t.0);
+    let excess = ticks.len().saturating_sub(keep);
+    for (_, key) in ticks.into_iter().take(excess) {
+        if c.map.remove(&key).is_some() {
+            c.evictions.fetch_add(1, Relaxed);
         }
     }
 }

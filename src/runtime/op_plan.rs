@@ -99,6 +99,10 @@ pub struct Stats {
     /// size of an element-wise or row-wise op; counted within
     /// `kernels_compiled`).
     pub cpu_code_shared: u64,
+    /// CPU kernels that ran shared code (above) often enough to be a
+    /// steady size (`jit::SPECIALISE_AFTER` runs) and then got code with
+    /// their sizes compiled in (counted apart from `kernels_compiled`).
+    pub cpu_code_specialised: u64,
     /// Kernels run by the GPU backend (a loop kernel, or a GEMM with its
     /// epilogue), on every device.
     pub gpu_kernels_run: u64,
@@ -175,6 +179,7 @@ pub fn stats() -> Stats {
         kernel_evictions: j.evictions,
         cpu_kernels_run: crate::cpu::kernels_run(),
         cpu_code_shared: crate::cpu::code_shared(),
+        cpu_code_specialised: crate::cpu::code_specialised(),
         gpu_kernels_run,
         ptx_launches,
         cublas_calls,

@@ -1,0 +1,122 @@
+//! Run-time constants: the integer constants of a kernel's loop bounds and
+//! guards turned into parameters its code reads when called (issue 28).
+//!
+//! Owns [`Kernel::with_run_time_constants`]. The bounds a size reaches
+//! (`sum b in 0 ..= B − 1`, `floor((B − 1)/64)` blocks of a long sum, a
+//! guard `i ≤ B − 1`) are constants of the loop nest; two kernels that
+//! differ only in them have the same nest once those constants are
+//! parameters ([`Kernel::params`]), so a backend compiles one code for
+//! every batch size and passes each kernel's values at the call. The
+//! kernel computes exactly what it computed before, bit for bit: the same
+//! loops run in the same order over the same ranges. Which loops keep
+//! their constants (those whose code the backend specialises on them,
+//! such as a short loop it unrolls) is the backend's choice, passed in.
+//! Must not decide what to share, compile or run anything.
+
+use super::{Bound, Cond, IVar, Kernel, Lin, Loop, Stmt, END, START};
+
+impl Kernel {
+    /// `self` with the constant of every bound of the loops `lift` accepts
+    /// (but the parallel loop's, run over the range of each call) and of
+    /// every integer guard, read from a new parameter ([`Kernel::params`])
+    /// that holds it; zero constants stay (there is nothing to read).
+    /// Offsets stay compiled in: a load's constant folds into its address
+    /// there, and reading it at run time cost pools and depthwise windows,
+    /// whose taps are loads at constant offsets, 8–14 % (measured). The
+    /// result runs exactly as `self`, a little slower (bounds the code can
+    /// no longer fold: a peeled loop known empty, a division by a block
+    /// size): the CPU runs it while a size is new and gives a kernel run
+    /// often its own code (`crate::cpu`'s code cache).
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let sum_over = |b: usize| -> Result<tenjin::kernel::Kernel, tenjin::Error> {
+    ///     let f = IndexFn::parse(&format!("f[j] = sum{{b}}_0^{} x[b; j]", b - 1), &[("x", &[b, 3][..])])?;
+    ///     Ok(tenjin::kernel::lower(&f)?.with_run_time_constants(|_| true))
+    /// };
+    /// let (k5, k7) = (sum_over(5)?, sum_over(7)?);
+    /// assert_eq!(k5.params.iter().map(|p| p.1).collect::<Vec<_>>(), [4]);
+    /// assert_eq!(k7.params.iter().map(|p| p.1).collect::<Vec<_>>(), [6]);
+    /// // The same loop nest (after the header and the constants' values):
+    /// let nest = |k: &tenjin::kernel::Kernel| k.to_string().lines().skip(2).collect::<Vec<_>>().join("\n");
+    /// assert_eq!(nest(&k5), nest(&k7));
+    /// assert!(nest(&k5).contains("sum v3 in 0 ..= v4"), "{k5}");
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn with_run_time_constants(&self, lift: impl Fn(&Loop) -> bool) -> Kernel {
+        let mut k = self.clone();
+        let mut lifter = Lifter {
+            next: k.num_ivars,
+            params: std::mem::take(&mut k.params),
+            lift: &lift,
+        };
+        lifter.stmts(&mut k.body);
+        k.num_ivars = lifter.next;
+        k.params = lifter.params;
+        k
+    }
+}
+
+struct Lifter<'a, F> {
+    next: u32,
+    params: Vec<(IVar, i64)>,
+    lift: &'a F,
+}
+
+impl<F: Fn(&Loop) -> bool> Lifter<'_, F> {
+    fn stmts(&mut self, stmts: &mut [Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::For(l) | Stmt::Reduce { body: l, .. } => {
+                    if (self.lift)(l) {
+                        for Bound { num, .. } in l.lower.iter_mut().chain(l.upper.iter_mut()) {
+                            // The parallel loop's `start ..= end − 1` is
+                            // given per call already.
+                            if num.coeff(START) == 0 && num.coeff(END) == 0 {
+                                self.lin(num);
+                            }
+                        }
+                    }
+                    self.stmts(&mut l.body);
+                }
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                    ..
+                } => {
+                    if let Cond::Index(form, _) = cond {
+                        self.lin(form);
+                    }
+                    self.stmts(then);
+                    self.stmts(otherwise);
+                }
+                Stmt::Let(..) | Stmt::Store { .. } => {}
+            }
+        }
+    }
+
+    /// `form`'s constant read from the parameter holding its magnitude
+    /// (with the coefficient −1 for a negative one), a new one (the last
+    /// variable, so the terms stay sorted by variable) for a magnitude not
+    /// met before: a kernel holds few distinct sizes (a pool's gradient
+    /// has 57 constants and 6 magnitudes), and every parameter is live
+    /// through the whole code.
+    fn lin(&mut self, form: &mut Lin) {
+        let c = form.constant;
+        if c == 0 || c == i64::MIN {
+            return;
+        }
+        form.constant = 0;
+        let p = match self.params.iter().find(|&&(_, v)| v == c.abs()) {
+            Some(&(p, _)) => p,
+            None => {
+                let p = IVar(self.next);
+                self.next += 1;
+                self.params.push((p, c.abs()));
+                p
+            }
+        };
+        form.terms.push((p, c.signum()));
+    }
+}
