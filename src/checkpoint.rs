@@ -374,6 +374,7 @@ impl HostOp for CheckpointOp {
             backward,
             wrt: wrt.to_vec(),
             derivatives: Vec::new(),
+            forward_is_plain: false,
         })
     }
 }

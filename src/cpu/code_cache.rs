@@ -86,6 +86,9 @@ pub fn run_time_constants() -> bool {
 /// Kernels that got code compiled for another kernel.
 static SHARED: AtomicU64 = AtomicU64::new(0);
 
+/// Cranelift runs for kernels (shared code, or a kernel's own).
+static COMPILED: AtomicU64 = AtomicU64::new(0);
+
 /// Kernels running shared code that got code of their own.
 static SPECIALISED: AtomicU64 = AtomicU64::new(0);
 
@@ -93,6 +96,14 @@ static SPECIALISED: AtomicU64 = AtomicU64::new(0);
 /// another kernel with the same loop nest (see the module documentation).
 pub fn code_shared() -> u64 {
     SHARED.load(Relaxed)
+}
+
+/// Loop nests compiled by Cranelift since the process started, for a
+/// kernel (its own code, or a nest's shared code); a kernel's own code
+/// made after [`SPECIALISE_AFTER`] runs is counted apart
+/// ([`code_specialised`]).
+pub fn code_compiled() -> u64 {
+    COMPILED.load(Relaxed)
 }
 
 /// Kernels since the process started that ran shared code
@@ -179,7 +190,10 @@ static CODES: Mutex<Option<Codes>> = Mutex::new(None);
 /// a kernel of a nest met before gets the nest's shared code, which reads
 /// them when called, compiled now if no kernel uses it.
 pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
-    let compile = |k: &Kernel| Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)));
+    let compile = |k: &Kernel| {
+        COMPILED.fetch_add(1, Relaxed);
+        Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)))
+    };
     let lifted = if RUN_TIME_CONSTANTS.load(Relaxed) {
         k.with_run_time_constants(|l| unrolled_range(l).is_none())
     } else {

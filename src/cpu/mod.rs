@@ -49,7 +49,8 @@ mod wide_segment;
 
 pub use backend::CPU;
 pub use code_cache::{
-    code_shared, code_specialised, run_time_constants, set_run_time_constants, SPECIALISE_AFTER,
+    code_compiled, code_shared, code_specialised, run_time_constants, set_run_time_constants,
+    SPECIALISE_AFTER,
 };
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
 pub use pool::{num_threads, set_num_threads};

@@ -118,6 +118,7 @@ impl HostOp for Convert {
             backward: single_stage_program(&inputs, stage),
             wrt: wrt.to_vec(),
             derivatives: Vec::new(),
+            forward_is_plain: false,
         })
     }
 }

@@ -129,7 +129,7 @@ pub(super) fn inline_deferred(
             })?;
         match typed {
             true => OpPlan::new_typed(op, f, compute, device, &types, dtype),
-            false => OpPlan::new(op, f, dtype, device, false, None),
+            false => OpPlan::new(op, f, dtype, device, false, None, None),
         }
     })?;
     let names = fused.f.args().iter().map(|a| a.name.clone());

@@ -374,6 +374,7 @@ impl HostOp for Indexing {
             backward: single_stage_program(&inputs, stage),
             wrt: vec![0],
             derivatives: Vec::new(),
+            forward_is_plain: false,
         })
     }
 }

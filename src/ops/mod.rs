@@ -257,6 +257,12 @@ fn apply_computed(
             let _ = write!(key, "@{:?}{:?}{:?}", base.shape(), m.coeffs, m.offsets);
         }
     }
+    // An op about to be recorded builds its node plan with its plan.
+    let needs_grad: Vec<bool> = args
+        .iter()
+        .map(|(_, t)| t.origin().requires_grad())
+        .collect();
+    let recording = trace::is_grad_enabled().then_some(&needs_grad[..]);
     let plan = plan::cached(&key, || {
         let mut f = match def {
             Def::Text { src, sizes } => {
@@ -278,6 +284,7 @@ fn apply_computed(
             device,
             output == Output::SharesInput,
             half_products,
+            recording,
         )
     })?;
     let fused = match output {

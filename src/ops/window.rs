@@ -316,7 +316,7 @@ fn record(
         let names = formula::indices("i", shape.len());
         let src = formula::define("y", &names, formula::access("x", &names));
         let f = IndexFn::parse(&src, &[("x", shape)])?;
-        OpPlan::new(WINDOW_OP, f, dtype, device, true, None)
+        OpPlan::new(WINDOW_OP, f, dtype, device, true, None, None)
     })?;
     let grad = plan.grad(&[true])?;
     let policy = crate::runtime::policy_for(device);

@@ -35,6 +35,11 @@ pub struct NodePlan {
     pub wrt: Vec<usize>,
     /// The derivative of each, as derived (before planning).
     pub derivatives: Vec<IndexFn>,
+    /// Whether `forward` is the function's plain program
+    /// ([`plan_function_for`](super::plan_function_for)'s), the backward
+    /// wanting none of its values: then an op recorded first need not
+    /// plan it again.
+    pub forward_is_plain: bool,
 }
 
 /// Plans `f` and its derivatives with respect to the arguments `wrt` (see
@@ -96,6 +101,7 @@ pub fn plan_node_for(
         .cloned()
         .collect();
     // (`add` normalises `f` into `fnorm` itself.)
+    let forward_is_plain = fwd.wanted.is_empty();
     let value = fwd.add(f, &forward_inputs)?;
 
     // Tag backward stages with the forward stages computing the same.
@@ -132,6 +138,7 @@ pub fn plan_node_for(
         },
         wrt: wrt.to_vec(),
         derivatives,
+        forward_is_plain,
     })
 }
 

@@ -103,6 +103,11 @@ pub struct Stats {
     /// steady size (`jit::SPECIALISE_AFTER` runs) and then got code with
     /// their sizes compiled in (counted apart from `kernels_compiled`).
     pub cpu_code_specialised: u64,
+    /// Loop nests Cranelift compiled for CPU kernels (a kernel's own code,
+    /// or code shared by the kernels of one nest; not counting the code
+    /// above): `kernels_compiled` less the kernels that reused code and
+    /// those with no generated code (GEMMs, host kernels).
+    pub cpu_code_compiled: u64,
     /// Kernels run by the GPU backend (a loop kernel, or a GEMM with its
     /// epilogue), on every device.
     pub gpu_kernels_run: u64,
@@ -180,6 +185,7 @@ pub fn stats() -> Stats {
         cpu_kernels_run: crate::cpu::kernels_run(),
         cpu_code_shared: crate::cpu::code_shared(),
         cpu_code_specialised: crate::cpu::code_specialised(),
+        cpu_code_compiled: crate::cpu::code_compiled(),
         gpu_kernels_run,
         ptx_launches,
         cublas_calls,
@@ -238,6 +244,8 @@ pub(crate) struct OpPlan {
     /// The forward program run when nothing is recorded; `None` for
     /// aliases (reshape), whose output shares its input's storage.
     pub(crate) plain: Option<Compiled>,
+    /// Whether the output shares its input's storage (reshape).
+    alias: bool,
     pub(crate) dtype: DType,
     /// The backend of the device the plan runs on.
     pub(crate) backend: &'static dyn Backend,
@@ -477,7 +485,11 @@ impl OpPlan {
     /// The plan of `f` in `dtype` on `device`; with `half_products`, its
     /// arguments (and the gradients its backward multiplies) are values of
     /// that half type held in f32, and its contractions say so
-    /// (`Program::mark_half_products`).
+    /// (`Program::mark_half_products`). `recording`: the arguments needing
+    /// a gradient when the op is about to be recorded; their node plan is
+    /// built now, and when its forward program is the plain one (its
+    /// backward wants no forward value), the plain program is not planned
+    /// again (a new batch size of a recorded op plans its forward once).
     pub(crate) fn new(
         op: &str,
         f: IndexFn,
@@ -485,28 +497,43 @@ impl OpPlan {
         device: Device,
         alias: bool,
         half_products: Option<DType>,
+        recording: Option<&[bool]>,
     ) -> Result<OpPlan, Error> {
-        let backend = backend_for(device)?;
-        let plain = if alias {
-            None
-        } else {
-            let mut program = planner::plan_function_for(&f, dtype, backend.target())?;
-            if let Some(half) = half_products {
-                program.mark_half_products(half);
-            }
-            Some(compile_program(program, dtype, backend, |_| true)?)
-        };
-        Ok(OpPlan {
+        let mut plan = OpPlan {
             op: op.to_string(),
             f,
-            plain,
+            plain: None,
+            alias,
             dtype,
-            backend,
+            backend: backend_for(device)?,
             grads: Mutex::new(Vec::new()),
             elementwise: OnceLock::new(),
             host: None,
             half_products,
-        })
+        };
+        if alias {
+            return Ok(plan);
+        }
+        if let Some(mask) = recording.filter(|m| m.contains(&true)) {
+            let grad = plan.build_grad(mask)?;
+            if grad.plan.forward_is_plain {
+                plan.plain = Some(grad.forward.clone());
+            }
+            let cell: GradCell = OnceLock::from(Ok(Arc::new(grad)));
+            plan.grads
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((mask.to_vec(), Arc::new(cell)));
+        }
+        if plan.plain.is_none() {
+            let target = plan.backend.target();
+            let mut program = planner::plan_function_for(&plan.f, dtype, target)?;
+            if let Some(half) = half_products {
+                program.mark_half_products(half);
+            }
+            plan.plain = Some(compile_program(program, dtype, plan.backend, |_| true)?);
+        }
+        Ok(plan)
     }
 
     /// The forward-only plan of `f` computed in `compute` over arguments
@@ -531,6 +558,7 @@ impl OpPlan {
             op: op.to_string(),
             f,
             plain: Some(compile_program(program, compute, backend, |_| true)?),
+            alias: false,
             dtype: out,
             backend,
             grads: Mutex::new(Vec::new()),
@@ -555,6 +583,7 @@ impl OpPlan {
             op: op.to_string(),
             f,
             plain: Some(compile_program(program, dtype, backend, |_| true)?),
+            alias: false,
             dtype,
             backend,
             grads: Mutex::new(Vec::new()),
@@ -670,7 +699,7 @@ impl OpPlan {
 
     /// Whether the output shares its input's storage (reshape).
     pub(crate) fn is_alias(&self) -> bool {
-        self.plain.is_none()
+        self.alias
     }
 
     /// The programs for the arguments marked in `mask`, derived, planned

@@ -1,0 +1,41 @@
+//! A training loop over every batch size from 1 to 500, each once (issue
+//! 28): an MLP 784-512-10 forward+backward. Prints how many loop nests
+//! Cranelift compiled per loop kernel of a step, how many kernels ran code
+//! compiled for another size, and what was derived and planned.
+//!
+//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep`
+
+use tenjin::nn::{Linear, Module, ReLU, Sequential};
+use tenjin::{DType, Tensor};
+
+fn main() -> Result<(), tenjin::Error> {
+    let model = Sequential::new()
+        .add(Linear::new(784, 512, 1)?)
+        .add(ReLU)
+        .add(Linear::new(512, 10, 2)?);
+    let sizes = 1..=500usize;
+    let data = Tensor::randn(&[*sizes.end(), 784], DType::F32, 7)?;
+    let before = tenjin::stats();
+    let t = std::time::Instant::now();
+    for b in sizes.clone() {
+        let x = data.narrow(0, 0, b)?.contiguous()?;
+        model.forward(&x)?.sum()?.backward()?;
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let after = tenjin::stats();
+    // A step runs 8 loop kernels: ReLU and its gradient, the two bias
+    // epilogues, the two bias gradients, the loss and its gradient.
+    let loop_kernels = 8.0;
+    let n = sizes.clone().count() as f64;
+    println!(
+        "{} sizes in {:.2} s: {:.1} Cranelift compilations per loop kernel ({} in all), {:.2} kernels reusing code per step, {:.1} derivations and {:.1} op plans per step",
+        n,
+        seconds,
+        (after.cpu_code_compiled - before.cpu_code_compiled) as f64 / loop_kernels,
+        after.cpu_code_compiled - before.cpu_code_compiled,
+        (after.cpu_code_shared - before.cpu_code_shared) as f64 / n,
+        (after.derivations - before.derivations) as f64 / n,
+        (after.op_plans_built - before.op_plans_built) as f64 / n,
+    );
+    Ok(())
+}
