@@ -257,13 +257,13 @@ fn apply_computed(
             let _ = write!(key, "@{:?}{:?}{:?}", base.shape(), m.coeffs, m.offsets);
         }
     }
-    // An op about to be recorded builds its node plan with its plan.
-    let needs_grad: Vec<bool> = args
-        .iter()
-        .map(|(_, t)| t.origin().requires_grad())
-        .collect();
-    let recording = trace::is_grad_enabled().then_some(&needs_grad[..]);
     let plan = plan::cached(&key, || {
+        // An op about to be recorded builds its node plan with its plan.
+        let needs_grad: Vec<bool> = args
+            .iter()
+            .map(|(_, t)| t.origin().requires_grad())
+            .collect();
+        let recording = trace::is_grad_enabled().then_some(&needs_grad[..]);
         let mut f = match def {
             Def::Text { src, sizes } => {
                 let shapes: Vec<(&str, &[usize])> =
