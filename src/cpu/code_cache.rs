@@ -10,9 +10,9 @@
 //!   loop runs `start..end`, given per call;
 //! - the constants of loop bounds and guards (`sum b in 0 ..= B − 1`, the
 //!   block count of a long sum): run-time constants
-//!   ([`Kernel::with_run_time_constants`]), read when the code is called,
-//!   except in the short loops the code unrolls
-//!   (`super::counted_loop::unrolled_range`), whose constants it needs;
+//!   ([`Kernel::with_run_time_constants`]), read when the code is called
+//!   (shared code unrolls no loop: a short sum over a small batch is a
+//!   loop there, in the same order);
 //! - trip-count bounds (`Loop::max_trips`): the code reads them only on
 //!   vector loops, to choose their unrolling and whether the wide executor
 //!   runs them, so the key holds only which side of those thresholds each
@@ -21,10 +21,11 @@
 //! Offsets and strides stay compiled in, so nests whose strides hold a
 //! size (rows of length `B`) are not shared.
 //!
-//! Reading bounds at run time costs a little (up to 8 % on a stride-2
-//! convolution's gradient, whose peeled loops the code can no longer fold
-//! away), so the cache follows torch.compile's second-value rule, and
-//! tiers up as JITs do:
+//! Shared code is slower where constant bounds would fold away (a peeled
+//! loop known to be empty) or be unrolled (a window's taps): up to 1.24×
+//! on a max pool's or a depthwise convolution's step (measured). So the
+//! cache follows torch.compile's second-value rule, and tiers up as JITs
+//! do:
 //!
 //! 1. the first kernel of a nest gets code of its own, its constants
 //!    compiled in (a training loop's steady batch size runs at full speed);
@@ -46,7 +47,6 @@
 
 use super::codegen;
 use super::compiled::JitCode;
-use super::counted_loop::unrolled_range;
 use super::wide::Width;
 use super::wide_loop::MIN_TRIPS;
 use crate::kernel::key::hash_bytes;
@@ -115,9 +115,9 @@ pub fn code_specialised() -> u64 {
 
 /// Runs after which a kernel running shared code gets code of its own,
 /// its constants compiled in: a size met that often is a steady one, and
-/// the shared code, which reads its bounds at run time, is up to 8 %
-/// slower on kernels with many bounds (a stride-2 convolution's gradient,
-/// measured).
+/// the shared code, which reads its bounds at run time and unrolls no
+/// loop, is up to 1.24× slower on windows (a max pool's or a depthwise
+/// convolution's step, measured).
 pub const SPECIALISE_AFTER: u32 = 16;
 
 /// Generated code with the values of its run-time constants for one kernel
@@ -185,6 +185,14 @@ struct Codes {
 
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
 
+/// `TENJIN_SHARED_CODE=always`: every kernel with run-time constants runs
+/// its nest's shared code, the first of a nest too, and never gets code of
+/// its own (so that a test suite runs the shared code throughout; CI does).
+fn always_shared() -> bool {
+    static ALWAYS: OnceLock<bool> = OnceLock::new();
+    *ALWAYS.get_or_init(|| std::env::var("TENJIN_SHARED_CODE").is_ok_and(|v| v == "always"))
+}
+
 /// The code of `k` for `dtype` elements (see the module documentation):
 /// the first kernel of a nest gets code with its constants compiled in;
 /// a kernel of a nest met before gets the nest's shared code, which reads
@@ -195,7 +203,7 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
         Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)))
     };
     let lifted = if RUN_TIME_CONSTANTS.load(Relaxed) {
-        k.with_run_time_constants(|l| unrolled_range(l).is_none())
+        k.with_run_time_constants(|_| true)
     } else {
         k.clone()
     };
@@ -217,10 +225,11 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
         return compile(k).map(JitCall::fixed);
     }
     let parametric = !lifted.params.is_empty();
+    let tiered = parametric && !always_shared();
     let call = |code| JitCall {
         code,
         constants: lifted.params.iter().map(|&(_, c)| c).collect(),
-        own: parametric.then(|| {
+        own: tiered.then(|| {
             Box::new(OwnCode {
                 kernel: k.clone(),
                 dtype,
@@ -237,7 +246,7 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
             SHARED.fetch_add(1, Relaxed);
             return Ok(call(code));
         }
-        if parametric && codes.seen.insert(hash_bytes(nest.as_bytes())) {
+        if tiered && codes.seen.insert(hash_bytes(nest.as_bytes())) {
             // The nest's first kernel: its own code, at full speed.
             drop(guard);
             return compile(k).map(JitCall::fixed);

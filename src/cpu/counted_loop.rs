@@ -18,9 +18,8 @@ const UNROLL_TRIPS: i64 = 8;
 
 /// The range of `l` when its code is unrolled: a short innermost loop of
 /// constant range (a 3×3 window's taps), emitted as the same iterations in
-/// the same order without a counter and a branch per term. The code cache
-/// keeps these constants in the code (`super::code_cache`).
-pub(super) fn unrolled_range(l: &Loop) -> Option<(i64, i64)> {
+/// the same order without a counter and a branch per term.
+fn unrolled_range(l: &Loop) -> Option<(i64, i64)> {
     let innermost = !l
         .body
         .iter()
