@@ -23,10 +23,11 @@ impl Kernel {
     /// Offsets stay compiled in: a load's constant folds into its address
     /// there, and reading it at run time cost pools and depthwise windows,
     /// whose taps are loads at constant offsets, 8–14 % (measured). The
-    /// result runs exactly as `self`, a little slower (bounds the code can
-    /// no longer fold: a peeled loop known empty, a division by a block
-    /// size): the CPU runs it while a size is new and gives a kernel run
-    /// often its own code (`crate::cpu`'s code cache).
+    /// result runs exactly as `self`, slower where constant bounds would
+    /// fold away (a peeled loop known empty, a division by a block size) or
+    /// let a short loop be unrolled: the CPU runs it while a size is new
+    /// and gives a kernel run often its own code (`crate::cpu`'s code
+    /// cache).
     ///
     /// ```
     /// use tenjin::symbolic::IndexFn;
