@@ -203,7 +203,7 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
         Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)))
     };
     let lifted = if RUN_TIME_CONSTANTS.load(Relaxed) {
-        k.with_run_time_constants(|_| true)
+        k.with_run_time_constants()
     } else {
         k.clone()
     };

@@ -159,11 +159,13 @@ impl Workers for PoolWorkers {
 }
 
 /// The operands' host addresses, each checked to hold elements of `T`.
+/// (Room for one more: the run-time constants' address, `launch_ptrs`.)
 fn addresses<T: Element>(inputs: &[Operand<'_>]) -> Result<Vec<*const u8>, Error> {
-    inputs
-        .iter()
-        .map(|o| o.host_slice::<T>().map(|s| s.as_ptr() as *const u8))
-        .collect()
+    let mut out = Vec::with_capacity(inputs.len() + 1);
+    for o in inputs {
+        out.push(o.host_slice::<T>()?.as_ptr() as *const u8);
+    }
+    Ok(out)
 }
 
 /// The operands as slices of `T`.
@@ -204,8 +206,10 @@ impl CpuKernel {
                 // written and by the thread that writes it.
                 plan.run_with_threads(&inputs, out, pool::num_threads());
                 let dst = out.as_mut_ptr() as *mut u8;
-                let mut args: Vec<*const u8> =
-                    inputs.iter().map(|s| s.as_ptr() as *const u8).collect();
+                // The inputs, the contraction in `out`, then room for the
+                // run-time constants' address.
+                let mut args: Vec<*const u8> = Vec::with_capacity(inputs.len() + 2);
+                args.extend(inputs.iter().map(|s| s.as_ptr() as *const u8));
                 args.push(dst as *const u8);
                 // SAFETY: as for `Exec::Jit`; the only argument aliasing
                 // `out` is read element-wise (above).

@@ -8,16 +8,15 @@
 //! parameters ([`Kernel::params`]), so a backend compiles one code for
 //! every batch size and passes each kernel's values at the call. The
 //! kernel computes exactly what it computed before, bit for bit: the same
-//! loops run in the same order over the same ranges. Which loops keep
-//! their constants (those whose code the backend specialises on them,
-//! such as a short loop it unrolls) is the backend's choice, passed in.
-//! Must not decide what to share, compile or run anything.
+//! loops run in the same order over the same ranges (a loop whose range
+//! is no longer constant is not unrolled, in the same order). Must not
+//! decide what to share, compile or run anything.
 
-use super::{Bound, Cond, IVar, Kernel, Lin, Loop, Stmt, END, START};
+use super::{Bound, Cond, IVar, Kernel, Lin, Stmt, END, START};
 
 impl Kernel {
-    /// `self` with the constant of every bound of the loops `lift` accepts
-    /// (but the parallel loop's, run over the range of each call) and of
+    /// `self` with the constant of every loop bound (but the parallel
+    /// loop's, run over the range of each call) and of
     /// every integer guard, read from a new parameter ([`Kernel::params`])
     /// that holds it; zero constants stay (there is nothing to read).
     /// Offsets stay compiled in: a load's constant folds into its address
@@ -33,7 +32,7 @@ impl Kernel {
     /// use tenjin::symbolic::IndexFn;
     /// let sum_over = |b: usize| -> Result<tenjin::kernel::Kernel, tenjin::Error> {
     ///     let f = IndexFn::parse(&format!("f[j] = sum{{b}}_0^{} x[b; j]", b - 1), &[("x", &[b, 3][..])])?;
-    ///     Ok(tenjin::kernel::lower(&f)?.with_run_time_constants(|_| true))
+    ///     Ok(tenjin::kernel::lower(&f)?.with_run_time_constants())
     /// };
     /// let (k5, k7) = (sum_over(5)?, sum_over(7)?);
     /// assert_eq!(k5.params.iter().map(|p| p.1).collect::<Vec<_>>(), [4]);
@@ -44,12 +43,11 @@ impl Kernel {
     /// assert!(nest(&k5).contains("sum v3 in 0 ..= v4"), "{k5}");
     /// # Ok::<(), tenjin::Error>(())
     /// ```
-    pub fn with_run_time_constants(&self, lift: impl Fn(&Loop) -> bool) -> Kernel {
+    pub fn with_run_time_constants(&self) -> Kernel {
         let mut k = self.clone();
         let mut lifter = Lifter {
             next: k.num_ivars,
             params: std::mem::take(&mut k.params),
-            lift: &lift,
         };
         lifter.stmts(&mut k.body);
         k.num_ivars = lifter.next;
@@ -58,24 +56,21 @@ impl Kernel {
     }
 }
 
-struct Lifter<'a, F> {
+struct Lifter {
     next: u32,
     params: Vec<(IVar, i64)>,
-    lift: &'a F,
 }
 
-impl<F: Fn(&Loop) -> bool> Lifter<'_, F> {
+impl Lifter {
     fn stmts(&mut self, stmts: &mut [Stmt]) {
         for s in stmts {
             match s {
                 Stmt::For(l) | Stmt::Reduce { body: l, .. } => {
-                    if (self.lift)(l) {
-                        for Bound { num, .. } in l.lower.iter_mut().chain(l.upper.iter_mut()) {
-                            // The parallel loop's `start ..= end − 1` is
-                            // given per call already.
-                            if num.coeff(START) == 0 && num.coeff(END) == 0 {
-                                self.lin(num);
-                            }
+                    for Bound { num, .. } in l.lower.iter_mut().chain(l.upper.iter_mut()) {
+                        // The parallel loop's `start ..= end − 1` is given
+                        // per call already.
+                        if num.coeff(START) == 0 && num.coeff(END) == 0 {
+                            self.lin(num);
                         }
                     }
                     self.stmts(&mut l.body);

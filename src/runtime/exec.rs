@@ -20,7 +20,6 @@ use std::sync::Arc;
 /// A program with the compiled kernel of every stage it runs, and what
 /// running it needs to know: when each stage's value is last read, and
 /// which stages may be written over an argument's buffer.
-#[derive(Clone)]
 pub(crate) struct Compiled {
     pub(crate) program: Program,
     /// Per stage: its kernel (`None` for a backward stage the forward

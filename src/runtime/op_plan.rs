@@ -243,7 +243,7 @@ pub(crate) struct OpPlan {
     pub(crate) f: IndexFn,
     /// The forward program run when nothing is recorded; `None` for
     /// aliases (reshape), whose output shares its input's storage.
-    pub(crate) plain: Option<Compiled>,
+    pub(crate) plain: Option<Arc<Compiled>>,
     /// Whether the output shares its input's storage (reshape).
     alias: bool,
     pub(crate) dtype: DType,
@@ -282,7 +282,7 @@ pub(crate) struct Needs {
 pub(crate) struct NodeGrad {
     pub(crate) plan: NodePlan,
     /// The forward program that materialises what backward reads.
-    pub(crate) forward: Compiled,
+    pub(crate) forward: Arc<Compiled>,
     /// The backward program (stages the forward provides have no kernel).
     pub(crate) backward: Compiled,
     /// The op's output is its one argument's storage reinterpreted
@@ -387,7 +387,12 @@ impl NodeGrad {
         alias: bool,
     ) -> Result<NodeGrad, Error> {
         let n = plan.forward.inputs.len();
-        let forward = compile_program(plan.forward.clone(), dtype, backend, |_| !alias)?;
+        let forward = Arc::new(compile_program(
+            plan.forward.clone(),
+            dtype,
+            backend,
+            |_| !alias,
+        )?);
         let tagged: Vec<bool> = plan
             .backward
             .stages
@@ -531,7 +536,12 @@ impl OpPlan {
             if let Some(half) = half_products {
                 program.mark_half_products(half);
             }
-            plan.plain = Some(compile_program(program, dtype, plan.backend, |_| true)?);
+            plan.plain = Some(Arc::new(compile_program(
+                program,
+                dtype,
+                plan.backend,
+                |_| true,
+            )?));
         }
         Ok(plan)
     }
@@ -557,7 +567,12 @@ impl OpPlan {
         Ok(OpPlan {
             op: op.to_string(),
             f,
-            plain: Some(compile_program(program, compute, backend, |_| true)?),
+            plain: Some(Arc::new(compile_program(
+                program,
+                compute,
+                backend,
+                |_| true,
+            )?)),
             alias: false,
             dtype: out,
             backend,
@@ -582,7 +597,9 @@ impl OpPlan {
         Ok(OpPlan {
             op: op.to_string(),
             f,
-            plain: Some(compile_program(program, dtype, backend, |_| true)?),
+            plain: Some(Arc::new(compile_program(program, dtype, backend, |_| {
+                true
+            })?)),
             alias: false,
             dtype,
             backend,
