@@ -21,7 +21,7 @@ use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::intervals::Intervals;
 use crate::symbolic::{Affine, BinaryOp, IndexFn, Node, NodeId, RatAffine, UnaryOp, VarId};
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Lowers an index function to its kernel.
 ///
@@ -164,10 +164,10 @@ impl<'a> Lowerer<'a> {
                 binds: None,
                 stmts: Vec::new(),
             }],
-            memo: HashMap::new(),
+            memo: HashMap::default(),
             speculable: Vec::new(),
-            trips: HashMap::new(),
-            nonempty: HashMap::new(),
+            trips: HashMap::default(),
+            nonempty: HashMap::default(),
             next_ivar: 2, // START and END
             next_reg: 0,
         };

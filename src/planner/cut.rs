@@ -42,7 +42,7 @@ use crate::symbolic::index_fn::row_major_strides;
 use crate::symbolic::intervals::Intervals;
 use crate::symbolic::subst::substitute;
 use crate::symbolic::IndexFn;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// A subexpression as a stage (see the module documentation).
 #[derive(Clone)]
@@ -184,7 +184,7 @@ pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
         .zip(&domain)
         .map(|(&v, &(lo, _))| Some((v, Affine::var(v).add_const(i64::try_from(lo).ok()?).ok()?)))
         .collect::<Option<_>>()?;
-    let mut map: HashMap<VarId, Affine> = HashMap::new();
+    let mut map: HashMap<VarId, Affine> = HashMap::default();
     for p in &pivots {
         let s = sol[p].substitute(&|v| shift.get(&v).cloned()).ok()?;
         map.insert(*p, s);
@@ -238,7 +238,7 @@ fn external(form: &Affine, free: &[VarId]) -> Affine {
 fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
     let g = &f.graph;
     let mut out = Vec::new();
-    let mut seen: HashSet<(NodeId, bool)> = HashSet::new();
+    let mut seen: HashSet<(NodeId, bool)> = HashSet::default();
     let mut stack = vec![(n, true)];
     while let Some((id, always)) = stack.pop() {
         if !seen.insert((id, always)) {
@@ -314,7 +314,7 @@ fn collect_forms(f: &IndexFn, iv: &Intervals, n: NodeId) -> Vec<Form> {
 /// `(reduced, pivot, value)`, solved by back substitution (each reduced
 /// form has coefficient 1 on its pivot and 0 on earlier pivots).
 fn solve(coords: &[(Affine, VarId, Affine)]) -> Option<HashMap<VarId, Affine>> {
-    let mut sol: HashMap<VarId, Affine> = HashMap::new();
+    let mut sol: HashMap<VarId, Affine> = HashMap::default();
     for (c, p, value) in coords.iter().rev() {
         // p = value − (c − p), later pivots replaced by their solutions.
         let rest = c.sub(&Affine::var(*p)).ok()?;

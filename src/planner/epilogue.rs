@@ -52,11 +52,7 @@ pub(crate) fn split(f: &IndexFn) -> Option<Split> {
     candidates.sort_by(|a, b| b.cmp(a));
     for n in candidates {
         let (graph, root) = g.extract(n);
-        let inner = IndexFn {
-            graph,
-            root,
-            ..f.clone()
-        };
+        let inner = f.with_body(graph, root);
         let Some(contraction) = contraction::detect(&inner) else {
             continue;
         };
@@ -73,9 +69,7 @@ pub(crate) fn split(f: &IndexFn) -> Option<Split> {
         });
         let epilogue = IndexFn {
             args,
-            graph,
-            root,
-            ..f.clone()
+            ..f.with_body(graph, root)
         };
         return Some(Split {
             contraction,

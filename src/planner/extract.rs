@@ -46,7 +46,7 @@ use crate::symbolic::shape_hash::ShapeHashes;
 use crate::symbolic::subst::replace;
 use crate::symbolic::{ArgDecl, IndexFn};
 use crate::{DType, Error};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::hash::{Hash, Hasher};
 
 /// Most cuts made in one function (a guard against a rewrite that never
@@ -137,7 +137,7 @@ fn merge_duplicate_args(f: &IndexFn, sources: &[Source]) -> IndexFn {
         return f.clone();
     }
     let mut g = f.clone();
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::default();
     for n in f.graph.reachable(f.root) {
         let node = match f.graph.node(n) {
             Node::Access { arg, index } => Node::Access {
@@ -186,15 +186,10 @@ impl Builder {
         let (f, sources) = self.extract(self.normalize(f), sources.to_vec(), true)?;
         let (fin, srcs) = canonical(&f, &sources);
         // An equal whole function already planned (two derivatives equal).
-        let anon = |g: &IndexFn| IndexFn {
-            name: "s".into(),
-            ..g.clone()
-        };
-        let probe = anon(&fin);
         if let Some(j) = self
             .stages
             .iter()
-            .position(|s| s.sources == srcs && anon(&s.f) == probe)
+            .position(|s| s.sources == srcs && s.f.eq_but_name(&fin))
         {
             return Ok(j);
         }
@@ -305,7 +300,7 @@ impl Builder {
             f = group_diagonal(&f);
         }
         let whole_gemm = routes_to_gemm(&f, self.target);
-        let mut rejected: HashSet<NodeId> = HashSet::new();
+        let mut rejected: HashSet<NodeId> = HashSet::default();
         for _ in 0..MAX_CUTS {
             let iv = Intervals::of(&f);
             let mut keys = Keys::new(&f, &iv, &sources);
@@ -430,7 +425,7 @@ impl Builder {
     ) -> Vec<NodeId> {
         let g = &f.graph;
         let (mut first, mut then): (Vec<NodeId>, Vec<NodeId>) = (Vec::new(), Vec::new());
-        let mut seen: HashSet<(NodeId, Vec<VarId>)> = HashSet::new();
+        let mut seen: HashSet<(NodeId, Vec<VarId>)> = HashSet::default();
         let out_loops: Vec<(VarId, u64)> = f
             .out_vars
             .iter()
@@ -581,7 +576,7 @@ impl Builder {
         // The costliest first: a row sum that contains a row maximum is cut
         // whole before the maximum alone (each stays equal to what a
         // derivative or a forward pass knows it as).
-        let mut cost: HashMap<NodeId, u64> = HashMap::new();
+        let mut cost: HashMap<NodeId, u64> = HashMap::default();
         for &n in &first {
             cost.insert(n, keys.point_cost(n));
         }

@@ -14,7 +14,7 @@ use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp, UnaryOp};
 use crate::symbolic::intervals::Intervals;
 use crate::symbolic::subst::replace;
 use crate::symbolic::IndexFn;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Heavy nodes of one function and their cuts, computed on demand.
 pub(super) struct Keys<'a> {
@@ -41,7 +41,7 @@ impl<'a> Keys<'a> {
             heavy[id.0 as usize] = own || g.node(id).children().iter().any(|c| heavy[c.0 as usize]);
         }
         let reachable = g.reachable(f.root);
-        let mut uses: HashMap<NodeId, usize> = HashMap::new();
+        let mut uses: HashMap<NodeId, usize> = HashMap::default();
         for &n in &reachable {
             for c in g.node(n).children() {
                 *uses.entry(c).or_default() += 1;
@@ -57,7 +57,7 @@ impl<'a> Keys<'a> {
             sources,
             heavy,
             heavy_nodes,
-            cuts: HashMap::new(),
+            cuts: HashMap::default(),
             counts: None,
             uses,
         }
@@ -99,7 +99,7 @@ impl<'a> Keys<'a> {
             let fm = g.free_vars(m);
             m != n && fm.len() < free.len() && fm.iter().all(|v| free.contains(v))
         };
-        let mut memo: HashMap<NodeId, u64> = HashMap::new();
+        let mut memo: HashMap<NodeId, u64> = HashMap::default();
         for m in g.reachable(n) {
             let node = g.node(m);
             let cost = if hoisted(m) {
@@ -180,7 +180,7 @@ impl<'a> Keys<'a> {
     /// index (the same cut read at the same index is merged first).
     pub(super) fn shared(&mut self, n: NodeId) -> bool {
         if self.counts.is_none() {
-            let mut counts: HashMap<u64, usize> = HashMap::new();
+            let mut counts: HashMap<u64, usize> = HashMap::default();
             for m in self.heavy_nodes() {
                 if let Some((k, _)) = self.get(m) {
                     *counts.entry(k.hash).or_default() += 1;
@@ -215,7 +215,7 @@ impl<'a> Keys<'a> {
     /// merged into one node, or `None` when there are none.
     pub(super) fn merge_duplicates(&mut self) -> Option<IndexFn> {
         let nodes = self.heavy_nodes();
-        let mut seen: HashMap<u64, Vec<NodeId>> = HashMap::new();
+        let mut seen: HashMap<u64, Vec<NodeId>> = HashMap::default();
         let mut replace_with: Vec<(NodeId, NodeId)> = Vec::new();
         for &n in &nodes {
             let Some((key, c)) = self.get(n).cloned() else {

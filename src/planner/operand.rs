@@ -10,7 +10,7 @@ use crate::symbolic::affine::VarId;
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, ReduceOp};
 use crate::symbolic::subst::{replace, substitute};
 use crate::symbolic::{Affine, IndexFn};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// In a sum body `a · b` with exactly one side an argument read, the other
 /// side when it is an expression (not a read or a constant).

@@ -50,7 +50,7 @@ use crate::symbolic::expr::{BinaryOp, CmpOp, Cond, Node, NodeId, Range, ReduceOp
 use crate::symbolic::intervals::Intervals;
 use crate::symbolic::subst::replace;
 use crate::symbolic::IndexFn;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The hull of the sums may hold at most this many times the terms their
 /// ranges and guards keep.
@@ -408,7 +408,7 @@ fn hull_excess(f: &IndexFn, chain: &Chain, hulls: &[(VarId, i64, i64)]) -> Optio
     }
     let samples = total.min(64).min((1 << 22) / per_point.max(1)).max(1);
     let (mut hull, mut kept) = (0u64, 0u64);
-    let mut env: HashMap<VarId, i64> = HashMap::new();
+    let mut env: HashMap<VarId, i64> = HashMap::default();
     for s in 0..samples {
         let mut flat = if samples > 1 {
             s * (total - 1) / (samples - 1)
@@ -519,7 +519,7 @@ fn columns(
 
     // s[q…] = [conds] arg[index], with every variable v = q + lo(v).
     let mut var_names = f.var_names.clone();
-    let mut map: HashMap<VarId, Affine> = HashMap::new();
+    let mut map: HashMap<VarId, Affine> = HashMap::default();
     let (mut q, mut shape, mut lows) = (Vec::new(), Vec::new(), Vec::new());
     for (j, &v) in order.iter().enumerate() {
         let &(lo, hi) = iv.vars.get(&v)?;

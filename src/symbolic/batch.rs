@@ -26,7 +26,7 @@ use super::index_fn::IndexFn;
 use super::intervals::Intervals;
 use super::subst::substitute;
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 impl IndexFn {
     /// This derivative (linear in its argument number `seed`, the incoming
@@ -137,7 +137,7 @@ type NodeRewrite<'a> = dyn FnMut(&mut Graph, &Node) -> Result<Option<NodeId>, Ov
 /// Rebuilds the DAG under `root` bottom-up, `f` replacing the nodes it
 /// returns `Some` for (it sees each node with its children rebuilt).
 fn rewrite(g: &mut Graph, root: NodeId, f: &mut NodeRewrite) -> Result<NodeId, Overflow> {
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::default();
     for n in g.reachable(root) {
         let node = g.node(n).map_children(&|c| map[&c]);
         let new = match f(g, &node)? {
@@ -200,7 +200,7 @@ fn collapse_deltas(g: &mut Graph, root: NodeId) -> Result<NodeId, Overflow> {
             // `Σ_{v=c}^{c} a = a[v := c]` (a reshape's derivative sums one
             // term).
             Some(c) => {
-                substitute(g, *body, &HashMap::from([(*var, Affine::constant(c))])).map(Some)
+                substitute(g, *body, &HashMap::from_iter([(*var, Affine::constant(c))])).map(Some)
             }
             None => sum_of_delta(g, *var, range, *body),
         },
@@ -401,7 +401,7 @@ fn sum_of_product(
         let rest = form.sub(&Affine::var(v).scale(c)?)?;
         let value = rest.scale(-c)?;
         let rest_of_body = p.build(g)?;
-        let term = substitute(g, rest_of_body, &HashMap::from([(v, value.clone())]))?;
+        let term = substitute(g, rest_of_body, &HashMap::from_iter([(v, value.clone())]))?;
         let zero = g.constant(0.0);
         let mut out = term;
         for lo in &range.lower {

@@ -11,7 +11,7 @@ use super::affine::{Affine, Overflow};
 use super::expr::{Graph, Node, NodeId};
 use super::index_fn::{ArgDecl, IndexFn};
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// `base[d] = Σ_j coeffs[d][j] · view[j] + offsets[d]`: where element `view`
 /// of a view lives in its base (one row per base dimension).
@@ -260,7 +260,7 @@ fn rewrite_accesses(
     root: NodeId,
     f: &mut AccessRewrite,
 ) -> Result<NodeId, Overflow> {
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::default();
     for n in g.reachable(root) {
         let node = g.node(n).clone();
         let new = match &node {

@@ -9,7 +9,7 @@
 
 use super::affine::{Affine, Overflow, RatAffine, VarId};
 use super::expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, Range, ReduceOp};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// One fact that holds on a path from the root.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -39,7 +39,7 @@ impl Contexts {
     pub fn new() -> Contexts {
         let mut c = Contexts {
             lists: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
         };
         c.intern(Vec::new());
         c

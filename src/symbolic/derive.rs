@@ -23,7 +23,8 @@ use super::rules::partials;
 use super::sizes::Extents;
 use super::subst::{replace, substitute};
 use crate::Error;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 impl IndexFn {
     /// The derivative with respect to argument `arg`: a function named
@@ -385,7 +386,7 @@ impl<'a> Derivation<'a> {
         let z_vars: Vec<VarId> = (0..sol.kernel.cols())
             .map(|_| self.fresh_var('z'))
             .collect();
-        let mut map: HashMap<VarId, Affine> = HashMap::new();
+        let mut map: HashMap<VarId, Affine> = HashMap::default();
         for (c, v) in alpha.iter().enumerate() {
             let mut form = Affine::constant(0);
             for (i, w) in w_forms.iter().enumerate() {

@@ -16,13 +16,20 @@
 use super::affine::{Affine, RatAffine, VarId};
 use super::expr::{Cond, Node, NodeId, Range};
 use super::index_fn::IndexFn;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 impl PartialEq for IndexFn {
     /// Alpha-equivalence (see the module documentation).
     fn eq(&self, other: &IndexFn) -> bool {
-        if self.name != other.name
-            || self.out_shape != other.out_shape
+        self.name == other.name && self.eq_but_name(other)
+    }
+}
+
+impl IndexFn {
+    /// Alpha-equivalence whatever the two functions are named (a stage
+    /// compared with a cut, with no renamed copy made).
+    pub(crate) fn eq_but_name(&self, other: &IndexFn) -> bool {
+        if self.out_shape != other.out_shape
             || self.args != other.args
             || self.out_vars.len() != other.out_vars.len()
         {
@@ -31,9 +38,9 @@ impl PartialEq for IndexFn {
         let mut m = Matcher {
             a: self,
             b: other,
-            ab: HashMap::new(),
-            ba: HashMap::new(),
-            memo: HashMap::new(),
+            ab: HashMap::default(),
+            ba: HashMap::default(),
+            memo: HashMap::default(),
         };
         for (&x, &y) in self.out_vars.iter().zip(&other.out_vars) {
             if m.ab.insert(x, y).is_some() || m.ba.insert(y, x).is_some() {

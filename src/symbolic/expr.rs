@@ -9,7 +9,9 @@
 //! in `index_fn`, `eval` and `derive`.
 
 use super::affine::{Affine, RatAffine, VarId};
-use std::collections::HashMap;
+use hashbrown::HashTable;
+use rustc_hash::FxHasher;
+use std::hash::{Hash, Hasher};
 
 /// A node of the expression DAG, an index into its [`Graph`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -399,12 +401,30 @@ impl Node {
 
 /// A hash-consing arena of [`Node`]s. Children always have smaller ids than
 /// their parents, so ids are a topological order.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Graph {
     nodes: Vec<Node>,
-    interned: HashMap<Node, NodeId>,
+    /// Every node's id, found by the node's hash (the node itself is kept
+    /// once, in `nodes`).
+    interned: HashTable<NodeId>,
     /// Free index variables of each node, sorted.
     free: Vec<Vec<VarId>>,
+}
+
+/// The hash that finds `node` in a graph's table.
+fn node_hash(node: &Node) -> u64 {
+    let mut h = FxHasher::default();
+    node.hash(&mut h);
+    h.finish()
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("nodes", &self.nodes)
+            .field("free", &self.free)
+            .finish()
+    }
 }
 
 fn merge_sorted(a: &[VarId], b: &[VarId]) -> Vec<VarId> {
@@ -439,13 +459,17 @@ impl Graph {
     /// Stores a node as it is (no simplification); returns the existing id
     /// for a structurally equal node.
     pub fn intern(&mut self, node: Node) -> NodeId {
-        if let Some(&id) = self.interned.get(&node) {
+        let hash = node_hash(&node);
+        let nodes = &self.nodes;
+        if let Some(&id) = self.interned.find(hash, |&id| nodes[id.0 as usize] == node) {
             return id;
         }
         let free = self.compute_free(&node);
         let id = NodeId(self.nodes.len() as u32);
-        self.nodes.push(node.clone());
-        self.interned.insert(node, id);
+        self.nodes.push(node);
+        let nodes = &self.nodes;
+        self.interned
+            .insert_unique(hash, id, |&id| node_hash(&nodes[id.0 as usize]));
         self.free.push(free);
         id
     }
@@ -663,13 +687,13 @@ impl Graph {
     /// relative order), and the root's id there.
     pub fn extract(&self, root: NodeId) -> (Graph, NodeId) {
         let mut out = Graph::new();
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        // Old id to new: children come first, so each is set before read.
+        let mut map = vec![NodeId(u32::MAX); self.nodes.len()];
         for n in self.reachable(root) {
-            let node = self.node(n).map_children(&|c| map[&c]);
-            let id = out.intern(node);
-            map.insert(n, id);
+            let node = self.node(n).map_children(&|c| map[c.0 as usize]);
+            map[n.0 as usize] = out.intern(node);
         }
-        (out, map[&root])
+        (out, map[root.0 as usize])
     }
 
     /// Nodes reachable from `root`, children before parents.

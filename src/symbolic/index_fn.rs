@@ -96,6 +96,20 @@ impl IndexFn {
         &self.name
     }
 
+    /// This function with the body `root` of `graph` (the rest cloned,
+    /// the old graph not).
+    pub(crate) fn with_body(&self, graph: Graph, root: NodeId) -> IndexFn {
+        IndexFn {
+            name: self.name.clone(),
+            out_vars: self.out_vars.clone(),
+            out_shape: self.out_shape.clone(),
+            args: self.args.clone(),
+            var_names: self.var_names.clone(),
+            graph,
+            root,
+        }
+    }
+
     /// The output shape.
     pub fn output_shape(&self) -> &[usize] {
         &self.out_shape

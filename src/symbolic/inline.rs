@@ -18,7 +18,7 @@ use super::affine::{Affine, Overflow, RatAffine, VarId};
 use super::expr::{CmpOp, Cond, Graph, Node, NodeId};
 use super::index_fn::{ArgDecl, IndexFn};
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 impl IndexFn {
     /// Whether the body holds a reduction.
@@ -141,7 +141,7 @@ impl IndexFn {
             .enumerate()
             .map(|(new, &old)| (old, new))
             .collect();
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::default();
         for n in self.graph.reachable(self.root) {
             let node = self.graph.node(n).map_children(&|c| map[&c]);
             let new = match node {
@@ -216,7 +216,7 @@ impl IndexFn {
             )));
         }
         let mut out = self.clone();
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::default();
         for n in h.graph.reachable(h.root) {
             let g = &mut out.graph;
             let new = match h.graph.node(n).map_children(&|c| map[&c]) {
@@ -368,7 +368,7 @@ impl IndexFn {
         };
         let mut out = self.clone();
         out.args.remove(drop);
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::default();
         for n in self.graph.reachable(self.root) {
             let new = match self.graph.node(n).map_children(&|c| map[&c]) {
                 Node::Access { arg, index } => out.graph.access(renumber(arg), index),
@@ -449,7 +449,7 @@ fn import_reading(
     read: &mut dyn FnMut(&mut Graph, usize, Vec<Affine>) -> NodeId,
 ) -> Result<NodeId, Overflow> {
     let sub = |a: &Affine| a.substitute(&|v| at.get(&v).cloned());
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::default();
     for n in def.graph.reachable(def.root) {
         let node = def.graph.node(n).map_children(&|c| map[&c]);
         let new = match node {

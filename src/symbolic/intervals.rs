@@ -13,7 +13,7 @@
 use super::affine::{Affine, RatAffine, VarId};
 use super::expr::{Node, NodeId};
 use super::index_fn::IndexFn;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Closed integer interval; `lo > hi` is empty. `i128` so that products of
 /// extreme values cannot overflow.
@@ -37,12 +37,12 @@ impl Intervals {
     /// Analyses `f` (see the module documentation).
     pub(crate) fn of(f: &IndexFn) -> Intervals {
         let g = &f.graph;
-        let mut iv: HashMap<VarId, Interval> = HashMap::new();
+        let mut iv: HashMap<VarId, Interval> = HashMap::default();
         for (v, &n) in f.out_vars.iter().zip(&f.out_shape) {
             iv.insert(*v, (0, n as i128 - 1));
         }
-        let mut nonempty_map = HashMap::new();
-        let mut trips_map = HashMap::new();
+        let mut nonempty_map = HashMap::default();
+        let mut trips_map = HashMap::default();
         // Parents have larger ids: visiting in decreasing order sees every
         // enclosing reduction before the ones it contains.
         for id in (0..g.len() as u32).rev().map(NodeId) {

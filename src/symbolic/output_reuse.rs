@@ -28,7 +28,7 @@ use super::affine::{Affine, VarId};
 use super::expr::{BinaryOp, Graph, Node, NodeId, ReduceOp, UnaryOp};
 use super::index_fn::IndexFn;
 use super::subst::substitute;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// How a product holding the pieces is rewritten.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -63,7 +63,7 @@ pub(crate) fn reuse_output_in_products(
     let Some(p) = Pattern::of(g, f, saved_arg) else {
         return body;
     };
-    let mut memo = HashMap::new();
+    let mut memo = HashMap::default();
     rewrite(g, &p, body, &mut memo)
 }
 
@@ -220,7 +220,7 @@ fn rewrite(g: &mut Graph, p: &Pattern, n: NodeId, memo: &mut HashMap<NodeId, Nod
         }
     } else {
         let node = g.node(n).clone();
-        let mut mapped = HashMap::new();
+        let mut mapped = HashMap::default();
         for c in node.children() {
             let r = rewrite(g, p, c, memo);
             mapped.insert(c, r);

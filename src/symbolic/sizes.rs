@@ -37,7 +37,7 @@ use super::index_fn::{ArgDecl, IndexFn};
 use super::parse::parse_fn_with_symbols;
 use super::subst::substitute;
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The least value a size symbol takes (unless its declared range starts
 /// higher).
@@ -307,7 +307,7 @@ impl SymbolicFn {
     /// sum ranges and the guards alike.
     pub fn bind(&self, values: &[(&str, usize)]) -> Result<IndexFn, Error> {
         let f = &self.f;
-        let mut map: HashMap<VarId, Affine> = HashMap::new();
+        let mut map: HashMap<VarId, Affine> = HashMap::default();
         for (&s, &(lo, hi)) in self.extents.symbols.iter().zip(&self.extents.ranges) {
             let name = f.var_name(s);
             let value = values

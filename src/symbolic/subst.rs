@@ -8,7 +8,7 @@
 
 use super::affine::{Affine, Overflow, RatAffine, VarId};
 use super::expr::{Cond, Graph, Node, NodeId, Range};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Rewrites `root` with every free occurrence of a key of `map` replaced by
 /// its affine form.
@@ -19,7 +19,7 @@ pub(crate) fn substitute(
 ) -> Result<NodeId, Overflow> {
     Substitution {
         map,
-        memo: HashMap::new(),
+        memo: HashMap::default(),
     }
     .run(g, root)
 }
@@ -146,7 +146,7 @@ pub(crate) fn replace(g: &mut Graph, root: NodeId, target: NodeId, with: NodeId)
         }
         let node = g.node(n).clone();
         let children = node.children();
-        let mut mapped = HashMap::new();
+        let mut mapped = HashMap::default();
         for c in children {
             let r = go(g, c, target, with, memo);
             mapped.insert(c, r);
@@ -155,5 +155,5 @@ pub(crate) fn replace(g: &mut Graph, root: NodeId, target: NodeId, with: NodeId)
         memo.insert(n, out);
         out
     }
-    go(g, root, target, with, &mut HashMap::new())
+    go(g, root, target, with, &mut HashMap::default())
 }

@@ -25,7 +25,7 @@ use super::expr::{BinaryOp, CmpOp, Cond, Graph, Node, NodeId, ReduceOp};
 use super::index_fn::{ArgDecl, IndexFn};
 use super::rules::{binary_partials, unary_partial};
 use crate::Error;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 impl IndexFn {
     /// The directional derivative `Σ_a Σ_β ∂f[α]/∂a[β] · t<a>[β]` along the
@@ -45,7 +45,7 @@ impl IndexFn {
     /// ```
     pub fn tangent(&self, wrt: &[usize]) -> Result<IndexFn, Error> {
         let n = self.args.len();
-        let mut tangent_arg: HashMap<usize, usize> = HashMap::new();
+        let mut tangent_arg: HashMap<usize, usize> = HashMap::default();
         let mut out = self.clone();
         for (k, &a) in wrt.iter().enumerate() {
             let decl = self
@@ -67,7 +67,7 @@ impl IndexFn {
             name.push('_');
         }
         out.name = name;
-        let mut t: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut t: HashMap<NodeId, NodeId> = HashMap::default();
         for id in self.graph.reachable(self.root) {
             let tn = tangent_node(&mut out.graph, id, &t, &tangent_arg);
             t.insert(id, tn);

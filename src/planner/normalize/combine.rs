@@ -8,7 +8,7 @@ use super::Normalizer;
 use crate::symbolic::affine::{Affine, VarId};
 use crate::symbolic::expr::{BinaryOp, Node, NodeId, Range, ReduceOp};
 use crate::symbolic::subst::substitute;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// `outer · Σ_var (rest · read)` (see `Normalizer::contractions`).
 struct Contraction {
@@ -102,7 +102,7 @@ impl Normalizer<'_> {
                     continue;
                 }
                 // The second one's sum variable renamed to the first's.
-                let rename: HashMap<VarId, Affine> = [(cb.var, Affine::var(ca.var))].into();
+                let rename = HashMap::from_iter([(cb.var, Affine::var(ca.var))]);
                 let Ok(xb) = substitute(&mut self.g, cb.read, &rename) else {
                     continue;
                 };

@@ -72,7 +72,7 @@ use crate::symbolic::intervals::Intervals;
 use crate::symbolic::shape_hash::ShapeHashes;
 use crate::symbolic::IndexFn;
 use nests::reorder_nests;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// `f` with the rules of the module documentation applied everywhere.
 ///
@@ -157,7 +157,7 @@ impl<'a> Normalizer<'a> {
             iv,
             g: f.graph.clone(),
             f,
-            speculable: HashMap::new(),
+            speculable: HashMap::default(),
             shapes: ShapeHashes::default(),
             budget: REWRITE_BUDGET,
             depth: 0,
@@ -167,11 +167,7 @@ impl<'a> Normalizer<'a> {
     /// The function with body `root`, compacted.
     fn finish(self, root: NodeId) -> IndexFn {
         let (graph, root) = self.g.extract(root);
-        IndexFn {
-            graph,
-            root,
-            ..self.f.clone()
-        }
+        self.f.with_body(graph, root)
     }
 
     /// Applies the first rule that fits `id` (whose children are already
@@ -203,7 +199,7 @@ impl<'a> Normalizer<'a> {
         root: NodeId,
         mut rule: impl FnMut(&mut Self, NodeId, NodeId) -> NodeId,
     ) -> NodeId {
-        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::default();
         for old in self.g.reachable(root) {
             let id = match self.g.node(old).map_children(&|c| map[&c]) {
                 // A sum whose terms became zero is zero (`Σ_k (x[k] − mean)`
