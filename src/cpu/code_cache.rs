@@ -181,6 +181,21 @@ struct Codes {
     /// Hashes of the lifted nests met so far (the first kernel of a nest
     /// gets code of its own).
     seen: HashSet<u64>,
+    /// Hashes of the ops met so far, whatever their sizes ([`op_hash`]):
+    /// a new nest of an op met before is a new size of it (a batch of 1
+    /// whose loops fold away, then 2; a sum over the batch that crosses a
+    /// blocking threshold), and gets shared code at once.
+    ops: HashSet<u64>,
+}
+
+/// What a kernel computes, whatever its sizes: its name, its arguments'
+/// names, its output's rank and its element type (not the arguments'
+/// ranks: a size of 1 drops a dimension of a view). Two kernels with the
+/// same are taken for one op at two sizes; a wrong guess costs only the
+/// choice of which code comes first.
+fn op_hash(k: &Kernel, dtype: DType) -> u64 {
+    let args: Vec<&str> = k.args.iter().map(|a| a.name.as_str()).collect();
+    hash_bytes(format!("{dtype:?} {} {args:?} {}", k.name, k.out_shape.len()).as_bytes())
 }
 
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
@@ -246,8 +261,10 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
             SHARED.fetch_add(1, Relaxed);
             return Ok(call(code));
         }
-        if tiered && codes.seen.insert(hash_bytes(nest.as_bytes())) {
-            // The nest's first kernel: its own code, at full speed.
+        let op_met_before = !codes.ops.insert(op_hash(k, dtype));
+        if tiered && codes.seen.insert(hash_bytes(nest.as_bytes())) && !op_met_before {
+            // The nest's first kernel, of an op met at no other size: its
+            // own code, at full speed.
             drop(guard);
             return compile(k).map(JitCall::fixed);
         }

@@ -513,6 +513,19 @@ fn stmt_cost(s: &Stmt) -> u64 {
             Expr::Random { .. } => 12,
             _ => 1,
         },
+        // A guard on constants (a sum's length) runs one known branch.
+        Stmt::If {
+            cond: Cond::Index(form, op),
+            then,
+            otherwise,
+            ..
+        } if form.terms.is_empty() => {
+            1 + stmts_cost(if op.holds(form.constant, 0) {
+                then
+            } else {
+                otherwise
+            })
+        }
         Stmt::If {
             then, otherwise, ..
         } => 1 + stmts_cost(then).max(stmts_cost(otherwise)),

@@ -18,7 +18,9 @@ impl Kernel {
     /// `self` with the constant of every loop bound (but the parallel
     /// loop's, run over the range of each call) and of
     /// every integer guard, read from a new parameter ([`Kernel::params`])
-    /// that holds it; zero constants stay (there is nothing to read).
+    /// that holds it, one parameter per constant; a bound's zero constant
+    /// stays (there is nothing to read), a guard's is read too (a guard on
+    /// a sum's length is zero at one size).
     /// Offsets stay compiled in: a load's constant folds into its address
     /// there, and reading it at run time cost pools and depthwise windows,
     /// whose taps are loads at constant offsets, 8–14 % (measured). The
@@ -82,7 +84,10 @@ impl Lifter {
                     ..
                 } => {
                     if let Cond::Index(form, _) = cond {
-                        self.lin(form);
+                        // Zero too: a guard on a length (`hi − lo − 32 ≥
+                        // 0`) is zero at one size, and must not make the
+                        // nest of that size one of its own.
+                        self.lift(form);
                     }
                     self.stmts(then);
                     self.stmts(otherwise);
@@ -92,27 +97,24 @@ impl Lifter {
         }
     }
 
-    /// `form`'s constant read from the parameter holding its magnitude
-    /// (with the coefficient −1 for a negative one), a new one (the last
-    /// variable, so the terms stay sorted by variable) for a magnitude not
-    /// met before: a kernel holds few distinct sizes (a pool's gradient
-    /// has 57 constants and 6 magnitudes), and every parameter is live
-    /// through the whole code.
+    /// `form`'s constant read from a parameter of its own (a new one, the
+    /// last variable, so the terms stay sorted by variable). Two constants
+    /// equal at one size are not merged: `B − 1` and a row length of 9
+    /// coincide at batch 10 only, and a nest merged there would be a nest
+    /// of its own, compiled for that size alone.
     fn lin(&mut self, form: &mut Lin) {
-        let c = form.constant;
-        if c == 0 || c == i64::MIN {
-            return;
+        if form.constant != 0 {
+            self.lift(form);
         }
+    }
+
+    /// `form`'s constant, whatever it is, read from a parameter of its own.
+    fn lift(&mut self, form: &mut Lin) {
+        let c = form.constant;
         form.constant = 0;
-        let p = match self.params.iter().find(|&&(_, v)| v == c.abs()) {
-            Some(&(p, _)) => p,
-            None => {
-                let p = IVar(self.next);
-                self.next += 1;
-                self.params.push((p, c.abs()));
-                p
-            }
-        };
-        form.terms.push((p, c.signum()));
+        let p = IVar(self.next);
+        self.next += 1;
+        self.params.push((p, c));
+        form.terms.push((p, 1));
     }
 }

@@ -25,10 +25,20 @@
 //! A sum inside a vector output loop (one f32 accumulator per lane: a
 //! column sum over rows) is split the same way into blocks of
 //! [`LANE_BLOCK`] rows: each lane sums a block in f32, in order, and adds
-//! it into an f64 of its own. Must not emit code; f64 kernels are never
-//! passed here.
+//! it into an f64 of its own.
+//!
+//! On the CPU, where a kernel's bounds may be run-time constants shared by
+//! every batch size (`crate::cpu`'s code cache), a sum over a box range
+//! (its length the same wherever it runs) is not decided by its length:
+//! both forms are kept, under a guard on the length (`if hi − lo ≥ 1024
+//! { blocked } else { plain }`). The decision is the same, taken where
+//! the sum runs, so one code serves sums over 10 rows and over 100,000
+//! (a loss, a bias gradient over the batch), and code with the constants
+//! compiled in computes the same bits. Must not emit code; f64 kernels are
+//! never passed here.
 
-use crate::kernel::{Bound, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::kernel::{Bound, Cond, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::symbolic::CmpOp;
 use crate::symbolic::ReduceOp;
 
 /// Values per block of a split sum.
@@ -43,12 +53,15 @@ pub(crate) const SCALAR_NARROW_LIMIT: u64 = 32;
 
 /// `k` with every sum that may run longer than [`BLOCK`] split (see the
 /// module documentation).
-pub(crate) fn block_long_sums(mut k: Kernel) -> Kernel {
+/// With `guarded` (the CPU), a sum over a box range keeps both forms
+/// under a guard on its length.
+pub(crate) fn block_long_sums(mut k: Kernel, guarded: bool) -> Kernel {
     let body = std::mem::take(&mut k.body);
     let mut splitter = Splitter {
         ivars: k.num_ivars,
         regs: k.num_regs,
         in_vector_loop: false,
+        guarded,
     };
     k.body = splitter.stmts(body);
     k.num_ivars = splitter.ivars;
@@ -62,6 +75,8 @@ struct Splitter {
     regs: u32,
     /// Whether the statements visited run inside a vector output loop.
     in_vector_loop: bool,
+    /// Whether a sum over a box range keeps both forms under a guard.
+    guarded: bool,
 }
 
 impl Splitter {
@@ -89,6 +104,11 @@ impl Splitter {
                 let sum = op == ReduceOp::Sum && !wide;
                 let lanes = self.in_vector_loop;
                 let block = if lanes { LANE_BLOCK } else { BLOCK };
+                if sum && self.guarded {
+                    if let Some(guarded) = self.guarded_sum(value, result, &body, block) {
+                        return guarded;
+                    }
+                }
                 if sum && (body.vector || lanes) && body.max_trips > block as u64 {
                     // Vector code keeps its f32 partial sums per block; the
                     // blocks add in f64.
@@ -107,6 +127,59 @@ impl Splitter {
             }
             other => other,
         }
+    }
+
+    /// `if hi − lo ≥ limit { long form } else { result = sum inner { … } }`
+    /// for a sum over `lo ..= hi` whose length is the same wherever it
+    /// runs (one bound each, whole, their difference free of loop
+    /// variables), where the long form is the blocked one (a vector sum,
+    /// or a sum in a vector loop; `limit` its block) or the one
+    /// accumulated in f64 (a scalar sum, beyond `SCALAR_NARROW_LIMIT`
+    /// values); `None` for any other sum, or when the blocked form would
+    /// overflow.
+    fn guarded_sum(&mut self, value: Reg, result: Reg, inner: &Loop, block: i64) -> Option<Stmt> {
+        let ([lo], [hi]) = (&inner.lower[..], &inner.upper[..]) else {
+            return None;
+        };
+        let length = hi.num.checked_sub(&lo.num)?;
+        if lo.den != 1 || hi.den != 1 || !length.terms.is_empty() {
+            return None;
+        }
+        let blocked = inner.vector || self.in_vector_loop;
+        let limit = if blocked {
+            block as u64
+        } else {
+            SCALAR_NARROW_LIMIT
+        };
+        let (long_result, short_result) = (Reg(self.regs), Reg(self.regs + 1));
+        self.regs += 2;
+        let long = if blocked {
+            self.split(value, long_result, inner, block)?
+        } else {
+            Stmt::Reduce {
+                op: ReduceOp::Sum,
+                value,
+                result: long_result,
+                wide: true,
+                body: inner.clone(),
+            }
+        };
+        // hi − lo − limit ≥ 0: more than `limit` values.
+        let form = length.checked_sub(&Lin::constant(i64::try_from(limit).ok()?))?;
+        Some(Stmt::If {
+            cond: Cond::Index(form, CmpOp::Ge),
+            then: vec![long],
+            then_value: long_result,
+            otherwise: vec![Stmt::Reduce {
+                op: ReduceOp::Sum,
+                value,
+                result: short_result,
+                wide: false,
+                body: inner.clone(),
+            }],
+            otherwise_value: short_result,
+            result,
+        })
     }
 
     /// The blocked form of `result = sum inner { … fold value }`, or
@@ -190,30 +263,70 @@ mod tests {
     use crate::symbolic::IndexFn;
     use crate::DType;
 
-    fn planned(src: &str, x: &[usize]) -> String {
+    fn planned(src: &str, x: &[usize], target: Target) -> String {
         let f = IndexFn::parse(src, &[("x", x)]).unwrap();
-        loop_kernel(&f, DType::F32, Target::Cpu, LoopRole::Whole)
+        loop_kernel(&f, DType::F32, target, LoopRole::Whole)
             .unwrap()
             .to_string()
     }
 
+    /// The loop nest of `src` over `x` on the CPU with its constants read
+    /// at run time (the kernel's header and their values left out).
+    fn shared_nest((src, x): (String, Vec<usize>)) -> String {
+        let f = IndexFn::parse(&src, &[("x", &x)]).unwrap();
+        let k = loop_kernel(&f, DType::F32, Target::Cpu, LoopRole::Whole).unwrap();
+        let text = k.with_run_time_constants().to_string();
+        text.lines().skip(2).collect::<Vec<_>>().join("\n")
+    }
+
     #[test]
     fn a_long_sum_is_split_into_blocks_added_in_f64() {
-        let text = planned("f[] = sum{i}_0^9999 x[i]", &[10_000]);
+        let text = planned("f[] = sum{i}_0^9999 x[i]", &[10_000], Target::Gpu);
         assert!(text.contains("sum.f64"), "{text}");
-        let short = planned("f[] = sum{i}_0^999 x[i]", &[1000]);
+        let short = planned("f[] = sum{i}_0^19 x[i]", &[20], Target::Gpu);
         assert!(!short.contains("sum.f64"), "{short}");
+        // On the CPU both forms, under a guard on the length.
+        let cpu = planned("f[] = sum{i}_0^999 x[i]", &[1000], Target::Cpu);
+        assert!(
+            cpu.contains("if -25 >= 0") && cpu.contains("sum.f64"),
+            "{cpu}"
+        );
     }
 
     #[test]
     fn a_long_column_sum_is_split_in_its_vector_loop() {
-        let text = planned("f[j] = sum{i}_0^99999 x[i; j]", &[100_000, 8]);
+        let text = planned("f[j] = sum{i}_0^99999 x[i; j]", &[100_000, 8], Target::Gpu);
         assert!(text.contains("sum.f64"), "{text}");
-        assert!(
-            text.contains("for") && text.matches("= sum").count() == 2,
-            "{text}"
-        );
-        let short = planned("f[j] = sum{i}_0^63 x[i; j]", &[64, 8]);
-        assert_eq!(short.matches("= sum").count(), 1, "{short}");
+        let cpu = planned("f[j] = sum{i}_0^99999 x[i; j]", &[100_000, 8], Target::Cpu);
+        assert!(cpu.contains("vector") && cpu.contains("sum.f64"), "{cpu}");
+        assert!(cpu.contains("if 99935 >= 0"), "{cpu}");
+    }
+
+    #[test]
+    fn on_the_cpu_short_and_long_sums_have_one_nest() {
+        // A column sum in a vector loop (blocks of 64), a vector sum
+        // (blocks of 1024) and a scalar sum of rows (f64 beyond 32).
+        fn column(n: usize) -> (String, Vec<usize>) {
+            (format!("f[j] = sum{{i}}_0^{} x[i; j]", n - 1), vec![n, 8])
+        }
+        fn whole(n: usize) -> (String, Vec<usize>) {
+            (format!("f[] = sum{{i}}_0^{} x[i]", n - 1), vec![n])
+        }
+        fn rows(n: usize) -> (String, Vec<usize>) {
+            (
+                format!("f[] = sum{{i}}_0^{} sum{{j}}_0^9 x[i; j]", n - 1),
+                vec![n, 10],
+            )
+        }
+        let cases: [(fn(usize) -> (String, Vec<usize>), usize, usize); 3] =
+            [(column, 10, 1000), (whole, 100, 5000), (rows, 10, 100)];
+        for (case, short, long) in cases {
+            assert_eq!(
+                shared_nest(case(short)),
+                shared_nest(case(long)),
+                "{}",
+                case(short).0
+            );
+        }
     }
 }

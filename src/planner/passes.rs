@@ -160,7 +160,9 @@ pub fn loop_kernel(
             SplitResidues => kernel = kernel.map(residues::split_residues),
             TileTransposes => kernel = kernel.map(tile::tile_transposes),
             MarkVectors => kernel = kernel.map(|k| vectorize::plan_vectors(k, dtype)),
-            BlockLongSums => kernel = kernel.map(blocked_sums::block_long_sums),
+            BlockLongSums => {
+                kernel = kernel.map(|k| blocked_sums::block_long_sums(k, target == Target::Cpu))
+            }
             SpreadReductions => kernel = kernel.map(spread::spread_reductions),
         }
     }
