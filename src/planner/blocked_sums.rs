@@ -318,7 +318,8 @@ mod tests {
                 vec![n, 10],
             )
         }
-        let cases: [(fn(usize) -> (String, Vec<usize>), usize, usize); 3] =
+        type Case = fn(usize) -> (String, Vec<usize>);
+        let cases: [(Case, usize, usize); 3] =
             [(column, 10, 1000), (whole, 100, 5000), (rows, 10, 100)];
         for (case, short, long) in cases {
             assert_eq!(
