@@ -50,7 +50,7 @@ use super::compiled::JitCode;
 use super::wide::Width;
 use super::wide_loop::MIN_TRIPS;
 use crate::kernel::key::hash_bytes;
-use crate::kernel::{Kernel, Stmt, LANES};
+use crate::kernel::{visit_stmts, Expr, Kernel, Stmt, LANES};
 use crate::{DType, Error};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -189,13 +189,29 @@ struct Codes {
 }
 
 /// What a kernel computes, whatever its sizes: its name, its arguments'
-/// names, its output's rank and its element type (not the arguments'
-/// ranks: a size of 1 drops a dimension of a view). Two kernels with the
-/// same are taken for one op at two sizes; a wrong guess costs only the
-/// choice of which code comes first.
+/// names, its output's rank, its element type and the operations of its
+/// statements in order (loads by argument, arithmetic, folds), but not
+/// its loops or the arguments' ranks (a size of 1 drops a loop, and a
+/// dimension of a view). Two kernels with the same are taken for one op
+/// at two sizes; a wrong guess costs only the choice of which code comes
+/// first.
 fn op_hash(k: &Kernel, dtype: DType) -> u64 {
     let args: Vec<&str> = k.args.iter().map(|a| a.name.as_str()).collect();
-    hash_bytes(format!("{dtype:?} {} {args:?} {}", k.name, k.out_shape.len()).as_bytes())
+    let mut ops = format!("{dtype:?} {} {args:?} {}", k.name, k.out_shape.len());
+    visit_stmts(&k.body, &mut |s| {
+        use std::fmt::Write;
+        let _ = match s {
+            Stmt::Let(_, Expr::Load { arg, .. }) => write!(ops, " load{arg}"),
+            Stmt::Let(_, Expr::Unary(op, _)) => write!(ops, " {op:?}"),
+            Stmt::Let(_, Expr::Binary(op, ..)) => write!(ops, " {op:?}"),
+            Stmt::Let(_, Expr::PowI(_, n)) => write!(ops, " pow{n}"),
+            Stmt::Let(_, Expr::Random { .. }) => write!(ops, " random"),
+            Stmt::Reduce { op, .. } => write!(ops, " {op:?}"),
+            Stmt::Store { .. } => write!(ops, " store"),
+            Stmt::Let(..) | Stmt::If { .. } | Stmt::For(_) => Ok(()),
+        };
+    });
+    hash_bytes(ops.as_bytes())
 }
 
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
