@@ -3,7 +3,8 @@
 //! Cranelift compiled per loop kernel of a step, how many kernels ran code
 //! compiled for another size, and what was derived and planned.
 //!
-//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep`
+//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean]`
+//! (`mean`: the loss is the mean over the batch, not the sum)
 
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::Tensor;
@@ -18,11 +19,15 @@ fn main() -> Result<(), tenjin::Error> {
     let data: Vec<f32> = (0..*sizes.end() * 784)
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
+    // `mean`: the loss is the mean over the batch (its `1/B`, a float
+    // constant, read at run time), else the sum.
+    let mean = std::env::args().nth(1).as_deref() == Some("mean");
     let before = tenjin::stats();
     let t = std::time::Instant::now();
     for b in sizes.clone() {
         let x = Tensor::from_vec(data[..b * 784].to_vec(), &[b, 784])?;
-        model.forward(&x)?.sum()?.backward()?;
+        let y = model.forward(&x)?;
+        if mean { y.mean()? } else { y.sum()? }.backward()?;
     }
     let seconds = t.elapsed().as_secs_f64();
     let after = tenjin::stats();

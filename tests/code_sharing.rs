@@ -66,7 +66,8 @@ fn a_new_batch_size_reuses_the_code_and_computes_the_same() -> Result<(), tenjin
 /// offsets: a sum over the batch (a bias gradient), a whole sum (a loss,
 /// blocked when long), rows of length B with their statistics (B is also
 /// a stride there), a padded window (guards), a concatenation (a guard
-/// and an offset at the seam).
+/// and an offset at the seam), a mean and its gradient (a float constant
+/// from the size).
 #[allow(clippy::type_complexity)]
 fn sized(
     b: usize,
@@ -76,6 +77,7 @@ fn sized(
     Vec<(&'static str, usize)>,
 )> {
     let last = b as i64 - 1;
+    let mean = 1.0 / (10 * b) as f64;
     vec![
         (
             format!("f[j] = sum{{b}}_0^{last} x[b; j]"),
@@ -101,6 +103,18 @@ fn sized(
             format!("f[t] = if {{t <= {last}}} then (x[t]) else (y[t - {b}] * 2)"),
             vec![("x", vec![b]), ("y", vec![5])],
             vec![("t", b + 5)],
+        ),
+        // A mean over the batch and its gradient: `1/(10·B)`, a float
+        // constant of the function, is read at run time too.
+        (
+            format!("f[] = {mean:?} * sum{{b}}_0^{last} (sum{{j}}_0^9 x[b; j])"),
+            vec![("x", vec![b, 10])],
+            vec![],
+        ),
+        (
+            format!("f[b; j] = {mean:?} * x[b; j]"),
+            vec![("x", vec![b, 10])],
+            vec![],
         ),
     ]
 }

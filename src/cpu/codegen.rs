@@ -450,6 +450,23 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// The constant whose `f64` bits parameter `v` holds, rounded to the
+    /// element type as `fconst` rounds a compiled-in one.
+    pub(super) fn const_param(&mut self, v: IVar) -> R<Value> {
+        let bits = self.lin(
+            &Lin {
+                constant: 0,
+                terms: vec![(v, 1)],
+            },
+            1,
+        )?;
+        let x = self.b.ins().bitcast(types::F64, MemFlagsData::new(), bits);
+        Ok(match self.width {
+            DType::F32 => self.b.ins().fdemote(types::F32, x),
+            _ => x,
+        })
+    }
+
     fn fconst(&mut self, c: f64) -> Value {
         match self.width {
             DType::F32 => self.b.ins().f32const(c as f32),
@@ -530,6 +547,7 @@ impl<'a> Emitter<'a> {
     fn expr(&mut self, e: &Expr) -> R<Value> {
         Ok(match e {
             Expr::Const(c) => self.fconst(*c),
+            Expr::ConstParam(v) => self.const_param(*v)?,
             Expr::Load { arg, offset } => {
                 let addr = self.arg_address(*arg, offset)?;
                 let flags = MemFlagsData::trusted().with_readonly();

@@ -591,6 +591,10 @@ impl<'f> Emitter<'f> {
     fn vexpr(&mut self, e: &Expr, var: IVar, lanes: Lanes) -> R<Value> {
         Ok(match e {
             Expr::Const(c) => self.vm().c(*c as f32),
+            Expr::ConstParam(v) => {
+                let x = self.const_param(*v)?;
+                self.splat(x)
+            }
             Expr::Load { arg, offset } => {
                 let addr = self.arg_address(*arg, offset)?;
                 let stride = offset.coeff(var);

@@ -203,6 +203,13 @@ pub enum Cond {
 pub enum Expr {
     /// A constant (rounded to the element type by the backend).
     Const(f64),
+    /// A constant read when the kernel is called: the `f64` whose bits
+    /// the integer parameter holds (`Kernel::params`), rounded to the
+    /// element type as [`Expr::Const`] is. Lowering makes none; a backend
+    /// sharing one code between kernels that differ in constants (a
+    /// mean's `1/B`) lifts them into it
+    /// ([`Kernel::with_run_time_constants`]).
+    ConstParam(IVar),
     /// `args[arg][offset]`, the offset in elements.
     Load {
         arg: usize,
@@ -501,7 +508,7 @@ fn stmts_cost(stmts: &[Stmt]) -> u64 {
 fn stmt_cost(s: &Stmt) -> u64 {
     match s {
         Stmt::Let(_, e) => match e {
-            Expr::Const(_) => 0,
+            Expr::Const(_) | Expr::ConstParam(_) => 0,
             Expr::Unary(op, _) => match op {
                 UnaryOp::Detach => 0,
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sgn => 1,

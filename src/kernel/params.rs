@@ -12,7 +12,7 @@
 //! is no longer constant is not unrolled, in the same order). Must not
 //! decide what to share, compile or run anything.
 
-use super::{Bound, Cond, IVar, Kernel, Lin, Stmt, END, START};
+use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Stmt, END, START};
 
 impl Kernel {
     /// `self` with the constant of every loop bound (but the parallel
@@ -20,7 +20,9 @@ impl Kernel {
     /// every integer guard, read from a new parameter ([`Kernel::params`])
     /// that holds it, one parameter per constant; a bound's zero constant
     /// stays (there is nothing to read), a guard's is read too (a guard on
-    /// a sum's length is zero at one size).
+    /// a sum's length is zero at one size). Float constants (a mean's
+    /// `1/B`, a scale) are read too, as the bits of an `f64`
+    /// ([`super::Expr::ConstParam`]).
     /// Offsets stay compiled in: a load's constant folds into its address
     /// there, and reading it at run time cost pools and depthwise windows,
     /// whose taps are loads at constant offsets, 8–14 % (measured). The
@@ -92,7 +94,16 @@ impl Lifter {
                     self.stmts(then);
                     self.stmts(otherwise);
                 }
-                Stmt::Let(..) | Stmt::Store { .. } => {}
+                Stmt::Let(_, e) => {
+                    if let Expr::Const(c) = *e {
+                        // A float constant (a mean's `1/B`): its bits.
+                        let p = IVar(self.next);
+                        self.next += 1;
+                        self.params.push((p, c.to_bits() as i64));
+                        *e = Expr::ConstParam(p);
+                    }
+                }
+                Stmt::Store { .. } => {}
             }
         }
     }

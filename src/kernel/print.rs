@@ -114,6 +114,7 @@ impl Printer<'_> {
     fn expr(&self, e: &Expr) -> String {
         match e {
             Expr::Const(c) => format!("{c:?}"),
+            Expr::ConstParam(v) => format!("float({v})"),
             Expr::Load { arg, offset } => {
                 let name = self.k.args.get(*arg).map_or("?", |a| a.name.as_str());
                 format!("load {name}[{offset}]")

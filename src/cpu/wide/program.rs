@@ -478,7 +478,9 @@ impl Builder {
                 let a = self.val(*a);
                 self.step(Op::PowI(a, *n))
             }
-            Expr::Index(_) | Expr::Random { .. } => return None,
+            // A constant read at run time: the program's scalars are fixed
+            // when it is built.
+            Expr::Index(_) | Expr::Random { .. } | Expr::ConstParam(_) => return None,
         })
     }
 }

@@ -706,6 +706,9 @@ impl<'k> Emitter<'k> {
                 self.a.op(format!("cvt.rn.{sfx}.{} {d}, {v}", self.int.1));
                 return Ok(());
             }
+            Expr::ConstParam(_) => {
+                return Err("a constant read at run time (only the CPU lifts them)".into())
+            }
             Expr::Random { key, counter } => {
                 let n = self.lin(counter)?;
                 self.random(key.map(|k| self.reg(k)), n)
