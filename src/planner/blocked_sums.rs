@@ -61,8 +61,9 @@ pub(crate) const SCALAR_NARROW_LIMIT: u64 = 32;
 
 /// `k` with every sum that may run longer than [`BLOCK`] split (see the
 /// module documentation).
-/// With `guarded` (the CPU), a sum over a box range keeps both forms
-/// under a guard on its length.
+/// With `guarded` (the CPU), a sum outside every loop keeps both forms
+/// under a guard on its length, and a column sum right in the parallel
+/// vector loop is blocked at any length.
 pub(crate) fn block_long_sums(mut k: Kernel, guarded: bool) -> Kernel {
     let body = std::mem::take(&mut k.body);
     let mut splitter = Splitter {
