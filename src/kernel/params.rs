@@ -45,6 +45,15 @@ impl Kernel {
     /// let nest = |k: &tenjin::kernel::Kernel| k.to_string().lines().skip(2).collect::<Vec<_>>().join("\n");
     /// assert_eq!(nest(&k5), nest(&k7));
     /// assert!(nest(&k5).contains("sum v3 in 0 ..= v4"), "{k5}");
+    /// // A mean's `1/B`, a float constant, is read at run time too:
+    /// let mean = |b: usize| -> Result<tenjin::kernel::Kernel, tenjin::Error> {
+    ///     let src = format!("f[j] = {:?} * sum{{b}}_0^{} x[b; j]", 1.0 / b as f64, b - 1);
+    ///     let f = IndexFn::parse(&src, &[("x", &[b, 3][..])])?;
+    ///     Ok(tenjin::kernel::lower(&f)?.with_run_time_constants())
+    /// };
+    /// let (m4, m8) = (mean(4)?, mean(8)?);
+    /// assert_eq!(nest(&m4), nest(&m8));
+    /// assert!(m4.to_string().contains(" = 0.25"), "{m4}");
     /// # Ok::<(), tenjin::Error>(())
     /// ```
     pub fn with_run_time_constants(&self) -> Kernel {

@@ -217,10 +217,21 @@ impl Display for Kernel {
             self.extent
         );
         if !self.params.is_empty() {
+            // A float constant's parameter holds its bits: shown as the
+            // number.
+            let mut floats = Vec::new();
+            super::visit_stmts(&self.body, &mut |s| {
+                if let Stmt::Let(_, Expr::ConstParam(v)) = s {
+                    floats.push(*v);
+                }
+            });
             let params: Vec<String> = self
                 .params
                 .iter()
-                .map(|(v, c)| format!("{v} = {c}"))
+                .map(|(v, c)| match floats.contains(v) {
+                    true => format!("{v} = {:?}", f64::from_bits(*c as u64)),
+                    false => format!("{v} = {c}"),
+                })
                 .collect();
             let _ = writeln!(p.out, "  run-time constants: {}", params.join(", "));
         }
