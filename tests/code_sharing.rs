@@ -69,27 +69,20 @@ fn a_new_batch_size_reuses_the_code_and_computes_the_same() -> Result<(), tenjin
 /// a stride there), a padded window (guards), a concatenation (a guard
 /// and an offset at the seam), a mean and its gradient (a float constant
 /// from the size).
-#[allow(clippy::type_complexity)]
-fn sized(
-    b: usize,
-) -> Vec<(
+type Case = (
     String,
     Vec<(&'static str, Vec<usize>)>,
     Vec<(&'static str, usize)>,
-)> {
+);
+
+fn sized(b: usize) -> Vec<Case> {
     let last = b as i64 - 1;
     let mean = 1.0 / (10 * b) as f64;
+    // A function of `x: [B, 10]` alone.
+    let over_rows = |text: String| (text, vec![("x", vec![b, 10])], vec![]);
     vec![
-        (
-            format!("f[j] = sum{{b}}_0^{last} x[b; j]"),
-            vec![("x", vec![b, 10])],
-            vec![],
-        ),
-        (
-            format!("f[] = sum{{b}}_0^{last} (sum{{j}}_0^9 x[b; j])"),
-            vec![("x", vec![b, 10])],
-            vec![],
-        ),
+        over_rows(format!("f[j] = sum{{b}}_0^{last} x[b; j]")),
+        over_rows(format!("f[] = sum{{b}}_0^{last} (sum{{j}}_0^9 x[b; j])")),
         (
             format!("f[r; j] = exp (x[r; j]) / sum{{k}}_0^{last} (exp (x[r; k]))"),
             vec![("x", vec![3, b])],
@@ -107,16 +100,8 @@ fn sized(
         ),
         // A mean over the batch and its gradient: `1/(10·B)`, a float
         // constant of the function, is read at run time too.
-        (
-            format!("f[] = {mean:?} * sum{{b}}_0^{last} (sum{{j}}_0^9 x[b; j])"),
-            vec![("x", vec![b, 10])],
-            vec![],
-        ),
-        (
-            format!("f[b; j] = {mean:?} * x[b; j]"),
-            vec![("x", vec![b, 10])],
-            vec![],
-        ),
+        over_rows(format!("f[] = {mean:?} * sum{{b}}_0^{last} (sum{{j}}_0^9 x[b; j])")),
+        over_rows(format!("f[b; j] = {mean:?} * x[b; j]")),
     ]
 }
 

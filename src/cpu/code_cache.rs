@@ -28,10 +28,12 @@
 //! do:
 //!
 //! 1. the first kernel of a nest gets code of its own, its constants
-//!    compiled in (a training loop's steady batch size runs at full speed);
-//! 2. a kernel of a nest met before gets the nest's shared code, compiled
-//!    now if no kernel uses it (the second size: one compile), else taken
-//!    as it is (every later size: none);
+//!    compiled in (a training loop's steady batch size runs at full speed),
+//!    unless its op was met at another size ([`op_hash`]: a batch of 1,
+//!    whose loops fold away, then 2);
+//! 2. a kernel of a nest met before, or of an op met before, gets the
+//!    nest's shared code, compiled now if no kernel uses it (the second
+//!    size: one compile), else taken as it is (every later size: none);
 //! 3. a kernel running shared code [`SPECIALISE_AFTER`] times is a steady
 //!    size too, and gets code of its own then.
 //!
@@ -39,8 +41,10 @@
 //! and row-wise kernels, and its sums over the batch (the loss, the bias
 //! gradients), all run shared code (issue 28), and compute the same values
 //! bit for bit (the same loops over the same ranges). The key is the lifted
-//! nest's full `Debug` form, so equal keys mean equal code; a nest with a
-//! NaN constant (whose payload the form does not show) is never shared.
+//! nest's full `Debug` form, so equal keys mean equal code; with run-time
+//! constants off, a nest with a NaN constant (whose payload the form does
+//! not show) is never shared (lifted, a float constant travels as its
+//! bits).
 //! Code is held weakly here and strongly by the kernels using it, so it is
 //! freed with the last of them. Must not plan, nor run anything but the
 //! compilation of a kernel's own code from its run.

@@ -453,13 +453,7 @@ impl<'a> Emitter<'a> {
     /// The constant whose `f64` bits parameter `v` holds, rounded to the
     /// element type as `fconst` rounds a compiled-in one.
     pub(super) fn const_param(&mut self, v: IVar) -> R<Value> {
-        let bits = self.lin(
-            &Lin {
-                constant: 0,
-                terms: vec![(v, 1)],
-            },
-            1,
-        )?;
+        let bits = self.ivar(v)?;
         let x = self.b.ins().bitcast(types::F64, MemFlagsData::new(), bits);
         Ok(match self.width {
             DType::F32 => self.b.ins().fdemote(types::F32, x),

@@ -380,9 +380,10 @@ pub struct Kernel {
     pub buffers: BufferTypes,
     /// Integer parameters the code reads when it is called rather than
     /// having them compiled in: each variable with the value it takes in
-    /// this kernel. None from lowering; a backend sharing one code between
-    /// kernels that differ only in sizes lifts the constants of bounds and
-    /// guards into them ([`Kernel::with_run_time_constants`]).
+    /// this kernel (for an [`Expr::ConstParam`], a float's bits). None from
+    /// lowering; a backend sharing one code between kernels that differ
+    /// only in sizes lifts the constants of bounds, guards and float
+    /// values into them ([`Kernel::with_run_time_constants`]).
     pub params: Vec<(IVar, i64)>,
 }
 

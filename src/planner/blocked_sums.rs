@@ -134,7 +134,8 @@ impl Splitter {
                 let lanes = self.in_vector_loop;
                 let block = if lanes { LANE_BLOCK } else { BLOCK };
                 if sum && self.guarded && top_level {
-                    if let Some(guarded) = self.guarded_sum(value, result, &body, block) {
+                    // (Outside every loop: no vector loop around it.)
+                    if let Some(guarded) = self.guarded_sum(value, result, &body) {
                         return guarded;
                     }
                 }
@@ -165,14 +166,13 @@ impl Splitter {
     }
 
     /// `if hi − lo ≥ limit { long form } else { result = sum inner { … } }`
-    /// for a sum over `lo ..= hi` whose length is the same wherever it
-    /// runs (one bound each, whole, their difference free of loop
-    /// variables), where the long form is the blocked one (a vector sum,
-    /// or a sum in a vector loop; `limit` its block) or the one
-    /// accumulated in f64 (a scalar sum, beyond `SCALAR_NARROW_LIMIT`
-    /// values); `None` for any other sum, or when the blocked form would
-    /// overflow.
-    fn guarded_sum(&mut self, value: Reg, result: Reg, inner: &Loop, block: i64) -> Option<Stmt> {
+    /// for a sum outside every loop over `lo ..= hi` whose length is the
+    /// same wherever it runs (one bound each, whole, their difference free
+    /// of loop variables), where the long form is the blocked one (a
+    /// vector sum, beyond [`BLOCK`] values) or the one accumulated in f64
+    /// (a scalar sum, beyond [`SCALAR_NARROW_LIMIT`] values); `None` for
+    /// any other sum, or when the blocked form would overflow.
+    fn guarded_sum(&mut self, value: Reg, result: Reg, inner: &Loop) -> Option<Stmt> {
         let ([lo], [hi]) = (&inner.lower[..], &inner.upper[..]) else {
             return None;
         };
@@ -180,16 +180,16 @@ impl Splitter {
         if lo.den != 1 || hi.den != 1 || !length.terms.is_empty() {
             return None;
         }
-        let blocked = inner.vector || self.in_vector_loop;
+        let blocked = inner.vector;
         let limit = if blocked {
-            block as u64
+            BLOCK as u64
         } else {
             SCALAR_NARROW_LIMIT
         };
         let (long_result, short_result) = (Reg(self.regs), Reg(self.regs + 1));
         self.regs += 2;
         let long = if blocked {
-            self.split(value, long_result, inner, block)?
+            self.split(value, long_result, inner, BLOCK)?
         } else {
             Stmt::Reduce {
                 op: ReduceOp::Sum,

@@ -170,11 +170,7 @@ fn lse_pieces(g: &mut Graph, f: &IndexFn, e: NodeId) -> Option<Vec<NodeId>> {
 /// Whether nodes `a` and `b` of `g` (over `f`'s variables) are equal up
 /// to the names of the indices they bind.
 fn alpha_equal(g: &Graph, f: &IndexFn, a: NodeId, b: NodeId) -> bool {
-    let with_root = |root| IndexFn {
-        graph: g.clone(),
-        root,
-        ..f.clone()
-    };
+    let with_root = |root| f.with_body(g.clone(), root);
     with_root(a) == with_root(b)
 }
 
