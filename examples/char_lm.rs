@@ -272,12 +272,22 @@ impl Model {
         })
     }
 
-    /// Logits `[B·T, vocab]` for ids `[B, T]`.
+    /// Logits `[B·T, vocab]` for ids `[B, T]`, `T` at most the context.
     fn logits(&self, ids: &Tensor) -> Result<Tensor, Error> {
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
-        let mut x = self.tokens.forward(ids)?.add(&self.positions)?;
+        // Shorter windows than the context take the first `t` positions
+        // and the mask's top-left `t × t` (views at run-time positions).
+        let (positions, mask) = if t == self.c.context {
+            (self.positions.clone(), self.mask.clone())
+        } else {
+            (
+                self.positions.narrow(0, 0, t)?,
+                self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?,
+            )
+        };
+        let mut x = self.tokens.forward(ids)?.add(&positions)?;
         for block in &self.blocks {
-            x = block.forward(&x, &self.mask)?;
+            x = block.forward(&x, &mask)?;
         }
         let logits = self.ln.forward(&x)?.matmul(&self.head)?;
         logits.reshape(&[b * t, self.head.shape()[1]])
@@ -480,6 +490,56 @@ fn step_time(text: &Text, reps: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// `--length-sweep`: training steps (forward, loss, backward, Adam) on
+/// windows of every length from 8 to 128, each once, on a model whose
+/// context is 128 (issue 28: a sequence length that varies). Prints the
+/// time, what Cranelift compiled per loop kernel of a step, and what was
+/// derived and planned.
+fn length_sweep(text: &Text) -> Result<(), Error> {
+    let c = Config {
+        context: 128,
+        ..CONFIG
+    };
+    let model = Model::new(c, text.chars.len(), 1)?;
+    let params: Vec<Tensor> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    let mut opt = Adam::new(params, AdamConfig::default())?;
+    let mut rng = Rng(5);
+    let lengths = 8..=128usize;
+    let mut step = |t: usize| -> Result<(), Error> {
+        let (x, y) = text.batch(&mut rng, Config { context: t, ..c })?;
+        opt.zero_grad();
+        model
+            .logits(&x)?
+            .cross_entropy_with(&y, CrossEntropyOptions::default())?
+            .backward()?;
+        opt.step()
+    };
+    // The loop kernels of one step: those a repeated step runs.
+    step(64)?;
+    let runs = tenjin::stats().cpu_kernels_run;
+    step(64)?;
+    let per_step = tenjin::stats().cpu_kernels_run - runs;
+    let (before, start) = (tenjin::stats(), std::time::Instant::now());
+    for t in lengths.clone() {
+        step(t)?;
+    }
+    let (seconds, after) = (start.elapsed().as_secs_f64(), tenjin::stats());
+    let n = lengths.count() as f64;
+    println!(
+        "lengths 8..=128 once each in {seconds:.2} s: {} Cranelift compilations ({:.2} per kernel run by a step, {per_step} kernels), {:.1} kernels reusing code, {:.1} derivations and {:.1} op plans per step",
+        after.cpu_code_compiled - before.cpu_code_compiled,
+        (after.cpu_code_compiled - before.cpu_code_compiled) as f64 / per_step as f64,
+        (after.cpu_code_shared - before.cpu_code_shared) as f64 / n,
+        (after.derivations - before.derivations) as f64 / n,
+        (after.op_plans_built - before.op_plans_built) as f64 / n,
+    );
+    Ok(())
+}
+
 fn mean_tail(losses: &[f64], n: usize) -> f64 {
     let tail = &losses[losses.len().saturating_sub(n)..];
     tail.iter().sum::<f64>() / tail.len() as f64
@@ -508,6 +568,9 @@ fn main() -> Result<(), Error> {
     let text = Text::new();
     if args.iter().any(|a| a == "--step-time") {
         return step_time(&text, 31);
+    }
+    if args.iter().any(|a| a == "--length-sweep") {
+        return length_sweep(&text);
     }
     let entropy = text.unigram_entropy();
     println!(

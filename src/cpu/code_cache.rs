@@ -13,13 +13,18 @@
 //!   ([`Kernel::with_run_time_constants`]), read when the code is called
 //!   (shared code unrolls no loop: a short sum over a small batch is a
 //!   loop there, in the same order);
-//! - trip-count bounds (`Loop::max_trips`): the code reads them only on
-//!   vector loops, to choose their unrolling and whether the wide executor
-//!   runs them, so the key holds only which side of those thresholds each
-//!   vector loop is on (its *trip class*).
+//! - the strides of loads and stores (rows of length `T` in a `[B, T, D]`
+//!   tensor, lanes `T` apart): run-time strides (`Kernel::strides`);
+//! - trip counts: the code reads them only on vector loops, to choose
+//!   their unrolling and whether the wide executor runs them
+//!   (`super::trips`); a loop whose bounds are read at run time chooses
+//!   when it runs, one whose range moves with other loops by its bound
+//!   `Loop::max_trips`, so the key holds which side of those thresholds
+//!   each vector loop is on, or that it decides at run time (its *trip
+//!   class*).
 //!
-//! Offsets and strides stay compiled in, so nests whose strides hold a
-//! size (rows of length `B`) are not shared.
+//! Offsets' constants stay compiled in (a concatenation's `y[t − B]`), so
+//! nests whose offsets hold a size are not shared.
 //!
 //! Shared code is slower where constant bounds would fold away (a peeled
 //! loop known to be empty) or be unrolled (a window's taps): up to 1.24×
@@ -51,10 +56,11 @@
 
 use super::codegen;
 use super::compiled::JitCode;
+use super::trips::reach;
 use super::wide::Width;
 use super::wide_loop::MIN_TRIPS;
 use crate::kernel::key::hash_bytes;
-use crate::kernel::{visit_stmts, Expr, Kernel, Stmt, LANES};
+use crate::kernel::{visit_stmts, Expr, IVar, Kernel, Stmt, LANES};
 use crate::{DType, Error};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -253,7 +259,8 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
             lifted.shared_loops,
             &lifted.buffers,
             lifted.params.iter().map(|p| p.0).collect::<Vec<_>>(),
-            &with_trip_classes(lifted.body.clone())
+            &lifted.strides,
+            &with_trip_classes(lifted.body.clone(), &lifted.params)
         )
     );
     if nest.contains("NaN") {
@@ -303,34 +310,35 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
 }
 
 /// `body` with the trip-count bound of every loop replaced by what the
-/// code reads of it: nothing on a scalar loop (0), on a vector loop its
-/// trip class (how many of the thresholds it reaches: four f32x4 steps per
-/// iteration, `super::simd`; the wide executor, `super::wide_loop`).
-fn with_trip_classes(mut body: Vec<Stmt>) -> Vec<Stmt> {
-    fn classify(stmts: &mut [Stmt]) {
+/// code reads of it: nothing on a scalar loop (0), on a vector loop which
+/// forms its code has, by the thresholds it reaches (four f32x4 steps per
+/// iteration, `super::simd`; the wide executor, `super::wide_loop`): yes,
+/// no, or decided when the code runs (`super::trips`: a loop over `T`
+/// elements, its bounds read at run time, is one class for every `T`).
+fn with_trip_classes(mut body: Vec<Stmt>, params: &[(IVar, i64)]) -> Vec<Stmt> {
+    fn classify(stmts: &mut [Stmt], is_param: &dyn Fn(IVar) -> bool) {
         for s in stmts {
             match s {
                 Stmt::For(l) | Stmt::Reduce { body: l, .. } => {
                     l.max_trips = if l.vector {
                         [4 * LANES as u64, MIN_TRIPS]
                             .iter()
-                            .filter(|&&t| l.max_trips >= t)
-                            .count() as u64
+                            .fold(0, |class, &t| 3 * class + reach(l, t, is_param) as u64)
                     } else {
                         0
                     };
-                    classify(&mut l.body);
+                    classify(&mut l.body, is_param);
                 }
                 Stmt::If {
                     then, otherwise, ..
                 } => {
-                    classify(then);
-                    classify(otherwise);
+                    classify(then, is_param);
+                    classify(otherwise, is_param);
                 }
                 Stmt::Let(..) | Stmt::Store { .. } => {}
             }
         }
     }
-    classify(&mut body);
+    classify(&mut body, &|v| params.iter().any(|p| p.0 == v));
     body
 }

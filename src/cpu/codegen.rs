@@ -21,9 +21,12 @@
 
 use super::clif_lanes::ClifLanes;
 use super::math::MathFn;
+use super::trips::{self, Reach};
 use super::vmath::VMath;
 use super::wide::{Program, Width};
-use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt, END, START};
+use crate::kernel::{
+    Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, RunTimeStride, Stmt, END, START,
+};
 use crate::symbolic::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
 use crate::Error;
@@ -167,6 +170,8 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
             wide_loops: 0,
             segments: Vec::new(),
             ivars: vec![None; k.num_ivars as usize],
+            strides: k.strides.clone(),
+            params: k.params.iter().map(|p| p.0).collect(),
             bases: Vec::new(),
             out: None,
             funcs: HashMap::new(),
@@ -219,6 +224,11 @@ pub(super) struct Emitter<'a> {
     /// emitted (`super::simd`).
     pub(super) vregs: Vec<Option<Value>>,
     pub(super) ivars: Vec<Option<Value>>,
+    /// The kernel's run-time strides (`Kernel::strides`): variables that
+    /// are a loop variable times a run-time constant.
+    strides: Vec<RunTimeStride>,
+    /// The kernel's run-time constants (`Kernel::params`).
+    params: Vec<IVar>,
     /// Base pointer of each argument buffer, loaded in the entry block.
     pub(super) bases: Vec<Value>,
     pub(super) out: Option<Value>,
@@ -349,7 +359,7 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    fn ivar(&self, v: IVar) -> R<Value> {
+    pub(super) fn ivar(&self, v: IVar) -> R<Value> {
         self.ivars
             .get(v.0 as usize)
             .copied()
@@ -363,7 +373,16 @@ impl<'a> Emitter<'a> {
     pub(super) fn lin(&mut self, l: &Lin, scale: i64) -> R<Value> {
         let mut acc: Option<Value> = None;
         for &(v, c) in &l.terms {
-            let x = self.ivar(v)?;
+            let x = match self.strides.iter().find(|s| s.var == v) {
+                // A run-time stride: the loop variable times the constant
+                // read at the call (a multiplication Cranelift hoists to
+                // the variable's loop).
+                Some(s) => {
+                    let (index, stride) = (self.ivar(s.index)?, self.ivar(s.stride)?);
+                    self.b.ins().imul(index, stride)
+                }
+                None => self.ivar(v)?,
+            };
             let c = c.wrapping_mul(scale);
             let t = if c == 1 {
                 x
@@ -381,6 +400,22 @@ impl<'a> Emitter<'a> {
             Some(a) if k == 0 => a,
             Some(a) => self.b.ins().iadd_imm_s(a, k),
         })
+    }
+
+    /// The run-time constant holding the coefficient of loop variable
+    /// `var` in `offset`, when that coefficient is read at run time
+    /// (`Kernel::strides`).
+    pub(super) fn run_time_stride(&self, offset: &Lin, var: IVar) -> Option<IVar> {
+        offset.terms.iter().find_map(|&(v, _)| {
+            let s = self.strides.iter().find(|s| s.var == v)?;
+            (s.index == var).then_some(s.stride)
+        })
+    }
+
+    /// Whether vector loop `l` runs at least `threshold` times
+    /// (`super::trips`).
+    pub(super) fn reach(&self, l: &Loop, threshold: u64) -> Reach {
+        trips::reach(l, threshold, &|v| self.params.contains(&v))
     }
 
     /// `⌈num/den⌉` or `⌊num/den⌋` for `den > 0`.

@@ -42,6 +42,7 @@ mod random;
 mod simd;
 #[cfg(test)]
 mod test_kernels;
+mod trips;
 mod vmath;
 mod wide;
 mod wide_loop;

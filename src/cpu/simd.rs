@@ -34,8 +34,9 @@
 use super::clif_lanes::ClifLanes;
 use super::codegen::{Emitter, R};
 use super::math::MathFn;
+use super::trips::Reach;
 use super::vmath::{Cc, Lanes as _, VMath};
-use crate::kernel::{Cond, Expr, IVar, Loop, Reg, Stmt};
+use crate::kernel::{Cond, Expr, IVar, Lin, Loop, Reg, Stmt};
 use crate::symbolic::ReduceOp;
 use crate::symbolic::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -66,6 +67,11 @@ impl<'f> Emitter<'f> {
             self.vectorized_reductions += 1;
             return Ok(s);
         }
+        self.narrow_sum(l, value)
+    }
+
+    /// [`Emitter::vector_sum`] in f32x4 code.
+    pub(super) fn narrow_sum(&mut self, l: &Loop, value: Reg) -> R<Value> {
         let slot = l.var.0 as usize;
         if slot >= self.ivars.len() {
             return Err(format!("loop variable {} out of range", l.var));
@@ -74,7 +80,10 @@ impl<'f> Emitter<'f> {
         let saved = self.ivars[slot];
         self.vbranch = true;
         let zero = self.vm().c(0.0);
-        let (k, acc) = if l.max_trips >= 4 * LANES as u64 {
+        // The 16-element strip, where the sum may run 16 times; a sum
+        // shorter than that skips it and adds the same values in the same
+        // order as without it (from `(0 + 0) + (0 + 0)`, `+0` as `zero`).
+        let (k, acc) = if self.reach(l, 4 * LANES as u64) != Reach::No {
             let (k, p) = self.sum_strip(l, value, lo, hi, 4, Lanes::Four, &[zero; 4])?;
             let p01 = self.b.ins().fadd(p[0], p[1]);
             let p23 = self.b.ins().fadd(p[2], p[3]);
@@ -180,6 +189,12 @@ impl<'f> Emitter<'f> {
         if self.try_wide_loop(l)? {
             return Ok(());
         }
+        self.narrow_loop(l)
+    }
+
+    /// [`Emitter::vector_loop`] in f32x4 code.
+    pub(super) fn narrow_loop(&mut self, l: &Loop) -> R<()> {
+        let slot = l.var.0 as usize;
         let (lo, hi) = self.range(l)?;
         let saved = self.ivars[slot];
         // Index guards are invariant in the loop (see `vectorizable`): real
@@ -293,6 +308,31 @@ impl<'f> Emitter<'f> {
         }
     }
 
+    /// The distance in elements between consecutive lanes of `offset`
+    /// along the vector loop's `var`: its coefficient, or `None` when it
+    /// is read at run time (`Kernel::strides`).
+    fn lane_stride(&self, offset: &Lin, var: IVar) -> Option<i64> {
+        match self.run_time_stride(offset, var) {
+            Some(_) => None,
+            None => Some(offset.coeff(var)),
+        }
+    }
+
+    /// The address of lane `i` of `offset`, whose lane 0 is at `addr`, as
+    /// a base and a constant byte offset.
+    fn lane_address(&mut self, addr: Value, offset: &Lin, var: IVar, i: i64) -> R<(Value, i32)> {
+        if let Some(stride) = self.run_time_stride(offset, var) {
+            let stride = self.ivar(stride)?;
+            let bytes = self.b.ins().imul_imm_s(stride, i * self.elem);
+            return Ok((self.b.ins().iadd(addr, bytes), 0));
+        }
+        let at = (i * offset.coeff(var))
+            .checked_mul(self.elem)
+            .and_then(|b| i32::try_from(b).ok())
+            .ok_or("a strided access's offset out of range")?;
+        Ok((addr, at))
+    }
+
     fn vstmt(&mut self, s: &Stmt, var: IVar, lanes: Lanes) -> R<()> {
         match s {
             Stmt::Let(r, e) => {
@@ -302,8 +342,7 @@ impl<'f> Emitter<'f> {
             Stmt::Store { offset, value } => {
                 let v = self.vreg(*value)?;
                 let addr = self.out_address(offset)?;
-                let stride = offset.coeff(var);
-                if lanes == Lanes::Four && stride == 1 {
+                if lanes == Lanes::Four && self.lane_stride(offset, var) == Some(1) {
                     let flags = MemFlagsData::new().with_notrap();
                     self.b.ins().store(flags, v, addr, 0);
                 } else {
@@ -312,12 +351,9 @@ impl<'f> Emitter<'f> {
                     // lane i stores element `offset + i·stride`.
                     let count = if lanes == Lanes::Four { LANES } else { 1 };
                     for i in 0..count {
-                        let at = (i * stride)
-                            .checked_mul(4)
-                            .and_then(|b| i32::try_from(b).ok())
-                            .ok_or("a strided write's offset out of range")?;
+                        let (at, bytes) = self.lane_address(addr, offset, var, i)?;
                         let x = self.b.ins().extractlane(v, i as u8);
-                        self.b.ins().store(MemFlagsData::trusted(), x, addr, at);
+                        self.b.ins().store(MemFlagsData::trusted(), x, at, bytes);
                     }
                 }
                 Ok(())
@@ -597,8 +633,8 @@ impl<'f> Emitter<'f> {
             }
             Expr::Load { arg, offset } => {
                 let addr = self.arg_address(*arg, offset)?;
-                let stride = offset.coeff(var);
-                if lanes == Lanes::Four && stride == 1 {
+                let stride = self.lane_stride(offset, var);
+                if lanes == Lanes::Four && stride == Some(1) {
                     // Unaligned: no `aligned` flag.
                     let flags = MemFlagsData::new().with_notrap().with_readonly();
                     self.b.ins().load(V, flags, addr, 0)
@@ -606,16 +642,13 @@ impl<'f> Emitter<'f> {
                     let flags = MemFlagsData::trusted().with_readonly();
                     let x = self.b.ins().load(types::F32, flags, addr, 0);
                     let mut out = self.splat(x);
-                    if lanes == Lanes::Four && stride != 0 {
+                    if lanes == Lanes::Four && stride != Some(0) {
                         // A strided read (a pool's or a strided
                         // convolution's window): lane i loads element
                         // `offset + i·stride`, as the scalar strip would.
                         for i in 1..LANES {
-                            let at = (i * stride)
-                                .checked_mul(4)
-                                .and_then(|b| i32::try_from(b).ok())
-                                .ok_or("a strided read's offset out of range")?;
-                            let xi = self.b.ins().load(types::F32, flags, addr, at);
+                            let (at, bytes) = self.lane_address(addr, offset, var, i)?;
+                            let xi = self.b.ins().load(types::F32, flags, at, bytes);
                             out = self.b.ins().insertlane(out, xi, i as u8);
                         }
                     }

@@ -11,13 +11,14 @@
 //! nor compute anything the executor computes.
 
 use super::codegen::{Emitter, R};
+use super::trips::Reach;
 use super::wide::{Entries, Output, Program, Scalar, Step};
 use super::wide_segment::compile_segment;
-use crate::kernel::{Loop, Reg};
+use crate::kernel::{visit_stmts, Expr, Loop, Reg, Stmt};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
-    Value,
+    types, AbiParam, Block, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind, Value,
 };
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
@@ -32,17 +33,24 @@ pub(crate) const MIN_TRIPS: u64 = 64;
 
 impl Emitter<'_> {
     /// Emits the vector output loop `l` as one call of the wide executor
-    /// when the width is wider than f32x4 and the loop translates to a
-    /// [`Program`] worth it ([`Program::prefers_wide`]); `Ok(false)`
+    /// when the width is wider than f32x4, the loop runs [`MIN_TRIPS`]
+    /// times (`super::trips`; when its bounds are read at run time, the
+    /// code compares then and runs the f32x4 loop below) and translates
+    /// to a [`Program`] worth it ([`Program::prefers_wide`]); `Ok(false)`
     /// (nothing emitted) otherwise.
     pub(super) fn try_wide_loop(&mut self, l: &Loop) -> R<bool> {
-        let Some(entries) = self.simd.entries().filter(|_| l.max_trips >= MIN_TRIPS) else {
+        let Some((program, entries, reach)) = self.wide_program(l, Program::build(l)) else {
             return Ok(false);
         };
-        let Some(program) = Program::build(l).filter(Program::prefers_wide) else {
-            return Ok(false);
-        };
+        let narrow = self.wide_unless_short(l, reach, &[])?;
         self.wide_call(l, program, entries)?;
+        if let Some((narrow, join)) = narrow {
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(narrow);
+            self.narrow_loop(l)?;
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+        }
         self.vectorized = true;
         Ok(true)
     }
@@ -51,13 +59,77 @@ impl Emitter<'_> {
     /// executor, under the same conditions as [`Emitter::try_wide_loop`];
     /// `Ok(None)` (nothing emitted) otherwise.
     pub(super) fn try_wide_sum(&mut self, l: &Loop, value: Reg) -> R<Option<Value>> {
-        let Some(entries) = self.simd.entries().filter(|_| l.max_trips >= MIN_TRIPS) else {
+        let built = Program::build_sum(l, value);
+        let Some((program, entries, reach)) = self.wide_program(l, built) else {
             return Ok(None);
         };
-        let Some(program) = Program::build_sum(l, value).filter(Program::prefers_wide) else {
-            return Ok(None);
+        let narrow = self.wide_unless_short(l, reach, &[types::F32])?;
+        let sum = self.wide_call(l, program, entries)?;
+        let Some((narrow, join)) = narrow else {
+            return Ok(sum);
         };
-        self.wide_call(l, program, entries)
+        let wide = sum.ok_or("a wide sum without a result")?;
+        self.b.ins().jump(join, &[BlockArg::Value(wide)]);
+        self.b.switch_to_block(narrow);
+        let s = self.narrow_sum(l, value)?;
+        self.b.ins().jump(join, &[BlockArg::Value(s)]);
+        self.b.switch_to_block(join);
+        Ok(Some(self.b.block_params(join)[0]))
+    }
+
+    /// `program` for `l` with the executor's entries and whether `l`
+    /// reaches [`MIN_TRIPS`], when the executor may run it.
+    fn wide_program(
+        &self,
+        l: &Loop,
+        program: Option<Program>,
+    ) -> Option<(Program, Entries, Reach)> {
+        let reach = self.reach(l, MIN_TRIPS);
+        let entries = self.simd.entries().filter(|_| reach != Reach::No)?;
+        // The executor reads elements at a distance along `l` known when it
+        // is built (a stride read at run time would look like 0 to it).
+        let mut run_time = false;
+        visit_stmts(&l.body, &mut |s| {
+            if let Stmt::Let(_, Expr::Load { offset, .. }) | Stmt::Store { offset, .. } = s {
+                run_time |= self.run_time_stride(offset, l.var).is_some();
+            }
+        });
+        if run_time {
+            return None;
+        }
+        Some((program.filter(Program::prefers_wide)?, entries, reach))
+    }
+
+    /// For a loop whose trip count is known when the code runs: a branch
+    /// to the f32x4 form (the first block returned) when it is below
+    /// [`MIN_TRIPS`], continuing in the block for the executor; the join
+    /// block after both takes parameters of `join_types`.
+    fn wide_unless_short(
+        &mut self,
+        l: &Loop,
+        reach: Reach,
+        join_types: &[types::Type],
+    ) -> R<Option<(Block, Block)>> {
+        if reach != Reach::AtRunTime {
+            return Ok(None);
+        }
+        let (lo, hi) = self.range(l)?;
+        let n = self.b.ins().isub(hi, lo);
+        let long =
+            self.b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, n, MIN_TRIPS as i64 - 1);
+        let (wide, narrow, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        for &t in join_types {
+            self.b.append_block_param(join, t);
+        }
+        self.b.ins().brif(long, wide, &[], narrow, &[]);
+        self.b.switch_to_block(wide);
+        Ok(Some((narrow, join)))
     }
 
     /// Calls the executor on `program` over `l`'s range when it is not

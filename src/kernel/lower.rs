@@ -84,6 +84,7 @@ pub fn lower(f: &IndexFn) -> Result<Kernel, Error> {
         shared_loops: 0,
         buffers: Default::default(),
         params: Vec::new(),
+        strides: Vec::new(),
     })
 }
 

@@ -385,6 +385,22 @@ pub struct Kernel {
     /// only in sizes lifts the constants of bounds, guards and float
     /// values into them ([`Kernel::with_run_time_constants`]).
     pub params: Vec<(IVar, i64)>,
+    /// Integer variables that are a loop variable times a run-time
+    /// constant: the strides of loads and stores read when the code is
+    /// called (a row of length `T` in a `[B, T, D]` tensor). None from
+    /// lowering; [`Kernel::with_run_time_constants`] makes them, and only
+    /// offsets' terms use them, with coefficient 1.
+    pub strides: Vec<RunTimeStride>,
+}
+
+/// `var = index · stride`, where `index` is a loop variable and `stride` a
+/// run-time constant ([`Kernel::params`]): a term of an offset whose
+/// coefficient is read when the code is called ([`Kernel::strides`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunTimeStride {
+    pub var: IVar,
+    pub index: IVar,
+    pub stride: IVar,
 }
 
 /// Which of a kernel's buffers hold a half type (`BF16`, `F16`) while it

@@ -1,5 +1,6 @@
-//! Run-time constants: the integer constants of a kernel's loop bounds and
-//! guards turned into parameters its code reads when called (issue 28).
+//! Run-time constants: the integer constants of a kernel's loop bounds,
+//! guards and strides, and its float constants, turned into parameters its
+//! code reads when called (issue 28).
 //!
 //! Owns [`Kernel::with_run_time_constants`]. The bounds a size reaches
 //! (`sum b in 0 ..= B − 1`, `floor((B − 1)/64)` blocks of a long sum, a
@@ -12,7 +13,7 @@
 //! is no longer constant is not unrolled, in the same order). Must not
 //! decide what to share, compile or run anything.
 
-use super::{Bound, Cond, Expr, IVar, Kernel, Lin, Stmt, END, START};
+use super::{Bound, Cond, Expr, IVar, Kernel, Lin, RunTimeStride, Stmt, END, START};
 
 impl Kernel {
     /// `self` with the constant of every loop bound (but the parallel
@@ -22,11 +23,12 @@ impl Kernel {
     /// stays (there is nothing to read), a guard's is read too (a guard on
     /// a sum's length is zero at one size). Float constants (a mean's
     /// `1/B`, a scale) are read too, as the bits of an `f64`
-    /// ([`super::Expr::ConstParam`]).
-    /// Offsets stay compiled in: a load's constant folds into its address
-    /// there, and reading it at run time cost pools and depthwise windows,
-    /// whose taps are loads at constant offsets, 8–14 % (measured). The
-    /// result runs exactly as `self`, slower where constant bounds would
+    /// ([`super::Expr::ConstParam`]). So are the strides of loads and
+    /// stores but 1 (`x[b·T·D + t·D + d]`: [`Kernel::strides`]), one
+    /// parameter per term. Offsets' constants stay compiled in: a load's
+    /// constant folds into its address there, and reading it at run time
+    /// cost pools and depthwise windows, whose taps are loads at constant
+    /// offsets, 8–14 % (measured). The result runs exactly as `self`, slower where constant bounds would
     /// fold away (a peeled loop known empty, a division by a block size) or
     /// let a short loop be unrolled: the CPU runs it while a size is new
     /// and gives a kernel run often its own code (`crate::cpu`'s code
@@ -39,8 +41,10 @@ impl Kernel {
     ///     Ok(tenjin::kernel::lower(&f)?.with_run_time_constants())
     /// };
     /// let (k5, k7) = (sum_over(5)?, sum_over(7)?);
-    /// assert_eq!(k5.params.iter().map(|p| p.1).collect::<Vec<_>>(), [4]);
-    /// assert_eq!(k7.params.iter().map(|p| p.1).collect::<Vec<_>>(), [6]);
+    /// // The sum's last index, and the stride of `x`'s rows (`x[b·3 + j]`):
+    /// assert_eq!(k5.params.iter().map(|p| p.1).collect::<Vec<_>>(), [4, 3]);
+    /// assert_eq!(k7.params.iter().map(|p| p.1).collect::<Vec<_>>(), [6, 3]);
+    /// assert_eq!(k5.strides.len(), 1);
     /// // The same loop nest (after the header and the constants' values):
     /// let nest = |k: &tenjin::kernel::Kernel| k.to_string().lines().skip(2).collect::<Vec<_>>().join("\n");
     /// assert_eq!(nest(&k5), nest(&k7));
@@ -61,10 +65,12 @@ impl Kernel {
         let mut lifter = Lifter {
             next: k.num_ivars,
             params: std::mem::take(&mut k.params),
+            strides: std::mem::take(&mut k.strides),
         };
         lifter.stmts(&mut k.body);
         k.num_ivars = lifter.next;
         k.params = lifter.params;
+        k.strides = lifter.strides;
         k
     }
 }
@@ -72,6 +78,7 @@ impl Kernel {
 struct Lifter {
     next: u32,
     params: Vec<(IVar, i64)>,
+    strides: Vec<RunTimeStride>,
 }
 
 impl Lifter {
@@ -103,16 +110,16 @@ impl Lifter {
                     self.stmts(then);
                     self.stmts(otherwise);
                 }
-                Stmt::Let(_, e) => {
-                    if let Expr::Const(c) = *e {
+                Stmt::Let(_, e) => match e {
+                    Expr::Const(c) => {
                         // A float constant (a mean's `1/B`): its bits.
-                        let p = IVar(self.next);
-                        self.next += 1;
-                        self.params.push((p, c.to_bits() as i64));
+                        let p = self.param(c.to_bits() as i64);
                         *e = Expr::ConstParam(p);
                     }
-                }
-                Stmt::Store { .. } => {}
+                    Expr::Load { offset, .. } => self.offset(offset),
+                    _ => {}
+                },
+                Stmt::Store { offset, .. } => self.offset(offset),
             }
         }
     }
@@ -132,9 +139,45 @@ impl Lifter {
     fn lift(&mut self, form: &mut Lin) {
         let c = form.constant;
         form.constant = 0;
-        let p = IVar(self.next);
-        self.next += 1;
-        self.params.push((p, c));
+        let p = self.param(c);
         form.terms.push((p, 1));
+    }
+
+    /// An offset with each stride but 1 read at run time (a vector loop's
+    /// too: its lanes are then that far apart): the term `v·c` becomes
+    /// `w·1`, `w = v·p` ([`Kernel::strides`])
+    /// with `p` a new parameter holding `c`, in the term's place (outer
+    /// variables first, so that the code still adds the part invariant in
+    /// an inner loop first). One parameter per term, as for constants: two
+    /// strides equal at one size only (a row of `T` and one of 64) must
+    /// not make that size's nest one of its own. The offset's constant
+    /// stays compiled in (see [`Kernel::with_run_time_constants`]).
+    fn offset(&mut self, offset: &mut Lin) {
+        for k in 0..offset.terms.len() {
+            let (v, c) = offset.terms[k];
+            if c != 1 {
+                let stride = self.param(c);
+                let var = self.fresh();
+                self.strides.push(RunTimeStride {
+                    var,
+                    index: v,
+                    stride,
+                });
+                offset.terms[k] = (var, 1);
+            }
+        }
+    }
+
+    /// A new parameter holding `value`.
+    fn param(&mut self, value: i64) -> IVar {
+        let p = self.fresh();
+        self.params.push((p, value));
+        p
+    }
+
+    fn fresh(&mut self) -> IVar {
+        let v = IVar(self.next);
+        self.next += 1;
+        v
     }
 }

@@ -235,6 +235,14 @@ impl Display for Kernel {
                 .collect();
             let _ = writeln!(p.out, "  run-time constants: {}", params.join(", "));
         }
+        if !self.strides.is_empty() {
+            let strides: Vec<String> = self
+                .strides
+                .iter()
+                .map(|s| format!("{} = {}·{}", s.var, s.index, s.stride))
+                .collect();
+            let _ = writeln!(p.out, "  run-time strides: {}", strides.join(", "));
+        }
         if !self.buffers.is_uniform() {
             let halves: Vec<String> = (0..self.args.len())
                 .filter_map(|a| Some(format!("{} {:?}", self.args[a].name, self.buffers.arg(a)?)))
