@@ -12,6 +12,7 @@
 //! cargo run --release --example char_lm -- --device cuda # on CUDA device 0 (exit status 2 where there is none)
 //! cargo run --release --example char_lm -- --device sim  # CI: the first steps on the CPU and on the simulated GPU, compared
 //! cargo run --release --example char_lm -- --step-time  # the median step on one fixed batch, a JSON line (bench/char_lm.sh)
+//! cargo run --release --example char_lm -- --length-sweep  # every sequence length from 8 to 128 once: compilations, and a new length's cost
 //! cargo run --release --example char_lm -- --autocast bf16  # the forward under tenjin::autocast (f16: with a GradScaler)
 //! ```
 //!
@@ -493,8 +494,8 @@ fn step_time(text: &Text, reps: usize) -> Result<(), Error> {
 /// `--length-sweep`: training steps (forward, loss, backward, Adam) on
 /// windows of every length from 8 to 128, each once, on a model whose
 /// context is 128 (issue 28: a sequence length that varies). Prints the
-/// time, what Cranelift compiled per loop kernel of a step, and what was
-/// derived and planned.
+/// time, what Cranelift compiled per kernel of a step, what was derived
+/// and planned, and what a new length costs over a length met once.
 fn length_sweep(text: &Text) -> Result<(), Error> {
     let c = Config {
         context: 128,
@@ -524,10 +525,20 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
     step(64)?;
     let per_step = tenjin::stats().cpu_kernels_run - runs;
     let (before, start) = (tenjin::stats(), std::time::Instant::now());
-    for t in lengths.clone() {
+    let mut timed = |t: usize| -> Result<f64, Error> {
+        let t0 = std::time::Instant::now();
         step(t)?;
-    }
+        Ok(t0.elapsed().as_secs_f64() * 1e3)
+    };
+    let new: Vec<f64> = lengths.clone().map(&mut timed).collect::<Result<_, _>>()?;
     let (seconds, after) = (start.elapsed().as_secs_f64(), tenjin::stats());
+    // The same lengths again: each step's plans and code are cached now.
+    let again: Vec<f64> = lengths.clone().map(&mut timed).collect::<Result<_, _>>()?;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let extra: Vec<f64> = new.iter().zip(&again).map(|(a, b)| a - b).collect();
     let n = lengths.count() as f64;
     println!(
         "lengths 8..=128 once each in {seconds:.2} s: {} Cranelift compilations ({:.2} per kernel run by a step, {per_step} kernels), {:.1} kernels reusing code, {:.1} derivations and {:.1} op plans per step",
@@ -536,6 +547,11 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
         (after.cpu_code_shared - before.cpu_code_shared) as f64 / n,
         (after.derivations - before.derivations) as f64 / n,
         (after.op_plans_built - before.op_plans_built) as f64 / n,
+    );
+    println!(
+        "a step at a new length: {:.2} ms more than the second step at that length (medians; the second {:.2} ms)",
+        median(extra),
+        median(again)
     );
     Ok(())
 }

@@ -32,13 +32,14 @@
 //! cache follows torch.compile's second-value rule, and tiers up as JITs
 //! do:
 //!
-//! 1. the first kernel of a nest gets code of its own, its constants
-//!    compiled in (a training loop's steady batch size runs at full speed),
-//!    unless its op was met at another size ([`op_hash`]: a batch of 1,
-//!    whose loops fold away, then 2);
-//! 2. a kernel of a nest met before, or of an op met before, gets the
-//!    nest's shared code, compiled now if no kernel uses it (the second
-//!    size: one compile), else taken as it is (every later size: none);
+//! 1. the first kernel of an op ([`op_hash`]) gets code of its own, its
+//!    constants compiled in (a training loop's steady batch size runs at
+//!    full speed), whatever other ops share its nest (a convolution at
+//!    another stride, another layer's shapes);
+//! 2. a kernel of an op met before (at another size: a batch of 1, whose
+//!    loops fold away, then 2) gets its nest's shared code, compiled now if
+//!    no kernel uses it (the second size: one compile), else taken as it
+//!    is (every later size: none);
 //! 3. a kernel running shared code [`SPECIALISE_AFTER`] times is a steady
 //!    size too, and gets code of its own then.
 //!
@@ -188,13 +189,10 @@ struct Codes {
     by_nest: HashMap<String, Weak<JitCode>>,
     /// The map's size after the last sweep of dead entries.
     swept_at: usize,
-    /// Hashes of the lifted nests met so far (the first kernel of a nest
-    /// gets code of its own).
-    seen: HashSet<u64>,
     /// Hashes of the ops met so far, whatever their sizes ([`op_hash`]):
-    /// a new nest of an op met before is a new size of it (a batch of 1
-    /// whose loops fold away, then 2; a sum over the batch that crosses a
-    /// blocking threshold), and gets shared code at once.
+    /// the first kernel of an op gets code of its own; a kernel of an op
+    /// met before is a new size of it (a batch of 1 whose loops fold away,
+    /// then 2; rows of another length), and gets shared code at once.
     ops: HashSet<u64>,
 }
 
@@ -284,16 +282,16 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     {
         let mut guard = lock();
         let codes = guard.get_or_insert_with(Codes::default);
+        if tiered && codes.ops.insert(op_hash(k, dtype)) {
+            // The first kernel of an op: its own code, at full speed (other
+            // ops with the same nest, a convolution at another stride or
+            // another layer's shapes, do not make it dynamic).
+            drop(guard);
+            return compile(k).map(JitCall::fixed);
+        }
         if let Some(code) = codes.by_nest.get(&nest).and_then(Weak::upgrade) {
             SHARED.fetch_add(1, Relaxed);
             return Ok(call(code));
-        }
-        let op_met_before = !codes.ops.insert(op_hash(k, dtype));
-        if tiered && codes.seen.insert(hash_bytes(nest.as_bytes())) && !op_met_before {
-            // The nest's first kernel, of an op met at no other size: its
-            // own code, at full speed.
-            drop(guard);
-            return compile(k).map(JitCall::fixed);
         }
     }
     // Compiled outside the lock: another thread may compile the same nest

@@ -3,9 +3,8 @@
 //! Owns [`ShapeHashes`]: a hash of a node's structure that ignores which
 //! index variables it uses, so two expressions equal up to renaming their
 //! indices (`equality`) hash alike, whichever function's DAG holds them.
-//! The planner sorts a product's factors by it, without the values of its
-//! numbers (one canonical order for equal products met in two derivatives,
-//! and for one function at two sizes), and keys its stage cache with it
+//! The planner sorts a product's factors by it (one canonical order for
+//! equal products met in two derivatives) and keys its stage cache with it
 //! (equality is then checked). Unequal expressions may collide; nothing
 //! may rely on a hash alone. Must not modify a graph.
 
@@ -20,24 +19,9 @@ use std::hash::{Hash, Hasher};
 #[derive(Default)]
 pub(crate) struct ShapeHashes {
     memo: HashMap<NodeId, u64>,
-    /// Constants' values and index forms' constant terms left out
-    /// ([`ShapeHashes::without_values`]).
-    without_values: bool,
 }
 
 impl ShapeHashes {
-    /// Hashes that leave out every number a size can change: constants'
-    /// values (a mean's `1/B`) and the constant terms of index forms (a
-    /// flip's `N − 1 − i`). The planner orders a product's factors by
-    /// these, so that one function at two sizes gets one order, and so
-    /// one loop nest (`crate::kernel::Kernel::with_run_time_constants`).
-    pub(crate) fn without_values() -> ShapeHashes {
-        ShapeHashes {
-            without_values: true,
-            ..ShapeHashes::default()
-        }
-    }
-
     /// The hash of `n` in `g`: its node kind and operator, the
     /// coefficients of its index forms (sorted, variables dropped), its
     /// constants (every NaN alike), and its children's hashes in order.
@@ -56,7 +40,7 @@ impl ShapeHashes {
                 continue;
             }
             let mut st = DefaultHasher::new();
-            own_hash(node, !self.without_values, &mut st);
+            own_hash(node, &mut st);
             for c in node.children() {
                 self.memo[&c].hash(&mut st);
             }
@@ -67,10 +51,8 @@ impl ShapeHashes {
 }
 
 /// What `node` itself contributes (not its children).
-fn own_hash(node: &Node, values: bool, st: &mut DefaultHasher) {
-    let form = |a: &Affine, st: &mut DefaultHasher| form(a, values, st);
+fn own_hash(node: &Node, st: &mut DefaultHasher) {
     match node {
-        Node::Const(_) if !values => 0u8.hash(st),
         Node::Const(bits) => {
             let bits = if f64::from_bits(*bits).is_nan() {
                 f64::NAN.to_bits()
@@ -120,15 +102,12 @@ fn name(op: &impl std::fmt::Debug) -> String {
     format!("{op:?}")
 }
 
-/// An affine form without its variables: its sorted coefficients and
-/// (with `values`) its constant.
-fn form(a: &Affine, values: bool, st: &mut DefaultHasher) {
+/// An affine form without its variables: its sorted coefficients and its
+/// constant.
+fn form(a: &Affine, st: &mut DefaultHasher) {
     let mut c: Vec<i64> = a.terms.iter().map(|t| t.1).collect();
     c.sort_unstable();
-    c.hash(st);
-    if values {
-        a.constant.hash(st);
-    }
+    (c, a.constant).hash(st);
 }
 
 #[cfg(test)]

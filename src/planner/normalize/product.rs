@@ -1,6 +1,7 @@
 //! Products as the rules see them: flattened into signed factor lists
-//! ([`Product`]) and built back in canonical order (factors sorted by
-//! their shape hash, constants folded, the reciprocal rule applied).
+//! ([`Product`]) and built back in canonical order (constants folded into
+//! one, first, the other factors sorted by their shape hash, the
+//! reciprocal rule applied).
 
 use super::Normalizer;
 use crate::symbolic::affine::VarId;
@@ -145,11 +146,18 @@ impl Normalizer<'_> {
         }
     }
 
-    /// `factors` in canonical order: by shape hash, ties as given.
+    /// `factors` in canonical order: a constant first (there is one once
+    /// folded), then by shape hash, ties as given. A constant's value does
+    /// not place it: a mean's `1/B` is a constant of the function, and one
+    /// function at two sizes must get one order, so one loop nest
+    /// (`crate::kernel::Kernel::with_run_time_constants`).
     fn sort_canonical(&mut self, factors: &mut [NodeId]) {
         let mut keyed: Vec<(u64, NodeId)> = factors
             .iter()
-            .map(|&n| (self.shapes.of(&self.g, n), n))
+            .map(|&n| match self.g.const_value(n) {
+                Some(_) => (0, n),
+                None => (self.shapes.of(&self.g, n).max(1), n),
+            })
             .collect();
         keyed.sort_by_key(|k| k.0);
         for (slot, (_, n)) in factors.iter_mut().zip(keyed) {

@@ -49,7 +49,7 @@ fn invariant_factors_and_guards_leave_sums() {
         "f[i; k] = sum{j}_0^3 (-(a[i; j] * b[i; k]) / c[k])",
         &[("a", &[2, 4]), ("b", &[2, 5]), ("c", &[5])],
         &[],
-        "f[i; k] = -(1 / c[k] * sum{j}_0^3 (a[i; j]) * b[i; k])",
+        "f[i; k] = -(1 / c[k] * b[i; k] * sum{j}_0^3 (a[i; j]))",
     );
     normalizes_to(
         "f[i] = sum{j}_0^3 (if {x[i] > 0} then (a[i; j]) else (0))",
@@ -85,7 +85,7 @@ fn reads_valid_only_inside_a_possibly_empty_sum_stay_inside() {
         "f[i] = sum{k}_0^(i - 1) (x[i] * y[k])",
         &[("x", &[4]), ("y", &[4])],
         &[("i", 4)],
-        "f[i] = x[i] * sum{k}_0^(-1 + i) (y[k])",
+        "f[i] = sum{k}_0^(-1 + i) (y[k]) * x[i]",
     );
 }
 
@@ -101,7 +101,7 @@ fn nests_are_summed_in_elimination_order() {
     let g = normalize(&f);
     assert_eq!(
             g.to_string(),
-            "dk[a; b] = sum{i}_0^4 (q[i; b] * sum{j}_0^5 (sum{d}_0^2 (do[i; d] * v[j; d]) * e[i; j]) * z[i] * e[i; a])"
+            "dk[a; b] = sum{i}_0^4 (sum{j}_0^5 (sum{d}_0^2 (do[i; d] * v[j; d]) * e[i; j]) * z[i] * q[i; b] * e[i; a])"
         );
     same_values(&f);
 }
