@@ -189,7 +189,8 @@ pub(crate) fn cut(f: &IndexFn, iv: &Intervals, n: NodeId) -> Option<Cut> {
         let s = sol[p].substitute(&|v| shift.get(&v).cloned()).ok()?;
         map.insert(*p, s);
     }
-    let mut graph = g.clone();
+    // In `n`'s own nodes, not a copy of the whole function's.
+    let (mut graph, n) = g.extract(n);
     let body = substitute(&mut graph, n, &map).ok()?;
     if graph.free_vars(body).iter().any(|v| !q.contains(v)) {
         return None; // an index the coordinates do not determine

@@ -47,6 +47,7 @@ use crate::symbolic::subst::replace;
 use crate::symbolic::{ArgDecl, IndexFn};
 use crate::{DType, Error};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 /// Most cuts made in one function (a guard against a rewrite that never
@@ -129,12 +130,12 @@ pub(crate) fn canonical(f: &IndexFn, sources: &[Source]) -> (IndexFn, Vec<Source
 
 /// `f` with every read of a duplicated source redirected to its first
 /// argument.
-fn merge_duplicate_args(f: &IndexFn, sources: &[Source]) -> IndexFn {
+fn merge_duplicate_args<'f>(f: &'f IndexFn, sources: &[Source]) -> Cow<'f, IndexFn> {
     let first: Vec<usize> = (0..sources.len())
         .map(|a| sources.iter().position(|s| *s == sources[a]).unwrap_or(a))
         .collect();
     if first.iter().enumerate().all(|(a, &b)| a == b) {
-        return f.clone();
+        return Cow::Borrowed(f);
     }
     let mut g = f.clone();
     let mut map: HashMap<NodeId, NodeId> = HashMap::default();
@@ -149,7 +150,7 @@ fn merge_duplicate_args(f: &IndexFn, sources: &[Source]) -> IndexFn {
         map.insert(n, g.graph.intern(node));
     }
     g.root = map[&f.root];
-    g
+    Cow::Owned(g)
 }
 
 fn source_name(s: Source) -> String {
