@@ -193,3 +193,48 @@ fn a_kernel_run_often_gets_code_of_its_own_and_computes_the_same() -> Result<(),
     );
     Ok(())
 }
+
+#[test]
+fn a_sequence_length_that_varies_compiles_nothing_after_its_first_lengths(
+) -> Result<(), tenjin::Error> {
+    use tenjin::Tensor;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    jit::set_run_time_constants(true);
+    // Causal self-attention over `[2, T, 16]` with a residual, layer
+    // norm and a mean loss: `T` is a stride of nearly every kernel.
+    let (d, most) = (16, 40);
+    let param = |seed| -> Result<Tensor, tenjin::Error> {
+        Ok(Tensor::from_vec(values(d * d, seed), &[d, d])?
+            .mul_scalar(0.1)?
+            .requires_grad())
+    };
+    let (wq, wk, wv) = (param(1)?, param(2)?, param(3)?);
+    let mask: Vec<f32> = (0..most * most)
+        .map(|k| if k % most > k / most { -1e9 } else { 0.0 })
+        .collect();
+    let mask = Tensor::from_vec(mask, &[most, most])?;
+    let step = |t: usize| -> Result<(), tenjin::Error> {
+        let x = Tensor::from_vec(values(2 * t * d, t as u64), &[2, t, d])?;
+        let (q, k, v) = (x.matmul(&wq)?, x.matmul(&wk)?, x.matmul(&wv)?);
+        let scores = q
+            .matmul(&k.transpose(1, 2)?)?
+            .mul_scalar(0.25)?
+            .add(&mask.narrow(0, 0, t)?.narrow(1, 0, t)?)?;
+        let y = x.add(&scores.softmax(2)?.matmul(&v)?)?;
+        let norm = y.layer_norm(1, None, None, 1e-5)?;
+        norm.mul(&norm)?.mean()?.backward()
+    };
+    // Rows of up to 16 elements are vectorised across rows (a size class
+    // of the planner's): the lengths from 18 on are one class. The first
+    // gets code of its own, the second compiles the shared code.
+    step(18)?;
+    step(19)?;
+    let before = tenjin::stats();
+    for t in 20..=most {
+        step(t)?;
+    }
+    let after = tenjin::stats();
+    assert_eq!(after.cpu_code_compiled, before.cpu_code_compiled);
+    assert!(after.cpu_code_shared > before.cpu_code_shared);
+    Ok(())
+}

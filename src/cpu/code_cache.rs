@@ -282,7 +282,8 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     {
         let mut guard = lock();
         let codes = guard.get_or_insert_with(Codes::default);
-        if tiered && codes.ops.insert(op_hash(k, dtype)) {
+        let new_op = codes.ops.insert(op_hash(k, dtype));
+        if tiered && new_op {
             // The first kernel of an op: its own code, at full speed (other
             // ops with the same nest, a convolution at another stride or
             // another layer's shapes, do not make it dynamic).

@@ -182,10 +182,6 @@ impl<'f> Emitter<'f> {
     /// The vectorised form of the output loop `l` (see the module
     /// documentation).
     pub(super) fn vector_loop(&mut self, l: &Loop) -> R<()> {
-        let slot = l.var.0 as usize;
-        if slot >= self.ivars.len() {
-            return Err(format!("loop variable {} out of range", l.var));
-        }
         if self.try_wide_loop(l)? {
             return Ok(());
         }
@@ -195,6 +191,9 @@ impl<'f> Emitter<'f> {
     /// [`Emitter::vector_loop`] in f32x4 code.
     pub(super) fn narrow_loop(&mut self, l: &Loop) -> R<()> {
         let slot = l.var.0 as usize;
+        if slot >= self.ivars.len() {
+            return Err(format!("loop variable {} out of range", l.var));
+        }
         let (lo, hi) = self.range(l)?;
         let saved = self.ivars[slot];
         // Index guards are invariant in the loop (see `vectorizable`): real

@@ -28,11 +28,11 @@ impl Kernel {
     /// parameter per term. Offsets' constants stay compiled in: a load's
     /// constant folds into its address there, and reading it at run time
     /// cost pools and depthwise windows, whose taps are loads at constant
-    /// offsets, 8–14 % (measured). The result runs exactly as `self`, slower where constant bounds would
-    /// fold away (a peeled loop known empty, a division by a block size) or
-    /// let a short loop be unrolled: the CPU runs it while a size is new
-    /// and gives a kernel run often its own code (`crate::cpu`'s code
-    /// cache).
+    /// offsets, 8–14 % (measured). The result runs exactly as `self`,
+    /// slower where constant bounds would fold away (a peeled loop known
+    /// empty, a division by a block size) or let a short loop be unrolled:
+    /// the CPU runs it while a size is new and gives a kernel run often
+    /// its own code (`crate::cpu`'s code cache).
     ///
     /// ```
     /// use tenjin::symbolic::IndexFn;
@@ -145,10 +145,9 @@ impl Lifter {
 
     /// An offset with each stride but 1 read at run time (a vector loop's
     /// too: its lanes are then that far apart): the term `v·c` becomes
-    /// `w·1`, `w = v·p` ([`Kernel::strides`])
-    /// with `p` a new parameter holding `c`, in the term's place (outer
-    /// variables first, so that the code still adds the part invariant in
-    /// an inner loop first). One parameter per term, as for constants: two
+    /// `w·1`, `w = v·p` ([`Kernel::strides`]) with `p` a new parameter
+    /// holding `c`, in the term's place (outer variables first, so that the
+    /// code still adds the part invariant in an inner loop first). One parameter per term, as for constants: two
     /// strides equal at one size only (a row of `T` and one of 64) must
     /// not make that size's nest one of its own. The offset's constant
     /// stays compiled in (see [`Kernel::with_run_time_constants`]).

@@ -31,11 +31,12 @@
 //! every batch size (`crate::cpu`'s code cache), a sum's form must not
 //! depend on its length, or each side of a threshold is a nest of its own:
 //!
-//! - a sum outside every loop (a loss, a mean over the batch) keeps both
-//!   forms, under a guard on its length (`if hi − lo − 1024 ≥ 0 { blocked
-//!   } else { plain }`): the same decision, taken where the sum runs (a
-//!   guard around sums inside loops cost a max pool's step 7 %, measured,
-//!   so those keep deciding by their longest length);
+//! - a sum outside every loop, in other sums or not (a loss, a mean over
+//!   the batch, its rows' sums), keeps both forms, under a guard on its
+//!   length (`if hi − lo − 1024 ≥ 0 { blocked } else { plain }`): the
+//!   same decision, taken where the sum runs (a guard around sums inside
+//!   loops cost a max pool's step 7 %, measured, so those keep deciding
+//!   by their longest length);
 //! - a column sum right in a parallel vector loop (a bias gradient over
 //!   the batch) is blocked at any length: a guard there would cost the
 //!   loop's unrolled copies their interleaving, and one block of up to 64
@@ -71,7 +72,7 @@ pub(crate) fn block_long_sums(mut k: Kernel, guarded: bool) -> Kernel {
         regs: k.num_regs,
         in_vector_loop: false,
         in_parallel_vector: false,
-        depth: 0,
+        loops: 0,
         guarded,
     };
     k.body = splitter.stmts(body);
@@ -89,8 +90,8 @@ struct Splitter {
     /// Whether the statements visited run right in the parallel loop, a
     /// vector one (not in a sum inside it).
     in_parallel_vector: bool,
-    /// Loops and sums around the statements visited.
-    depth: usize,
+    /// Loops around the statements visited (sums aside).
+    loops: usize,
     /// Whether a sum outside every loop keeps both forms under a guard
     /// (and a column sum right in the parallel vector loop is always
     /// blocked).
@@ -110,9 +111,9 @@ impl Splitter {
                     std::mem::replace(&mut self.in_vector_loop, l.vector),
                     std::mem::replace(&mut self.in_parallel_vector, l.vector && parallel),
                 );
-                self.depth += 1;
+                self.loops += 1;
                 l.body = self.stmts(std::mem::take(&mut l.body));
-                self.depth -= 1;
+                self.loops -= 1;
                 (self.in_vector_loop, self.in_parallel_vector) = outer;
                 Stmt::For(l)
             }
@@ -124,11 +125,11 @@ impl Splitter {
                 mut body,
                 wide,
             } => {
-                let top_level = self.depth == 0;
+                // Outside every loop, in other sums or not (a loss over
+                // `[B, T, D]` sums rows of `T` inside its sum over `B`).
+                let top_level = self.loops == 0;
                 let outer = std::mem::replace(&mut self.in_parallel_vector, false);
-                self.depth += 1;
                 body.body = self.stmts(std::mem::take(&mut body.body));
-                self.depth -= 1;
                 self.in_parallel_vector = outer;
                 let sum = op == ReduceOp::Sum && !wide;
                 let lanes = self.in_vector_loop;
