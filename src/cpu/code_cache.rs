@@ -246,6 +246,17 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     } else {
         k.clone()
     };
+    let parametric = !lifted.params.is_empty();
+    let tiered = parametric && !always_shared();
+    let lock = || CODES.lock().unwrap_or_else(|e| e.into_inner());
+    let op = op_hash(k, dtype);
+    let new_op = lock().get_or_insert_with(Codes::default).ops.insert(op);
+    if tiered && new_op {
+        // The first kernel of an op: its own code, at full speed (other ops
+        // with the same nest, a convolution at another stride or another
+        // layer's shapes, do not make it dynamic).
+        return compile(k).map(JitCall::fixed);
+    }
     let nest = format!(
         "{dtype:?} {} {:?}",
         Width::host().name(),
@@ -264,8 +275,6 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     if nest.contains("NaN") {
         return compile(k).map(JitCall::fixed);
     }
-    let parametric = !lifted.params.is_empty();
-    let tiered = parametric && !always_shared();
     let call = |code| JitCall {
         code,
         constants: lifted.params.iter().map(|&(_, c)| c).collect(),
@@ -278,22 +287,14 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
             })
         }),
     };
-    let lock = || CODES.lock().unwrap_or_else(|e| e.into_inner());
-    {
-        let mut guard = lock();
-        let codes = guard.get_or_insert_with(Codes::default);
-        let new_op = codes.ops.insert(op_hash(k, dtype));
-        if tiered && new_op {
-            // The first kernel of an op: its own code, at full speed (other
-            // ops with the same nest, a convolution at another stride or
-            // another layer's shapes, do not make it dynamic).
-            drop(guard);
-            return compile(k).map(JitCall::fixed);
-        }
-        if let Some(code) = codes.by_nest.get(&nest).and_then(Weak::upgrade) {
-            SHARED.fetch_add(1, Relaxed);
-            return Ok(call(code));
-        }
+    let found = lock()
+        .get_or_insert_with(Codes::default)
+        .by_nest
+        .get(&nest)
+        .and_then(Weak::upgrade);
+    if let Some(code) = found {
+        SHARED.fetch_add(1, Relaxed);
+        return Ok(call(code));
     }
     // Compiled outside the lock: another thread may compile the same nest
     // meanwhile, and the last one in is kept (both are correct).

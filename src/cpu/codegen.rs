@@ -11,7 +11,7 @@
 //! and computes the output rows `start..end` of the parallel loop; a kernel
 //! with run-time constants (`Kernel::params`) finds a pointer to them, an
 //! array of `i64` in the parameters' order, after the arguments' in
-//! `args`. Loops are
+//! `args` (`super::run_time`). Loops are
 //! rotated (`if lo <= hi { do { .. } while k <= hi }`) with accumulators as
 //! block parameters; guards become branches, so a load only executes on the
 //! path where the IR has it. In f32 kernels, loops the planner marked
@@ -21,7 +21,6 @@
 
 use super::clif_lanes::ClifLanes;
 use super::math::MathFn;
-use super::trips::{self, Reach};
 use super::vmath::VMath;
 use super::wide::{Program, Width};
 use crate::kernel::{
@@ -216,7 +215,7 @@ pub(crate) fn compile_at(k: &Kernel, width: DType, simd: Width) -> Result<Code, 
 pub(super) struct Emitter<'a> {
     pub(super) b: FunctionBuilder<'a>,
     pub(super) module: &'a mut JITModule,
-    width: DType,
+    pub(super) width: DType,
     ty: Type,
     pub(super) elem: i64,
     regs: Vec<Option<Value>>,
@@ -225,10 +224,10 @@ pub(super) struct Emitter<'a> {
     pub(super) vregs: Vec<Option<Value>>,
     pub(super) ivars: Vec<Option<Value>>,
     /// The kernel's run-time strides (`Kernel::strides`): variables that
-    /// are a loop variable times a run-time constant.
-    strides: Vec<RunTimeStride>,
+    /// are a loop variable times a run-time constant (`super::run_time`).
+    pub(super) strides: Vec<RunTimeStride>,
     /// The kernel's run-time constants (`Kernel::params`).
-    params: Vec<IVar>,
+    pub(super) params: Vec<IVar>,
     /// Base pointer of each argument buffer, loaded in the entry block.
     pub(super) bases: Vec<Value>,
     pub(super) out: Option<Value>,
@@ -303,28 +302,7 @@ impl<'a> Emitter<'a> {
             );
             self.bases.push(base);
         }
-        if !k.params.is_empty() {
-            // Run-time constants: an array of i64 behind the pointer after
-            // the arguments'.
-            let table = self.b.ins().load(
-                ptr,
-                MemFlagsData::trusted().with_readonly(),
-                args_ptr,
-                (k.args.len() * ptr.bytes() as usize) as i32,
-            );
-            for (i, &(v, _)) in k.params.iter().enumerate() {
-                let x = self.b.ins().load(
-                    types::I64,
-                    MemFlagsData::trusted().with_readonly(),
-                    table,
-                    (8 * i) as i32,
-                );
-                *self
-                    .ivars
-                    .get_mut(v.0 as usize)
-                    .ok_or("a run-time constant out of range")? = Some(x);
-            }
-        }
+        self.load_run_time_constants(k, args_ptr)?;
         self.out = Some(out);
         self.ivars[START.0 as usize] = Some(start);
         self.ivars[END.0 as usize] = Some(end);
@@ -373,16 +351,7 @@ impl<'a> Emitter<'a> {
     pub(super) fn lin(&mut self, l: &Lin, scale: i64) -> R<Value> {
         let mut acc: Option<Value> = None;
         for &(v, c) in &l.terms {
-            let x = match self.strides.iter().find(|s| s.var == v) {
-                // A run-time stride: the loop variable times the constant
-                // read at the call (a multiplication Cranelift hoists to
-                // the variable's loop).
-                Some(s) => {
-                    let (index, stride) = (self.ivar(s.index)?, self.ivar(s.stride)?);
-                    self.b.ins().imul(index, stride)
-                }
-                None => self.ivar(v)?,
-            };
+            let x = self.term(v)?;
             let c = c.wrapping_mul(scale);
             let t = if c == 1 {
                 x
@@ -400,22 +369,6 @@ impl<'a> Emitter<'a> {
             Some(a) if k == 0 => a,
             Some(a) => self.b.ins().iadd_imm_s(a, k),
         })
-    }
-
-    /// The run-time constant holding the coefficient of loop variable
-    /// `var` in `offset`, when that coefficient is read at run time
-    /// (`Kernel::strides`).
-    pub(super) fn run_time_stride(&self, offset: &Lin, var: IVar) -> Option<IVar> {
-        offset.terms.iter().find_map(|&(v, _)| {
-            let s = self.strides.iter().find(|s| s.var == v)?;
-            (s.index == var).then_some(s.stride)
-        })
-    }
-
-    /// Whether vector loop `l` runs at least `threshold` times
-    /// (`super::trips`).
-    pub(super) fn reach(&self, l: &Loop, threshold: u64) -> Reach {
-        trips::reach(l, threshold, &|v| self.params.contains(&v))
     }
 
     /// `⌈num/den⌉` or `⌊num/den⌋` for `den > 0`.
@@ -483,17 +436,6 @@ impl<'a> Emitter<'a> {
             (Some(lo), Some(hi)) => Ok((lo, hi)),
             _ => Err("a loop without bounds".into()),
         }
-    }
-
-    /// The constant whose `f64` bits parameter `v` holds, rounded to the
-    /// element type as `fconst` rounds a compiled-in one.
-    pub(super) fn const_param(&mut self, v: IVar) -> R<Value> {
-        let bits = self.ivar(v)?;
-        let x = self.b.ins().bitcast(types::F64, MemFlagsData::new(), bits);
-        Ok(match self.width {
-            DType::F32 => self.b.ins().fdemote(types::F32, x),
-            _ => x,
-        })
     }
 
     fn fconst(&mut self, c: f64) -> Value {

@@ -39,6 +39,7 @@ pub mod gemm;
 mod math;
 mod pool;
 mod random;
+mod run_time;
 mod simd;
 #[cfg(test)]
 mod test_kernels;

@@ -11,7 +11,7 @@
 //! compiled in does for each: the same form, the same additions in the
 //! same order. Must not emit code.
 
-use crate::kernel::{Bound, IVar, Loop, END, START};
+use crate::kernel::{IVar, Loop};
 
 /// Whether a vector loop reaches a trip-count threshold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,59 +28,26 @@ pub(crate) enum Reach {
 /// (`is_param`, `crate::kernel::Kernel::params`), else from its bound
 /// `max_trips`.
 pub(crate) fn reach(l: &Loop, threshold: u64, is_param: &dyn Fn(IVar) -> bool) -> Reach {
-    let bounds = || l.lower.iter().chain(&l.upper);
-    if let Some(n) = constant_trips(l) {
-        return if n >= threshold as i64 {
-            Reach::Yes
-        } else {
-            Reach::No
-        };
+    let at_least = |yes: bool| if yes { Reach::Yes } else { Reach::No };
+    if let Some((lo, hi)) = l.constant_range() {
+        return at_least(hi - lo + 1 >= threshold as i64);
     }
-    let run_time = bounds().all(|b| {
-        b.num
-            .terms
+    let run_time = !l.is_parallel()
+        && l.lower
             .iter()
-            .all(|&(v, _)| v != START && v != END && is_param(v))
-    });
+            .chain(&l.upper)
+            .all(|b| b.num.terms.iter().all(|&(v, _)| is_param(v)));
     if run_time {
         Reach::AtRunTime
-    } else if l.max_trips >= threshold {
-        Reach::Yes
     } else {
-        Reach::No
+        at_least(l.max_trips >= threshold)
     }
-}
-
-/// The trip count of `l` when its bounds are constants.
-fn constant_trips(l: &Loop) -> Option<i64> {
-    let value = |b: &Bound, up: bool| -> Option<i64> {
-        if !b.num.terms.is_empty() || b.den <= 0 {
-            return None;
-        }
-        Some(if up {
-            b.num.constant.div_euclid(b.den)
-        } else {
-            -(-b.num.constant).div_euclid(b.den)
-        })
-    };
-    let lo = l
-        .lower
-        .iter()
-        .map(|b| value(b, false))
-        .collect::<Option<Vec<_>>>()?;
-    let hi = l
-        .upper
-        .iter()
-        .map(|b| value(b, true))
-        .collect::<Option<Vec<_>>>()?;
-    let (lo, hi) = (lo.into_iter().max()?, hi.into_iter().min()?);
-    Some(hi.saturating_sub(lo).saturating_add(1).max(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::Lin;
+    use crate::kernel::{Bound, Lin, END, START};
 
     fn l(lower: Lin, upper: Lin, max_trips: u64) -> Loop {
         Loop {
@@ -105,7 +72,8 @@ mod tests {
         let mut halves = l(Lin::constant(-3), Lin::constant(9), 0);
         halves.lower[0].den = 2;
         halves.upper[0].den = 2;
-        assert_eq!(constant_trips(&halves), Some(6));
+        assert_eq!(reach(&halves, 6, &no_param), Reach::Yes);
+        assert_eq!(reach(&halves, 7, &no_param), Reach::No);
     }
 
     #[test]

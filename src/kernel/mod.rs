@@ -270,6 +270,15 @@ impl Bound {
 }
 
 impl Loop {
+    /// Whether this is the parallel loop: its bounds hold the range of a
+    /// call (`START`, `END`).
+    pub fn is_parallel(&self) -> bool {
+        self.lower
+            .iter()
+            .chain(&self.upper)
+            .any(|b| b.num.coeff(START) != 0 || b.num.coeff(END) != 0)
+    }
+
     /// `(first, last)` when every bound is a constant (`first > last`: an
     /// empty loop).
     pub fn constant_range(&self) -> Option<(i64, i64)> {

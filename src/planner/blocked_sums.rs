@@ -46,7 +46,7 @@
 //! the constants compiled in computes the same bits. Must not emit code;
 //! f64 kernels are never passed here.
 
-use crate::kernel::{Bound, Cond, IVar, Kernel, Lin, Loop, Reg, Stmt, START};
+use crate::kernel::{Bound, Cond, IVar, Kernel, Lin, Loop, Reg, Stmt};
 use crate::symbolic::CmpOp;
 use crate::symbolic::ReduceOp;
 
@@ -106,7 +106,7 @@ impl Splitter {
     fn stmt(&mut self, s: Stmt) -> Stmt {
         match s {
             Stmt::For(mut l) => {
-                let parallel = l.lower.iter().any(|b| b.num.coeff(START) != 0);
+                let parallel = l.is_parallel();
                 let outer = (
                     std::mem::replace(&mut self.in_vector_loop, l.vector),
                     std::mem::replace(&mut self.in_parallel_vector, l.vector && parallel),

@@ -24,7 +24,7 @@
 //! (the reference interpreter's, for f64). Runs after guards become
 //! bounds and before vectors (`super::passes`). Must not emit code.
 
-use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Stmt, END, START};
+use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Stmt};
 use crate::symbolic::expr::CmpOp;
 
 /// The largest residue count split (a stride of at most 4 in each
@@ -146,20 +146,13 @@ fn phase(l: &Loop, d: i64, p: i64, extent: i64) -> Option<Loop> {
         // The phase's range: its constant bounds, or the parallel loop's
         // `[0, extent)` in steps of `d` from `p`.
         let range = phase.constant_range().or_else(|| {
-            is_parallel(l).then(|| (-(-p).div_euclid(d), (extent - 1 - p).div_euclid(d)))
+            l.is_parallel()
+                .then(|| (-(-p).div_euclid(d), (extent - 1 - p).div_euclid(d)))
         });
         shift_sliding_sums(&mut phase.body, v, range);
     }
     phase.body = split_stmts(phase.body, extent);
     Some(phase)
-}
-
-/// Whether `l` is the parallel loop (bounded by the call's range).
-fn is_parallel(l: &Loop) -> bool {
-    l.lower
-        .iter()
-        .chain(&l.upper)
-        .any(|b| b.num.coeff(START) != 0 || b.num.coeff(END) != 0)
 }
 
 /// A form of a loop body that may divide by the loop variable.
