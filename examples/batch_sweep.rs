@@ -3,29 +3,41 @@
 //! Cranelift compiled per loop kernel of a step, how many kernels ran code
 //! compiled for another size, and what was derived and planned.
 //!
-//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean]`
-//! (`mean`: the loss is the mean over the batch, not the sum)
+//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean] [sim]`
+//! (`mean`: the loss is the mean over the batch, not the sum; `sim`: on
+//! the simulated GPU, an MLP 64-32-10, printing the PTX modules its loop
+//! kernels loaded and shared)
 
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
-use tenjin::Tensor;
+use tenjin::{Device, Tensor};
 
 fn main() -> Result<(), tenjin::Error> {
-    let model = Sequential::new()
-        .add(Linear::new(784, 512, 1)?)
-        .add(ReLU)
-        .add(Linear::new(512, 10, 2)?);
-    let sizes = 1..=500usize;
-    // Host data, so that making a batch runs no kernel of its own.
-    let data: Vec<f32> = (0..*sizes.end() * 784)
-        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-        .collect();
+    let args: Vec<String> = std::env::args().collect();
     // `mean`: the loss is the mean over the batch (its `1/B`, a float
     // constant, read at run time), else the sum.
-    let mean = std::env::args().nth(1).as_deref() == Some("mean");
+    let mean = args.iter().any(|a| a == "mean");
+    // `sim`: the simulated GPU interprets every instruction, so a
+    // narrower model, whose kernels are the same ops.
+    let sim = args.iter().any(|a| a == "sim");
+    let (inputs, hidden) = if sim { (64, 32) } else { (784, 512) };
+    if sim {
+        tenjin::cuda::simulate()?;
+        tenjin::set_default_device(Device::Cuda(0));
+    }
+    let model = Sequential::new()
+        .add(Linear::new(inputs, hidden, 1)?)
+        .add(ReLU)
+        .add(Linear::new(hidden, 10, 2)?);
+    let sizes = 1..=500usize;
+    // Host data, so that making a batch runs no kernel of its own.
+    let data: Vec<f32> = (0..*sizes.end() * inputs)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
     let before = tenjin::stats();
     let t = std::time::Instant::now();
     for b in sizes.clone() {
-        let x = Tensor::from_vec(data[..b * 784].to_vec(), &[b, 784])?;
+        let x = Tensor::from_vec(data[..b * inputs].to_vec(), &[b, inputs])?
+            .to_device(tenjin::default_device())?;
         let y = model.forward(&x)?;
         if mean { y.mean()? } else { y.sum()? }.backward()?;
     }
@@ -35,6 +47,17 @@ fn main() -> Result<(), tenjin::Error> {
     // epilogues, the two bias gradients, the loss and its gradient.
     let loop_kernels = 8.0;
     let n = sizes.clone().count() as f64;
+    if sim {
+        println!(
+            "{n} sizes in {seconds:.2} s on the simulated GPU: {:.1} PTX modules loaded per loop kernel ({} in all), {:.2} kernels sharing a module per step, {:.1} derivations and {:.1} op plans per step",
+            (after.ptx_modules_loaded - before.ptx_modules_loaded) as f64 / loop_kernels,
+            after.ptx_modules_loaded - before.ptx_modules_loaded,
+            (after.ptx_modules_shared - before.ptx_modules_shared) as f64 / n,
+            (after.derivations - before.derivations) as f64 / n,
+            (after.op_plans_built - before.op_plans_built) as f64 / n,
+        );
+        return Ok(());
+    }
     println!(
         "{} sizes in {:.2} s: {:.1} Cranelift compilations per loop kernel ({} in all), {:.2} kernels reusing code per step, {:.1} derivations and {:.1} op plans per step",
         n,

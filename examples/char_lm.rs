@@ -13,6 +13,8 @@
 //! cargo run --release --example char_lm -- --device sim  # CI: the first steps on the CPU and on the simulated GPU, compared
 //! cargo run --release --example char_lm -- --step-time  # the median step on one fixed batch, a JSON line (bench/char_lm.sh)
 //! cargo run --release --example char_lm -- --length-sweep  # every sequence length from 8 to 128 once: compilations, and a new length's cost
+//! cargo run --release --example char_lm -- --length-sweep --device sim  # the same on the simulated GPU (a narrower model): PTX modules loaded and shared
+//! cargo run --release --example char_lm -- --length-sweep --specialised  # either, with every kernel's sizes compiled in
 //! cargo run --release --example char_lm -- --autocast bf16  # the forward under tenjin::autocast (f16: with a GradScaler)
 //! ```
 //!
@@ -501,6 +503,19 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
         context: 128,
         ..CONFIG
     };
+    // The simulated GPU interprets every instruction: the same blocks,
+    // narrower and on a batch of 2, whose kernels are the same ops.
+    let simulated = tenjin::default_device() != tenjin::Device::Cpu && tenjin::cuda::is_simulated();
+    let c = if simulated {
+        Config {
+            width: 16,
+            hidden: 32,
+            batch: 2,
+            ..c
+        }
+    } else {
+        c
+    };
     let model = Model::new(c, text.chars.len(), 1)?;
     let params: Vec<Tensor> = model
         .named_parameters()
@@ -520,10 +535,22 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
         opt.step()
     };
     // The loop kernels of one step: those a repeated step runs.
+    let gpu = tenjin::default_device() != tenjin::Device::Cpu;
+    // `--specialised`: every kernel's sizes compiled in (the comparison).
+    if std::env::args().any(|a| a == "--specialised") {
+        tenjin::jit::set_run_time_constants(false);
+    }
+    let runs = |s: tenjin::Stats| {
+        if gpu {
+            s.gpu_kernels_run
+        } else {
+            s.cpu_kernels_run
+        }
+    };
     step(64)?;
-    let runs = tenjin::stats().cpu_kernels_run;
+    let before_one = runs(tenjin::stats());
     step(64)?;
-    let per_step = tenjin::stats().cpu_kernels_run - runs;
+    let per_step = runs(tenjin::stats()) - before_one;
     let (before, start) = (tenjin::stats(), std::time::Instant::now());
     let mut timed = |t: usize| -> Result<f64, Error> {
         let t0 = std::time::Instant::now();
@@ -540,6 +567,20 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
     };
     let extra: Vec<f64> = new.iter().zip(&again).map(|(a, b)| a - b).collect();
     let n = lengths.count() as f64;
+    if gpu {
+        // Its loop kernels' PTX modules: loaded, or shared with a kernel of
+        // the same nest (the sizes read at launch).
+        println!(
+            "lengths 8..=128 once each in {seconds:.2} s on {}: {} PTX modules loaded ({:.2} per kernel run by a step, {per_step} kernels), {:.1} kernels sharing a module, {:.1} derivations and {:.1} op plans per step",
+            tenjin::default_device(),
+            after.ptx_modules_loaded - before.ptx_modules_loaded,
+            (after.ptx_modules_loaded - before.ptx_modules_loaded) as f64 / per_step as f64,
+            (after.ptx_modules_shared - before.ptx_modules_shared) as f64 / n,
+            (after.derivations - before.derivations) as f64 / n,
+            (after.op_plans_built - before.op_plans_built) as f64 / n,
+        );
+        return Ok(());
+    }
     println!(
         "lengths 8..=128 once each in {seconds:.2} s: {} Cranelift compilations ({:.2} per kernel run by a step, {per_step} kernels), {:.1} kernels reusing code, {:.1} derivations and {:.1} op plans per step",
         after.cpu_code_compiled - before.cpu_code_compiled,
@@ -562,7 +603,12 @@ fn mean_tail(losses: &[f64], n: usize) -> f64 {
 }
 
 fn main() -> Result<(), Error> {
+    let sweep = std::env::args().any(|a| a == "--length-sweep");
     match device_arg::from_args() {
+        device_arg::Where::Sim if sweep => {
+            tenjin::cuda::simulate()?;
+            tenjin::set_default_device(tenjin::Device::Cuda(0));
+        }
         device_arg::Where::Sim => {
             let text = Text::new();
             let steps = 20;
@@ -585,7 +631,7 @@ fn main() -> Result<(), Error> {
     if args.iter().any(|a| a == "--step-time") {
         return step_time(&text, 31);
     }
-    if args.iter().any(|a| a == "--length-sweep") {
+    if sweep {
         return length_sweep(&text);
     }
     let entropy = text.unigram_entropy();

@@ -5,6 +5,8 @@
 //! Tests in their own binary, one at a time (`SERIAL`): they read the
 //! process-wide counter and set the process-wide switch.
 
+mod common;
+
 use tenjin::symbolic::IndexFn;
 use tenjin::{jit, DType};
 
@@ -236,5 +238,80 @@ fn a_sequence_length_that_varies_compiles_nothing_after_its_first_lengths(
     let after = tenjin::stats();
     assert_eq!(after.cpu_code_compiled, before.cpu_code_compiled);
     assert!(after.cpu_code_shared > before.cpu_code_shared);
+    Ok(())
+}
+
+/// One training step of a small MLP with a batch of `b` on `device`:
+/// the loss and the gradients, as bits.
+fn mlp_step(device: tenjin::Device, b: usize) -> Result<Vec<u64>, tenjin::Error> {
+    use tenjin::Tensor;
+    let param = |rows: usize, cols: usize, seed: u64| -> Result<Tensor, tenjin::Error> {
+        let v = values(rows * cols, seed)
+            .iter()
+            .map(|&x| 0.3 * x as f64)
+            .collect();
+        Ok(Tensor::from_vec_f64_on(v, &[rows, cols], device)?
+            .to_dtype(DType::F32)?
+            .requires_grad())
+    };
+    let (w1, c1, w2) = (param(12, 16, 1)?, param(1, 16, 2)?, param(16, 3, 3)?);
+    let x = values(b * 12, b as u64).iter().map(|&v| v as f64).collect();
+    let x = Tensor::from_vec_f64_on(x, &[b, 12], device)?.to_dtype(DType::F32)?;
+    let h = x.matmul(&w1)?.add(&c1)?.relu()?;
+    let targets: Vec<usize> = (0..b).map(|i| i % 3).collect();
+    let loss = h.matmul(&w2)?.cross_entropy(&targets)?;
+    loss.backward()?;
+    let mut bits = vec![loss.item()?.to_bits()];
+    for p in [&w1, &c1, &w2] {
+        let g = p.grad().expect("a gradient").to_vec_f64()?;
+        bits.extend(g.iter().map(|v| v.to_bits()));
+    }
+    Ok(bits)
+}
+
+/// On a GPU (the simulated one in CI), a new batch size loads no PTX
+/// module after the first two sizes: its loop kernels run the module
+/// loaded for the second, which reads the sizes at launch; and every
+/// step computes, bit for bit, what modules with the sizes compiled in
+/// compute.
+#[test]
+fn on_a_gpu_a_new_batch_size_loads_no_module_and_computes_what_specialised_modules_do(
+) -> Result<(), tenjin::Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = common::gpu();
+    jit::set_run_time_constants(true);
+    // Sizes from 2, as for torch.compile: at a batch of 1 loops and sums
+    // fold away, and its kernels are other ops.
+    let sizes: Vec<usize> = (2..=24).collect();
+    let mut shared = Vec::new();
+    let mut after_two = None;
+    for &b in &sizes {
+        if b == 4 {
+            after_two = Some(tenjin::stats());
+        }
+        shared.push(mlp_step(device, b)?);
+    }
+    let (before, after) = (after_two.expect("three sizes or more"), tenjin::stats());
+    assert_eq!(
+        after.ptx_modules_loaded, before.ptx_modules_loaded,
+        "batch sizes 4..=24 load no module"
+    );
+    assert!(after.ptx_modules_shared > before.ptx_modules_shared);
+    // Again with every kernel's sizes compiled in: modules of their own.
+    jit::set_run_time_constants(false);
+    jit::clear();
+    let capacity = tenjin::plan_cache_capacity();
+    tenjin::set_plan_cache_capacity(1);
+    let specialised: Result<Vec<_>, _> = sizes.iter().map(|&b| mlp_step(device, b)).collect();
+    tenjin::set_plan_cache_capacity(capacity);
+    jit::set_run_time_constants(true);
+    let specialised = specialised?;
+    assert!(tenjin::stats().ptx_modules_loaded > after.ptx_modules_loaded);
+    for ((b, s), o) in sizes.iter().zip(&shared).zip(&specialised) {
+        assert_eq!(
+            s, o,
+            "batch {b}: shared modules and modules of their own differ"
+        );
+    }
     Ok(())
 }

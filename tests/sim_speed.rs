@@ -88,7 +88,8 @@ fn decoding_once_against_the_text_interpreter() {
         };
         let values: Vec<Values> = inputs.iter().map(|x| Values::F32(x)).collect();
         let new = || {
-            tenjin::gpu::check::simulate_module(&text, DType::F32, &values, n, grid, block).unwrap()
+            tenjin::gpu::check::simulate_module(&text, DType::F32, &values, n, (grid, block), &[])
+                .unwrap()
         };
         let (a, b) = (old(), new());
         assert!(

@@ -26,22 +26,12 @@
 //! Offsets' constants stay compiled in (a concatenation's `y[t − B]`), so
 //! nests whose offsets hold a size are not shared.
 //!
-//! Shared code is slower where constant bounds would fold away (a peeled
-//! loop known to be empty) or be unrolled (a window's taps): up to 1.24×
-//! on a max pool's or a depthwise convolution's step (measured). So the
-//! cache follows torch.compile's second-value rule, and tiers up as JITs
-//! do:
-//!
-//! 1. the first kernel of an op ([`op_hash`]) gets code of its own, its
-//!    constants compiled in (a training loop's steady batch size runs at
-//!    full speed), whatever other ops share its nest (a convolution at
-//!    another stride, another layer's shapes);
-//! 2. a kernel of an op met before (at another size: a batch of 1, whose
-//!    loops fold away, then 2) gets its nest's shared code, compiled now if
-//!    no kernel uses it (the second size: one compile), else taken as it
-//!    is (every later size: none);
-//! 3. a kernel running shared code [`SPECIALISE_AFTER`] times is a steady
-//!    size too, and gets code of its own then.
+//! Which kernels share code is `crate::kernel::sharing`'s policy (an
+//! op's first kernel gets code of its own, a new size of it the nest's
+//! shared code, a kernel run [`SPECIALISE_AFTER`] times code of its own
+//! again): shared code is up to 1.24× slower on a max pool's or a
+//! depthwise convolution's step, whose constant bounds fold away or let
+//! the taps be unrolled (measured).
 //!
 //! So a new batch size of an MLP step compiles nothing: its element-wise
 //! and row-wise kernels, and its sums over the batch (the loss, the bias
@@ -60,39 +50,12 @@ use super::compiled::JitCode;
 use super::trips::reach;
 use super::wide::Width;
 use super::wide_loop::MIN_TRIPS;
-use crate::kernel::key::hash_bytes;
-use crate::kernel::{visit_stmts, Expr, IVar, Kernel, Stmt, LANES};
+use crate::kernel::sharing::{Ops, Tier, SPECIALISE_AFTER};
+use crate::kernel::{IVar, Kernel, Stmt, LANES};
 use crate::{DType, Error};
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-
-/// Whether bounds and guards read their constants at run time (the
-/// default); off, every constant is compiled in and only nests equal to
-/// the last constant share code.
-static RUN_TIME_CONSTANTS: AtomicBool = AtomicBool::new(true);
-
-/// Whether kernels compiled from now on read the constants of their loop
-/// bounds and guards when called, so that one code serves every size
-/// (`true`, the default), or have them compiled in (`false`: code
-/// specialised to each size, what tenjin did before; for measuring the
-/// difference, or as an escape hatch). Both compute the same values bit
-/// for bit.
-///
-/// ```
-/// tenjin::jit::set_run_time_constants(false);
-/// assert!(!tenjin::jit::run_time_constants());
-/// tenjin::jit::set_run_time_constants(true);
-/// ```
-pub fn set_run_time_constants(on: bool) {
-    RUN_TIME_CONSTANTS.store(on, Relaxed);
-}
-
-/// Whether kernels compiled now read their bounds' constants at run time
-/// ([`set_run_time_constants`]).
-pub fn run_time_constants() -> bool {
-    RUN_TIME_CONSTANTS.load(Relaxed)
-}
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
 
 /// Kernels that got code compiled for another kernel.
 static SHARED: AtomicU64 = AtomicU64::new(0);
@@ -123,13 +86,6 @@ pub fn code_compiled() -> u64 {
 pub fn code_specialised() -> u64 {
     SPECIALISED.load(Relaxed)
 }
-
-/// Runs after which a kernel running shared code gets code of its own,
-/// its constants compiled in: a size met that often is a steady one, and
-/// the shared code, which reads its bounds at run time and unrolls no
-/// loop, is up to 1.24× slower on windows (a max pool's or a depthwise
-/// convolution's step, measured).
-pub const SPECIALISE_AFTER: u32 = 16;
 
 /// Generated code with the values of its run-time constants for one kernel
 /// (`Kernel::params`, in order), passed behind a pointer after the
@@ -189,48 +145,9 @@ struct Codes {
     by_nest: HashMap<String, Weak<JitCode>>,
     /// The map's size after the last sweep of dead entries.
     swept_at: usize,
-    /// Hashes of the ops met so far, whatever their sizes ([`op_hash`]):
-    /// the first kernel of an op gets code of its own; a kernel of an op
-    /// met before is a new size of it (a batch of 1 whose loops fold away,
-    /// then 2; rows of another length), and gets shared code at once.
-    ops: HashSet<u64>,
-}
-
-/// What a kernel computes, whatever its sizes: its name, its arguments'
-/// names, its output's rank, its element type and the operations of its
-/// statements in order (loads by argument, arithmetic, folds), but not
-/// its loops or the arguments' ranks (a size of 1 drops a loop, and a
-/// dimension of a view). Two kernels with the same are taken for one op
-/// at two sizes; a wrong guess costs only the choice of which code comes
-/// first.
-fn op_hash(k: &Kernel, dtype: DType) -> u64 {
-    let args: Vec<&str> = k.args.iter().map(|a| a.name.as_str()).collect();
-    let mut ops = format!("{dtype:?} {} {args:?} {}", k.name, k.out_shape.len());
-    visit_stmts(&k.body, &mut |s| {
-        use std::fmt::Write;
-        let _ = match s {
-            Stmt::Let(_, Expr::Load { arg, .. }) => write!(ops, " load{arg}"),
-            Stmt::Let(_, Expr::Unary(op, _)) => write!(ops, " {op:?}"),
-            Stmt::Let(_, Expr::Binary(op, ..)) => write!(ops, " {op:?}"),
-            Stmt::Let(_, Expr::PowI(_, n)) => write!(ops, " pow{n}"),
-            Stmt::Let(_, Expr::Random { .. }) => write!(ops, " random"),
-            Stmt::Reduce { op, .. } => write!(ops, " {op:?}"),
-            Stmt::Store { .. } => write!(ops, " store"),
-            Stmt::Let(..) | Stmt::If { .. } | Stmt::For(_) => Ok(()),
-        };
-    });
-    hash_bytes(ops.as_bytes())
 }
 
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
-
-/// `TENJIN_SHARED_CODE=always`: every kernel with run-time constants runs
-/// its nest's shared code, the first of a nest too, and never gets code of
-/// its own (so that a test suite runs the shared code throughout; CI does).
-fn always_shared() -> bool {
-    static ALWAYS: OnceLock<bool> = OnceLock::new();
-    *ALWAYS.get_or_init(|| std::env::var("TENJIN_SHARED_CODE").is_ok_and(|v| v == "always"))
-}
 
 /// The code of `k` for `dtype` elements (see the module documentation):
 /// the first kernel of a nest gets code with its constants compiled in;
@@ -241,22 +158,15 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
         COMPILED.fetch_add(1, Relaxed);
         Ok(Arc::new(JitCode::new(codegen::compile(k, dtype)?)))
     };
-    let lifted = if RUN_TIME_CONSTANTS.load(Relaxed) {
-        k.with_run_time_constants()
-    } else {
-        k.clone()
-    };
-    let parametric = !lifted.params.is_empty();
-    let tiered = parametric && !always_shared();
-    let lock = || CODES.lock().unwrap_or_else(|e| e.into_inner());
-    let op = op_hash(k, dtype);
-    let new_op = lock().get_or_insert_with(Codes::default).ops.insert(op);
-    if tiered && new_op {
+    static OPS: LazyLock<Ops> = LazyLock::new(Ops::default);
+    let (lifted, tiered) = match OPS.tier(k, dtype) {
         // The first kernel of an op: its own code, at full speed (other ops
         // with the same nest, a convolution at another stride or another
         // layer's shapes, do not make it dynamic).
-        return compile(k).map(JitCall::fixed);
-    }
+        Tier::Own => return compile(k).map(JitCall::fixed),
+        Tier::Nest { nest, then_own } => (*nest, then_own),
+    };
+    let lock = || CODES.lock().unwrap_or_else(|e| e.into_inner());
     let nest = format!(
         "{dtype:?} {} {:?}",
         Width::host().name(),

@@ -49,11 +49,9 @@ mod wide;
 mod wide_loop;
 mod wide_segment;
 
+pub use crate::kernel::sharing::{run_time_constants, set_run_time_constants, SPECIALISE_AFTER};
 pub use backend::CPU;
-pub use code_cache::{
-    code_compiled, code_shared, code_specialised, run_time_constants, set_run_time_constants,
-    SPECIALISE_AFTER,
-};
+pub use code_cache::{code_compiled, code_shared, code_specialised};
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};
 pub use pool::{num_threads, set_num_threads};
 

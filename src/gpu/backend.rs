@@ -2,7 +2,9 @@
 //! [`Driver`]: a real GPU through cudarc or the simulated device.
 //!
 //! Owns [`GpuBackend`]: compiling a planned route — a loop nest emitted as
-//! PTX and loaded, launched one thread per output element in a
+//! PTX and loaded (or, for a new size of an op met before, the module its
+//! nest loaded already, which reads the sizes at launch:
+//! `crate::kernel::sharing`), launched one thread per output element in a
 //! grid-stride loop; a contraction as cuBLAS calls
 //! (`Contraction::blas`), followed by its epilogue's loop kernel in place
 //! over the output; a host stage with a device form (conversions, the
@@ -25,13 +27,15 @@ use crate::kernel::backend::{
 };
 use crate::kernel::contraction::Contraction;
 use crate::kernel::host::{DeviceForm, HostKernel, Lines};
+use crate::kernel::sharing::{Ops, Tier, SPECIALISE_AFTER};
 use crate::kernel::strided::{self, Strided};
 use crate::kernel::{Kernel, Route, Stmt};
 use crate::{DType, Error};
 use gemm::GemmKernel;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Threads per block of every launch.
 const BLOCK: u32 = 256;
@@ -62,6 +66,15 @@ pub(crate) struct GpuBackend<D: Driver> {
     device: Device,
     driver: Arc<D>,
     builtins: Arc<Builtins<D::Function>>,
+    modules: Modules<D::Function>,
+}
+
+/// The loop kernels' modules that kernels differing only in sizes share
+/// (`crate::kernel::sharing`'s policy): each module by its PTX text, held
+/// weakly here and strongly by the kernels running it, and the ops met.
+struct Modules<F> {
+    by_text: Mutex<HashMap<String, Weak<F>>>,
+    ops: Ops,
 }
 
 /// The grid of a launch over `total` elements.
@@ -141,7 +154,13 @@ impl LaunchShape {
 /// allocated per launch).
 struct LoopKernel<D: Driver> {
     driver: Arc<D>,
-    function: D::Function,
+    function: Arc<D::Function>,
+    /// The sizes a shared module reads at launch (`ptx::launch_sizes`),
+    /// passed after the buffers; none for a module of its own.
+    sizes: Vec<u64>,
+    /// A kernel running a shared module: its own module, made after
+    /// `SPECIALISE_AFTER` launches.
+    own: Option<Box<OwnModule<D::Function>>>,
     /// `Kernel::threads_per_output`: above 1, a block of that many threads
     /// per output element.
     threads_per_output: u32,
@@ -154,7 +173,47 @@ struct LoopKernel<D: Driver> {
     label: String,
 }
 
+/// A kernel running a shared module: its launches so far, and its own
+/// module from the `SPECIALISE_AFTER`-th on.
+struct OwnModule<F> {
+    kernel: Kernel,
+    dtype: DType,
+    launches: AtomicU32,
+    function: OnceLock<Option<Arc<F>>>,
+}
+
 impl<D: Driver> LoopKernel<D> {
+    /// The module to launch now, with the sizes it reads (counts a
+    /// launch of a shared module).
+    fn current(&self) -> (&D::Function, &[u64]) {
+        if let Some(own) = &self.own {
+            let function = match own.function.get() {
+                Some(f) => f,
+                None if own.launches.fetch_add(1, Relaxed) + 1 >= SPECIALISE_AFTER => {
+                    own.function.get_or_init(|| {
+                        // Emitted before with parameters: a failure here
+                        // keeps the shared module.
+                        let text = ptx::module(
+                            kernel_hash(&own.kernel),
+                            &own.kernel,
+                            own.dtype,
+                            self.driver.arch(),
+                        )
+                        .ok()?;
+                        let f = self.driver.load(&text).ok()?;
+                        count(&COUNTERS.modules_specialised, 1);
+                        Some(Arc::new(f))
+                    })
+                }
+                None => &None,
+            };
+            if let Some(f) = function {
+                return (f, &[]);
+            }
+        }
+        (&self.function, &self.sizes)
+    }
+
     /// Launches over `total` outputs written to `out`, reading `inputs`
     /// and then `last` (an epilogue's product).
     fn launch(
@@ -167,17 +226,19 @@ impl<D: Driver> LoopKernel<D> {
         if total == 0 {
             return Ok(());
         }
+        let (function, sizes) = self.current();
         let mut args = self.args.lock().unwrap_or_else(|e| e.into_inner());
         args.clear();
         args.push(out);
         args.extend(inputs.iter().chain(last).map(input));
+        args.extend(sizes.iter().map(|&v| Arg::Scalar(v)));
         count(&COUNTERS.launches, 1);
         profile::timed(
             &*self.driver,
             || self.label.clone(),
             || {
                 self.driver
-                    .launch(&self.function, self.shape.grid, self.shape.block, &args)
+                    .launch(function, self.shape.grid, self.shape.block, &args)
             },
         )
     }
@@ -468,6 +529,10 @@ impl<D: Driver> GpuBackend<D> {
             device,
             driver: Arc::new(driver),
             builtins: Arc::new(Mutex::new(HashMap::new())),
+            modules: Modules {
+                by_text: Mutex::new(HashMap::new()),
+                ops: Ops::default(),
+            },
         }
     }
 
@@ -478,15 +543,63 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    /// `kernel` emitted as PTX and loaded.
+    /// `kernel` emitted as PTX and loaded, or a module loaded before
+    /// whose text is the same: an op's first kernel gets a module of its
+    /// own, a new size of it the module of its nest, which reads the sizes
+    /// at launch (`crate::kernel::sharing`).
     fn loop_kernel(&self, kernel: &Kernel, dtype: DType) -> Result<LoopKernel<D>, Error> {
-        let text = ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch())?;
+        let arch = self.driver.arch();
+        let (emitted, own) = match self.modules.ops.tier(kernel, dtype) {
+            Tier::Own => (kernel.clone(), None),
+            Tier::Nest { nest, then_own } => (
+                *nest,
+                then_own.then(|| {
+                    Box::new(OwnModule {
+                        kernel: kernel.clone(),
+                        dtype,
+                        launches: AtomicU32::new(0),
+                        function: OnceLock::new(),
+                    })
+                }),
+            ),
+        };
+        let text = ptx::module(kernel_hash(&emitted), &emitted, dtype, arch)?;
+        let by_text = || {
+            self.modules
+                .by_text
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        let found = by_text().get(&text).and_then(Weak::upgrade);
+        let function = match found {
+            Some(f) => {
+                count(&COUNTERS.modules_shared, 1);
+                f
+            }
+            None => {
+                // Loaded outside the lock: another thread may load the
+                // same text meanwhile, and the last one in is kept.
+                let f = Arc::new(self.driver.load(&text)?);
+                count(&COUNTERS.modules_loaded, 1);
+                let mut modules = by_text();
+                modules.insert(text, Arc::downgrade(&f));
+                if modules.len() > 64 && modules.len().is_power_of_two() {
+                    modules.retain(|_, w| w.strong_count() > 0);
+                }
+                f
+            }
+        };
         let total = kernel.teams();
         let team = kernel.threads_per_output;
         let per_thread = ptx::elements_per_thread(kernel, dtype);
         Ok(LoopKernel {
             driver: self.driver.clone(),
-            function: self.driver.load(&text)?,
+            sizes: ptx::launch_sizes(&emitted)
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect(),
+            own,
+            function,
             threads_per_output: team,
             shape: LaunchShape::new(&*self.driver, total, team, per_thread),
             args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),

@@ -62,16 +62,17 @@ pub fn run_loop_kernel(
 
 /// Runs the module `ptx` on a private simulated device: `inputs` uploaded
 /// in order, an output of `out_len` elements of `dtype` filled with NaN
-/// first (an element no thread writes stays NaN), `grid × block` threads;
-/// returns the output. For checking emitted kernels against the CPU
+/// first (an element no thread writes stays NaN), `grid × block` threads,
+/// and after the buffers the `sizes` a module with run-time constants reads
+/// (`ptx::launch_sizes`; none for any other); returns the output. For checking emitted kernels against the CPU
 /// (`tests/ptx_suite.rs`) and timing the simulator (`tests/sim_speed.rs`).
 pub fn simulate_module(
     ptx: &str,
     dtype: DType,
     inputs: &[Values<'_>],
     out_len: usize,
-    grid: u32,
-    block: u32,
+    (grid, block): (u32, u32),
+    sizes: &[u64],
 ) -> Result<Vec<f64>, Error> {
     use super::driver::{Arg, Driver};
     use super::sim::{memory::SimMemory, SimDriver};
@@ -113,6 +114,7 @@ pub fn simulate_module(
             writable: false,
         });
     }
+    args.extend(sizes.iter().map(|&v| Arg::Scalar(v)));
     sim.launch(&function, grid, block, &args)?;
     let mut back = vec![0u8; out_bytes];
     sim.copy_to_host(&mut back, out)?;

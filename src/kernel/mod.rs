@@ -64,6 +64,7 @@ pub mod nest;
 mod params;
 mod print;
 pub mod route;
+pub(crate) mod sharing;
 pub mod strided;
 
 pub use lower::lower;

@@ -73,6 +73,57 @@ impl Kernel {
         k.strides = lifter.strides;
         k
     }
+
+    /// `l` as it reads at this kernel's values: each run-time constant's
+    /// term ([`Kernel::params`]) folded into the constant, each run-time
+    /// stride's variable `w` ([`Kernel::strides`]) the term `index · value`
+    /// it stands for, in its place. That is the form the kernel had before
+    /// [`Kernel::with_run_time_constants`] lifted it, term for term, for
+    /// the analyses that decide by values (a GPU's index width and vector
+    /// accesses: the code they choose is then right for this kernel's
+    /// values, and shared only with kernels whose code comes out the
+    /// same). A kernel with no run-time constants gives `l` back.
+    ///
+    /// ```
+    /// use tenjin::symbolic::IndexFn;
+    /// let f = IndexFn::parse("f[i; j] = x[j; i]", &[("x", &[3, 5][..])])?;
+    /// let k = tenjin::kernel::lower(&f)?;
+    /// let lifted = k.with_run_time_constants();
+    /// assert!(!lifted.strides.is_empty());
+    /// // Every offset of the lifted kernel resolves to the original's.
+    /// let offsets = |k: &tenjin::kernel::Kernel| {
+    ///     let mut all = Vec::new();
+    ///     tenjin::kernel::visit_stmts(&k.body, &mut |s| match s {
+    ///         tenjin::kernel::Stmt::Let(_, tenjin::kernel::Expr::Load { offset, .. })
+    ///         | tenjin::kernel::Stmt::Store { offset, .. } => all.push(k.resolve(offset)),
+    ///         _ => {}
+    ///     });
+    ///     all
+    /// };
+    /// assert_eq!(offsets(&k), offsets(&lifted));
+    /// # Ok::<(), tenjin::Error>(())
+    /// ```
+    pub fn resolve(&self, l: &Lin) -> Lin {
+        if self.params.is_empty() {
+            return l.clone();
+        }
+        let mut out = Lin::constant(l.constant);
+        for &(v, c) in &l.terms {
+            if let Some(&(_, value)) = self.params.iter().find(|p| p.0 == v) {
+                out.constant += c * value;
+            } else if let Some(s) = self.strides.iter().find(|s| s.var == v) {
+                let value = self
+                    .params
+                    .iter()
+                    .find(|p| p.0 == s.stride)
+                    .map_or(0, |p| p.1);
+                out.terms.push((s.index, c * value));
+            } else {
+                out.terms.push((v, c));
+            }
+        }
+        out
+    }
 }
 
 struct Lifter {

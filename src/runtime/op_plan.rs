@@ -113,6 +113,18 @@ pub struct Stats {
     pub gpu_kernels_run: u64,
     /// PTX kernels launched (loop kernels, epilogues, fills, additions).
     pub ptx_launches: u64,
+    /// PTX modules of loop kernels loaded on a device: a kernel's own
+    /// module, its constants compiled in, or a module shared by the kernels
+    /// of one loop nest, which read their sizes at launch (not counting
+    /// those below).
+    pub ptx_modules_loaded: u64,
+    /// Loop kernels that took a module loaded for another kernel with the
+    /// same loop nest and sizes read at launch (a new batch size or
+    /// sequence length), loading nothing.
+    pub ptx_modules_shared: u64,
+    /// Loop kernels that ran a shared module `jit::SPECIALISE_AFTER` times
+    /// and then got a module of their own, their sizes compiled in.
+    pub ptx_modules_specialised: u64,
     /// GEMMs handed to cuBLAS.
     pub cublas_calls: u64,
     /// Those of them with half-precision products on the tensor cores
@@ -170,8 +182,7 @@ fn evict_plans() {
 /// The counters since the process started.
 pub fn stats() -> Stats {
     let j = kernel_cache::stats();
-    let [gpu_kernels_run, ptx_launches, cublas_calls, cublas_half_calls, bytes_to_device, bytes_to_host, device_synchronizations] =
-        crate::gpu::counters();
+    let gpu = crate::gpu::counters();
     Stats {
         op_plans_built: PLANS_BUILT.load(Relaxed),
         op_cache_hits: PLAN_HITS.load(Relaxed),
@@ -186,13 +197,16 @@ pub fn stats() -> Stats {
         cpu_code_shared: crate::cpu::code_shared(),
         cpu_code_specialised: crate::cpu::code_specialised(),
         cpu_code_compiled: crate::cpu::code_compiled(),
-        gpu_kernels_run,
-        ptx_launches,
-        cublas_calls,
-        cublas_half_calls,
-        bytes_to_device,
-        bytes_to_host,
-        device_synchronizations,
+        gpu_kernels_run: gpu.kernels_run,
+        ptx_launches: gpu.launches,
+        ptx_modules_loaded: gpu.modules_loaded,
+        ptx_modules_shared: gpu.modules_shared,
+        ptx_modules_specialised: gpu.modules_specialised,
+        cublas_calls: gpu.blas_calls,
+        cublas_half_calls: gpu.half_blas_calls,
+        bytes_to_device: gpu.bytes_to_device,
+        bytes_to_host: gpu.bytes_to_host,
+        device_synchronizations: gpu.synchronizations,
         ops_deferred: OPS_DEFERRED.load(Relaxed),
         ops_fused: OPS_FUSED.load(Relaxed),
     }

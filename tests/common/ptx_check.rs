@@ -17,7 +17,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use tenjin::gpu::ptx::{emit_with, module, Access, Arch, IndexBits};
+use tenjin::gpu::ptx::{emit_with, launch_sizes, module, Access, Arch, IndexBits};
 use tenjin::jit::RouteKind;
 use tenjin::kernel::{Expr, Stmt};
 use tenjin::observe::{set_kernel_observer, KernelRun, Values};
@@ -117,7 +117,7 @@ pub fn check(run: &KernelRun<'_>) {
         team => (team, (out_len as u32).clamp(1, 3)),
     };
     let simulated =
-        tenjin::gpu::check::simulate_module(&text, dtype, &run.inputs, out_len, grid, block)
+        tenjin::gpu::check::simulate_module(&text, dtype, &run.inputs, out_len, (grid, block), &[])
             .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", f.name()));
     // The plain form of the same kernel, with 64-bit index arithmetic
     // (what sizes past 2³¹ get) and one element per access (what
@@ -132,15 +132,52 @@ pub fn check(run: &KernelRun<'_>) {
         Access::Scalar,
     )
     .unwrap();
-    let plain =
-        tenjin::gpu::check::simulate_module(&plain, dtype, &run.inputs, out_len, grid, block)
-            .unwrap_or_else(|e| panic!("{} (plain form): {e}\n{kernel}", f.name()));
+    let plain = tenjin::gpu::check::simulate_module(
+        &plain,
+        dtype,
+        &run.inputs,
+        out_len,
+        (grid, block),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{} (plain form): {e}\n{kernel}", f.name()));
     assert!(
         plain
             .iter()
             .zip(&simulated)
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "{}: the fitted form (32-bit indices, vector accesses) and the plain form differ\n{kernel}",
+        f.name()
+    );
+    // The form a new size of the kernel runs (`crate::kernel::sharing`):
+    // its bounds, guards, strides and float constants read at launch
+    // (`launch_sizes`), the same bits.
+    let lifted = kernel.with_run_time_constants();
+    let sizes: Vec<u64> = launch_sizes(&lifted).into_iter().map(|(_, v)| v).collect();
+    let mut shared = String::new();
+    for arch in Arch::ALL {
+        // (Dumped under a name of its own, so `ptxas` assembles both.)
+        let t = module(hash.rotate_left(1), &lifted, dtype, arch)
+            .unwrap_or_else(|e| panic!("emit with run-time constants: {e}"));
+        if arch == Arch::Sm80 {
+            shared = t;
+        }
+    }
+    let shared = tenjin::gpu::check::simulate_module(
+        &shared,
+        dtype,
+        &run.inputs,
+        out_len,
+        (grid, block),
+        &sizes,
+    )
+    .unwrap_or_else(|e| panic!("{} (sizes read at launch): {e}\n{lifted}", f.name()));
+    assert!(
+        shared
+            .iter()
+            .zip(&simulated)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{}: the module reading its sizes at launch and the one with them compiled in differ\n{lifted}",
         f.name()
     );
     // The same operations in the same order (a team sums in another).

@@ -16,6 +16,15 @@
 //! a NaN operand, like the interpreter. Transcendental functions are our
 //! own sequences (`math`, with its accuracy table).
 //!
+//! A kernel with run-time constants ([`Kernel::with_run_time_constants`])
+//! reads them from launch parameters, with the output's sizes
+//! ([`launch_sizes`]): its bounds, guards, strides and float constants,
+//! the grid-stride loop's count and the coordinates' divisors. Decisions
+//! that depend on values (32-bit index arithmetic, vector accesses) are
+//! taken at the kernel's own values ([`Kernel::resolve`]), so two kernels
+//! whose modules come out as the same text may share one; one whose
+//! values decide otherwise gets other text.
+//!
 //! Must not allocate device memory or launch anything (that is
 //! `crate::gpu::driver`'s job); it only writes text.
 //!
@@ -102,7 +111,9 @@ pub fn module(key_hash: u64, k: &Kernel, dtype: DType, arch: Arch) -> Result<Str
 /// The PTX module computing `k` in `dtype` for `arch`, with one entry
 /// function named `entry` whose parameters are the output's address, then
 /// each argument's address in the kernel's order (all `.u64`, global
-/// memory). Launch it with any grid: threads stride over the output.
+/// memory), then the sizes a kernel with run-time constants reads
+/// ([`launch_sizes`]). Launch it with any grid: threads stride over the
+/// output.
 ///
 /// Errors when `k` is not a freshly lowered kernel (`crate::kernel::lower`
 /// and `crate::planner::blocked_sums` produce these; vector loops and
@@ -158,22 +169,17 @@ pub fn emit_with(
     bits: IndexBits,
     access: Access,
 ) -> Result<String, Error> {
-    if !k.params.is_empty() {
-        // Each launch would pass them, and the index width is chosen from
-        // the values: not done yet (the CPU's code cache lifts them).
-        return Err(Error::Invalid {
-            function: k.name.clone(),
-            message:
-                "PTX emission: run-time constants (`Kernel::params`) are not supported on a GPU yet"
-                    .into(),
-        });
-    }
     let body = stmt::Emitter::kernel(k, dtype, bits, access).map_err(|message| Error::Invalid {
         function: k.name.clone(),
         message: format!("PTX emission: {message}\n{k}"),
     })?;
     let mut params = vec!["\t.param .u64 out".to_string()];
     params.extend((0..k.args.len()).map(|i| format!("\t.param .u64 a{i}")));
+    params.extend(
+        launch_sizes(k)
+            .iter()
+            .map(|(name, _)| format!("\t.param .u64 {name}")),
+    );
     Ok(format!(
         ".version {}\n.target {}\n.address_size 64\n\n// {}\n.visible .entry {entry}(\n{}\n)\n{{\n{}{}}}\n",
         arch.ptx_version(),
@@ -183,4 +189,46 @@ pub fn emit_with(
         body.declarations,
         body.code,
     ))
+}
+
+/// The values a kernel with run-time constants ([`Kernel::params`], made
+/// by [`Kernel::with_run_time_constants`]) is launched with, after the
+/// buffers' addresses: each constant (`p0`, `p1`, …; a float's bits), the
+/// parallel loop's extent (`ext`) and each output dimension (`n0`, `n1`,
+/// …). Such a module's code reads every size it depends on from these, so
+/// kernels whose modules come out as the same text share one module; a
+/// kernel with its constants compiled in takes none.
+///
+/// ```
+/// use tenjin::gpu::ptx::{emit, launch_sizes, Arch};
+/// use tenjin::symbolic::IndexFn;
+/// let module = |rows: usize| -> Result<(String, Vec<u64>), tenjin::Error> {
+///     let f = IndexFn::parse("f[i] = sum{j}_0^9 x[i; j]", &[("x", &[rows, 10][..])])?;
+///     let k = tenjin::kernel::lower(&f)?.with_run_time_constants();
+///     let values = launch_sizes(&k).into_iter().map(|(_, v)| v).collect();
+///     Ok((emit(&k, tenjin::DType::F32, Arch::Sm80, "k")?, values))
+/// };
+/// let ((a, at_3), (b, at_5)) = (module(3)?, module(5)?);
+/// assert_eq!(a, b);
+/// assert_ne!(at_3, at_5);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn launch_sizes(k: &Kernel) -> Vec<(String, u64)> {
+    if k.params.is_empty() {
+        return Vec::new();
+    }
+    let mut sizes: Vec<(String, u64)> = k
+        .params
+        .iter()
+        .enumerate()
+        .map(|(j, &(_, value))| (format!("p{j}"), value as u64))
+        .collect();
+    sizes.push(("ext".to_string(), k.extent as u64));
+    sizes.extend(
+        k.out_shape
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| (format!("n{d}"), n as u64)),
+    );
+    sizes
 }

@@ -20,6 +20,23 @@ pub(crate) use vector::Group;
 
 type Res<T> = Result<T, String>;
 
+/// A size the code uses: compiled in, or read from a launch parameter (an
+/// output dimension of a kernel with run-time constants).
+#[derive(Clone, Copy, Debug)]
+enum Size {
+    Known(u64),
+    Read(R),
+}
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Size::Known(n) => write!(f, "{n}"),
+            Size::Read(r) => write!(f, "{r}"),
+        }
+    }
+}
+
 /// The emitted body: register declarations and code.
 pub(super) struct Body {
     pub(super) declarations: String,
@@ -107,6 +124,23 @@ impl<'k> Emitter<'k> {
                 r
             })
             .collect();
+        // Run-time constants: each held by its variable's register, in
+        // every lane (a float's bits too; `Expr::ConstParam` reads those
+        // from the parameter itself).
+        for (j, &(v, _)) in k.params.iter().enumerate() {
+            let r = a.reg(Ty::B64);
+            a.op(format!("ld.param.u64 {r}, [p{j}]"));
+            for lane in 0..lanes {
+                let iv = R {
+                    ty: int.0,
+                    n: v.0 + lane * k.num_ivars,
+                };
+                match int.0 {
+                    Ty::B32 => a.op(format!("cvt.u32.u64 {iv}, {r}")),
+                    _ => a.op(format!("mov.b64 {iv}, {r}")),
+                }
+            }
+        }
         let mut e = Emitter {
             k,
             a,
@@ -119,9 +153,10 @@ impl<'k> Emitter<'k> {
             team: None,
             loop_depth: 0,
             dealt: false,
+            // (A row cache's arrays are sized by the row: compiled in.)
             row_cache: match group {
-                None => row_cache::RowCache::of(k, size),
-                Some(_) => None,
+                None if k.params.is_empty() => row_cache::RowCache::of(k, size),
+                _ => None,
             },
             int,
             group,
@@ -175,21 +210,59 @@ impl<'k> Emitter<'k> {
         // A row team's threads share the innermost output loops: the
         // blocks stride over the others' points (`Kernel::teams`).
         let own = self.k.out_shape.len().saturating_sub(self.k.shared_loops);
-        let dims: Vec<u64> = if self.k.out_shape.is_empty() {
+        let known: Vec<u64> = if self.k.out_shape.is_empty() {
             vec![1]
         } else {
             self.k.out_shape[..own].iter().map(|&d| d as u64).collect()
         };
-        let total: u64 = dims.iter().product();
+        let count: u64 = known.iter().product();
         let (start, end) = (self.ivar(START), self.ivar(END));
         let bits = if self.int.0 == Ty::B32 { "b32" } else { "b64" };
+        let lifted = !self.k.params.is_empty();
         let a = &mut self.a;
         a.op(format!("mov.{bits} {start}, 0"));
-        a.op(format!("mov.{bits} {end}, {}", self.k.extent));
-        if total == 0 {
+        if lifted {
+            // The sizes of a kernel with run-time constants come with the
+            // launch: the parallel loop's extent, then every output
+            // dimension (`n0`, `n1`, …).
+            let e = a.reg(Ty::B64);
+            a.op(format!("ld.param.u64 {e}, [ext]"));
+            match self.int.0 {
+                Ty::B32 => a.op(format!("cvt.u32.u64 {end}, {e}")),
+                _ => a.op(format!("mov.b64 {end}, {e}")),
+            }
+        } else {
+            a.op(format!("mov.{bits} {end}, {}", self.k.extent));
+        }
+        if count == 0 {
             a.op("ret");
             return Ok(());
         }
+        let dims: Vec<Size> = if lifted && !self.k.out_shape.is_empty() {
+            (0..own)
+                .map(|d| {
+                    let r = a.reg(Ty::B64);
+                    a.op(format!("ld.param.u64 {r}, [n{d}]"));
+                    Size::Read(r)
+                })
+                .collect()
+        } else {
+            known.iter().map(|&n| Size::Known(n)).collect()
+        };
+        let total = match dims[..] {
+            [only] => only,
+            _ if lifted => {
+                let mut t = a.reg(Ty::B64);
+                a.op(format!("mov.b64 {t}, {}", dims[0]));
+                for d in &dims[1..] {
+                    t = a.bin("mul.lo.u64", Ty::B64, t, d);
+                }
+                Size::Read(t)
+            }
+            _ => Size::Known(count),
+        };
+        // 32-bit divisions when the count fits.
+        let narrow = count <= u32::MAX as u64;
         let ctaid = a.un("mov.u32", Ty::B32, "%ctaid.x");
         let ntid = a.un("mov.u32", Ty::B32, "%ntid.x");
         let tid = a.un("mov.u32", Ty::B32, "%tid.x");
@@ -212,7 +285,7 @@ impl<'k> Emitter<'k> {
             (idx, a.bin("mul.wide.u32", Ty::B64, ntid, nctaid))
         };
         if let Some(g) = self.group {
-            self.group_loop(g, (idx, stride), &dims)?;
+            self.group_loop(g, (idx, stride), (&dims, total, narrow))?;
         }
         let a = &mut self.a;
         let head = a.label();
@@ -220,7 +293,7 @@ impl<'k> Emitter<'k> {
         a.place(&head);
         let p = a.setp("ge", "u64", idx, total);
         a.op(format!("@{p} bra {done}"));
-        let coords = self.coordinates(idx, &dims);
+        let coords = self.coordinates(idx, &dims, narrow);
         self.coords = coords;
         let body = &self.k.body;
         self.output_level(body, 0, None)?;
@@ -233,17 +306,20 @@ impl<'k> Emitter<'k> {
     }
 
     /// The output coordinates of flat index `idx` over `dims`, outermost
-    /// first (32-bit divisions when the total fits).
-    fn coordinates(&mut self, idx: R, dims: &[u64]) -> Vec<R> {
+    /// first (32-bit divisions when `narrow`: the total fits).
+    fn coordinates(&mut self, idx: R, dims: &[Size], narrow: bool) -> Vec<R> {
         let a = &mut self.a;
-        let narrow = dims.iter().product::<u64>() <= u32::MAX as u64;
         let mut coords = vec![idx; dims.len()];
         if narrow {
             let mut rest = a.un("cvt.u32.u64", Ty::B32, idx);
             for d in (1..dims.len()).rev() {
-                let c = a.bin("rem.u32", Ty::B32, rest, dims[d]);
+                let n = match dims[d] {
+                    Size::Read(r) => Size::Read(a.un("cvt.u32.u64", Ty::B32, r)),
+                    known => known,
+                };
+                let c = a.bin("rem.u32", Ty::B32, rest, n);
                 coords[d] = a.un("cvt.u64.u32", Ty::B64, c);
-                rest = a.bin("div.u32", Ty::B32, rest, dims[d]);
+                rest = a.bin("div.u32", Ty::B32, rest, n);
             }
             coords[0] = a.un("cvt.u64.u32", Ty::B64, rest);
         } else {
@@ -330,17 +406,11 @@ impl<'k> Emitter<'k> {
                 && l.upper[0].num.terms == [(END, 1)]
                 && l.upper[0].num.constant == -1
         } else {
+            // (A kernel with run-time constants reads `n − 1` from a
+            // parameter: its dimension comes with the launch, `n{depth}`.)
             let n = self.k.out_shape.get(depth).copied().unwrap_or(0) as i64;
-            l.lower
-                == [Bound {
-                    num: Lin::constant(0),
-                    den: 1,
-                }]
-                && l.upper
-                    == [Bound {
-                        num: Lin::constant(n - 1),
-                        den: 1,
-                    }]
+            let is = |b: &[Bound], c: i64| matches!(b, [Bound { num, den: 1 }] if self.k.resolve(num) == Lin::constant(c));
+            is(&l.lower, 0) && is(&l.upper, n - 1)
         };
         if l.vector {
             return Err("vector loops are the CPU backend's".into());
@@ -584,7 +654,14 @@ impl<'k> Emitter<'k> {
             if v.0 >= self.k.num_ivars {
                 return Err(format!("unknown integer value {v}"));
             }
-            let x = self.ivar(v);
+            // A run-time stride's variable: its index times the stride.
+            let x = match self.k.strides.iter().find(|s| s.var == v) {
+                Some(s) => {
+                    let (i, p) = (self.ivar(s.index), self.ivar(s.stride));
+                    self.int_op("mul.lo", i, p)
+                }
+                None => self.ivar(v),
+            };
             acc = Some(match (acc, c) {
                 (None, 1) => x,
                 (None, c) => self.a.bin(&format!("mul.lo.{sfx}"), ty, x, c),
@@ -706,8 +783,24 @@ impl<'k> Emitter<'k> {
                 self.a.op(format!("cvt.rn.{sfx}.{} {d}, {v}", self.int.1));
                 return Ok(());
             }
-            Expr::ConstParam(_) => {
-                return Err("a constant read at run time (only the CPU lifts them)".into())
+            Expr::ConstParam(p) => {
+                // The bits of an f64, rounded to the element type as a
+                // compiled-in literal is (`cvt.rn`: `as f32`).
+                let j = self
+                    .k
+                    .params
+                    .iter()
+                    .position(|q| q.0 == *p)
+                    .ok_or_else(|| format!("a float constant in unknown parameter {p}"))?;
+                let bits = self.a.reg(Ty::B64);
+                self.a.op(format!("ld.param.u64 {bits}, [p{j}]"));
+                if self.w == Ty::F64 {
+                    self.a.op(format!("mov.b64 {d}, {bits}"));
+                } else {
+                    let wide = self.a.un("mov.b64", Ty::F64, bits);
+                    self.a.op(format!("cvt.rn.f32.f64 {d}, {wide}"));
+                }
+                return Ok(());
             }
             Expr::Random { key, counter } => {
                 let n = self.lin(counter)?;

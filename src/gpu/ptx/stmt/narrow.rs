@@ -8,7 +8,10 @@
 //! `[0, extent]`); every affine form the kernel evaluates (offsets, bound
 //! numerators, conditions, index values), including every partial sum on
 //! the way, must then lie within `±(2³¹ − 1)`. Addresses stay 64-bit
-//! (`mad.wide.s32`). Must not emit code.
+//! (`mad.wide.s32`). A kernel with run-time constants is judged at its
+//! own values ([`Kernel::resolve`]): its code then differs from that of a
+//! kernel whose values need 64 bits, so no module is shared across the
+//! two. Must not emit code.
 
 use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Stmt, END, START};
 use std::collections::HashMap;
@@ -21,6 +24,7 @@ const LIMIT: i128 = i32::MAX as i128;
 /// Whether every integer value of `k` fits in an `s32`.
 pub(super) fn fits_in_32_bits(k: &Kernel) -> bool {
     let mut w = Walk {
+        k,
         ranges: HashMap::new(),
         fits: true,
     };
@@ -31,14 +35,16 @@ pub(super) fn fits_in_32_bits(k: &Kernel) -> bool {
     w.fits
 }
 
-struct Walk {
+struct Walk<'k> {
+    k: &'k Kernel,
     ranges: HashMap<IVar, Range>,
     fits: bool,
 }
 
-impl Walk {
+impl Walk<'_> {
     /// The range of `l`, checking that it and every partial sum fit.
     fn lin(&mut self, l: &Lin) -> Range {
+        let l = &self.k.resolve(l);
         let (mut lo, mut hi) = (0i128, 0i128);
         for &(v, c) in &l.terms {
             let Some(&(a, b)) = self.ranges.get(&v) else {

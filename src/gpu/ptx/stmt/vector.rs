@@ -22,7 +22,7 @@
 //! run the scalar statements in the scalar order (tests hold both forms
 //! bitwise equal).
 
-use super::{Emitter, Res};
+use super::{Emitter, Res, Size};
 use crate::gpu::ptx::asm::{Ty, R};
 use crate::kernel::{Expr, IVar, Kernel, Lin, Reg, Stmt};
 use crate::DType;
@@ -68,13 +68,15 @@ impl Group {
         let mut stores = 0;
         let store_steps = element_wise(&k.body, k.out_shape.len(), &mut |offset| {
             stores += 1;
-            group.access(offset) == Access::Vector
+            group.access(k, offset) == Access::Vector
         });
         (store_steps && stores == 1).then_some(group)
     }
 
-    /// How an access at `offset` runs in a group.
-    pub(super) fn access(&self, offset: &Lin) -> Access {
+    /// How an access at `offset` of `k` runs in a group (at `k`'s values
+    /// of its run-time strides and constants: [`Kernel::resolve`]).
+    pub(super) fn access(&self, k: &Kernel, offset: &Lin) -> Access {
+        let offset = &k.resolve(offset);
         let step = coefficient(offset, self.inner);
         let n = self.lanes as i64;
         let aligned = offset.constant % n == 0
@@ -128,7 +130,12 @@ impl Emitter<'_> {
     /// stride over groups of `g.lanes` outputs (`idx` is the thread's
     /// first group, `stride` the grid) and return; otherwise control falls
     /// through to the scalar loop emitted after this.
-    pub(super) fn group_loop(&mut self, g: Group, (idx, stride): (R, R), dims: &[u64]) -> Res<()> {
+    pub(super) fn group_loop(
+        &mut self,
+        g: Group,
+        (idx, stride): (R, R),
+        (dims, total, narrow): (&[Size], Size, bool),
+    ) -> Res<()> {
         let bytes = (g.lanes as i64 * self.size) as u64;
         let a = &mut self.a;
         let scalar = a.label();
@@ -139,7 +146,10 @@ impl Emitter<'_> {
         let low = a.bin("and.b64", Ty::B64, any, bytes - 1);
         let misaligned = a.setp("ne", "u64", low, 0);
         a.op(format!("@{misaligned} bra {scalar}"));
-        let groups = dims.iter().product::<u64>() / g.lanes as u64;
+        let groups = match total {
+            Size::Known(n) => Size::Known(n / g.lanes as u64),
+            Size::Read(n) => Size::Read(a.bin("div.u64", Ty::B64, n, g.lanes)),
+        };
         let group = a.reg(Ty::B64);
         a.op(format!("mov.b64 {group}, {idx}"));
         let (head, done) = (a.label(), a.label());
@@ -147,7 +157,7 @@ impl Emitter<'_> {
         let p = a.setp("ge", "u64", group, groups);
         a.op(format!("@{p} bra {done}"));
         let first = a.bin("mul.lo.u64", Ty::B64, group, g.lanes);
-        self.coords = self.coordinates(first, dims);
+        self.coords = self.coordinates(first, dims, narrow);
         self.output_level(&self.k.body, 0, Some(g))?;
         let a = &mut self.a;
         a.op(format!("add.s64 {group}, {group}, {stride}"));
@@ -171,7 +181,7 @@ impl Emitter<'_> {
                 self.lane = 0;
                 Ok(())
             }
-            Stmt::Store { offset, value } if g.access(offset) == Access::Vector => {
+            Stmt::Store { offset, value } if g.access(self.k, offset) == Access::Vector => {
                 let addr = self.address(self.out, offset)?;
                 let values = self.lanes_of(g, *value);
                 let (n, sfx) = (g.lanes, self.sfx);
@@ -192,7 +202,7 @@ impl Emitter<'_> {
                 offset: offset.clone(),
             },
         );
-        match g.access(offset) {
+        match g.access(self.k, offset) {
             Access::Vector => {
                 let base = *self
                     .args
