@@ -3,10 +3,11 @@
 //! Cranelift compiled per loop kernel of a step, how many kernels ran code
 //! compiled for another size, and what was derived and planned.
 //!
-//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean] [sim]`
+//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean] [sim] [specialised]`
 //! (`mean`: the loss is the mean over the batch, not the sum; `sim`: on
 //! the simulated GPU, an MLP 64-32-10, printing the PTX modules its loop
-//! kernels loaded and shared)
+//! kernels loaded and shared; `specialised`: every kernel's sizes compiled
+//! in, for the comparison)
 
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::{Device, Tensor};
@@ -20,6 +21,9 @@ fn main() -> Result<(), tenjin::Error> {
     // narrower model, whose kernels are the same ops.
     let sim = args.iter().any(|a| a == "sim");
     let (inputs, hidden) = if sim { (64, 32) } else { (784, 512) };
+    if args.iter().any(|a| a == "specialised") {
+        tenjin::jit::set_run_time_constants(false);
+    }
     if sim {
         tenjin::cuda::simulate()?;
         tenjin::set_default_device(Device::Cuda(0));

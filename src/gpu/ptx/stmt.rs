@@ -274,7 +274,10 @@ impl<'k> Emitter<'k> {
                 Ty::B32 => a.un("cvt.u32.u64", Ty::B32, t64),
                 _ => t64,
             };
-            let team = team::Team::new(a, self.k.threads_per_output, t64, first)?;
+            // A kernel with run-time constants reads its team's size at
+            // launch too (`team`).
+            let read = (!self.k.params.is_empty()).then_some(self.int.0);
+            let team = team::Team::new(a, self.k.threads_per_output, (t64, first), read)?;
             self.team = Some(team);
             let a = &mut self.a;
             let idx = a.un("cvt.u64.u32", Ty::B64, ctaid);
@@ -391,7 +394,7 @@ impl<'k> Emitter<'k> {
             return Err("a team shares only the innermost output loop, in scalar accesses".into());
         }
         self.dealt = true;
-        let done = self.strided_in_groups(l, team.first, team.threads, None, |_, _| Ok(()));
+        let done = self.strided_in_groups(l, team.first, None, |_, _| Ok(()));
         self.dealt = false;
         done
     }
@@ -496,7 +499,7 @@ impl<'k> Emitter<'k> {
     /// `l`'s loop: its statements, then `fold(k, first k)` at every
     /// iteration.
     fn counted(&mut self, l: &Loop, fold: impl FnMut(&mut Self, R, R) -> Res<()>) -> Res<()> {
-        self.strided(l, None, 1, fold)
+        self.strided(l, None, Size::Known(1), fold)
     }
 
     /// `l`'s loop from its lower bound plus `first` (when given) in steps
@@ -506,7 +509,7 @@ impl<'k> Emitter<'k> {
         &mut self,
         l: &Loop,
         first: Option<R>,
-        step: u32,
+        step: Size,
         mut fold: impl FnMut(&mut Self, R, R) -> Res<()>,
     ) -> Res<()> {
         let lo = self.bounds(&l.lower, true)?;

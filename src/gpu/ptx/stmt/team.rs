@@ -20,12 +20,21 @@
 //! its shares and the tree in f64. An argmax or argmin shares (value,
 //! index) pairs and keeps the first index among equal values, as the
 //! one-thread fold does; a max or min may differ from it only in the sign
-//! of a zero tied with its negation, or in which NaN it returns. Must not
-//! decide which kernels are spread (the planner does,
-//! `crate::planner::spread`).
+//! of a zero tied with its negation, or in which NaN it returns.
+//!
+//! In a kernel with run-time constants (a module shared by the sizes of
+//! an op, `crate::kernel::sharing`) the team's size is read at launch
+//! (`%ntid.x`) rather than compiled in, up to [`READ_MOST`] threads: the
+//! planner sizes teams by the reductions' lengths, so a compiled-in size
+//! would make a module per power of two. Its folds step by the count read,
+//! the tree's steps across warps are a loop (at most one per power of
+//! two, in the same order), and the shares are laid out for
+//! [`READ_MOST`]: the same operations in the same order as the module
+//! with the size compiled in, so the same bits. Must not decide which
+//! kernels are spread (the planner does, `crate::planner::spread`).
 
 use super::super::asm::{Asm, Ty, R};
-use super::{Emitter, Res};
+use super::{Emitter, Res, Size};
 use crate::kernel::nest::reduction_nest;
 use crate::kernel::{Loop, Reg};
 use crate::symbolic::ReduceOp;
@@ -45,11 +54,19 @@ const WARP: u32 = 32;
 /// matrix (team 64) stayed at 35–40 µs whatever the count.
 const IN_FLIGHT: u32 = 4;
 
+/// The largest team a module reading its team's size at launch serves
+/// (the planner's teams have at most 256 threads): its shares are laid
+/// out for this many.
+const READ_MOST: u32 = 256;
+
 /// The block's threads and the current thread's place among them.
 #[derive(Clone, Copy)]
 pub(super) struct Team {
     /// Threads per output (a power of two, the launch's block size).
     pub(super) threads: u32,
+    /// The count read at launch (see the module documentation), in the
+    /// kernel's integer type and in 64 bits; `None` when compiled in.
+    read: Option<(R, R)>,
     /// The thread's index in the block (u64).
     pub(super) tid: R,
     /// The same as an integer value of the kernel (its first iteration of
@@ -63,18 +80,37 @@ pub(super) struct Team {
 
 impl Team {
     /// The registers of a team of `threads` (checked: a power of two a
-    /// block can hold) for the thread `tid`.
-    pub(super) fn new(a: &mut Asm, threads: u32, tid: R, first: R) -> Res<Team> {
+    /// block can hold) for the thread `tid`; with `read` (a kernel with
+    /// run-time constants, integers of type `int`), the count is read at
+    /// launch when the team is at most [`READ_MOST`] and at least a warp.
+    pub(super) fn new(
+        a: &mut Asm,
+        threads: u32,
+        (tid, first): (R, R),
+        read: Option<Ty>,
+    ) -> Res<Team> {
         if !threads.is_power_of_two() || threads > 1024 {
             return Err(format!(
                 "{threads} threads per output: a block holds a power of two up to 1024"
             ));
         }
+        let read = read
+            .filter(|_| (WARP..=READ_MOST).contains(&threads))
+            .map(|int| {
+                let n = a.un("mov.u32", Ty::B32, "%ntid.x");
+                let wide = a.un("cvt.u64.u32", Ty::B64, n);
+                let count = match int {
+                    Ty::B32 => n,
+                    _ => wide,
+                };
+                (count, wide)
+            });
         let base = a.un("mov.u64", Ty::B64, SHARES);
         let slot = a.reg(Ty::B64);
         a.op(format!("mad.lo.s64 {slot}, {tid}, 8, {base}"));
         Ok(Team {
             threads,
+            read,
             tid,
             first,
             base,
@@ -82,12 +118,21 @@ impl Team {
         })
     }
 
+    /// The threads the shares are laid out for.
+    fn capacity(&self) -> u32 {
+        if self.read.is_some() {
+            READ_MOST
+        } else {
+            self.threads
+        }
+    }
+
     /// The declaration of the shares: two of 8 bytes per thread (a value,
     /// and an argmax's index).
     pub(super) fn declaration(&self) -> String {
         format!(
             "\t.shared .align 8 .b8 {SHARES}[{}];\n",
-            16 * self.threads as usize
+            16 * self.capacity() as usize
         )
     }
 }
@@ -103,7 +148,7 @@ impl Emitter<'_> {
         body: &Loop,
         wide: bool,
     ) -> Res<()> {
-        let Some(Team { first, threads, .. }) = self.team else {
+        let Some(Team { first, .. }) = self.team else {
             return Err("internal: a team reduction outside a team".into());
         };
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
@@ -134,9 +179,9 @@ impl Emitter<'_> {
             Ok(())
         };
         if levels.len() > 1 {
-            self.strided_nest(&levels, first, threads, value, fold)?;
+            self.strided_nest(&levels, first, value, fold)?;
         } else {
-            self.strided_in_groups(body, first, threads, Some(value), fold)?;
+            self.strided_in_groups(body, first, Some(value), fold)?;
         }
         self.tree(&[(acc_ty, acc)], |e, other| {
             e.combine(op, acc_ty, acc, other[0])
@@ -149,8 +194,32 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// `l`'s loop from its lower bound plus `first` in steps of `step`,
-    /// `IN_FLIGHT` iterations at a time while a whole group fits (each
+    /// `n` times the team's thread count: compiled in, or computed from
+    /// the count read at launch, in the kernel's integer type (or in 64
+    /// bits, `wide`).
+    pub(super) fn team_times(&mut self, n: u32, wide: bool) -> Res<Size> {
+        let Some(team) = self.team else {
+            return Err("internal: a team's step outside a team".into());
+        };
+        Ok(match team.read {
+            None => Size::Known(n as u64 * team.threads as u64),
+            Some((int, w64)) => {
+                let (r, ty, sfx) = if wide {
+                    (w64, Ty::B64, "s64")
+                } else {
+                    (int, self.int.0, self.int.1)
+                };
+                if n == 1 {
+                    Size::Read(r)
+                } else {
+                    Size::Read(self.a.bin(&format!("mul.lo.{sfx}"), ty, r, n))
+                }
+            }
+        })
+    }
+
+    /// `l`'s loop from its lower bound plus `first` in steps of the team's
+    /// thread count, `IN_FLIGHT` iterations at a time while a whole group fits (each
     /// iteration's statements, its `value` copied aside; then the copies
     /// folded in order), the rest one at a time: the same folds in the
     /// same order as one at a time, with a group's loads in flight
@@ -160,10 +229,11 @@ impl Emitter<'_> {
         &mut self,
         l: &Loop,
         first: R,
-        step: u32,
         value: Option<Reg>,
         mut fold: impl FnMut(&mut Self, R) -> Res<()>,
     ) -> Res<()> {
+        let step = self.team_times(1, false)?;
+        let group_less_one = self.team_times(IN_FLIGHT - 1, false)?;
         let lo = self.bounds(&l.lower, true)?;
         let hi = self.bounds(&l.upper, false)?;
         let k = self.ivar(l.var);
@@ -173,7 +243,7 @@ impl Emitter<'_> {
         self.a.op(format!("mov.{bits} {k}, {start}"));
         // A whole group is left while k ≤ hi − (IN_FLIGHT − 1)·step (hi
         // is at least lo − 1 ≥ −1: no overflow).
-        let last = self.int_op("sub", hi, (IN_FLIGHT - 1) * step);
+        let last = self.int_op("sub", hi, group_less_one);
         let (group, single, done) = (self.a.label(), self.a.label(), self.a.label());
         self.a.place(&group);
         let p = self.a.setp("gt", isfx, k, last);
@@ -229,10 +299,13 @@ impl Emitter<'_> {
         &mut self,
         levels: &[&Loop],
         first: R,
-        step: u32,
         value: Reg,
         mut fold: impl FnMut(&mut Self, R) -> Res<()>,
     ) -> Res<()> {
+        let step = self.team_times(1, false)?;
+        let wide_step = self.team_times(1, true)?;
+        let group_less_one = self.team_times(IN_FLIGHT - 1, true)?;
+        let in_flight = self.team_times(IN_FLIGHT, true)?;
         let (ity, _) = self.int;
         let widen = |e: &mut Self, r: R| -> R {
             if ity == Ty::B32 {
@@ -287,9 +360,7 @@ impl Emitter<'_> {
         self.loop_depth += levels.len() as u32;
         // Whole groups: the group's last position is before `total`.
         self.a.place(&group);
-        let last = self
-            .a
-            .bin("add.s64", Ty::B64, q, (IN_FLIGHT - 1) as u64 * step as u64);
+        let last = self.a.bin("add.s64", Ty::B64, q, group_less_one);
         let p = self.a.setp("ge", "s64", last, total);
         self.a.op(format!("@{p} bra {single}"));
         let mut held = Vec::with_capacity(IN_FLIGHT as usize);
@@ -303,7 +374,7 @@ impl Emitter<'_> {
         for x in held {
             fold(self, x)?;
         }
-        self.a.op(format!("add.s64 {q}, {q}, {}", IN_FLIGHT * step));
+        self.a.op(format!("add.s64 {q}, {q}, {in_flight}"));
         let p = self.a.setp("ge", "s64", q, total);
         self.a.op(format!("@{p} bra {done}"));
         self.next_position(levels, &his, &lengths, step);
@@ -313,7 +384,7 @@ impl Emitter<'_> {
         self.stmts(inner)?;
         let x = self.reg(value);
         fold(self, x)?;
-        self.a.op(format!("add.s64 {q}, {q}, {step}"));
+        self.a.op(format!("add.s64 {q}, {q}, {wide_step}"));
         let p = self.a.setp("ge", "s64", q, total);
         self.a.op(format!("@{p} bra {done}"));
         self.next_position(levels, &his, &lengths, step);
@@ -326,7 +397,7 @@ impl Emitter<'_> {
     /// The nest's variables moved `step` positions on: `step` added to
     /// the innermost, carried outwards (a level past its end wraps and
     /// steps the one around it).
-    fn next_position(&mut self, levels: &[&Loop], his: &[R], lengths: &[R], step: u32) {
+    fn next_position(&mut self, levels: &[&Loop], his: &[R], lengths: &[R], step: Size) {
         let (_, isfx) = self.int;
         let inner = self.ivar(levels[levels.len() - 1].var);
         self.a.op(format!("add.{isfx} {inner}, {inner}, {step}"));
@@ -349,13 +420,14 @@ impl Emitter<'_> {
     /// the lower index among equal values or NaNs (the first, as in order),
     /// an empty share (index −1) never winning.
     fn team_arg_reduce(&mut self, op: ReduceOp, value: Reg, res: R, body: &Loop) -> Res<()> {
-        let Some(Team { first, threads, .. }) = self.team else {
+        let Some(Team { first, .. }) = self.team else {
             return Err("internal: a team reduction outside a team".into());
         };
         let (w, sfx) = (self.w, self.sfx);
         let idx = self.constant(-1.0);
         let best = self.constant(0.0);
-        self.strided(body, Some(first), threads, |e, k, start| {
+        let step = self.team_times(1, false)?;
+        self.strided(body, Some(first), step, |e, k, start| {
             let x = e.reg(value);
             e.arg_fold(op, k, start, x, (best, idx));
             Ok(())
@@ -404,22 +476,25 @@ impl Emitter<'_> {
     /// warp needs no shared memory and no barrier: lane 0's result is
     /// shuffled to every lane.
     fn tree(&mut self, values: &[(Ty, R)], mut combine: impl FnMut(&mut Self, &[R])) {
-        let Some(Team {
-            tid,
-            threads,
-            base,
-            slot,
-            ..
-        }) = self.team
+        let Some(
+            team @ Team {
+                tid,
+                threads,
+                base,
+                slot,
+                ..
+            },
+        ) = self.team
         else {
             return;
         };
-        // Share j of a thread lies 8·threads·j bytes after its first.
+        // Share j of a thread lies 8·capacity·j bytes after its first.
+        let capacity = team.capacity() as usize;
         let at = |e: &mut Self, addr: R, j: usize| -> R {
             if j == 0 {
                 addr
             } else {
-                e.a.bin("add.s64", Ty::B64, addr, 8 * threads as usize * j)
+                e.a.bin("add.s64", Ty::B64, addr, 8 * capacity * j)
             }
         };
         let sfx = |ty: Ty| if ty == Ty::F64 { "f64" } else { "f32" };
@@ -442,6 +517,48 @@ impl Emitter<'_> {
                 })
                 .collect()
         };
+        if let Some((_, count)) = team.read {
+            // The count read at launch: the same steps, as a loop.
+            let (small, done) = (self.a.label(), self.a.label());
+            let one_warp = self.a.setp("le", "u64", count, WARP);
+            self.a.op(format!("@{one_warp} bra {small}"));
+            store(self, slot);
+            self.a.op("bar.sync 0");
+            let step = self.a.bin("shr.u64", Ty::B64, count, 1);
+            let (head, skip, joined) = (self.a.label(), self.a.label(), self.a.label());
+            self.a.place(&head);
+            let idle = self.a.setp("ge", "u64", tid, step);
+            self.a.op(format!("@{idle} bra {skip}"));
+            let offset = self.a.bin("mul.lo.u64", Ty::B64, step, 8);
+            let other_slot = self.a.bin("add.s64", Ty::B64, slot, offset);
+            let other = load(self, other_slot, false);
+            combine(self, &other);
+            let last = self.a.setp("le", "u64", step, WARP);
+            self.a.op(format!("@{last} bra {skip}"));
+            store(self, slot);
+            self.a.place(&skip);
+            let last = self.a.setp("le", "u64", step, WARP);
+            self.a.op(format!("@{last} bra {joined}"));
+            self.a.op("bar.sync 0");
+            self.a.op(format!("shr.u64 {step}, {step}, 1"));
+            self.a.op(format!("bra.uni {head}"));
+            self.a.place(&joined);
+            self.warp_steps(values, WARP / 2, &mut combine);
+            let skip = self.a.label();
+            let p = self.a.setp("ne", "u64", tid, 0);
+            self.a.op(format!("@{p} bra {skip}"));
+            store(self, base);
+            self.a.place(&skip);
+            self.a.op("bar.sync 0");
+            load(self, base, true);
+            self.a.op("bar.sync 0");
+            self.a.op(format!("bra.uni {done}"));
+            self.a.place(&small);
+            self.warp_steps(values, WARP / 2, &mut combine);
+            self.from_lane_0(values);
+            self.a.place(&done);
+            return;
+        }
         let mut step = threads / 2;
         if threads > WARP {
             store(self, slot);
@@ -465,14 +582,7 @@ impl Emitter<'_> {
                 step /= 2;
             }
         }
-        while step > 0 {
-            let other: Vec<R> = values
-                .iter()
-                .map(|&(ty, r)| self.shuffle("bfly", ty, r, step))
-                .collect();
-            combine(self, &other);
-            step /= 2;
-        }
+        self.warp_steps(values, step, &mut combine);
         if threads > WARP {
             let skip = self.a.label();
             let p = self.a.setp("ne", "u64", tid, 0);
@@ -483,10 +593,34 @@ impl Emitter<'_> {
             load(self, base, true);
             self.a.op("bar.sync 0");
         } else {
-            for &(ty, r) in values {
-                let v = self.shuffle("idx", ty, r, 0);
-                self.a.op(format!("mov.{} {r}, {v}", sfx(ty)));
-            }
+            self.from_lane_0(values);
+        }
+    }
+
+    /// The tree's steps within a warp, from `step` down to 1: lane `t`
+    /// folds lane `t ^ s`'s values.
+    fn warp_steps(
+        &mut self,
+        values: &[(Ty, R)],
+        mut step: u32,
+        combine: &mut impl FnMut(&mut Self, &[R]),
+    ) {
+        while step > 0 {
+            let other: Vec<R> = values
+                .iter()
+                .map(|&(ty, r)| self.shuffle("bfly", ty, r, step))
+                .collect();
+            combine(self, &other);
+            step /= 2;
+        }
+    }
+
+    /// Lane 0's `values` in every lane of the warp.
+    fn from_lane_0(&mut self, values: &[(Ty, R)]) {
+        for &(ty, r) in values {
+            let v = self.shuffle("idx", ty, r, 0);
+            let sfx = if ty == Ty::F64 { "f64" } else { "f32" };
+            self.a.op(format!("mov.{sfx} {r}, {v}"));
         }
     }
 
