@@ -555,7 +555,7 @@ impl Emitter<'_> {
             self.a.op(format!("bra.uni {done}"));
             self.a.place(&small);
             self.warp_steps(values, WARP / 2, &mut combine);
-            self.from_lane_0(values);
+            self.broadcast_lane_0(values);
             self.a.place(&done);
             return;
         }
@@ -593,7 +593,7 @@ impl Emitter<'_> {
             load(self, base, true);
             self.a.op("bar.sync 0");
         } else {
-            self.from_lane_0(values);
+            self.broadcast_lane_0(values);
         }
     }
 
@@ -616,7 +616,7 @@ impl Emitter<'_> {
     }
 
     /// Lane 0's `values` in every lane of the warp.
-    fn from_lane_0(&mut self, values: &[(Ty, R)]) {
+    fn broadcast_lane_0(&mut self, values: &[(Ty, R)]) {
         for &(ty, r) in values {
             let v = self.shuffle("idx", ty, r, 0);
             let sfx = if ty == Ty::F64 { "f64" } else { "f32" };
