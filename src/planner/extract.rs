@@ -32,7 +32,7 @@
 //!
 //! Must not compile or run anything.
 
-use super::heavy::Keys;
+use super::heavy::{Cuts, Keys};
 use super::normalize::{normalize, normalize_factoring_reads};
 use super::operand::{contraction_operand, group_diagonal};
 use super::program::{Source, Stage};
@@ -302,9 +302,12 @@ impl Builder {
         }
         let whole_gemm = routes_to_gemm(&f, self.target);
         let mut rejected: HashSet<NodeId> = HashSet::default();
+        // The cuts found so far, by node: each round cuts one stage and
+        // keeps every other node (see `Keys::new`).
+        let mut cuts = Cuts::default();
         for _ in 0..MAX_CUTS {
             let iv = Intervals::of(&f);
-            let mut keys = Keys::new(&f, &iv, &sources);
+            let mut keys = Keys::new(&f, &iv, &sources, &mut cuts);
             if let Some(merged) = keys.merge_duplicates() {
                 f = merged;
                 continue;
@@ -359,6 +362,7 @@ impl Builder {
             (f, sources) = self.apply_window(f, sources, use_wanted)?;
             if sources.len() != stages {
                 rejected.clear();
+                cuts.clear();
             }
         }
         let (graph, root) = f.graph.extract(f.root);
@@ -597,7 +601,8 @@ const SHARED_MIN_COST: u64 = 32;
 /// subexpressions a derivative may want to read instead of recomputing).
 pub(crate) fn forward_cuts(f: &IndexFn, sources: &[Source]) -> Vec<CutKey> {
     let iv = Intervals::of(f);
-    let mut keys = Keys::new(f, &iv, sources);
+    let mut cuts = Cuts::default();
+    let mut keys = Keys::new(f, &iv, sources, &mut cuts);
     let mut out: Vec<CutKey> = Vec::new();
     for n in keys.heavy_nodes() {
         if let Some((k, _)) = keys.get(n) {

@@ -16,6 +16,10 @@ use crate::symbolic::subst::replace;
 use crate::symbolic::IndexFn;
 use rustc_hash::FxHashMap as HashMap;
 
+/// The cuts of a function's nodes, by node, as [`Keys`] finds them (see
+/// [`Keys::new`]).
+pub(super) type Cuts = HashMap<NodeId, Option<(CutKey, Cut)>>;
+
 /// Heavy nodes of one function and their cuts, computed on demand.
 pub(super) struct Keys<'a> {
     f: &'a IndexFn,
@@ -24,7 +28,7 @@ pub(super) struct Keys<'a> {
     heavy: Vec<bool>,
     /// The heavy nodes reachable from the root, except the root.
     heavy_nodes: Vec<NodeId>,
-    cuts: HashMap<NodeId, Option<(CutKey, Cut)>>,
+    cuts: &'a mut Cuts,
     /// How many heavy nodes share each cut hash (computed once).
     counts: Option<HashMap<u64, usize>>,
     /// Per node reachable from the root: how many operand slots read it.
@@ -32,7 +36,23 @@ pub(super) struct Keys<'a> {
 }
 
 impl<'a> Keys<'a> {
-    pub(super) fn new(f: &'a IndexFn, iv: &'a Intervals, sources: &'a [Source]) -> Keys<'a> {
+    /// The heavy nodes of `f` (whose indices range over `iv`, whose
+    /// arguments are `sources`), with the cuts found so far: `cuts` may
+    /// hold those of an earlier form of `f` whose nodes `f` keeps. A node
+    /// is immutable (the graph is hash-consed, and a cut or a merge only
+    /// adds nodes and rewrites the ancestors of what it replaces), its
+    /// cut depends only on its own subexpression, the ranges of its
+    /// indices (set by the sums around it, which keep their bounds) and
+    /// the arguments it reads (a cut appends one), so the stages cut out of
+    /// a function one after another reuse every cut found before
+    /// (`extract`). A caller that rewrites the function otherwise (a
+    /// window's stages) starts with no cuts.
+    pub(super) fn new(
+        f: &'a IndexFn,
+        iv: &'a Intervals,
+        sources: &'a [Source],
+        cuts: &'a mut Cuts,
+    ) -> Keys<'a> {
         let g = &f.graph;
         let mut heavy = vec![false; g.len()];
         for id in (0..g.len() as u32).map(NodeId) {
@@ -57,7 +77,7 @@ impl<'a> Keys<'a> {
             sources,
             heavy,
             heavy_nodes,
-            cuts: HashMap::default(),
+            cuts,
             counts: None,
             uses,
         }
