@@ -29,6 +29,8 @@
 //! the same lane sequences, so the same bits. f64 kernels stay scalar.
 
 mod backend;
+#[doc(hidden)]
+pub mod check;
 mod clif_lanes;
 mod code_cache;
 mod codegen;

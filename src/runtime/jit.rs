@@ -27,6 +27,8 @@
 pub use super::compiled::CompiledKernel;
 pub use super::kernel_cache::{JitStats, MissReason};
 #[doc(hidden)]
+pub use crate::cpu::check;
+#[doc(hidden)]
 pub use crate::cpu::gemm;
 pub use crate::cpu::{
     num_threads, run_time_constants, set_min_parallel_work, set_num_threads,
