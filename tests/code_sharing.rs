@@ -297,6 +297,14 @@ fn on_a_gpu_a_new_batch_size_loads_no_module_and_computes_what_specialised_modul
         "batch sizes 4..=24 load no module"
     );
     assert!(after.ptx_modules_shared > before.ptx_modules_shared);
+    // A size met often is a steady one: its kernels get modules of their
+    // own after `SPECIALISE_AFTER` launches, and compute the same.
+    let steady = 7;
+    for _ in 0..=jit::SPECIALISE_AFTER {
+        assert_eq!(mlp_step(device, steady)?, shared[steady - 2]);
+    }
+    assert!(tenjin::stats().ptx_modules_specialised > after.ptx_modules_specialised);
+    let after = tenjin::stats();
     // Again with every kernel's sizes compiled in: modules of their own.
     jit::set_run_time_constants(false);
     jit::clear();

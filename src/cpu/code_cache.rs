@@ -28,7 +28,7 @@
 //!
 //! Which kernels share code is `crate::kernel::sharing`'s policy (an
 //! op's first kernel gets code of its own, a new size of it the nest's
-//! shared code, a kernel run [`SPECIALISE_AFTER`] times code of its own
+//! shared code, a kernel run `SPECIALISE_AFTER` times code of its own
 //! again): shared code is up to 1.24× slower on a max pool's or a
 //! depthwise convolution's step, whose constant bounds fold away or let
 //! the taps be unrolled (measured).
@@ -50,12 +50,12 @@ use super::compiled::JitCode;
 use super::trips::reach;
 use super::wide::Width;
 use super::wide_loop::MIN_TRIPS;
-use crate::kernel::sharing::{Ops, Tier, SPECIALISE_AFTER};
+use crate::kernel::sharing::{Ops, OwnLater, Tier};
 use crate::kernel::{IVar, Kernel, Stmt, LANES};
 use crate::{DType, Error};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 /// Kernels that got code compiled for another kernel.
 static SHARED: AtomicU64 = AtomicU64::new(0);
@@ -74,14 +74,14 @@ pub fn code_shared() -> u64 {
 
 /// Loop nests compiled by Cranelift since the process started, for a
 /// kernel (its own code, or a nest's shared code); a kernel's own code
-/// made after [`SPECIALISE_AFTER`] runs is counted apart
+/// made after `SPECIALISE_AFTER` runs is counted apart
 /// ([`code_specialised`]).
 pub fn code_compiled() -> u64 {
     COMPILED.load(Relaxed)
 }
 
 /// Kernels since the process started that ran shared code
-/// [`SPECIALISE_AFTER`] times and then got code with their constants
+/// `SPECIALISE_AFTER` times and then got code with their constants
 /// compiled in.
 pub fn code_specialised() -> u64 {
     SPECIALISED.load(Relaxed)
@@ -94,16 +94,7 @@ pub fn code_specialised() -> u64 {
 pub(crate) struct JitCall {
     pub(crate) code: Arc<JitCode>,
     pub(crate) constants: Vec<i64>,
-    own: Option<Box<OwnCode>>,
-}
-
-/// A kernel running shared code: its runs so far, and its own code from
-/// the [`SPECIALISE_AFTER`]-th on.
-struct OwnCode {
-    kernel: Kernel,
-    dtype: DType,
-    runs: AtomicU32,
-    code: OnceLock<Option<Arc<JitCode>>>,
+    own: Option<Box<OwnLater<JitCode>>>,
 }
 
 impl JitCall {
@@ -117,25 +108,19 @@ impl JitCall {
 
     /// The code to run now, with its constants (counts a run).
     pub(crate) fn current(&self) -> (&JitCode, &[i64]) {
-        if let Some(own) = &self.own {
-            let code = match own.code.get() {
-                Some(code) => code,
-                None if own.runs.fetch_add(1, Relaxed) + 1 >= SPECIALISE_AFTER => {
-                    own.code.get_or_init(|| {
-                        // The same nest compiled before with parameters:
-                        // a failure here keeps the shared code.
-                        let code = codegen::compile(&own.kernel, own.dtype).ok()?;
-                        SPECIALISED.fetch_add(1, Relaxed);
-                        Some(Arc::new(JitCode::new(code)))
-                    })
-                }
-                None => &None,
-            };
-            if let Some(code) = code {
-                return (code, &[]);
-            }
+        let own = self.own.as_ref().and_then(|own| {
+            own.run(|kernel, dtype| {
+                // The same nest compiled before with parameters: a failure
+                // here keeps the shared code.
+                let code = codegen::compile(kernel, dtype).ok()?;
+                SPECIALISED.fetch_add(1, Relaxed);
+                Some(JitCode::new(code))
+            })
+        });
+        match own {
+            Some(code) => (code, &[]),
+            None => (&self.code, &self.constants),
         }
-        (&self.code, &self.constants)
     }
 }
 
@@ -150,8 +135,8 @@ struct Codes {
 static CODES: Mutex<Option<Codes>> = Mutex::new(None);
 
 /// The code of `k` for `dtype` elements (see the module documentation):
-/// the first kernel of a nest gets code with its constants compiled in;
-/// a kernel of a nest met before gets the nest's shared code, which reads
+/// the first kernel of an op gets code with its constants compiled in; a
+/// kernel of an op met before gets its nest's shared code, which reads
 /// them when called, compiled now if no kernel uses it.
 pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     let compile = |k: &Kernel| {
@@ -188,14 +173,7 @@ pub(crate) fn shared_code(k: &Kernel, dtype: DType) -> Result<JitCall, Error> {
     let call = |code| JitCall {
         code,
         constants: lifted.params.iter().map(|&(_, c)| c).collect(),
-        own: tiered.then(|| {
-            Box::new(OwnCode {
-                kernel: k.clone(),
-                dtype,
-                runs: AtomicU32::new(0),
-                code: OnceLock::new(),
-            })
-        }),
+        own: tiered.then(|| Box::new(OwnLater::new(k.clone(), dtype))),
     };
     let found = lock()
         .get_or_insert_with(Codes::default)

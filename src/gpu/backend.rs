@@ -27,15 +27,14 @@ use crate::kernel::backend::{
 };
 use crate::kernel::contraction::Contraction;
 use crate::kernel::host::{DeviceForm, HostKernel, Lines};
-use crate::kernel::sharing::{Ops, Tier, SPECIALISE_AFTER};
+use crate::kernel::sharing::{Ops, OwnLater, Tier};
 use crate::kernel::strided::{self, Strided};
 use crate::kernel::{Kernel, Route, Stmt};
 use crate::{DType, Error};
 use gemm::GemmKernel;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Threads per block of every launch.
 const BLOCK: u32 = 256;
@@ -160,7 +159,7 @@ struct LoopKernel<D: Driver> {
     sizes: Vec<u64>,
     /// A kernel running a shared module: its own module, made after
     /// `SPECIALISE_AFTER` launches.
-    own: Option<Box<OwnModule<D::Function>>>,
+    own: Option<Box<OwnLater<D::Function>>>,
     /// `Kernel::threads_per_output`: above 1, a block of that many threads
     /// per output element.
     threads_per_output: u32,
@@ -173,45 +172,25 @@ struct LoopKernel<D: Driver> {
     label: String,
 }
 
-/// A kernel running a shared module: its launches so far, and its own
-/// module from the `SPECIALISE_AFTER`-th on.
-struct OwnModule<F> {
-    kernel: Kernel,
-    dtype: DType,
-    launches: AtomicU32,
-    function: OnceLock<Option<Arc<F>>>,
-}
-
 impl<D: Driver> LoopKernel<D> {
     /// The module to launch now, with the sizes it reads (counts a
     /// launch of a shared module).
     fn current(&self) -> (&D::Function, &[u64]) {
-        if let Some(own) = &self.own {
-            let function = match own.function.get() {
-                Some(f) => f,
-                None if own.launches.fetch_add(1, Relaxed) + 1 >= SPECIALISE_AFTER => {
-                    own.function.get_or_init(|| {
-                        // Emitted before with parameters: a failure here
-                        // keeps the shared module.
-                        let text = ptx::module(
-                            kernel_hash(&own.kernel),
-                            &own.kernel,
-                            own.dtype,
-                            self.driver.arch(),
-                        )
-                        .ok()?;
-                        let f = self.driver.load(&text).ok()?;
-                        count(&COUNTERS.modules_specialised, 1);
-                        Some(Arc::new(f))
-                    })
-                }
-                None => &None,
-            };
-            if let Some(f) = function {
-                return (f, &[]);
-            }
+        let own = self.own.as_ref().and_then(|own| {
+            own.run(|kernel, dtype| {
+                // Emitted before with parameters: a failure here keeps
+                // the shared module.
+                let text =
+                    ptx::module(kernel_hash(kernel), kernel, dtype, self.driver.arch()).ok()?;
+                let f = self.driver.load(&text).ok()?;
+                count(&COUNTERS.modules_specialised, 1);
+                Some(f)
+            })
+        });
+        match own {
+            Some(f) => (f, &[]),
+            None => (&self.function, &self.sizes),
         }
-        (&self.function, &self.sizes)
     }
 
     /// Launches over `total` outputs written to `out`, reading `inputs`
@@ -553,14 +532,7 @@ impl<D: Driver> GpuBackend<D> {
             Tier::Own => (kernel.clone(), None),
             Tier::Nest { nest, then_own } => (
                 *nest,
-                then_own.then(|| {
-                    Box::new(OwnModule {
-                        kernel: kernel.clone(),
-                        dtype,
-                        launches: AtomicU32::new(0),
-                        function: OnceLock::new(),
-                    })
-                }),
+                then_own.then(|| Box::new(OwnLater::new(kernel.clone(), dtype))),
             ),
         };
         let text = ptx::module(kernel_hash(&emitted), &emitted, dtype, arch)?;

@@ -18,7 +18,7 @@
 //! 3. a kernel that ran shared code [`SPECIALISE_AFTER`] times is a steady
 //!    size too, and gets code of its own then.
 //!
-//! Owns that policy ([`Tier`], [`Ops::tier`]), the switch
+//! Owns that policy ([`Tier`], [`Ops::tier`], [`OwnLater`]), the switch
 //! ([`set_run_time_constants`]) and `TENJIN_SHARED_CODE=always`. Must not
 //! compile nor run anything: a backend compiles what the tier says.
 
@@ -26,8 +26,8 @@ use super::{visit_stmts, Expr, Kernel, Stmt};
 use crate::kernel::key::hash_bytes;
 use crate::DType;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Whether bounds and guards read their constants at run time (the
 /// default); off, every constant is compiled in and only equal kernels
@@ -137,6 +137,42 @@ impl Ops {
         Tier::Nest {
             nest: Box::new(nest),
             then_own: tiered,
+        }
+    }
+}
+
+/// A kernel running shared code: its runs so far, and the code of its own
+/// (a backend's `T`: machine code, a loaded module) made at the
+/// [`SPECIALISE_AFTER`]-th run.
+pub(crate) struct OwnLater<T> {
+    /// The kernel itself, its constants compiled in.
+    pub(crate) kernel: Kernel,
+    pub(crate) dtype: DType,
+    runs: AtomicU32,
+    own: OnceLock<Option<Arc<T>>>,
+}
+
+impl<T> OwnLater<T> {
+    pub(crate) fn new(kernel: Kernel, dtype: DType) -> OwnLater<T> {
+        OwnLater {
+            kernel,
+            dtype,
+            runs: AtomicU32::new(0),
+            own: OnceLock::new(),
+        }
+    }
+
+    /// Counts a run; the kernel's own code once it has run
+    /// [`SPECIALISE_AFTER`] times, made then by `make` (`None`, a failure,
+    /// keeps the shared code for good); `None` before.
+    pub(crate) fn run(&self, make: impl FnOnce(&Kernel, DType) -> Option<T>) -> Option<&Arc<T>> {
+        match self.own.get() {
+            Some(own) => own.as_ref(),
+            None if self.runs.fetch_add(1, Relaxed) + 1 >= SPECIALISE_AFTER => self
+                .own
+                .get_or_init(|| make(&self.kernel, self.dtype).map(Arc::new))
+                .as_ref(),
+            None => None,
         }
     }
 }

@@ -517,6 +517,18 @@ impl Emitter<'_> {
                 })
                 .collect()
         };
+        // Thread 0's result to every thread through share 0 (a barrier
+        // before, and one after so that the next reduction may reuse it).
+        let from_thread_0 = |e: &mut Self| {
+            let skip = e.a.label();
+            let p = e.a.setp("ne", "u64", tid, 0);
+            e.a.op(format!("@{p} bra {skip}"));
+            store(e, base);
+            e.a.place(&skip);
+            e.a.op("bar.sync 0");
+            load(e, base, true);
+            e.a.op("bar.sync 0");
+        };
         if let Some((_, count)) = team.read {
             // The count read at launch: the same steps, as a loop.
             let (small, done) = (self.a.label(), self.a.label());
@@ -544,14 +556,7 @@ impl Emitter<'_> {
             self.a.op(format!("bra.uni {head}"));
             self.a.place(&joined);
             self.warp_steps(values, WARP / 2, &mut combine);
-            let skip = self.a.label();
-            let p = self.a.setp("ne", "u64", tid, 0);
-            self.a.op(format!("@{p} bra {skip}"));
-            store(self, base);
-            self.a.place(&skip);
-            self.a.op("bar.sync 0");
-            load(self, base, true);
-            self.a.op("bar.sync 0");
+            from_thread_0(self);
             self.a.op(format!("bra.uni {done}"));
             self.a.place(&small);
             self.warp_steps(values, WARP / 2, &mut combine);
@@ -584,14 +589,7 @@ impl Emitter<'_> {
         }
         self.warp_steps(values, step, &mut combine);
         if threads > WARP {
-            let skip = self.a.label();
-            let p = self.a.setp("ne", "u64", tid, 0);
-            self.a.op(format!("@{p} bra {skip}"));
-            store(self, base);
-            self.a.place(&skip);
-            self.a.op("bar.sync 0");
-            load(self, base, true);
-            self.a.op("bar.sync 0");
+            from_thread_0(self);
         } else {
             self.broadcast_lane_0(values);
         }
