@@ -72,7 +72,8 @@ pub(crate) struct GpuBackend<D: Driver> {
 /// (`crate::kernel::sharing`'s policy): each module by its PTX text, held
 /// weakly here and strongly by the kernels running it, and the ops met.
 struct Modules<F> {
-    by_text: Mutex<HashMap<String, Weak<F>>>,
+    /// The modules, and the map's size after its last sweep of dead ones.
+    by_text: Mutex<(HashMap<String, Weak<F>>, usize)>,
     ops: Ops,
 }
 
@@ -509,7 +510,7 @@ impl<D: Driver> GpuBackend<D> {
             driver: Arc::new(driver),
             builtins: Arc::new(Mutex::new(HashMap::new())),
             modules: Modules {
-                by_text: Mutex::new(HashMap::new()),
+                by_text: Mutex::new((HashMap::new(), 0)),
                 ops: Ops::default(),
             },
         }
@@ -542,7 +543,7 @@ impl<D: Driver> GpuBackend<D> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
         };
-        let found = by_text().get(&text).and_then(Weak::upgrade);
+        let found = by_text().0.get(&text).and_then(Weak::upgrade);
         let function = match found {
             Some(f) => {
                 count(&COUNTERS.modules_shared, 1);
@@ -553,10 +554,12 @@ impl<D: Driver> GpuBackend<D> {
                 // same text meanwhile, and the last one in is kept.
                 let f = Arc::new(self.driver.load(&text)?);
                 count(&COUNTERS.modules_loaded, 1);
-                let mut modules = by_text();
+                let mut guard = by_text();
+                let (modules, swept_at) = &mut *guard;
                 modules.insert(text, Arc::downgrade(&f));
-                if modules.len() > 64 && modules.len().is_power_of_two() {
+                if modules.len() > 2 * (*swept_at).max(64) {
                     modules.retain(|_, w| w.strong_count() > 0);
+                    *swept_at = modules.len();
                 }
                 f
             }
@@ -564,17 +567,18 @@ impl<D: Driver> GpuBackend<D> {
         let total = kernel.teams();
         let team = kernel.threads_per_output;
         let per_thread = ptx::elements_per_thread(kernel, dtype);
+        let sizes: Vec<u64> = ptx::launch_sizes(&emitted)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
         Ok(LoopKernel {
             driver: self.driver.clone(),
-            sizes: ptx::launch_sizes(&emitted)
-                .into_iter()
-                .map(|(_, v)| v)
-                .collect(),
+            args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2 + sizes.len())),
+            sizes,
             own,
             function,
             threads_per_output: team,
             shape: LaunchShape::new(&*self.driver, total, team, per_thread),
-            args: Mutex::new(Vec::with_capacity(kernel.args.len() + 2)),
             label: loop_label(kernel),
         })
     }
