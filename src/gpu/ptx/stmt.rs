@@ -9,6 +9,7 @@ use crate::symbolic::{CmpOp, ReduceOp};
 use crate::DType;
 
 mod half;
+mod launch;
 mod narrow;
 mod random;
 mod row_cache;
@@ -16,26 +17,10 @@ mod scalar;
 mod team;
 mod vector;
 
+use launch::Size;
 pub(crate) use vector::Group;
 
 type Res<T> = Result<T, String>;
-
-/// A size the code uses: compiled in, or read from a launch parameter (an
-/// output dimension of a kernel with run-time constants).
-#[derive(Clone, Copy, Debug)]
-enum Size {
-    Known(u64),
-    Read(R),
-}
-
-impl std::fmt::Display for Size {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Size::Known(n) => write!(f, "{n}"),
-            Size::Read(r) => write!(f, "{r}"),
-        }
-    }
-}
 
 /// The emitted body: register declarations and code.
 pub(super) struct Body {
@@ -124,23 +109,7 @@ impl<'k> Emitter<'k> {
                 r
             })
             .collect();
-        // Run-time constants: each held by its variable's register, in
-        // every lane (a float's bits too; `Expr::ConstParam` reads those
-        // from the parameter itself).
-        for (j, &(v, _)) in k.params.iter().enumerate() {
-            let r = a.reg(Ty::B64);
-            a.op(format!("ld.param.u64 {r}, [p{j}]"));
-            for lane in 0..lanes {
-                let iv = R {
-                    ty: int.0,
-                    n: v.0 + lane * k.num_ivars,
-                };
-                match int.0 {
-                    Ty::B32 => a.op(format!("cvt.u32.u64 {iv}, {r}")),
-                    _ => a.op(format!("mov.b64 {iv}, {r}")),
-                }
-            }
-        }
+        launch::load_constants(&mut a, k, int.0, lanes);
         let mut e = Emitter {
             k,
             a,
@@ -218,49 +187,14 @@ impl<'k> Emitter<'k> {
         let count: u64 = known.iter().product();
         let (start, end) = (self.ivar(START), self.ivar(END));
         let bits = if self.int.0 == Ty::B32 { "b32" } else { "b64" };
-        let lifted = !self.k.params.is_empty();
-        let a = &mut self.a;
-        a.op(format!("mov.{bits} {start}, 0"));
-        if lifted {
-            // The sizes of a kernel with run-time constants come with the
-            // launch: the parallel loop's extent, then every output
-            // dimension (`n0`, `n1`, …).
-            let e = a.reg(Ty::B64);
-            a.op(format!("ld.param.u64 {e}, [ext]"));
-            match self.int.0 {
-                Ty::B32 => a.op(format!("cvt.u32.u64 {end}, {e}")),
-                _ => a.op(format!("mov.b64 {end}, {e}")),
-            }
-        } else {
-            a.op(format!("mov.{bits} {end}, {}", self.k.extent));
-        }
+        self.a.op(format!("mov.{bits} {start}, 0"));
+        self.load_extent(end);
         if count == 0 {
-            a.op("ret");
+            self.a.op("ret");
             return Ok(());
         }
-        let dims: Vec<Size> = if lifted && !self.k.out_shape.is_empty() {
-            (0..own)
-                .map(|d| {
-                    let r = a.reg(Ty::B64);
-                    a.op(format!("ld.param.u64 {r}, [n{d}]"));
-                    Size::Read(r)
-                })
-                .collect()
-        } else {
-            known.iter().map(|&n| Size::Known(n)).collect()
-        };
-        let total = match dims[..] {
-            [only] => only,
-            _ if lifted => {
-                let mut t = a.reg(Ty::B64);
-                a.op(format!("mov.b64 {t}, {}", dims[0]));
-                for d in &dims[1..] {
-                    t = a.bin("mul.lo.u64", Ty::B64, t, d);
-                }
-                Size::Read(t)
-            }
-            _ => Size::Known(count),
-        };
+        let (dims, total) = self.output_sizes(&known);
+        let a = &mut self.a;
         // 32-bit divisions when the count fits.
         let narrow = count <= u32::MAX as u64;
         let ctaid = a.un("mov.u32", Ty::B32, "%ctaid.x");
