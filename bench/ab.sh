@@ -12,6 +12,13 @@
 #   bench/ab.sh e52e188            # ROUNDS=5 THREADS=1 by default
 #   ROUNDS=7 THREADS=2 bench/ab.sh e52e188
 #   EXAMPLES="conv_peers" bench/ab.sh e52e188   # some of the examples
+#
+# BASE `-` compares the working tree with itself under two environments,
+# BASE_ENV and HEAD_ENV (`VAR=value ...`), built once: for instance the
+# steady step on code that reads its sizes at run time against code with
+# its sizes compiled in (issue 28):
+#
+#   HEAD_ENV=TENJIN_SHARED_CODE=always bench/ab.sh -
 set -euo pipefail
 BASE=${1:?usage: bench/ab.sh BASE_COMMIT}
 ROUNDS=${ROUNDS:-5}
@@ -20,20 +27,28 @@ read -r -a EXAMPLES <<<"${EXAMPLES:-cheap_gradient staged_peers conv_peers op_ov
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 
-base_dir="$root/target/ab-base-src"
-rm -rf "$base_dir"
-mkdir -p "$base_dir"
-git archive "$BASE" | tar -x -C "$base_dir"
-# A probe newer than BASE (it uses only the public API) is measured there too.
-for ex in "${EXAMPLES[@]}"; do
-  [ -e "$base_dir/examples/$ex.rs" ] || cp "examples/$ex.rs" "$base_dir/examples/"
-done
 build() { # dir target-dir
   (cd "$1" && CARGO_TARGET_DIR="$2" cargo build --release -q $(printf -- '--example %s ' "${EXAMPLES[@]}"))
 }
-echo "building $BASE and the working tree ..." >&2
-build "$base_dir" "$root/target/ab-base"
+base_bin="$root/target/ab-base/release/examples"
+if [ "$BASE" = - ]; then
+  base_bin="$root/target/release/examples"
+  echo "building the working tree ..." >&2
+else
+  base_dir="$root/target/ab-base-src"
+  rm -rf "$base_dir"
+  mkdir -p "$base_dir"
+  git archive "$BASE" | tar -x -C "$base_dir"
+  # A probe newer than BASE (it uses only the public API) is measured there too.
+  for ex in "${EXAMPLES[@]}"; do
+    [ -e "$base_dir/examples/$ex.rs" ] || cp "examples/$ex.rs" "$base_dir/examples/"
+  done
+  echo "building $BASE and the working tree ..." >&2
+  build "$base_dir" "$root/target/ab-base"
+fi
 build "$root" "$root/target"
+read -r -a base_env <<<"${BASE_ENV:-}"
+read -r -a head_env <<<"${HEAD_ENV:-}"
 
 cpus=0
 if [ "$THREADS" -gt 1 ]; then cpus="0-$((THREADS - 1))"; fi
@@ -41,19 +56,25 @@ out=$(mktemp)
 for r in $(seq 1 "$ROUNDS"); do
   for side in base head; do
     bin="$root/target/release/examples"
-    [ "$side" = base ] && bin="$root/target/ab-base/release/examples"
+    side_env=("${head_env[@]}")
+    if [ "$side" = base ]; then
+      bin=$base_bin
+      side_env=("${base_env[@]}")
+    fi
     for ex in "${EXAMPLES[@]}"; do
-      TENJIN_NUM_THREADS=$THREADS taskset -c "$cpus" "$bin/$ex" \
+      env "${side_env[@]}" TENJIN_NUM_THREADS="$THREADS" taskset -c "$cpus" "$bin/$ex" \
         | sed "s/^/$side $r $ex /" >>"$out"
     done
   done
   echo "round $r of $ROUNDS done" >&2
 done
 
-python3 - "$out" "$BASE" "$THREADS" <<'EOF'
+label=$BASE
+[ "$BASE" = - ] && label="${BASE_ENV:-default}"
+python3 - "$out" "$label" "$THREADS" "${HEAD_ENV:-working tree}" <<'EOF'
 import json, statistics, sys
 from collections import defaultdict
-path, base, threads = sys.argv[1], sys.argv[2], sys.argv[3]
+path, base, threads, head = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 times = defaultdict(lambda: defaultdict(dict))  # workload -> side -> round -> time
 order, unit = [], {}
 def put(w, side, r, t, u="ms"):
@@ -72,7 +93,7 @@ for line in open(path):
         cols = [c.strip() for c in rest.strip("|").split("|")]
         put(f"{cols[0]}: value", side, r, float(cols[1]))
         put(f"{cols[0]}: value + grad", side, r, float(cols[2]))
-print(f"| workload | {base} | working tree | ratio per round | median ratio |")
+print(f"| workload | {base} | {head} | ratio per round | median ratio |")
 print("| --- | --- | --- | --- | --- |")
 for w in order:
     b, h = times[w]["base"], times[w]["head"]

@@ -3,11 +3,12 @@
 //! Cranelift compiled per loop kernel of a step, how many kernels ran code
 //! compiled for another size, and what was derived and planned.
 //!
-//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean] [sim] [specialised]`
+//! `TENJIN_NUM_THREADS=1 taskset -c 0 cargo run --release --example batch_sweep [mean] [sim] [specialised | dynamic]`
 //! (`mean`: the loss is the mean over the batch, not the sum; `sim`: on
 //! the simulated GPU, an MLP 64-32-10, printing the PTX modules its loop
 //! kernels loaded and shared; `specialised`: every kernel's sizes compiled
-//! in, for the comparison)
+//! in, for the comparison; `dynamic`: the loop in a `jit::dynamic_sizes`
+//! scope, every size dynamic from the first)
 
 use tenjin::nn::{Linear, Module, ReLU, Sequential};
 use tenjin::{Device, Tensor};
@@ -24,6 +25,10 @@ fn main() -> Result<(), tenjin::Error> {
     if args.iter().any(|a| a == "specialised") {
         tenjin::jit::set_run_time_constants(false);
     }
+    let _dynamic = args
+        .iter()
+        .any(|a| a == "dynamic")
+        .then(tenjin::jit::dynamic_sizes);
     if sim {
         tenjin::cuda::simulate()?;
         tenjin::set_default_device(Device::Cuda(0));

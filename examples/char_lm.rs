@@ -15,6 +15,7 @@
 //! cargo run --release --example char_lm -- --length-sweep  # every sequence length from 8 to 128 once: compilations, and a new length's cost
 //! cargo run --release --example char_lm -- --length-sweep --device sim  # the same on the simulated GPU (a narrower model): PTX modules loaded and shared
 //! cargo run --release --example char_lm -- --length-sweep --specialised  # either, with every kernel's sizes compiled in
+//! cargo run --release --example char_lm -- --length-sweep --dynamic  # either, in a `jit::dynamic_sizes` scope (every size dynamic from the first)
 //! cargo run --release --example char_lm -- --autocast bf16  # the forward under tenjin::autocast (f16: with a GradScaler)
 //! ```
 //!
@@ -540,6 +541,10 @@ fn length_sweep(text: &Text) -> Result<(), Error> {
     if std::env::args().any(|a| a == "--specialised") {
         tenjin::jit::set_run_time_constants(false);
     }
+    // `--dynamic`: every size dynamic from the first (`mark_dynamic`).
+    let _dynamic = std::env::args()
+        .any(|a| a == "--dynamic")
+        .then(tenjin::jit::dynamic_sizes);
     let runs = |s: tenjin::Stats| {
         if gpu {
             s.gpu_kernels_run

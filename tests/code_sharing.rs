@@ -323,3 +323,52 @@ fn on_a_gpu_a_new_batch_size_loads_no_module_and_computes_what_specialised_modul
     }
     Ok(())
 }
+
+/// In a `jit::dynamic_sizes` scope (tenjin's `mark_dynamic`) sizes are
+/// dynamic from their first value: an op's first size compiles the code
+/// that reads its sizes, later sizes compile nothing, a size run often
+/// keeps that code, and every step computes what code with its sizes
+/// compiled in computes, bit for bit.
+#[test]
+fn in_a_dynamic_sizes_scope_an_op_compiles_once_and_keeps_its_shared_code(
+) -> Result<(), tenjin::Error> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cpu = tenjin::Device::Cpu;
+    jit::set_run_time_constants(true);
+    let sizes: Vec<usize> = (30..=40).collect();
+    let (shared, after_first, after_sizes) = {
+        let _dynamic = jit::dynamic_sizes();
+        let mut shared = vec![mlp_step(cpu, sizes[0])?];
+        let after_first = tenjin::stats();
+        for &b in &sizes[1..] {
+            shared.push(mlp_step(cpu, b)?);
+        }
+        let after_sizes = tenjin::stats();
+        for _ in 0..=jit::SPECIALISE_AFTER {
+            assert_eq!(mlp_step(cpu, 35)?, shared[35 - sizes[0]]);
+        }
+        (shared, after_first, after_sizes)
+    };
+    let after = tenjin::stats();
+    assert_eq!(
+        after_sizes.cpu_code_compiled, after_first.cpu_code_compiled,
+        "batch sizes 31..=40 compile nothing"
+    );
+    assert!(after_sizes.cpu_code_shared > after_first.cpu_code_shared);
+    assert_eq!(
+        after.cpu_code_specialised, after_first.cpu_code_specialised,
+        "a size run often keeps its shared code in the scope"
+    );
+    // The same steps with every kernel's sizes compiled in.
+    jit::set_run_time_constants(false);
+    jit::clear();
+    let capacity = tenjin::plan_cache_capacity();
+    tenjin::set_plan_cache_capacity(1);
+    let specialised: Result<Vec<_>, _> = sizes.iter().map(|&b| mlp_step(cpu, b)).collect();
+    tenjin::set_plan_cache_capacity(capacity);
+    jit::set_run_time_constants(true);
+    for ((b, s), o) in sizes.iter().zip(&shared).zip(&specialised?) {
+        assert_eq!(s, o, "batch {b}: shared code and code of its own differ");
+    }
+    Ok(())
+}

@@ -51,7 +51,9 @@ mod wide;
 mod wide_loop;
 mod wide_segment;
 
-pub use crate::kernel::sharing::{run_time_constants, set_run_time_constants, SPECIALISE_AFTER};
+pub use crate::kernel::sharing::{
+    dynamic_sizes, run_time_constants, set_run_time_constants, DynamicSizes, SPECIALISE_AFTER,
+};
 pub use backend::CPU;
 pub use code_cache::{code_compiled, code_shared, code_specialised};
 pub use compiled::{kernels_run, set_min_parallel_work, DEFAULT_MIN_PARALLEL_WORK};

@@ -18,15 +18,20 @@
 //! 3. a kernel that ran shared code [`SPECIALISE_AFTER`] times is a steady
 //!    size too, and gets code of its own then.
 //!
+//! Inside a [`dynamic_sizes`] scope (the user's `mark_dynamic`), sizes are
+//! dynamic from their first value: every kernel gets its nest's shared
+//! code, the first of an op too, and keeps it.
+//!
 //! Owns that policy ([`Tier`], [`Ops::tier`], [`OwnLater`]), the switch
-//! ([`set_run_time_constants`]) and `TENJIN_SHARED_CODE=always`. Must not
+//! ([`set_run_time_constants`]), the scope ([`DynamicSizes`]) and
+//! `TENJIN_SHARED_CODE=always`. Must not
 //! compile nor run anything: a backend compiles what the tier says.
 
 use super::{visit_stmts, Expr, Kernel, Stmt};
 use crate::kernel::key::hash_bytes;
 use crate::DType;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Whether bounds and guards read their constants at run time (the
@@ -54,6 +59,57 @@ pub fn set_run_time_constants(on: bool) {
 /// ([`set_run_time_constants`]).
 pub fn run_time_constants() -> bool {
     RUN_TIME_CONSTANTS.load(Relaxed)
+}
+
+/// The [`DynamicSizes`] scopes alive.
+static DYNAMIC_SCOPES: AtomicUsize = AtomicUsize::new(0);
+
+/// A scope in which sizes are dynamic from their first value, made by
+/// [`dynamic_sizes`]; they are again when it is dropped.
+#[must_use = "sizes are dynamic only while the scope lives"]
+#[derive(Debug)]
+pub struct DynamicSizes(());
+
+impl Drop for DynamicSizes {
+    fn drop(&mut self) {
+        DYNAMIC_SCOPES.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Marks every size dynamic while the returned scope lives (on every
+/// thread): tenjin's form of torch.compile's `mark_dynamic`, for a loop
+/// known to change its batch size or sequence length at every step.
+///
+/// By default an op's first kernel gets code with its sizes compiled in,
+/// and a second size compiles the code that reads them at run time
+/// ([`set_run_time_constants`]): two compilations per op. In the scope,
+/// the first size compiles the code that reads them, so every later size
+/// compiles nothing, and kernels keep that code however often they run
+/// (outside the scope, a kernel run [`SPECIALISE_AFTER`] times gets code
+/// of its own). Kernels compiled in the scope keep their code after it,
+/// as the kernel cache keeps them. Results are the same bits either way.
+///
+/// ```
+/// use tenjin::{jit, DType, Tensor};
+/// let w = Tensor::ones(&[6, 3], DType::F32)?.requires_grad();
+/// let step = |b: usize| -> Result<(), tenjin::Error> {
+///     let x = Tensor::ones(&[b, 6], DType::F32)?;
+///     x.matmul(&w)?.tanh()?.sum()?.backward()
+/// };
+/// let _dynamic = jit::dynamic_sizes();
+/// step(3)?;
+/// let after_first = tenjin::stats();
+/// for b in [5, 8, 13, 21] {
+///     step(b)?;
+/// }
+/// let after = tenjin::stats();
+/// assert_eq!(after.cpu_code_compiled, after_first.cpu_code_compiled);
+/// assert!(after.cpu_code_shared > after_first.cpu_code_shared);
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn dynamic_sizes() -> DynamicSizes {
+    DYNAMIC_SCOPES.fetch_add(1, Relaxed);
+    DynamicSizes(())
 }
 
 /// Runs after which a kernel running shared code gets code of its own,
@@ -125,7 +181,9 @@ impl Ops {
         } else {
             k.clone()
         };
-        let tiered = !nest.params.is_empty() && !always_shared();
+        // Code of its own now or later, unless every size is dynamic.
+        let tiered =
+            !nest.params.is_empty() && !always_shared() && DYNAMIC_SCOPES.load(Relaxed) == 0;
         let new_op = self
             .0
             .lock()

@@ -31,8 +31,9 @@ pub use crate::cpu::check;
 #[doc(hidden)]
 pub use crate::cpu::gemm;
 pub use crate::cpu::{
-    num_threads, run_time_constants, set_min_parallel_work, set_num_threads,
-    set_run_time_constants, vector_width, DEFAULT_MIN_PARALLEL_WORK, SPECIALISE_AFTER,
+    dynamic_sizes, num_threads, run_time_constants, set_min_parallel_work, set_num_threads,
+    set_run_time_constants, vector_width, DynamicSizes, DEFAULT_MIN_PARALLEL_WORK,
+    SPECIALISE_AFTER,
 };
 pub use crate::kernel::RouteKind;
 
