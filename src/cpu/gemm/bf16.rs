@@ -59,7 +59,7 @@ fn pair(even: f32, odd: f32) -> u32 {
 ///
 /// Every element of the view is readable and `dst` has room for the
 /// panels.
-unsafe fn pack_pairs(
+pub(super) unsafe fn pack_pairs(
     width: usize,
     rows: usize,
     kc: usize,
@@ -377,12 +377,16 @@ unsafe fn pack_operand(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A product of bf16 pairs with blocks of K of at most the first
+    /// argument (this module's [`gemm`], or `super::super::amx`'s).
+    pub(in crate::cpu::gemm) type Gemm<'a> = &'a dyn Fn(usize, Product<f32>);
 
     /// Deterministic values in [-1, 1), rounded to bf16 (as widened bf16
     /// tensors hold them).
-    fn values(n: usize, seed: u64) -> Vec<f32> {
+    pub(in crate::cpu::gemm) fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {
@@ -398,7 +402,8 @@ mod tests {
     /// `C = alpha·A·B` for A `m × k` (row stride `lda`, K stride 1 or
     /// transposed) and B `k × n` row-major, C with strides `(rs, cs)`.
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    pub(in crate::cpu::gemm) fn run(
+        gemm: Gemm,
         m: usize,
         n: usize,
         k: usize,
@@ -439,9 +444,15 @@ mod tests {
             accumulate: false,
             lower: None,
         };
-        // SAFETY: the views lie in `a`, `b` and `c`; the host has the kernel.
-        unsafe { gemm(kc, p) };
+        gemm(kc, p);
         c
+    }
+
+    /// This module's products (the views lie in the test's buffers, and
+    /// the tests run them only where the host has the kernel).
+    fn pairs(kc: usize, p: Product<f32>) {
+        // SAFETY: as above.
+        unsafe { gemm(kc, p) }
     }
 
     #[test]
@@ -450,6 +461,12 @@ mod tests {
             eprintln!("skipped: this host has no avx512_bf16 (or TENJIN_SIMD is below AVX-512)");
             return;
         }
+        exact_products_within_f32_sums(&pairs);
+    }
+
+    /// Checks `gemm` against f64 sums: each element within the f32
+    /// rounding of its sum's terms.
+    pub(in crate::cpu::gemm) fn exact_products_within_f32_sums(gemm: Gemm) {
         // Partial tiles, odd K, blocks of K, a transposed A, a column-major C.
         for &(m, n, k, a_t, col_major, kc) in &[
             (12, 32, 8, false, false, KC),
@@ -464,7 +481,7 @@ mod tests {
             } else {
                 (n as isize, 1)
             };
-            let c = run(m, n, k, a_t, rs, cs, kc, &a, &b);
+            let c = run(gemm, m, n, k, a_t, rs, cs, kc, &a, &b);
             for i in 0..m {
                 for j in 0..n {
                     let (mut want, mut size) = (0f64, 0f64);
@@ -492,9 +509,15 @@ mod tests {
             eprintln!("skipped: this host has no avx512_bf16");
             return;
         }
+        a_tile_is_bitwise_the_whole(&pairs);
+    }
+
+    /// Checks that columns 32.. of a product computed alone (as a
+    /// thread's tile computes them) equal the whole product's, bit for bit.
+    pub(in crate::cpu::gemm) fn a_tile_is_bitwise_the_whole(gemm: Gemm) {
         let (m, n, k) = (37, 90, 700);
         let (a, b) = (values(m * k, 3), values(k * n, 4));
-        let whole = run(m, n, k, false, n as isize, 1, 256, &a, &b);
+        let whole = run(gemm, m, n, k, false, n as isize, 1, 256, &a, &b);
         // Columns 32.. alone (as a thread's tile computes them).
         let mut part = vec![0f32; m * (n - 32)];
         let p = Product {
@@ -521,8 +544,7 @@ mod tests {
             accumulate: false,
             lower: None,
         };
-        // SAFETY: as in `run`.
-        unsafe { gemm(256, p) };
+        gemm(256, p);
         for i in 0..m {
             for j in 32..n {
                 assert_eq!(

@@ -27,7 +27,18 @@
 //! thread count (the tests check it).
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod bf16;
+/// No tile unit off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+mod amx {
+    pub(super) const MR: usize = 1;
+    pub(super) const NR: usize = 1;
+    pub(super) fn available() -> bool {
+        false
+    }
+}
 /// No bf16 products off x86-64: the f32 kernels run them.
 #[cfg(not(target_arch = "x86_64"))]
 mod bf16 {
@@ -105,6 +116,7 @@ pub fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
         DType::F32 => Some(f32::kernel().name),
         DType::F64 => Some(f64::kernel().name),
+        DType::BF16 if amx::available() => Some("amx 32x32"),
         DType::BF16 if bf16::available() => Some("avx512_bf16 12x32"),
         _ => None,
     }
@@ -353,7 +365,9 @@ impl Contraction {
         // edges are multiples of the register tile.
         let split_n = !symmetric && n.len >= m.len;
         let total = if split_n { n.len } else { m.len };
-        let (mr, nr) = if pairs {
+        let (mr, nr) = if pairs && amx::available() {
+            (amx::MR, amx::NR)
+        } else if pairs {
             (bf16::MR, bf16::NR)
         } else {
             (kernel.mr, kernel.nr)
@@ -499,6 +513,8 @@ impl Contraction {
 /// As for `blis::gemm`, on a host where `bf16::available`.
 unsafe fn bf16_gemm<T: 'static>(kc: usize, p: Product<T>) {
     match (&p as &dyn std::any::Any).downcast_ref::<Product<f32>>() {
+        #[cfg(target_arch = "x86_64")]
+        Some(&p) if amx::available() => amx::gemm(kc, p, amx::tiles),
         Some(&p) => bf16::gemm(kc, p),
         None => debug_assert!(false, "a bf16 product of f64 operands"),
     }

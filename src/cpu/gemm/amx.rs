@@ -1,0 +1,447 @@
+//! Products of bf16 operands with f32 accumulation on Intel's tile unit
+//! (AMX: `tdpbf16ps` multiplies a 16 × 32 bf16 tile by a 32 × 16 one into
+//! a 16 × 16 f32 tile, 8,192 products an instruction; an `avx512_bf16`
+//! core does 32 a cycle with `vdpbf16ps`, no more than its f32 FMAs).
+//!
+//! Owns [`available`] (the CPU has the tile unit, and Linux lets this
+//! process use it: `arch_prctl(ARCH_REQ_XCOMP_PERM)`), the packing of a
+//! block into tiles (A's rows as rows of bf16 pairs, B's columns as
+//! `super::bf16`'s 32-wide panels of pairs, both padded with zero pairs
+//! to whole tiles of 16 pairs), the `32 × 32` micro-kernel (four C tiles,
+//! two of A, two of B) and its five-loop driver [`gemm`], the loops of
+//! `super::bf16`. A block of K is summed by the tile unit in its own
+//! order of additions (not a sequential f32 chain: on a Xeon with AMX,
+//! 21–95 of a tile's 256 sums differed in the last bit from each of six
+//! orders tried, pair by pair or wider), within the f32 rounding of its
+//! terms; the blocks depend on the whole product's shape only
+//! (`super::blis::k_blocks`), so results are bitwise equal at every
+//! thread count. [`emulated`] computes a tile as a sequential chain in
+//! plain Rust, so the tests run the driver (packing, blocks, partial
+//! tiles, write-back) on every host that packs bf16 pairs. Must not decide when it
+//! runs (`super::Contraction::run`).
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use super::blis::{computes_transpose, k_blocks, Operand, Product};
+use std::arch::asm;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Rows and columns of the micro-kernel's C block: 2 × 2 tiles of 16 × 16.
+pub(super) const MR: usize = 32;
+pub(super) const NR: usize = 32;
+/// Pairs of terms a tile holds along K (64 bytes a row).
+const STEP: usize = 16;
+/// Cache blocks: M (A's block, `MC × KC / 2` pairs, in L2), N.
+const MC: usize = 256;
+const NC: usize = 1024;
+
+/// Whether this process runs the tile unit: the CPU has AMX-TILE and
+/// AMX-BF16, the `avx512_bf16` packing runs (`super::bf16::available`),
+/// `TENJIN_AMX` is not `0` (which keeps bf16 products on `vdpbf16ps`),
+/// and Linux granted the tile data's state (asked once).
+pub(super) fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+        let leaf = std::arch::x86_64::__cpuid_count(7, 0);
+        let has = (leaf.edx >> 22) & 1 == 1 && (leaf.edx >> 24) & 1 == 1;
+        has && super::bf16::available()
+            && std::env::var("TENJIN_AMX").map_or(true, |v| v != "0")
+            && request_tile_data()
+    })
+}
+
+/// Asks Linux for the tile data's state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`; without it the first tile instruction faults):
+/// whether it was granted.
+fn request_tile_data() -> bool {
+    const ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: the system call only reads its two integer arguments; it
+    // clobbers rcx and r11, as every `syscall` does.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// Computes one `MR × NR` block of C from zero: `steps` tiles of
+/// [`STEP`] pairs along K, A's 32 rows `a_stride` bytes apart (pairs
+/// contiguous along a row), B's 32-wide panel of pairs at `b`; the block
+/// is stored row-major at `out`.
+pub(super) type MicroKernel =
+    unsafe fn(steps: usize, a: *const u32, a_stride: usize, b: *const u32, out: *mut f32);
+
+/// The tile configuration: palette 1, eight tiles of 16 rows of 64 bytes
+/// (C in 0–3, A in 4–5, B in 6–7).
+#[repr(C, align(64))]
+struct Config([u8; 64]);
+
+const CONFIG: Config = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
+        t += 1;
+    }
+    Config(c)
+};
+
+/// [`MicroKernel`] on the tile unit.
+///
+/// # Safety
+///
+/// [`available`]; `a` holds 32 rows of `steps · STEP` pairs, `b` a panel of
+/// `steps · STEP` rows of 32 pairs, `out` 32 × 32 values.
+pub(super) unsafe fn tiles(
+    steps: usize,
+    a: *const u32,
+    a_stride: usize,
+    b: *const u32,
+    out: *mut f32,
+) {
+    let a1 = (a as *const u8).add(16 * a_stride);
+    asm!(
+        "ldtilecfg [{cfg}]",
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        "2:",
+        "tileloadd tmm4, [{a} + {sa}*1]",
+        "tileloadd tmm5, [{a1} + {sa}*1]",
+        "tileloadd tmm6, [{b} + {sb}*1]",
+        "tileloadd tmm7, [{b} + {sb}*1 + 64]",
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tdpbf16ps tmm1, tmm4, tmm7",
+        "tdpbf16ps tmm2, tmm5, tmm6",
+        "tdpbf16ps tmm3, tmm5, tmm7",
+        "add {a}, 64",
+        "add {a1}, 64",
+        "add {b}, 2048",
+        "dec {n}",
+        "jnz 2b",
+        "tilestored [{out} + {sb}*1], tmm0",
+        "tilestored [{out} + {sb}*1 + 64], tmm1",
+        "tilestored [{out1} + {sb}*1], tmm2",
+        "tilestored [{out1} + {sb}*1 + 64], tmm3",
+        "tilerelease",
+        cfg = in(reg) CONFIG.0.as_ptr(),
+        a = inout(reg) a => _,
+        a1 = inout(reg) a1 => _,
+        b = inout(reg) b => _,
+        n = inout(reg) steps => _,
+        sa = in(reg) a_stride,
+        sb = in(reg) 4 * NR,
+        out = in(reg) out,
+        out1 = in(reg) out.add(16 * NR),
+        options(nostack),
+    );
+}
+
+#[cfg(test)]
+/// A bf16 value (the high half of an f32) as f32, a subnormal as zero of
+/// its sign (the tile unit's inputs).
+fn widened(bits: u32) -> f32 {
+    let x = f32::from_bits(bits << 16);
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
+}
+
+#[cfg(test)]
+/// An f32 result with a subnormal flushed to zero of its sign.
+fn flushed(x: f32) -> f32 {
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
+}
+
+#[cfg(test)]
+/// [`MicroKernel`] in plain Rust: each sum a chain from `+0`, its pairs in
+/// increasing order, the even product before the odd one, subnormals
+/// flushed as the tile unit flushes them (the driver's tests on any
+/// host; not the tile unit's bits, see the module documentation).
+///
+/// # Safety
+///
+/// As for [`tiles`], on any host.
+pub(super) unsafe fn emulated(
+    steps: usize,
+    a: *const u32,
+    a_stride: usize,
+    b: *const u32,
+    out: *mut f32,
+) {
+    for i in 0..MR {
+        let row = (a as *const u8).add(i * a_stride) as *const u32;
+        for j in 0..NR {
+            let mut acc = 0f32;
+            for h in 0..steps * STEP {
+                let (x, y) = (*row.add(h), *b.add(h * NR + j));
+                acc = flushed(acc + widened(x & 0xffff) * widened(y & 0xffff));
+                acc = flushed(acc + widened(x >> 16) * widened(y >> 16));
+            }
+            *out.add(i * NR + j) = acc;
+        }
+    }
+}
+
+thread_local! {
+    /// The thread's packed A block and B block, in pairs.
+    static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Computes `p` (no diagonal factor; `packed` operands are not read) with
+/// blocks of K of at most `kc` (the whole product's), each block's C
+/// computed by `kernel`.
+///
+/// # Safety
+///
+/// As for `super::blis::gemm`; the host runs `kernel` ([`available`] for
+/// [`tiles`]) and the `avx512_bf16` packing (`super::bf16::available`).
+pub(super) unsafe fn gemm(kc: usize, p: Product<f32>, kernel: MicroKernel) {
+    let Product {
+        m,
+        n,
+        k,
+        alpha,
+        a,
+        b,
+        c,
+        rs_c,
+        cs_c,
+        ..
+    } = p;
+    if m == 0 || n == 0 {
+        return;
+    }
+    if computes_transpose(rs_c, cs_c) {
+        return gemm(kc, p.transposed(), kernel);
+    }
+    let needed = |r1: usize, c0: usize| {
+        p.lower
+            .is_none_or(|off| r1 as isize - 1 + off >= c0 as isize)
+    };
+    let (k_count, kc) = k_blocks(k, kc);
+    // Pairs per row of a packed block, whole tiles.
+    let stride_max = kc.div_ceil(2).next_multiple_of(STEP);
+    let mc = MC.min(m.next_multiple_of(MR));
+    let nc = NC.min(n.next_multiple_of(NR));
+    let mut block = [0f32; MR * NR];
+    PACKED.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        let (a_buf, b_buf) = &mut *bufs;
+        a_buf.resize(a_buf.len().max(mc * stride_max), 0);
+        b_buf.resize(b_buf.len().max(nc * stride_max), 0);
+        let (packed_a, packed_b) = (a_buf.as_mut_ptr(), b_buf.as_mut_ptr());
+        for jc in (0..n).step_by(nc) {
+            let nb = nc.min(n - jc);
+            if !needed(m, jc) {
+                break;
+            }
+            for kb in 0..k_count {
+                let pc = kb * kc;
+                let kl = kc.min(k - pc);
+                let stride = kl.div_ceil(2).next_multiple_of(STEP);
+                pack_b(nb, kl, stride, b, jc, pc, packed_b);
+                let add = p.accumulate || kb > 0;
+                for ic in (0..m).step_by(mc) {
+                    let mb = mc.min(m - ic);
+                    if !needed(ic + mb, jc) {
+                        continue;
+                    }
+                    pack_a(mb, kl, stride, a, ic, pc, packed_a);
+                    for jr in (0..nb).step_by(NR) {
+                        for ir in (0..mb).step_by(MR) {
+                            let rows = MR.min(mb - ir);
+                            if !needed(ic + ir + rows, jc + jr) {
+                                continue;
+                            }
+                            kernel(
+                                stride / STEP,
+                                packed_a.add(ir * stride),
+                                4 * stride,
+                                packed_b.add(jr * stride),
+                                block.as_mut_ptr(),
+                            );
+                            let dst = c
+                                .offset((ic + ir) as isize * rs_c)
+                                .offset((jc + jr) as isize * cs_c);
+                            store(&block, dst, rs_c, cs_c, alpha, add, rows, NR.min(nb - jr));
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `C = alpha·block` (added to C when `accumulate`) for its first `m` rows
+/// and `n` columns, at `c` with strides `(rs_c, cs_c)`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn store(
+    block: &[f32; MR * NR],
+    c: *mut f32,
+    rs_c: isize,
+    cs_c: isize,
+    alpha: f32,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+) {
+    if cs_c == 1 {
+        store_rows(block, c, rs_c, alpha, accumulate, m, n);
+        return;
+    }
+    for i in 0..m {
+        let dst = c.offset(i as isize * rs_c);
+        for j in 0..n {
+            let d = dst.offset(j as isize * cs_c);
+            let v = block[i * NR + j] * alpha;
+            *d = if accumulate { *d + v } else { v };
+        }
+    }
+}
+
+/// [`store`] into rows of contiguous columns, 16 lanes at a time.
+#[target_feature(enable = "avx512f")]
+unsafe fn store_rows(
+    block: &[f32; MR * NR],
+    c: *mut f32,
+    rs_c: isize,
+    alpha: f32,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+) {
+    use std::arch::x86_64::*;
+    let scale = _mm512_set1_ps(alpha);
+    for i in 0..m {
+        let dst = c.offset(i as isize * rs_c);
+        for half in 0..NR / 16 {
+            let lanes = n.saturating_sub(16 * half).min(16);
+            if lanes == 0 {
+                break;
+            }
+            let mask: __mmask16 = if lanes == 16 { !0 } else { (1u16 << lanes) - 1 };
+            let p = dst.add(16 * half);
+            let v = _mm512_mul_ps(
+                _mm512_loadu_ps(block.as_ptr().add(i * NR + 16 * half)),
+                scale,
+            );
+            let v = if accumulate {
+                _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), v)
+            } else {
+                v
+            };
+            _mm512_mask_storeu_ps(p, mask, v);
+        }
+    }
+}
+
+/// Packs rows `r0..r0 + rows` of A, terms `pc..pc + kc`, as rows of pairs
+/// `stride` apart (zero pairs after the last term, zero rows up to a
+/// multiple of [`MR`]).
+unsafe fn pack_a(
+    rows: usize,
+    kc: usize,
+    stride: usize,
+    op: Operand<f32>,
+    r0: usize,
+    pc: usize,
+    dst: *mut u32,
+) {
+    let (src, row, k) = op.block(r0, pc);
+    let halves = kc.div_ceil(2);
+    for r in 0..rows.next_multiple_of(MR) {
+        let at = dst.add(r * stride);
+        if r < rows {
+            let (one, offset) = row.from(r);
+            super::bf16::pack_pairs(1, 1, kc, src.wrapping_offset(offset), one, k, at);
+            std::ptr::write_bytes(at.add(halves), 0, stride - halves);
+        } else {
+            std::ptr::write_bytes(at, 0, stride);
+        }
+    }
+}
+
+/// Packs columns `c0..c0 + cols` of B, terms `pc..pc + kc`, as
+/// `super::bf16`'s panels of [`NR`] columns, `stride` pairs deep (zero
+/// pairs after the last term).
+unsafe fn pack_b(
+    cols: usize,
+    kc: usize,
+    stride: usize,
+    op: Operand<f32>,
+    c0: usize,
+    pc: usize,
+    dst: *mut u32,
+) {
+    let (src, row, k) = op.block(c0, pc);
+    let halves = kc.div_ceil(2);
+    for q in 0..cols.div_ceil(NR) {
+        let panel = dst.add(q * NR * stride);
+        let (part, offset) = row.from(q * NR);
+        let width = NR.min(cols - q * NR);
+        super::bf16::pack_pairs(NR, width, kc, src.wrapping_offset(offset), part, k, panel);
+        std::ptr::write_bytes(panel.add(halves * NR), 0, (stride - halves) * NR);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::gemm::bf16::tests::{
+        a_tile_is_bitwise_the_whole, exact_products_within_f32_sums,
+    };
+
+    /// The products on `kernel` (the tests' views lie in their buffers).
+    fn on(kernel: MicroKernel) -> impl Fn(usize, Product<f32>) {
+        // SAFETY: as `bf16::tests::run` builds them; run only where the
+        // host packs bf16 pairs, and on the tile unit only where it has one.
+        move |kc, p| unsafe { gemm(kc, p, kernel) }
+    }
+
+    /// The driver (packing, blocks, partial tiles, write-back) on the
+    /// emulated tile unit: on every host that packs bf16 pairs.
+    #[test]
+    fn the_driver_on_emulated_tiles_gives_the_exact_products_within_f32_sums() {
+        if !super::super::bf16::available() {
+            eprintln!("skipped: this host has no avx512_bf16 (or TENJIN_SIMD is below AVX-512)");
+            return;
+        }
+        exact_products_within_f32_sums(&on(emulated));
+        a_tile_is_bitwise_the_whole(&on(emulated));
+    }
+
+    /// The tile unit within the f32 rounding of each sum's terms, and a
+    /// tile of the product (a thread's) bitwise the whole product's.
+    #[test]
+    fn the_tile_unit_gives_the_exact_products_within_f32_sums() {
+        if !available() {
+            eprintln!("skipped: this host has no AMX (or TENJIN_AMX=0)");
+            return;
+        }
+        exact_products_within_f32_sums(&on(tiles));
+        a_tile_is_bitwise_the_whole(&on(tiles));
+    }
+}
