@@ -23,6 +23,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::blis::{computes_transpose, k_blocks, Operand, Product};
+use super::pack::Index;
 use std::arch::asm;
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -207,6 +208,8 @@ pub(super) unsafe fn emulated(
 thread_local! {
     /// The thread's packed A block and B block, in pairs.
     static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// A panel of [`MR`] rows of A packed as B's are (see [`pack_a`]).
+    static PANEL: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Computes `p` (no diagonal factor; `packed` operands are not read) with
@@ -360,7 +363,9 @@ unsafe fn store_rows(
 
 /// Packs rows `r0..r0 + rows` of A, terms `pc..pc + kc`, as rows of pairs
 /// `stride` apart (zero pairs after the last term, zero rows up to a
-/// multiple of [`MR`]).
+/// multiple of [`MR`]). Rows side by side in memory with terms apart (a
+/// transposed operand: `xᵀ` of a weight gradient) are packed [`MR`] at a
+/// time as B's panels are, vectorised, then turned into rows.
 unsafe fn pack_a(
     rows: usize,
     kc: usize,
@@ -372,6 +377,35 @@ unsafe fn pack_a(
 ) {
     let (src, row, k) = op.block(r0, pc);
     let halves = kc.div_ceil(2);
+    let adjacent = row.stride() == Some(1) && !matches!(k, Index::Stride(1));
+    if adjacent {
+        PANEL.with(|cell| {
+            let mut panel = cell.borrow_mut();
+            let len = panel.len().max(MR * halves);
+            panel.resize(len, 0);
+            for g in (0..rows).step_by(MR) {
+                let (part, offset) = row.from(g);
+                let width = MR.min(rows - g);
+                super::bf16::pack_pairs(
+                    MR,
+                    width,
+                    kc,
+                    src.wrapping_offset(offset),
+                    part,
+                    k,
+                    panel.as_mut_ptr(),
+                );
+                for i in 0..MR {
+                    let at = dst.add((g + i) * stride);
+                    for h in 0..halves {
+                        *at.add(h) = panel[h * MR + i];
+                    }
+                    std::ptr::write_bytes(at.add(halves), 0, stride - halves);
+                }
+            }
+        });
+        return;
+    }
     for r in 0..rows.next_multiple_of(MR) {
         let at = dst.add(r * stride);
         if r < rows {
