@@ -408,13 +408,41 @@ unsafe fn pack_a(
     }
     for r in 0..rows.next_multiple_of(MR) {
         let at = dst.add(r * stride);
-        if r < rows {
-            let (one, offset) = row.from(r);
-            super::bf16::pack_pairs(1, 1, kc, src.wrapping_offset(offset), one, k, at);
-            std::ptr::write_bytes(at.add(halves), 0, stride - halves);
-        } else {
+        if r >= rows {
             std::ptr::write_bytes(at, 0, stride);
+            continue;
         }
+        let (one, offset) = row.from(r);
+        let first = src.wrapping_offset(offset);
+        if matches!(k, Index::Stride(1)) {
+            pack_row(kc, first, at);
+        } else {
+            super::bf16::pack_pairs(1, 1, kc, first, one, k, at);
+        }
+        std::ptr::write_bytes(at.add(halves), 0, stride - halves);
+    }
+}
+
+/// A row of `kc` contiguous terms at `src` as pairs at `dst`: its bf16
+/// values in order (`vcvtne2ps2bf16`: nearest even), the even term of a
+/// pair in its low half, a zero after an odd last term.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_row(kc: usize, src: *const f32, dst: *mut u32) {
+    use std::arch::x86_64::*;
+    let mask = |n: usize| -> __mmask16 {
+        if n >= 16 {
+            !0
+        } else {
+            (1u16 << n) - 1
+        }
+    };
+    for t in (0..kc).step_by(32) {
+        let left = kc - t;
+        let lo = _mm512_maskz_loadu_ps(mask(left), src.add(t));
+        let hi = _mm512_maskz_loadu_ps(mask(left.saturating_sub(16)), src.add(t + 16));
+        let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        let whole = left.div_ceil(2).min(16);
+        _mm512_mask_storeu_epi32(dst.add(t / 2) as *mut i32, mask(whole), pairs);
     }
 }
 
