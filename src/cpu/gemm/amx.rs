@@ -272,8 +272,8 @@ pub(super) unsafe fn gemm(kc: usize, p: Product<f32>, kernel: MicroKernel) {
                         continue;
                     }
                     pack_a(mb, kl, stride, a, ic, pc, packed_a);
-                    for jr in (0..nb).step_by(NR) {
-                        for ir in (0..mb).step_by(MR) {
+                    for ir in (0..mb).step_by(MR) {
+                        for jr in (0..nb).step_by(NR) {
                             let rows = MR.min(mb - ir);
                             if !needed(ic + ir + rows, jc + jr) {
                                 continue;
