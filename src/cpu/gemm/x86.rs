@@ -41,33 +41,39 @@ macro_rules! micro_kernel {
         ) {
             const NR: usize = $nv * $lanes;
             let mut acc = [[$zero(); $nv]; $mr];
-            // One step of K: B's `nv` vectors at `b`, A's column at `a`.
+            // A's rows, each from its own pointer: one offset advances
+            // them all (computed as `a + i·rs_a` at every step, they were
+            // a chain of `mr` dependent additions a step; a 1024³ product
+            // on a Xeon, paired runs, 0.89–1.01 of the time, median 0.96).
+            let rows: [*const $t; $mr] = std::array::from_fn(|i| a.offset(i as isize * rs_a));
+            // One step of K: B's `nv` vectors at `b`, A's column at `at`
+            // from each row.
             macro_rules! step {
-                ($a:expr, $b:expr) => {{
+                ($at:expr, $b:expr) => {{
                     let mut bv = [$zero(); $nv];
                     for (j, v) in bv.iter_mut().enumerate() {
                         *v = $load($b.add(j * $lanes));
                     }
-                    for (i, row) in acc.iter_mut().enumerate() {
-                        let ai = $set1(*$a.offset(i as isize * rs_a));
+                    for (row, &r) in acc.iter_mut().zip(&rows) {
+                        let ai = $set1(*r.offset($at));
                         for (x, &bj) in row.iter_mut().zip(&bv) {
                             *x = $fma(ai, bj, *x);
                         }
                     }
                 }};
             }
-            let mut a = a;
+            let mut at = 0isize;
             if b_terms.is_null() {
                 let mut b = b;
                 for _ in 0..kc {
-                    step!(a, b);
-                    a = a.offset(cs_a);
+                    step!(at, b);
+                    at += cs_a;
                     b = b.offset(ks_b);
                 }
             } else {
                 for p in 0..kc {
-                    step!(a, b.offset(*b_terms.add(p)));
-                    a = a.offset(cs_a);
+                    step!(at, b.offset(*b_terms.add(p)));
+                    at += cs_a;
                 }
             }
             let alpha = $set1(alpha);
