@@ -8,8 +8,7 @@
 //! block into tiles (A's rows as rows of bf16 pairs, B's columns as
 //! `super::bf16`'s 32-wide panels of pairs, both padded with zero pairs
 //! to whole tiles of 16 pairs), the `32 × 32` micro-kernel (four C tiles,
-//! two of A, two of B) and its five-loop driver [`gemm`], the loops of
-//! `super::bf16`. A block of K is summed by the tile unit in its own
+//! two of A, two of B), run by `super::pairs`'s loops ([`gemm`]). A block of K is summed by the tile unit in its own
 //! order of additions (not a sequential f32 chain: on a Xeon with AMX,
 //! 21–95 of a tile's 256 sums differed in the last bit from each of six
 //! orders tried, pair by pair or wider), within the f32 rounding of its
@@ -22,8 +21,9 @@
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::blis::{computes_transpose, k_blocks, Operand, Product};
+use super::blis::{Operand, Product};
 use super::pack::Index;
+use super::pairs::PairKernel;
 use std::arch::asm;
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -206,14 +206,76 @@ pub(super) unsafe fn emulated(
 }
 
 thread_local! {
-    /// The thread's packed A block and B block, in pairs.
-    static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     /// A panel of [`MR`] rows of A packed as B's are (see [`pack_a`]).
     static PANEL: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The tile unit's products (or the emulated ones) as `super::pairs`
+/// drives them: A packed as rows of pairs, B as 32-wide panels of pairs,
+/// both padded to whole tiles of [`STEP`] pairs.
+pub(super) struct Tiles(pub(super) MicroKernel);
+
+impl PairKernel for Tiles {
+    const MR: usize = MR;
+    const NR: usize = NR;
+    const MC: usize = MC;
+    const NC: usize = NC;
+    // A micro-panel of 32 rows (32 KB at 256 pairs) stays in L1 while the
+    // block's B panels stream past it: a 1024³ product 5.6–5.9 → 5.3–5.5
+    // ms against B's panels staying.
+    const A_STAYS: bool = true;
+
+    fn depth(kl: usize) -> usize {
+        kl.div_ceil(2).next_multiple_of(STEP)
+    }
+
+    unsafe fn pack_a(
+        &self,
+        rows: usize,
+        kl: usize,
+        depth: usize,
+        op: Operand<f32>,
+        r0: usize,
+        pc: usize,
+        dst: *mut u32,
+    ) {
+        pack_a(rows, kl, depth, op, r0, pc, dst)
+    }
+
+    unsafe fn pack_b(
+        &self,
+        cols: usize,
+        kl: usize,
+        depth: usize,
+        op: Operand<f32>,
+        c0: usize,
+        pc: usize,
+        dst: *mut u32,
+    ) {
+        pack_b(cols, kl, depth, op, c0, pc, dst)
+    }
+
+    unsafe fn tile(
+        &self,
+        depth: usize,
+        a: *const u32,
+        b: *const u32,
+        c: *mut f32,
+        rs_c: isize,
+        cs_c: isize,
+        alpha: f32,
+        accumulate: bool,
+        m: usize,
+        n: usize,
+    ) {
+        let mut block = [0f32; MR * NR];
+        (self.0)(depth / STEP, a, 4 * depth, b, block.as_mut_ptr());
+        store(&block, c, rs_c, cs_c, alpha, accumulate, m, n);
+    }
+}
+
 /// Computes `p` (no diagonal factor; `packed` operands are not read) with
-/// blocks of K of at most `kc` (the whole product's), each block's C
+/// blocks of K of at most `kc` (the whole product's), each micro-tile's C
 /// computed by `kernel`.
 ///
 /// # Safety
@@ -221,80 +283,7 @@ thread_local! {
 /// As for `super::blis::gemm`; the host runs `kernel` ([`available`] for
 /// [`tiles`]) and the `avx512_bf16` packing (`super::bf16::available`).
 pub(super) unsafe fn gemm(kc: usize, p: Product<f32>, kernel: MicroKernel) {
-    let Product {
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        b,
-        c,
-        rs_c,
-        cs_c,
-        ..
-    } = p;
-    if m == 0 || n == 0 {
-        return;
-    }
-    if computes_transpose(rs_c, cs_c) {
-        return gemm(kc, p.transposed(), kernel);
-    }
-    let needed = |r1: usize, c0: usize| {
-        p.lower
-            .is_none_or(|off| r1 as isize - 1 + off >= c0 as isize)
-    };
-    let (k_count, kc) = k_blocks(k, kc);
-    // Pairs per row of a packed block, whole tiles.
-    let stride_max = kc.div_ceil(2).next_multiple_of(STEP);
-    let mc = MC.min(m.next_multiple_of(MR));
-    let nc = NC.min(n.next_multiple_of(NR));
-    let mut block = [0f32; MR * NR];
-    PACKED.with(|cell| {
-        let mut bufs = cell.borrow_mut();
-        let (a_buf, b_buf) = &mut *bufs;
-        a_buf.resize(a_buf.len().max(mc * stride_max), 0);
-        b_buf.resize(b_buf.len().max(nc * stride_max), 0);
-        let (packed_a, packed_b) = (a_buf.as_mut_ptr(), b_buf.as_mut_ptr());
-        for jc in (0..n).step_by(nc) {
-            let nb = nc.min(n - jc);
-            if !needed(m, jc) {
-                break;
-            }
-            for kb in 0..k_count {
-                let pc = kb * kc;
-                let kl = kc.min(k - pc);
-                let stride = kl.div_ceil(2).next_multiple_of(STEP);
-                pack_b(nb, kl, stride, b, jc, pc, packed_b);
-                let add = p.accumulate || kb > 0;
-                for ic in (0..m).step_by(mc) {
-                    let mb = mc.min(m - ic);
-                    if !needed(ic + mb, jc) {
-                        continue;
-                    }
-                    pack_a(mb, kl, stride, a, ic, pc, packed_a);
-                    for ir in (0..mb).step_by(MR) {
-                        for jr in (0..nb).step_by(NR) {
-                            let rows = MR.min(mb - ir);
-                            if !needed(ic + ir + rows, jc + jr) {
-                                continue;
-                            }
-                            kernel(
-                                stride / STEP,
-                                packed_a.add(ir * stride),
-                                4 * stride,
-                                packed_b.add(jr * stride),
-                                block.as_mut_ptr(),
-                            );
-                            let dst = c
-                                .offset((ic + ir) as isize * rs_c)
-                                .offset((jc + jr) as isize * cs_c);
-                            store(&block, dst, rs_c, cs_c, alpha, add, rows, NR.min(nb - jr));
-                        }
-                    }
-                }
-            }
-        }
-    });
+    super::pairs::gemm(&Tiles(kernel), kc, p)
 }
 
 /// `C = alpha·block` (added to C when `accumulate`) for its first `m` rows

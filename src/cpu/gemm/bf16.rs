@@ -5,8 +5,7 @@
 //! Owns [`available`], the packing of f32 views into bf16 pairs (each
 //! operand rounded to nearest even: exact for the widened bf16 tensors
 //! this serves, a bf16 rounding of anything else), the `12 × 32`
-//! micro-kernel and its five-loop driver [`gemm`] (the loops of
-//! `super::blis`, with K walked two terms at a time). A block of K is
+//! micro-kernel, run by `super::pairs`'s loops ([`gemm`]). A block of K is
 //! summed by pairs in increasing order, one chain per output element, and
 //! its blocks depend on the whole product's shape only (`super::blis::
 //! k_block`), so results are bitwise equal at every thread count. Must not
@@ -14,11 +13,11 @@
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use super::blis::{computes_transpose, k_blocks, Operand, Product};
+use super::blis::{Operand, Product};
 use super::pack::Index;
+use super::pairs::PairKernel;
 use crate::cpu::wide::Width;
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 
 /// Rows and columns of the register tile: 12 × 2 vectors of accumulators.
 pub(super) const MR: usize = 12;
@@ -200,11 +199,6 @@ unsafe fn pack_any(
     }
 }
 
-thread_local! {
-    /// The thread's packed A block and B panel, in pairs.
-    static PACKED: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
 /// One `MR × NR` tile: `C = alpha·Σ a·b` (added to C when `accumulate`)
 /// over `halves` pairs of terms of the packed panels, its first `m` rows
 /// and `n` columns written at `c` with strides `(rs_c, cs_c)`.
@@ -271,6 +265,64 @@ unsafe fn kernel(
     }
 }
 
+/// The `vdpbf16ps` kernel as `super::pairs` drives it: A packed in panels
+/// of [`MR`] rows, B of [`NR`] columns, each pair of terms side by side.
+struct Vdp;
+
+impl PairKernel for Vdp {
+    const MR: usize = MR;
+    const NR: usize = NR;
+    const MC: usize = MC;
+    const NC: usize = NC;
+    const A_STAYS: bool = false;
+
+    fn depth(kl: usize) -> usize {
+        kl.div_ceil(2)
+    }
+
+    unsafe fn pack_a(
+        &self,
+        rows: usize,
+        kl: usize,
+        _: usize,
+        op: Operand<f32>,
+        r0: usize,
+        pc: usize,
+        dst: *mut u32,
+    ) {
+        pack_operand(MR, rows, kl, op, r0, pc, dst)
+    }
+
+    unsafe fn pack_b(
+        &self,
+        cols: usize,
+        kl: usize,
+        _: usize,
+        op: Operand<f32>,
+        c0: usize,
+        pc: usize,
+        dst: *mut u32,
+    ) {
+        pack_operand(NR, cols, kl, op, c0, pc, dst)
+    }
+
+    unsafe fn tile(
+        &self,
+        depth: usize,
+        a: *const u32,
+        b: *const u32,
+        c: *mut f32,
+        rs_c: isize,
+        cs_c: isize,
+        alpha: f32,
+        accumulate: bool,
+        m: usize,
+        n: usize,
+    ) {
+        kernel(depth, a, b, c, rs_c, cs_c, alpha, accumulate, m, n)
+    }
+}
+
 /// Computes `p` (no diagonal factor; `packed` operands are not read) with
 /// blocks of K of at most `kc` (the whole product's, even).
 ///
@@ -279,83 +331,8 @@ unsafe fn kernel(
 /// As for `super::blis::gemm`, and the host runs the kernel
 /// ([`available`]).
 pub(super) unsafe fn gemm(kc: usize, p: Product<f32>) {
-    debug_assert!(p.diag.is_none() && available());
-    let Product {
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        b,
-        c,
-        rs_c,
-        cs_c,
-        ..
-    } = p;
-    if m == 0 || n == 0 {
-        return;
-    }
-    if computes_transpose(rs_c, cs_c) {
-        return gemm(kc, p.transposed());
-    }
-    let needed = |r1: usize, c0: usize| {
-        p.lower
-            .is_none_or(|off| r1 as isize - 1 + off >= c0 as isize)
-    };
-    let (k_count, kc) = k_blocks(k, kc);
-    let halves_max = kc.div_ceil(2);
-    let mc = MC.min(m.next_multiple_of(MR));
-    let nc = NC.min(n.next_multiple_of(NR));
-    PACKED.with(|cell| {
-        let mut bufs = cell.borrow_mut();
-        let (a_buf, b_buf) = &mut *bufs;
-        a_buf.resize(a_buf.len().max(mc * halves_max), 0);
-        b_buf.resize(b_buf.len().max(nc * halves_max), 0);
-        let (packed_a, packed_b) = (a_buf.as_mut_ptr(), b_buf.as_mut_ptr());
-        for jc in (0..n).step_by(nc) {
-            let nb = nc.min(n - jc);
-            if !needed(m, jc) {
-                break;
-            }
-            for kb in 0..k_count {
-                let pc = kb * kc;
-                let kl = kc.min(k - pc);
-                let halves = kl.div_ceil(2);
-                pack_operand(NR, nb, kl, b, jc, pc, packed_b);
-                let add = p.accumulate || kb > 0;
-                for ic in (0..m).step_by(mc) {
-                    let mb = mc.min(m - ic);
-                    if !needed(ic + mb, jc) {
-                        continue;
-                    }
-                    pack_operand(MR, mb, kl, a, ic, pc, packed_a);
-                    for jr in (0..nb).step_by(NR) {
-                        for ir in (0..mb).step_by(MR) {
-                            let rows = MR.min(mb - ir);
-                            if !needed(ic + ir + rows, jc + jr) {
-                                continue;
-                            }
-                            let dst = c
-                                .offset((ic + ir) as isize * rs_c)
-                                .offset((jc + jr) as isize * cs_c);
-                            kernel(
-                                halves,
-                                packed_a.add(ir * halves),
-                                packed_b.add(jr * halves),
-                                dst,
-                                rs_c,
-                                cs_c,
-                                alpha,
-                                add,
-                                rows,
-                                NR.min(nb - jr),
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    });
+    debug_assert!(available());
+    super::pairs::gemm(&Vdp, kc, p)
 }
 
 /// Packs rows `r0..r0 + rows` of `op`, terms `pc..pc + kc`, in pairs.

@@ -57,6 +57,8 @@ mod gemv;
 mod kernels;
 mod pack;
 mod pack_transposed;
+#[cfg(target_arch = "x86_64")]
+mod pairs;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
