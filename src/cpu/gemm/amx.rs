@@ -7,17 +7,18 @@
 //! process use it: `arch_prctl(ARCH_REQ_XCOMP_PERM)`), the packing of a
 //! block into tiles (A's rows as rows of bf16 pairs, B's columns as
 //! `super::bf16`'s 32-wide panels of pairs, both padded with zero pairs
-//! to whole tiles of 16 pairs), the `32 × 32` micro-kernel (four C tiles,
-//! two of A, two of B), run by `super::pairs`'s loops ([`gemm`]). A block of K is summed by the tile unit in its own
-//! order of additions (not a sequential f32 chain: on a Xeon with AMX,
-//! 21–95 of a tile's 256 sums differed in the last bit from each of six
-//! orders tried, pair by pair or wider), within the f32 rounding of its
-//! terms; the blocks depend on the whole product's shape only
+//! to whole tiles of 16 pairs) and the `32 × 32` micro-kernel (four C
+//! tiles, two of A, two of B), which `super::pairs`'s loops run
+//! ([`gemm`]). A block of K is summed by the tile unit in its own order of
+//! additions (not a sequential f32 chain: on a Xeon with AMX, 21–95 of a
+//! tile's 256 sums differed in the last bit from each of six orders
+//! tried, pair by pair or wider), within the f32 rounding of its terms;
+//! the blocks depend on the whole product's shape only
 //! (`super::blis::k_blocks`), so results are bitwise equal at every
-//! thread count. [`emulated`] computes a tile as a sequential chain in
-//! plain Rust, so the tests run the driver (packing, blocks, partial
-//! tiles, write-back) on every host that packs bf16 pairs. Must not decide when it
-//! runs (`super::Contraction::run`).
+//! thread count. `emulated` (in tests) computes a tile as a sequential
+//! chain in plain Rust, so the tests run the driver (packing, blocks,
+//! partial tiles, write-back) on every host that packs bf16 pairs. Must
+//! not decide when it runs (`super::Contraction::run`).
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -55,7 +56,14 @@ pub(super) fn available() -> bool {
 
 /// Asks Linux for the tile data's state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
 /// XFEATURE_XTILEDATA)`; without it the first tile instruction faults):
-/// whether it was granted.
+/// whether it was granted (never elsewhere: no tile unit there).
+#[cfg(not(target_os = "linux"))]
+fn request_tile_data() -> bool {
+    false
+}
+
+/// See above; Linux on x86-64.
+#[cfg(target_os = "linux")]
 fn request_tile_data() -> bool {
     const ARCH_PRCTL: i64 = 158;
     const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
