@@ -1,6 +1,7 @@
 //! Products of bf16 operands with f32 accumulation on `avx512_bf16`
 //! (`vdpbf16ps`: sixteen f32 lanes, each adding two bf16 products per
-//! instruction, twice the work of an f32 FMA).
+//! instruction: twice the work of an f32 FMA on AMD cores, the same on
+//! Intel's, which issue it at half the rate).
 //!
 //! Owns [`available`], the packing of f32 views into bf16 pairs (each
 //! operand rounded to nearest even: exact for the widened bf16 tensors
