@@ -86,14 +86,15 @@ pub(super) trait Float:
     }
 }
 
-/// `Float` for one type: its (wide, narrow) kernels at AVX-512 and AVX2.
+/// `Float` for one type: its (wide, narrow) kernels at AVX-512 (the wide
+/// one an expression: f32's depends on the CPU's vendor) and AVX2.
 macro_rules! float {
-    ($t:ty, $avx512:ident, $avx512_narrow:ident, $avx2:ident, $avx2_narrow:ident) => {
+    ($t:ty, $avx512:expr, $avx512_narrow:ident, $avx2:ident, $avx2_narrow:ident) => {
         impl Float for $t {
             fn kernels_at(width: Width) -> (Kernel<$t>, Option<Kernel<$t>>) {
                 match width {
                     #[cfg(target_arch = "x86_64")]
-                    Width::Avx512 => (super::x86::$avx512, Some(super::x86::$avx512_narrow)),
+                    Width::Avx512 => ($avx512, Some(super::x86::$avx512_narrow)),
                     #[cfg(target_arch = "x86_64")]
                     Width::Avx2 => (super::x86::$avx2, Some(super::x86::$avx2_narrow)),
                     _ => (portable(), None),
@@ -105,14 +106,14 @@ macro_rules! float {
 
 float!(
     f32,
-    AVX512_F32,
+    super::x86::avx512_f32_kernel(),
     AVX512_F32_NARROW,
     AVX2_F32,
     AVX2_F32_NARROW
 );
 float!(
     f64,
-    AVX512_F64,
+    super::x86::AVX512_F64,
     AVX512_F64_NARROW,
     AVX2_F64,
     AVX2_F64_NARROW

@@ -12,15 +12,29 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Every kernel this host runs, at every width up to its own.
-fn kernels<T: Float>() -> Vec<Kernel<T>> {
-    [Width::F32x4, Width::Avx2, Width::Avx512]
+fn kernels<T: Float + 'static>() -> Vec<Kernel<T>> {
+    let mut all: Vec<Kernel<T>> = [Width::F32x4, Width::Avx2, Width::Avx512]
         .into_iter()
         .filter(|&w| w <= Width::supported())
         .flat_map(|w| {
             let (wide, narrow) = T::kernels_at(w);
             std::iter::once(wide).chain(narrow)
         })
-        .collect()
+        .collect();
+    // Both AVX-512 f32 kernels (the CPU's vendor picks one) on any
+    // AVX-512 host.
+    #[cfg(target_arch = "x86_64")]
+    if Width::Avx512 <= Width::supported() {
+        let both = [super::x86::AVX512_F32, super::x86::AVX512_F32_INTEL];
+        if let Some(both) = (&both as &dyn std::any::Any).downcast_ref::<[Kernel<T>; 2]>() {
+            for k in both {
+                if !all.iter().any(|x| x.name == k.name) {
+                    all.push(*k);
+                }
+            }
+        }
+    }
+    all
 }
 
 /// A matrix layout: row-major, column-major, a row broadcast along the
