@@ -72,8 +72,12 @@ fn a_padded_conv2d_and_its_gradients_run_as_gemms_over_padded_copies() {
     }
 }
 
+/// The input gradient of a stride-2 convolution runs as four stride-1
+/// convolutions of `dy` (one per parity of the position: 1, 2, 2 and 4
+/// taps), each an implicit GEMM, and one strided copy that interleaves
+/// them: no col2im product over every (tap, position) pair.
 #[test]
-fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges() {
+fn a_strided_input_gradient_runs_as_one_stride_one_gemm_per_phase() {
     let x = leaf(&[2, 32, 32, 32], 1);
     let w = leaf(&[32, 32, 3, 3], 2);
     let y = x.conv2d(&w, None, [2, 2], [1, 1], [1, 1], 1).unwrap();
@@ -82,15 +86,98 @@ fn a_strided_input_gradient_reads_a_col2im_gemm_back_through_its_solved_ranges()
     assert_eq!(fwd, ["loop", "gemm"], "{e}");
     let dx = roles.iter().position(|r| r == "gradient of x").unwrap();
     assert_eq!(bwd[dx], "loop", "{e}");
-    assert!(
-        bwd[..dx].contains(&"gemm"),
-        "the col2im product comes first: {e}"
-    );
-    // The col2im sum divides by the stride: split into phases on the CPU.
     assert_eq!(
-        e.backward[dx].algorithm, "strided sums (col2im), split by residue into phases",
+        e.backward[dx].algorithm, "phases interleaved: strided copies",
         "{e}"
     );
+    // Four products, each over a quarter of the positions of dx, with K
+    // the channels times the phase's taps.
+    let phases: Vec<&str> = e.backward[..dx]
+        .iter()
+        .filter(|s| s.route == "gemm")
+        .map(|s| s.algorithm.as_str())
+        .collect();
+    assert_eq!(phases.len(), 4, "{e}");
+    for k in [32, 64, 64, 128] {
+        assert!(
+            phases.iter().any(|a| a.contains(&format!("×{k})"))),
+            "K = {k}: {e}"
+        );
+    }
+    assert!(
+        e.backward.iter().all(|s| s.domain.len() <= 4),
+        "no col2im product over taps and positions: {e}"
+    );
+}
+
+/// The phases compute the input gradient of the convolution: against the
+/// sum written out in f64, and bitwise the same at 1, 2 and 3 threads.
+#[test]
+fn a_strided_input_gradient_by_phases_is_exact_and_independent_of_threads() {
+    let (b, c, o, hw) = (2, 32, 32, 32);
+    let run = |dtype: DType| {
+        let x = Tensor::randn(&[b, c, hw, hw], dtype, 1)
+            .unwrap()
+            .requires_grad();
+        let w = Tensor::randn(&[o, c, 3, 3], dtype, 2).unwrap();
+        let y = x.conv2d(&w, None, [2, 2], [1, 1], [1, 1], 1).unwrap();
+        let g = Tensor::randn(y.shape(), dtype, 3).unwrap();
+        y.backward_with(&g).unwrap();
+        (
+            x.grad().unwrap().to_vec_f64().unwrap(),
+            w.to_vec_f64().unwrap(),
+            g.to_vec_f64().unwrap(),
+        )
+    };
+    let (dx, w, g) = run(DType::F64);
+    let t = hw / 2;
+    let mut want = vec![0.0; dx.len()];
+    for n in 0..b {
+        for ci in 0..c {
+            for u in 0..hw {
+                for v in 0..hw {
+                    let mut acc = 0.0;
+                    for oi in 0..o {
+                        for k0 in 0..3 {
+                            for k1 in 0..3 {
+                                // u = 2·t0 + k0 − 1
+                                let (a0, a1) = (u + 1, v + 1);
+                                if a0 < k0 || a1 < k1 || (a0 - k0) % 2 != 0 || (a1 - k1) % 2 != 0 {
+                                    continue;
+                                }
+                                let (t0, t1) = ((a0 - k0) / 2, (a1 - k1) / 2);
+                                if t0 >= t || t1 >= t {
+                                    continue;
+                                }
+                                acc += w[((oi * c + ci) * 3 + k0) * 3 + k1]
+                                    * g[((n * o + oi) * t + t0) * t + t1];
+                            }
+                        }
+                    }
+                    want[((n * c + ci) * hw + u) * hw + v] = acc;
+                }
+            }
+        }
+    }
+    for (k, (p, q)) in dx.iter().zip(&want).enumerate() {
+        assert!(
+            (p - q).abs() <= 1e-12 * (1.0 + q.abs()),
+            "dx[{k}]: {p} vs {q}"
+        );
+    }
+    // The only test here that sets the thread count (every other result
+    // is independent of it anyway).
+    tenjin::jit::set_min_parallel_work(0); // split even small loops
+    let bits = |threads| {
+        tenjin::jit::set_num_threads(threads);
+        let (dx, _, _) = run(DType::F32);
+        dx.iter().map(|x| (*x as f32).to_bits()).collect::<Vec<_>>()
+    };
+    let one = bits(1);
+    let same = bits(2) == one && bits(3) == one;
+    tenjin::jit::set_min_parallel_work(tenjin::jit::DEFAULT_MIN_PARALLEL_WORK);
+    tenjin::jit::set_num_threads(2);
+    assert!(same, "dx differs between thread counts");
 }
 
 /// A grouped convolution's result is a reshape of its `[N, groups, Q, …]`

@@ -14,6 +14,7 @@
 //! | a loop that copies one argument, unguarded, to more elements than it has | `im2col: windows unrolled` |
 //! | a loop that reads one argument once, guarded | `padded copy` |
 //! | a loop that reads one argument once | `copy` |
+//! | a loop of one-term sums of bare reads of several arguments, whose bounds divide by a stride | `phases interleaved: strided copies` (`super::phases`' reader) |
 //! | a loop with a sum whose bounds divide by a stride of at most `MAX_PHASES` | `strided sums (col2im), split by residue into phases` on the CPU (`super::residues`), `strided sums (col2im)` on a GPU |
 //! | a loop with a sum whose bounds divide by more | `sums over ranges that divide` |
 //! | any other loop with a sum | `direct loop` |
@@ -130,8 +131,26 @@ fn looped(f: &IndexFn, target: Target) -> &'static str {
         .map(|bound| bound.den)
         .max()
         .unwrap_or(1);
+    // `super::phases`' reader: sums of bare reads (no arithmetic inside a
+    // sum) of several arguments, the stride-1 phases of a strided sum.
+    let bare_sums = nodes.iter().all(|&id| match node(id) {
+        Node::Reduce { body, .. } => {
+            matches!(node(*body), Node::Access { .. } | Node::Reduce { .. })
+        }
+        _ => true,
+    });
+    let mut read: Vec<usize> = nodes
+        .iter()
+        .filter_map(|&id| match node(id) {
+            Node::Access { arg, .. } => Some(*arg),
+            _ => None,
+        })
+        .collect();
+    read.sort_unstable();
+    read.dedup();
     match (divisor, target) {
         (1, _) => "direct loop",
+        (2..=MAX_PHASES, _) if bare_sums && read.len() > 1 => "phases interleaved: strided copies",
         (2..=MAX_PHASES, Target::Cpu) => "strided sums (col2im), split by residue into phases",
         (2..=MAX_PHASES, Target::Gpu) => "strided sums (col2im)",
         _ => "sums over ranges that divide (index arithmetic per element)",

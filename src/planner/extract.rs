@@ -35,6 +35,7 @@
 use super::heavy::{Cuts, Keys};
 use super::normalize::{normalize, normalize_factoring_reads};
 use super::operand::{contraction_operand, group_diagonal};
+use super::phases;
 use super::program::{Source, Stage};
 use super::route::{is_scaled_gemm, route_for, routes_to_gemm, Route, Target};
 use super::split_sums::{is_long_sum, split_long_sum, SPLIT_MAX_OUTPUTS};
@@ -296,6 +297,10 @@ impl Builder {
         mut sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
+        if let Some(phased) = self.apply_phases(&f, &sources, use_wanted)? {
+            // The phases' reader only interleaves stages: nothing to cut.
+            return Ok(phased);
+        }
         (f, sources) = self.apply_window(f, sources, use_wanted)?;
         if self.target == Target::Cpu {
             f = group_diagonal(&f);
@@ -388,6 +393,34 @@ impl Builder {
             sources.push(Source::Stage(sid));
         }
         Ok((g, sources))
+    }
+
+    /// `f` split by `phases` (on the CPU: a strided contraction as one
+    /// stride-1 contraction per residue of its output index, each a stage),
+    /// as the function reading the phases back and its sources; `None`
+    /// when that does not apply.
+    fn apply_phases(
+        &mut self,
+        f: &IndexFn,
+        sources: &[Source],
+        use_wanted: bool,
+    ) -> Result<Option<(IndexFn, Vec<Source>)>, Error> {
+        if self.target != Target::Cpu {
+            return Ok(None);
+        }
+        let Some(plan) = phases::plan(f, self.target) else {
+            return Ok(None);
+        };
+        let keys = plan
+            .phases
+            .iter()
+            .map(|p| {
+                let (cf, csrc) = canonical(p, sources);
+                CutKey::new(cf, csrc)
+            })
+            .collect();
+        self.read_stages(plan.reader, keys, sources.to_vec(), use_wanted)
+            .map(Some)
     }
 
     /// `f` rewritten by `window` (a convolution-shaped contraction over

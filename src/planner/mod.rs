@@ -15,6 +15,7 @@
 //! | `extract`, `cut` | which subexpressions become stages of their own, shared between functions |
 //! | `node` | one recorded op's forward and backward programs, planned together |
 //! | `program` | the [`Program`]: stages, their sources, the reference evaluation |
+//! | `phases` | a strided contraction (a stride-2 convolution's input gradient) as one stride-1 contraction per residue of its output index, read back by a strided copy |
 //! | `window` | a convolution-shaped contraction (padding guards, ranges that follow the output, windows) rewritten over constant ranges, and how its reads are materialised (view, padded copy, im2col) |
 //! | `blas_layout` | on the GPU, a contraction's operands copied into a layout cuBLAS takes in one call (attention's batch of heads, a convolution's input gradient) |
 //! | `gpu_stages` | where the GPU's two rewrites (below) are applied as stages are added |
@@ -40,6 +41,7 @@ mod normalize;
 mod operand;
 pub mod passes;
 pub(crate) mod peel;
+mod phases;
 mod program;
 pub(crate) mod reorder;
 pub mod residues;

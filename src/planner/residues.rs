@@ -24,8 +24,8 @@
 //! (the reference interpreter's, for f64). Runs after guards become
 //! bounds and before vectors (`super::passes`). Must not emit code.
 
-use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Stmt};
-use crate::symbolic::expr::CmpOp;
+use crate::kernel::{Bound, Cond, Expr, IVar, Kernel, Lin, Loop, Reg, Stmt};
+use crate::symbolic::expr::{BinaryOp, CmpOp, ReduceOp};
 
 /// The largest residue count split (a stride of at most 4 in each
 /// dimension: 16 phases for a 2-D stride of 4).
@@ -52,7 +52,71 @@ pub(crate) const MAX_PHASES: i64 = 4;
 pub fn split_residues(mut k: Kernel) -> Kernel {
     let extent = i64::try_from(k.extent).unwrap_or(i64::MAX);
     k.body = split_stmts(std::mem::take(&mut k.body), extent);
+    collapse_point_sums(&mut k.body, &mut k.num_regs);
     k
+}
+
+/// Sums whose range is one point or none at every iteration (both bounds
+/// one form, differing by a constant: what a phase leaves of `Σ_{a ∈
+/// [⌈(u − p)/s⌉, ⌊(u − p)/s⌋]}` once `u = s·a′ + q`), as their term
+/// (`0 + x`, the loop's one addition) or `0`; `regs` counts the kernel's
+/// registers, for the zeros.
+fn collapse_point_sums(stmts: &mut Vec<Stmt>, regs: &mut u32) {
+    let mut out = Vec::with_capacity(stmts.len());
+    for mut s in std::mem::take(stmts) {
+        match &mut s {
+            Stmt::Reduce { body, .. } | Stmt::For(body) => {
+                collapse_point_sums(&mut body.body, regs)
+            }
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                collapse_point_sums(then, regs);
+                collapse_point_sums(otherwise, regs);
+            }
+            _ => {}
+        }
+        let Stmt::Reduce {
+            op: ReduceOp::Sum,
+            value,
+            result,
+            body,
+            wide: false,
+        } = s
+        else {
+            out.push(s);
+            continue;
+        };
+        let trips = match (&body.lower[..], &body.upper[..]) {
+            ([lo], [hi]) if lo.den == 1 && hi.den == 1 => hi
+                .num
+                .checked_sub(&lo.num)
+                .filter(|d| d.terms.is_empty())
+                .map(|d| d.constant + 1),
+            _ => None,
+        };
+        let mut at = body.body.clone();
+        let point =
+            trips == Some(1) && substitute_stmts(&mut at, body.var, &body.lower[0].num).is_some();
+        if point {
+            let zero = Reg(*regs);
+            *regs += 1;
+            out.push(Stmt::Let(zero, Expr::Const(0.0)));
+            out.extend(at);
+            out.push(Stmt::Let(result, Expr::Binary(BinaryOp::Add, zero, value)));
+        } else if trips.is_some_and(|t| t <= 0) {
+            out.push(Stmt::Let(result, Expr::Const(0.0)));
+        } else {
+            out.push(Stmt::Reduce {
+                op: ReduceOp::Sum,
+                value,
+                result,
+                body,
+                wide: false,
+            });
+        }
+    }
+    *stmts = out;
 }
 
 /// `stmts` with their output loops split; `extent` is the parallel loop's
