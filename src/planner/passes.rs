@@ -5,6 +5,7 @@
 //!
 //! | # | pass | where |
 //! | --- | --- | --- |
+//! | 0 | (CPU) a strided contraction `window` refuses split by the residue of its output index: a stage per phase (each planned from pass 0), read back by strided copies | `phases` |
 //! | 1 | a convolution-shaped contraction rewritten over constant ranges, its padded or windowed reads cut as stages | `window` |
 //! | 2 | normalise: invariant factors, guards and terms out of sums, sum nests in elimination order, masks factored | `normalize` |
 //! | 3 | cut heavy subexpressions into stages and share equal ones (each cut planned from pass 1) | `extract`, `cut` |
@@ -39,7 +40,8 @@ pub enum LoopPass {
     /// bounds (`guard_bounds`).
     GuardsToBounds,
     /// Output loops whose sums divide by their index split by residue,
-    /// sliding sums shifted to constant ranges (`residues`).
+    /// sliding sums shifted to constant ranges, sums of one point or none
+    /// collapsed (`residues`).
     SplitResidues,
     /// The two innermost output loops walked in blocks when the
     /// inner one reads across cache lines (`tile`): transposed copies.
