@@ -7,6 +7,7 @@
 
 use super::code_cache::shared_code;
 use super::compiled::{CpuKernel, Exec};
+use super::gemm;
 use crate::alloc::Device;
 use crate::dtype::{with_element, Element};
 use crate::kernel::backend::{
@@ -38,13 +39,13 @@ impl Cpu {
             }
         }
         let (exec, kernel) = match route {
-            Route::Gemm(plan) => (Exec::Gemm(plan.clone()), None),
+            Route::Gemm(plan) => (Exec::Gemm(gemm::oriented(plan)), None),
             Route::GemmThenLoop {
                 contraction,
                 kernel,
                 ..
             } => (
-                Exec::GemmThenJit(contraction.clone(), shared_code(kernel, dtype)?),
+                Exec::GemmThenJit(gemm::oriented(contraction), shared_code(kernel, dtype)?),
                 Some(kernel),
             ),
             Route::Loop(kernel) => (Exec::Jit(shared_code(kernel, dtype)?), Some(kernel)),

@@ -112,6 +112,29 @@ pub struct Diag {
 }
 
 impl Contraction {
+    /// The same contraction with its factors' roles exchanged: `Cᵀ = Bᵀ·Aᵀ`
+    /// as a product whose M is this one's N (the same terms summed in the
+    /// same order for every element).
+    pub(crate) fn swapped(&self) -> Contraction {
+        let swap = |d: &Dim| Dim {
+            a: d.b,
+            b: d.a,
+            ..*d
+        };
+        Contraction {
+            arg_a: self.arg_b,
+            arg_b: self.arg_a,
+            base_a: self.base_b,
+            base_b: self.base_a,
+            m: swap(&self.n),
+            n: swap(&self.m),
+            k: swap(&self.k),
+            batch: self.batch.iter().map(swap).collect(),
+            k_outer: self.k_outer.iter().map(swap).collect(),
+            ..self.clone()
+        }
+    }
+
     /// Floating-point operations of one run: `2 · |output| · |summed range|`.
     pub fn flops(&self) -> usize {
         self.out_len.saturating_mul(self.k_total).saturating_mul(2)

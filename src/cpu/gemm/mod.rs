@@ -72,6 +72,19 @@ use crate::dtype::{DType, Element};
 use crate::kernel::contraction::{diag_offset, offsets, Contraction, Dim};
 use crate::kernel::fold::Folded;
 
+/// `c` as the CPU runs it best: a product whose C is column-major (its M
+/// contiguous: a convolution phase's positions against its channels) with
+/// its factors' roles exchanged, so that C is row-major and a factor the
+/// whole batch shares is packed once; any other as it is. The same sums in
+/// the same order (`blis::gemm` computed such a C as its transpose).
+pub(crate) fn oriented(c: &Contraction) -> Contraction {
+    if !c.symmetric && blis::computes_transpose(c.m.out, c.n.out) {
+        c.swapped()
+    } else {
+        c.clone()
+    }
+}
+
 /// Products of bf16 operands of fewer terms `m·n·k` than this run with
 /// the f32 kernels (see `Contraction::run`).
 const MIN_BF16_PRODUCT: usize = 1 << 21;
