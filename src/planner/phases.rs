@@ -403,3 +403,85 @@ fn reader(
         root: total?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::plan_function;
+    use crate::DType;
+
+    /// The input gradient of a 3×3, stride-2, padding-1 convolution.
+    const INPUT_GRADIENT: &str = "dx[b; c; u; v] = sum{z2}_(max [-7; (-1 - v)/2])^(min [0; (1 - v)/2]) (sum{z1}_(max [-7; (-1 - u)/2])^(min [0; (1 - u)/2]) (sum{o}_0^31 (w[o; c; 1 + u + 2*z1; 1 + v + 2*z2] * dy[b; o; -z1; -z2])))";
+
+    fn input_gradient() -> IndexFn {
+        IndexFn::parse_with_sizes(
+            INPUT_GRADIENT,
+            &[("w", &[32, 32, 3, 3][..]), ("dy", &[4, 32, 8, 8][..])],
+            &[("u", 16), ("v", 16)],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_strided_input_gradient_splits_into_four_stride_one_phases() {
+        let f = input_gradient();
+        let plan = plan(&f, Target::Cpu).expect("split");
+        assert_eq!(plan.phases.len(), 4);
+        for p in &plan.phases {
+            assert_eq!(p.output_shape(), [4, 32, 8, 8]);
+            // No bound divides any more.
+            let divides = p.graph.reachable(p.root).into_iter().any(|n| {
+                matches!(p.graph.node(n), Node::Reduce { range, .. }
+                    if range.lower.iter().chain(&range.upper).any(|b| b.den > 1))
+            });
+            assert!(!divides, "{p}");
+        }
+        // The phase of even rows and columns is the middle tap alone.
+        assert!(
+            !plan.phases[0].to_string().contains("z1"),
+            "{}",
+            plan.phases[0]
+        );
+        assert_eq!(plan.reader.args().len(), 2 + 4);
+    }
+
+    #[test]
+    fn the_phases_compute_the_function() {
+        let f = input_gradient();
+        let p = plan_function(&f, DType::F64).unwrap();
+        assert!(p.stages.len() > 4, "{p}");
+        let w: Vec<f64> = (0..32 * 32 * 9)
+            .map(|i| ((i * 7 % 13) as f64 - 6.0) / 8.0)
+            .collect();
+        let dy: Vec<f64> = (0..4 * 32 * 64)
+            .map(|i| ((i * 5 % 11) as f64 - 5.0) / 8.0)
+            .collect();
+        let want = f.eval_f64(&[("w", &w), ("dy", &dy)]).unwrap();
+        let got = p.eval_f64(&[&w, &dy]).unwrap().remove(0);
+        assert_eq!(got.len(), want.len());
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{k}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn a_weight_gradient_and_a_pool_gradient_are_left_whole() {
+        // The taps of a weight gradient fit a constant range: `window`
+        // takes the function as it is.
+        let dw = IndexFn::parse_with_sizes(
+            "dw[o; c; k] = sum{t}_(max [0; (1 - k)/2])^7 (sum{b}_0^3 (dy[b; o; t] * x[b; c; -1 + k + 2*t]))",
+            &[("dy", &[4, 8, 8][..]), ("x", &[4, 8, 16][..])],
+            &[("k", 3)],
+        )
+        .unwrap();
+        assert!(plan(&dw, Target::Cpu).is_none());
+        // No contraction: the loop-level split (`super::residues`) serves.
+        let pool = IndexFn::parse_with_sizes(
+            "dx[u] = sum{z}_(max [-7; (-1 + -u)/2])^(min [0; (1 + -u)/2]) (dy[-z])",
+            &[("dy", &[8][..])],
+            &[("u", 16)],
+        )
+        .unwrap();
+        assert!(plan(&pool, Target::Cpu).is_none());
+    }
+}

@@ -92,13 +92,17 @@ fn collapse_point_sums(stmts: &mut Vec<Stmt>, regs: &mut u32) {
                 .num
                 .checked_sub(&lo.num)
                 .filter(|d| d.terms.is_empty())
-                .map(|d| d.constant + 1),
+                .and_then(|d| d.constant.checked_add(1)),
             _ => None,
         };
-        let mut at = body.body.clone();
-        let point =
-            trips == Some(1) && substitute_stmts(&mut at, body.var, &body.lower[0].num).is_some();
-        if point {
+        // The body at its one point (`None` when a form overflows).
+        let at = (trips == Some(1))
+            .then(|| {
+                let mut at = body.body.clone();
+                substitute_stmts(&mut at, body.var, &body.lower[0].num).map(|()| at)
+            })
+            .flatten();
+        if let Some(at) = at {
             let zero = Reg(*regs);
             *regs += 1;
             out.push(Stmt::Let(zero, Expr::Const(0.0)));

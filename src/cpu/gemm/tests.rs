@@ -470,14 +470,37 @@ fn rows_at_stride_two_pack_like_a_gather() {
 /// exchanged as computed directly, batch and threads alike.
 #[test]
 fn a_column_major_product_with_its_factors_exchanged_gives_the_same_bits() {
-    use crate::planner::contraction::detect;
-    use crate::symbolic::IndexFn;
-    let f = IndexFn::parse(
-        "p[b; c; a] = sum{o}_0^70 (dy[b; o; a] * w[o; c])",
-        &[("dy", &[3, 71, 150][..]), ("w", &[71, 40][..])],
-    )
-    .unwrap();
-    let c = detect(&f).unwrap();
+    use crate::kernel::contraction::{Contraction, Dim};
+    // p[b; c; a] = Σ_o dy[b; o; a] · w[o; c], dy [3, 71, 150], w [71, 40],
+    // as `planner::contraction::detect` finds it: M the positions `a`
+    // (contiguous in C), N the channels `c`.
+    let dim = |len, a, b, out| Dim {
+        len,
+        a,
+        b,
+        out,
+        d: 0,
+    };
+    let c = Contraction {
+        arg_a: 0,
+        arg_b: 1,
+        arg_lens: vec![3 * 71 * 150, 71 * 40],
+        out_len: 3 * 40 * 150,
+        base_a: 0,
+        base_b: 0,
+        m: dim(150, 1, 0, 1),
+        n: dim(40, 0, 1, 150),
+        k: dim(71, 150, 40, 0),
+        batch: vec![dim(3, 71 * 150, 0, 40 * 150)],
+        k_outer: Vec::new(),
+        k_total: 71,
+        scale: 1.0,
+        diag: None,
+        symmetric: false,
+        accumulate: None,
+        threads: 1,
+        half_operands: None,
+    };
     let swapped = super::oriented(&c);
     assert_eq!(swapped.arg_a, c.arg_b, "the factors are exchanged");
     let mut rng = StdRng::seed_from_u64(5);
@@ -485,13 +508,30 @@ fn a_column_major_product_with_its_factors_exchanged_gives_the_same_bits() {
         .map(|_| rng.gen_range(-1.0..1.0))
         .collect();
     let w: Vec<f32> = (0..71 * 40).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    let run = |c: &crate::kernel::contraction::Contraction, threads| {
+    let run = |c: &Contraction, threads| {
         let mut out = vec![0f32; 3 * 40 * 150];
         c.run_with_threads(&[&dy[..], &w[..]], &mut out, threads);
-        out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        out
     };
     let direct = run(&c, 1);
+    // The direct product against the sum written out in f64.
+    for b in 0..3 {
+        for ch in 0..40 {
+            for a in 0..150 {
+                let want: f64 = (0..71)
+                    .map(|o| dy[(b * 71 + o) * 150 + a] as f64 * w[o * 40 + ch] as f64)
+                    .sum();
+                let got = direct[(b * 40 + ch) * 150 + a] as f64;
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "({b}, {ch}, {a}): {got} vs {want}"
+                );
+            }
+        }
+    }
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let direct = bits(direct);
     for threads in [1, 2, 3] {
-        assert!(run(&swapped, threads) == direct, "{threads} threads");
+        assert!(bits(run(&swapped, threads)) == direct, "{threads} threads");
     }
 }
