@@ -297,11 +297,15 @@ impl Builder {
         mut sources: Vec<Source>,
         use_wanted: bool,
     ) -> Result<(IndexFn, Vec<Source>), Error> {
-        if let Some(phased) = self.apply_phases(&f, &sources, use_wanted)? {
-            // The phases' reader only interleaves stages: nothing to cut.
-            return Ok(phased);
-        }
+        let stages = sources.len();
         (f, sources) = self.apply_window(f, sources, use_wanted)?;
+        if sources.len() == stages {
+            // A strided contraction `window` refuses, split by residue;
+            // the phases' reader only interleaves stages: nothing to cut.
+            if let Some(phased) = self.apply_phases(&f, &sources, use_wanted)? {
+                return Ok(phased);
+            }
+        }
         if self.target == Target::Cpu {
             f = group_diagonal(&f);
         }

@@ -44,6 +44,7 @@ use crate::symbolic::affine::{Affine, RatAffine, VarId};
 use crate::symbolic::expr::{BinaryOp, Graph, Node, NodeId, Range, ReduceOp};
 use crate::symbolic::subst::substitute;
 use crate::symbolic::{ArgDecl, IndexFn};
+use num_integer::Integer;
 use rustc_hash::FxHashMap as HashMap;
 
 /// The most phases a function is split into (a stride of 4 in each of two
@@ -64,11 +65,6 @@ pub(crate) struct PhasePlan {
 /// index, or a phase would not be a convolution-shaped contraction.
 pub(crate) fn plan(f: &IndexFn, target: Target) -> Option<PhasePlan> {
     let strides = strides(f)?;
-    if window::plan(f, target).is_some() {
-        // Its taps fit a constant range with few zero terms (a weight
-        // gradient's): one contraction as it is.
-        return None;
-    }
     let mut phases = Vec::new();
     let mut residues = Vec::new();
     for p in residue_tuples(&strides) {
@@ -103,8 +99,8 @@ fn strides(f: &IndexFn) -> Option<Vec<i64>> {
             for (k, &u) in f.out_vars.iter().enumerate() {
                 let c = b.num.coeff(u);
                 if b.den > 1 && c % b.den != 0 {
-                    let d = b.den / gcd(c.unsigned_abs() as i64, b.den);
-                    strides[k] = lcm(strides[k], d)?;
+                    let d = b.den / c.gcd(&b.den);
+                    strides[k] = strides[k].checked_mul(d / strides[k].gcd(&d))?;
                 }
             }
         }
@@ -113,18 +109,6 @@ fn strides(f: &IndexFn) -> Option<Vec<i64>> {
     let splits = strides.iter().any(|&s| s > 1);
     (splits && strides.iter().all(|&s| s <= MAX_PHASES) && total <= MAX_TOTAL_PHASES)
         .then_some(strides)
-}
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-fn lcm(a: i64, b: i64) -> Option<i64> {
-    (a / gcd(a, b)).checked_mul(b)
 }
 
 /// Every tuple of residues, the last dimension's varying fastest.
@@ -151,7 +135,7 @@ fn phase(f: &IndexFn, strides: &[i64], residues: &[i64]) -> Option<IndexFn> {
     let mut g = f.graph.clone();
     let mut map: HashMap<VarId, Affine> = HashMap::default();
     let mut shape = f.out_shape.clone();
-    let mut middles = Vec::new();
+    let mut split = Vec::new();
     for (k, (&u, (&s, &p))) in f
         .out_vars
         .iter()
@@ -164,7 +148,7 @@ fn phase(f: &IndexFn, strides: &[i64], residues: &[i64]) -> Option<IndexFn> {
             let size = i64::try_from(f.out_shape[k]).ok()?;
             let len = (size - p + s - 1).div_euclid(s).max(0);
             shape[k] = usize::try_from(len).ok()?;
-            middles.push((u, (len - 1).max(0) / 2));
+            split.push(u);
         }
     }
     let root = substitute(&mut g, f.root, &map).ok()?;
@@ -174,7 +158,7 @@ fn phase(f: &IndexFn, strides: &[i64], residues: &[i64]) -> Option<IndexFn> {
         .zip(&shape)
         .map(|(&u, &len)| Some((u, i64::try_from(len).ok()? - 1)))
         .collect::<Option<_>>()?;
-    let root = settle(&mut g, root, &middles, &domain)?;
+    let root = settle(&mut g, root, &split, &domain)?;
     let (graph, root) = g.extract(root);
     let name = format!("{}_phase{}", f.name, residues_label(residues));
     Some(IndexFn {
@@ -195,13 +179,14 @@ fn residues_label(residues: &[i64]) -> String {
 }
 
 /// `root` with every sum's bounds made integer where their denominators
-/// divide their coefficients, and every sum that slides with one of the
-/// output indices `middles` (each with the middle of its range) shifted
-/// to follow it.
+/// divide their coefficients, every sum that slides with one of the split
+/// output indices `split` shifted to follow it, and every sum of one term
+/// at each point of `domain` (each variable from 0 to its maximum)
+/// replaced by its term.
 fn settle(
     g: &mut Graph,
     root: NodeId,
-    middles: &[(VarId, i64)],
+    split: &[VarId],
     domain: &HashMap<VarId, i64>,
 ) -> Option<NodeId> {
     let mut map: HashMap<NodeId, NodeId> = HashMap::default();
@@ -221,9 +206,9 @@ fn settle(
             lower: range.lower.iter().map(|b| exact(b, true)).collect(),
             upper: range.upper.iter().map(|b| exact(b, false)).collect(),
         };
-        if let Some((u, c)) = middles
+        if let Some((u, c)) = split
             .iter()
-            .find_map(|&(u, mid)| sliding(&range, u, mid).map(|c| (u, c)))
+            .find_map(|&u| sliding(&range, u, domain.get(&u)? / 2).map(|c| (u, c)))
         {
             // var = var′ + c·u
             let mut with = HashMap::default();
@@ -277,13 +262,13 @@ fn single_point(range: &Range, domain: &HashMap<VarId, i64>) -> Option<i64> {
     };
     for b in &range.lower {
         let (_, hi) = extent(&b.num)?;
-        if -(-hi).div_euclid(b.den) > c {
+        if Integer::div_ceil(&hi, &b.den) > c {
             return None;
         }
     }
     for b in &range.upper {
         let (lo, _) = extent(&b.num)?;
-        if lo.div_euclid(b.den) < c {
+        if Integer::div_floor(&lo, &b.den) < c {
             return None;
         }
     }
@@ -298,9 +283,9 @@ fn exact(b: &RatAffine, lower: bool) -> RatAffine {
     }
     let c = b.num.constant;
     let constant = if lower {
-        -(-c).div_euclid(b.den)
+        Integer::div_ceil(&c, &b.den)
     } else {
-        c.div_euclid(b.den)
+        Integer::div_floor(&c, &b.den)
     };
     RatAffine::integer(Affine {
         terms: b.num.terms.iter().map(|&(v, k)| (v, k / b.den)).collect(),
@@ -315,13 +300,14 @@ fn exact(b: &RatAffine, lower: bool) -> RatAffine {
 fn sliding(range: &Range, u: VarId, mid: i64) -> Option<i64> {
     let mut rate = None;
     for (bounds, lower) in [(&range.lower, true), (&range.upper, false)] {
+        let value = |x| if x == u { mid } else { 0 };
         let at = |b: &RatAffine| {
-            let n = b.num.eval(&|x| if x == u { mid } else { 0 }).unwrap_or(0);
-            if lower {
-                -(-n).div_euclid(b.den)
+            let rounded = if lower {
+                b.eval_ceil(&value)
             } else {
-                n.div_euclid(b.den)
-            }
+                b.eval_floor(&value)
+            };
+            rounded.unwrap_or(0)
         };
         let binding = if lower {
             bounds.iter().max_by_key(|b| at(b))?
@@ -467,7 +453,7 @@ mod tests {
     #[test]
     fn a_weight_gradient_and_a_pool_gradient_are_left_whole() {
         // The taps of a weight gradient fit a constant range: `window`
-        // takes the function as it is.
+        // takes the function as it is (`extract` tries it first).
         let dw = IndexFn::parse_with_sizes(
             "dw[o; c; k] = sum{t}_(max [0; (1 - k)/2])^7 (sum{b}_0^3 (dy[b; o; t] * x[b; c; -1 + k + 2*t]))",
             &[("dy", &[4, 8, 8][..]), ("x", &[4, 8, 16][..])],
@@ -475,6 +461,8 @@ mod tests {
         )
         .unwrap();
         assert!(plan(&dw, Target::Cpu).is_none());
+        let p = plan_function(&dw, DType::F32).unwrap();
+        assert_eq!(p.stages.last().unwrap().route.name(), "gemm", "{p}");
         // No contraction: the loop-level split (`super::residues`) serves.
         let pool = IndexFn::parse_with_sizes(
             "dx[u] = sum{z}_(max [-7; (-1 + -u)/2])^(min [0; (1 + -u)/2]) (dy[-z])",

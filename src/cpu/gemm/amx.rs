@@ -24,7 +24,7 @@
 
 use super::blis::{Operand, Product};
 use super::pack::Index;
-use super::pairs::PairKernel;
+use super::pairs::{Block, PairKernel};
 use std::arch::asm;
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -237,30 +237,12 @@ impl PairKernel for Tiles {
         kl.div_ceil(2).next_multiple_of(STEP)
     }
 
-    unsafe fn pack_a(
-        &self,
-        rows: usize,
-        kl: usize,
-        depth: usize,
-        op: Operand<f32>,
-        r0: usize,
-        pc: usize,
-        dst: *mut u32,
-    ) {
-        pack_a(rows, kl, depth, op, r0, pc, dst)
+    unsafe fn pack_a(&self, k: Block, dst: *mut u32) {
+        pack_a(k.count, k.kl, k.depth, k.op, k.first, k.pc, dst)
     }
 
-    unsafe fn pack_b(
-        &self,
-        cols: usize,
-        kl: usize,
-        depth: usize,
-        op: Operand<f32>,
-        c0: usize,
-        pc: usize,
-        dst: *mut u32,
-    ) {
-        pack_b(cols, kl, depth, op, c0, pc, dst)
+    unsafe fn pack_b(&self, k: Block, dst: *mut u32) {
+        pack_b(k.count, k.kl, k.depth, k.op, k.first, k.pc, dst)
     }
 
     unsafe fn tile(

@@ -16,7 +16,7 @@
 
 use super::blis::{Operand, Product};
 use super::pack::Index;
-use super::pairs::PairKernel;
+use super::pairs::{Block, PairKernel};
 use crate::cpu::wide::Width;
 use std::arch::x86_64::*;
 
@@ -281,30 +281,12 @@ impl PairKernel for Vdp {
         kl.div_ceil(2)
     }
 
-    unsafe fn pack_a(
-        &self,
-        rows: usize,
-        kl: usize,
-        _: usize,
-        op: Operand<f32>,
-        r0: usize,
-        pc: usize,
-        dst: *mut u32,
-    ) {
-        pack_operand(MR, rows, kl, op, r0, pc, dst)
+    unsafe fn pack_a(&self, k: Block, dst: *mut u32) {
+        pack_operand(MR, k.count, k.kl, k.op, k.first, k.pc, dst)
     }
 
-    unsafe fn pack_b(
-        &self,
-        cols: usize,
-        kl: usize,
-        _: usize,
-        op: Operand<f32>,
-        c0: usize,
-        pc: usize,
-        dst: *mut u32,
-    ) {
-        pack_operand(NR, cols, kl, op, c0, pc, dst)
+    unsafe fn pack_b(&self, k: Block, dst: *mut u32) {
+        pack_operand(NR, k.count, k.kl, k.op, k.first, k.pc, dst)
     }
 
     unsafe fn tile(

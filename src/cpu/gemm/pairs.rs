@@ -31,40 +31,19 @@ pub(super) trait PairKernel {
     /// The pairs a packed row of A or column of B holds for `kl` terms.
     fn depth(kl: usize) -> usize;
 
-    /// Packs rows `r0..r0 + rows` of A, terms `pc..pc + kl`, `depth` pairs
-    /// a row, into micro-panels at `dst`.
+    /// Packs `block` of A (its rows) into micro-panels at `dst`.
     ///
     /// # Safety
     ///
     /// The view's elements are readable, `dst` holds the block.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn pack_a(
-        &self,
-        rows: usize,
-        kl: usize,
-        depth: usize,
-        op: Operand<f32>,
-        r0: usize,
-        pc: usize,
-        dst: *mut u32,
-    );
+    unsafe fn pack_a(&self, block: Block, dst: *mut u32);
 
-    /// Packs columns `c0..c0 + cols` of B, as [`PairKernel::pack_a`] packs A's rows.
+    /// Packs `block` of B (its columns), as [`PairKernel::pack_a`] packs A.
     ///
     /// # Safety
     ///
     /// As for [`PairKernel::pack_a`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn pack_b(
-        &self,
-        cols: usize,
-        kl: usize,
-        depth: usize,
-        op: Operand<f32>,
-        c0: usize,
-        pc: usize,
-        dst: *mut u32,
-    );
+    unsafe fn pack_b(&self, block: Block, dst: *mut u32);
 
     /// One micro-tile: `C = alpha·Σ a·b` (added to C when `accumulate`)
     /// over `depth` pairs of the micro-panels at `a` and `b`, its first `m`
@@ -88,6 +67,18 @@ pub(super) trait PairKernel {
         m: usize,
         n: usize,
     );
+}
+
+/// A block of an operand to pack: `count` rows of A (or columns of B)
+/// from `first`, terms `pc..pc + kl`, `depth` pairs each.
+#[derive(Clone, Copy)]
+pub(super) struct Block {
+    pub count: usize,
+    pub kl: usize,
+    pub depth: usize,
+    pub op: Operand<f32>,
+    pub first: usize,
+    pub pc: usize,
 }
 
 thread_local! {
@@ -145,14 +136,22 @@ pub(super) unsafe fn gemm<K: PairKernel>(kernel: &K, kc: usize, p: Product<f32>)
                 let pc = kb * kc;
                 let kl = kc.min(k - pc);
                 let depth = K::depth(kl);
-                kernel.pack_b(nb, kl, depth, b, jc, pc, packed_b);
+                let block = |count, op, first| Block {
+                    count,
+                    kl,
+                    depth,
+                    op,
+                    first,
+                    pc,
+                };
+                kernel.pack_b(block(nb, b, jc), packed_b);
                 let add = p.accumulate || kb > 0;
                 for ic in (0..m).step_by(mc) {
                     let mb = mc.min(m - ic);
                     if !needed(ic + mb, jc) {
                         continue;
                     }
-                    kernel.pack_a(mb, kl, depth, a, ic, pc, packed_a);
+                    kernel.pack_a(block(mb, a, ic), packed_a);
                     let tile = |ir: usize, jr: usize| {
                         let rows = K::MR.min(mb - ir);
                         if !needed(ic + ir + rows, jc + jr) {
