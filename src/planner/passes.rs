@@ -5,8 +5,7 @@
 //!
 //! | # | pass | where |
 //! | --- | --- | --- |
-//! | 0 | (CPU) a strided contraction `window` refuses split by the residue of its output index: a stage per phase (each planned from pass 0), read back by strided copies | `phases` |
-//! | 1 | a convolution-shaped contraction rewritten over constant ranges, its padded or windowed reads cut as stages | `window` |
+//! | 1 | a convolution-shaped contraction rewritten over constant ranges, its padded or windowed reads cut as stages; (CPU) a strided one it refuses split by the residue of its output index, a stage per phase (each planned from pass 1), read back by strided copies | `window`, `phases` |
 //! | 2 | normalise: invariant factors, guards and terms out of sums, sum nests in elimination order, masks factored | `normalize` |
 //! | 3 | cut heavy subexpressions into stages and share equal ones (each cut planned from pass 1) | `extract`, `cut` |
 //! | 4 | cancel equal terms, canonical argument order | `normalize::combine`, `extract::canonical` |
