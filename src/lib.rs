@@ -117,8 +117,8 @@ pub use ops::{
     Generator, LossReduction, Norm, PaddingMode, Pool2d,
 };
 pub use runtime::{
-    plan_cache_capacity, save_policy, set_plan_cache_capacity, stats, SavePolicy, Stats,
-    DEFAULT_PLAN_CAPACITY,
+    plan_cache_capacity, save_policy, set_plan_cache_capacity, set_winograd, stats, winograd,
+    SavePolicy, Stats, DEFAULT_PLAN_CAPACITY,
 };
 pub use tensor::{default_device, explain, set_default_device, Dim, Tensor};
 pub use trace::{no_grad, Explanation, NoGradGuard};

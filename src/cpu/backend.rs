@@ -1,7 +1,8 @@
 //! The CPU backend behind the runtime's [`Backend`] interface.
 //!
 //! Owns [`Cpu`]: compiling a planned route (Cranelift code for its loop
-//! nests, a GEMM contraction, or a host kernel as it is) and the
+//! nests, a GEMM contraction, Winograd's convolution, or a host kernel as
+//! it is) and the
 //! buffer operations on host memory (fill, copy, add). Must not plan: it
 //! compiles exactly the route it is given.
 
@@ -49,6 +50,7 @@ impl Cpu {
                 Some(kernel),
             ),
             Route::Loop(kernel) => (Exec::Jit(shared_code(kernel, dtype)?), Some(kernel)),
+            Route::Winograd(w) => (Exec::Winograd(w.clone()), None),
             Route::Host(h) => (Exec::Host(h.clone()), None),
         };
         Ok(CpuKernel {

@@ -14,6 +14,7 @@ use crate::dtype::{not_computable, Element, Float};
 use crate::kernel::backend::{Executable, Operand, OperandMut};
 use crate::kernel::contraction::Contraction;
 use crate::kernel::host::{DeviceForm, HostKernel, Workers};
+use crate::kernel::winograd::WinogradConv;
 use crate::DType;
 use crate::Error;
 use cranelift_jit::JITModule;
@@ -71,6 +72,8 @@ pub(crate) enum Exec {
     /// argument at the output index only, so it runs in place over the
     /// output: no temporary, no allocation per call.
     GemmThenJit(Contraction, JitCall),
+    /// Winograd's convolution (`super::winograd`).
+    Winograd(WinogradConv),
     /// Rust code over the operands' typed host slices.
     Host(Arc<dyn HostKernel>),
 }
@@ -79,7 +82,7 @@ impl Exec {
     fn code(&self) -> Option<&JitCode> {
         match self {
             Exec::Jit(call) | Exec::GemmThenJit(_, call) => Some(&call.code),
-            Exec::Gemm(_) | Exec::Host(_) => None,
+            Exec::Gemm(_) | Exec::Winograd(_) | Exec::Host(_) => None,
         }
     }
 }
@@ -221,6 +224,12 @@ impl CpuKernel {
                     message: "internal: a host kernel reached the generated-code path".into(),
                 })
             }
+            Exec::Winograd(_) => {
+                return Err(Error::Invalid {
+                    function: "winograd".into(),
+                    message: "internal: Winograd's kernel reached the generated-code path".into(),
+                })
+            }
         }
         Ok(())
     }
@@ -291,6 +300,17 @@ impl Executable for CpuKernel {
                 .map(|o| o.host_in())
                 .collect::<Result<Vec<_>, Error>>()?;
             return h.run(&typed, out.host_out()?, &PoolWorkers);
+        }
+        if let Exec::Winograd(w) = &self.exec {
+            return match out.dtype() {
+                DType::F32 => {
+                    super::winograd::run(w, &slices::<f32>(inputs)?, out.host_slice_mut()?)
+                }
+                DType::F64 => {
+                    super::winograd::run(w, &slices::<f64>(inputs)?, out.host_slice_mut()?)
+                }
+                d => Err(not_computable("winograd", d)),
+            };
         }
         match out.dtype() {
             DType::F32 => self.run_float::<f32>(inputs, out),

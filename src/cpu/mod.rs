@@ -50,6 +50,7 @@ mod vmath;
 mod wide;
 mod wide_loop;
 mod wide_segment;
+mod winograd;
 
 pub use crate::kernel::sharing::{
     dynamic_sizes, run_time_constants, set_run_time_constants, DynamicSizes, SPECIALISE_AFTER,

@@ -629,6 +629,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 kernel,
                 ..
             } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
+            Route::Winograd(_) => Err(self.err(
+                "Winograd's convolution runs on the CPU only (the planner gives a GPU its GEMM routes)",
+            )),
             Route::Host(h) => match h.device_form() {
                 Some(DeviceForm::Block) => Ok(Box::new(BlockKernel(h.clone()))),
                 Some(form) => Ok(Box::new(FormKernel {

@@ -8,7 +8,8 @@
 //! [`Contraction`](contraction::Contraction) a GEMM computes (with its
 //! batch folded into M and N as the CPU's GEMM runs it, `fold`), the
 //! host-kernel interface (`host`, with its conversions between f32 and
-//! bf16 over slices, `bf16_slices`), the vector width [`LANES`], and the
+//! bf16 over slices, `bf16_slices`), the Winograd convolution a CPU runs
+//! (`winograd`), the vector width [`LANES`], and the
 //! [`Backend`](backend::Backend) interface itself with its operands. Every
 //! backend consumes this IR: the Cranelift CPU backend (`crate::cpu`) and
 //! the PTX backend (`crate::gpu`). It must therefore stay free of any
@@ -66,6 +67,7 @@ mod print;
 pub mod route;
 pub(crate) mod sharing;
 pub mod strided;
+pub mod winograd;
 
 pub use lower::lower;
 pub use route::{Route, RouteKind};

@@ -1,13 +1,15 @@
 //! How a backend runs one stage: the route the planner chose, as data.
 //!
 //! Owns [`Route`] (a GEMM, a GEMM then an element-wise loop nest over its
-//! output, a loop nest, or Rust code on the host) and [`RouteKind`], its
+//! output, a loop nest, Winograd's convolution, or Rust code on the host)
+//! and [`RouteKind`], its
 //! name. The planner decides the route (`crate::planner::route`); every
 //! backend runs exactly the route it is given. Must not decide or run
 //! anything.
 
 use super::contraction::Contraction;
 use super::host::HostKernel;
+use super::winograd::WinogradConv;
 use super::Kernel;
 use crate::symbolic::IndexFn;
 use crate::DType;
@@ -34,6 +36,9 @@ pub enum Route {
     /// A loop nest computing the function, lowered and planned for the
     /// backend's target.
     Loop(Kernel),
+    /// A 3×3 stride-1 convolution by Winograd's F(2×2, 3×3), opt in
+    /// (`crate::planner::winograd`): the CPU runs it, no GPU is given one.
+    Winograd(WinogradConv),
     /// Rust code on the host (a data-dependent stage, see
     /// [`super::host`]): the stage's function only describes its shapes.
     Host(Arc<dyn HostKernel>),
@@ -41,13 +46,15 @@ pub enum Route {
 
 impl Route {
     /// `"gemm"`, `"gemm+loop"`, `"loop"`, `"block loop"` (a block of
-    /// threads per output, `Kernel::threads_per_output`) or `"host"`.
+    /// threads per output, `Kernel::threads_per_output`), `"winograd"` or
+    /// `"host"`.
     pub fn name(&self) -> &'static str {
         match self {
             Route::Gemm(_) => "gemm",
             Route::GemmThenLoop { .. } => "gemm+loop",
             Route::Loop(k) if k.threads_per_output > 1 => "block loop",
             Route::Loop(_) => "loop",
+            Route::Winograd(_) => "winograd",
             Route::Host(_) => "host",
         }
     }
@@ -58,6 +65,7 @@ impl Route {
             Route::Gemm(_) => RouteKind::Gemm,
             Route::GemmThenLoop { .. } => RouteKind::GemmThenJit,
             Route::Loop(_) => RouteKind::Jit,
+            Route::Winograd(_) => RouteKind::Winograd,
             Route::Host(_) => RouteKind::Host,
         }
     }
@@ -69,7 +77,7 @@ impl Route {
         match self {
             Route::Host(h) => h.out_dtype().unwrap_or(dtype),
             Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } => k.buffers.out_dtype(dtype),
-            Route::Gemm(_) => dtype,
+            Route::Gemm(_) | Route::Winograd(_) => dtype,
         }
     }
 }
@@ -85,6 +93,8 @@ pub enum RouteKind {
     /// A contraction, then generated code for the element-wise work
     /// around it (its epilogue, run in place over the output).
     GemmThenJit,
+    /// Winograd's convolution (transforms around GEMMs).
+    Winograd,
     /// Rust code on the host (gathers by integer ids and their gradients).
     Host,
 }
@@ -95,6 +105,7 @@ impl fmt::Display for RouteKind {
             RouteKind::Jit => "jit",
             RouteKind::Gemm => "gemm",
             RouteKind::GemmThenJit => "gemm+jit",
+            RouteKind::Winograd => "winograd",
             RouteKind::Host => "host",
         })
     }

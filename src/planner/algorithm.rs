@@ -52,6 +52,14 @@ pub fn algorithm(stage: &Stage, target: Target) -> String {
         Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } => gemm(c, target),
         Route::Host(_) => "host code".into(),
         Route::Loop(_) => looped(&stage.f, target).into(),
+        Route::Winograd(w) => {
+            let [n, o, c, ..] = w.sizes();
+            let (th, tw) = w.tiles();
+            format!(
+                "Winograd F(2×2, 3×3): 16 × ({o}×{}×{c}) over 2×2 tiles, transforms around the products",
+                n * th * tw
+            )
+        }
     }
 }
 

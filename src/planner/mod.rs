@@ -21,6 +21,7 @@
 //! | `gpu_stages` | where the GPU's two rewrites (below) are applied as stages are added |
 //! | `split_sums` | a long sum with few outputs on the GPU: block partial sums, then their combine, as two stages |
 //! | `route`, `contraction`, `epilogue` | how each stage runs: GEMM, GEMM then a loop, or a loop nest |
+//! | `winograd` | (opt in) a 3×3 stride-1 convolution by Winograd's F(2×2, 3×3) on the CPU |
 //! | `passes` | the passes in order: the stage pipeline, and the loop passes per target |
 //! | `algorithm` | nothing: it names what a planned stage runs (implicit GEMM, im2col, phases by residue, ...) for `explain` |
 //! | `reorder`, `peel`, `vectorize`, `blocked_sums` | the loop nest's order, its peeled boundaries, its vector loops, its accurate long f32 sums |
@@ -51,6 +52,7 @@ pub(crate) mod spread;
 pub mod tile;
 pub mod vectorize;
 mod window;
+pub mod winograd;
 
 pub use node::{plan_node, plan_node_for, NodePlan};
 pub use normalize::normalize;

@@ -70,6 +70,12 @@ impl Stage {
                 ..
             } => ((contraction.flops() / 2) as u64).saturating_add(kernel.total_cost()),
             Route::Loop(kernel) => kernel.total_cost(),
+            // The products, and 16 values per tile and channel transformed.
+            Route::Winograd(w) => {
+                let [n, o, c, ..] = w.sizes();
+                let (th, tw) = w.tiles();
+                (w.product_flops() / 2 + 16 * n * th * tw * (c + o)) as u64
+            }
             // One pass over the output (gathers, segmented sums).
             Route::Host(_) => self.len() as u64,
         }

@@ -1,5 +1,6 @@
 //! How one stage runs: as a GEMM, as a GEMM followed by a fused
-//! element-wise epilogue, or as a loop nest.
+//! element-wise epilogue, as a loop nest, or (opt in, on the CPU) as
+//! Winograd's convolution.
 //!
 //! Owns [`route`] and [`route_for`], the decision every backend obeys: a
 //! contraction big enough to pay for a GEMM call goes to GEMM (alone, or
@@ -92,6 +93,12 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     // loop kernel is a column sum, split as one, `super::split_sums`).
     let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
     let runs = |c: &Contraction| worth_gemm(c, target) && (target == Target::Cpu || on_gpu(c));
+    // Winograd's convolution, where the user turned it on (CPU only).
+    if target == Target::Cpu && dtype.kernels_compute_in() && super::winograd::enabled() {
+        if let Some(w) = super::winograd::plan(f) {
+            return Ok(Route::Winograd(w));
+        }
+    }
     // (A diagonal factor, which BLAS lacks, leaves a GPU no `blas` plan.)
     if let Some(plan) = contraction::detect_scaled(f) {
         if runs(&plan) {

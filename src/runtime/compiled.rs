@@ -78,7 +78,7 @@ impl CompiledKernel {
         let code = backend.compile(route, dtype)?;
         let kernel = match route {
             Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
-            Route::Gemm(_) | Route::Host(_) => crate::kernel::lower(f)?,
+            Route::Gemm(_) | Route::Winograd(_) | Route::Host(_) => crate::kernel::lower(f)?,
         };
         let arg_dtypes: Vec<DType> = (0..f.args().len())
             .map(|a| kernel.buffers.arg_dtype(a, dtype))

@@ -188,6 +188,11 @@ pub(crate) fn compile_stage(
             key.hash ^= 0xBF16_BF16_0000_0001 ^ half as u64;
         }
     }
+    // Winograd's convolution is another kernel than the same function's
+    // GEMM (`crate::planner::winograd`).
+    if let Route::Winograd(_) = route {
+        mark_winograd(&mut key);
+    }
     // Half buffers are another kernel than the same function's
     // (`Kernel::buffers`).
     if let Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } = route {
@@ -206,6 +211,12 @@ pub(crate) fn compile_stage(
     })
 }
 
+/// `key` made the key of a function's Winograd kernel.
+fn mark_winograd(key: &mut crate::kernel::key::StructuralKey) {
+    key.bytes.extend_from_slice(b"\0winograd");
+    key.hash ^= 0x3A3A_5757_0000_0003;
+}
+
 /// Plans the route of the one function `f` for `backend`'s target and
 /// compiles it, through the kernel cache (the same key as
 /// [`compile_stage`]: a stage equal to a function compiled before is a
@@ -215,7 +226,13 @@ pub(crate) fn compile_function(
     dtype: DType,
     backend: &'static dyn Backend,
 ) -> Result<Arc<CompiledKernel>, Error> {
-    let key = crate::kernel::key::structural_key(f);
+    let mut key = crate::kernel::key::structural_key(f);
+    let winograd = crate::planner::winograd::enabled()
+        && backend.target() == crate::kernel::backend::Target::Cpu
+        && crate::planner::winograd::plan(f).is_some();
+    if winograd {
+        mark_winograd(&mut key);
+    }
     get_or_compile(key, dtype, backend.device(), || {
         f.check_bounds()?;
         let route = crate::planner::route_for(f, dtype, backend.target())?;

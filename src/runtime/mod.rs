@@ -12,6 +12,7 @@
 //! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs |
 //! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device), its statistics, compiling a stage or a function through it |
 //! | `fusion` | the switch fusion obeys, forward and backward ([`set_fusion`], [`fusion`]) |
+//! | `winograd` | the switch for Winograd's convolution ([`set_winograd`]), which drops the plans made under the other setting |
 //! | `exec` | running kernels and programs on storages, the device check of every run |
 //! | `storage` | `Storage`: the memory behind tensors, on any device, every method by device |
 //! | `observe` | the kernel observer (hidden, feature `cuda`) |
@@ -36,6 +37,7 @@ pub mod observe;
 pub(crate) mod op_plan;
 mod save_policy;
 pub(crate) mod storage;
+mod winograd;
 
 pub use compiled::CompiledKernel;
 pub use fusion::{fusion, set_fusion};
@@ -45,6 +47,7 @@ pub use op_plan::{
 pub(crate) use save_policy::policy_for;
 pub use save_policy::{save_policy, SavePolicy};
 pub(crate) use storage::Storage;
+pub use winograd::{set_winograd, winograd};
 
 use crate::alloc::Device;
 use crate::kernel::backend::Backend;

@@ -153,6 +153,11 @@ pub fn set_plan_cache_capacity(plans: usize) {
     evict_plans();
 }
 
+/// Drops every op plan (a setting the plans depend on changed).
+pub(crate) fn clear_plans() {
+    PLANS.clear();
+}
+
 /// The op-plan cache's capacity.
 pub fn plan_cache_capacity() -> usize {
     PLAN_CAPACITY.load(Relaxed)

@@ -45,7 +45,7 @@ pub(super) type KernelFn<T> = unsafe fn(
 
 /// A micro-kernel and the blocking it is run with.
 #[derive(Clone, Copy)]
-pub(super) struct Kernel<T> {
+pub(crate) struct Kernel<T> {
     /// Rows and columns of the register tile.
     pub mr: usize,
     pub nr: usize,
@@ -60,7 +60,7 @@ pub(super) struct Kernel<T> {
 }
 
 /// The element types the GEMM runs: f32 and f64.
-pub(super) trait Float:
+pub(crate) trait Float:
     Element + PartialEq + Add<Output = Self> + Mul<Output = Self>
 {
     /// The kernels at `width`: the wide one, and the narrow one for

@@ -65,7 +65,7 @@ mod tests;
 mod x86;
 
 use blis::{Operand, Product};
-use kernels::Float;
+pub(crate) use kernels::Float;
 use pack::Index;
 
 use crate::dtype::{DType, Element};
@@ -83,6 +83,53 @@ pub(crate) fn oriented(c: &Contraction) -> Contraction {
     } else {
         c.clone()
     }
+}
+
+/// `C = alpha · A · B` on this thread, for A of `m × k` (element `(i, p)`
+/// at `a + i·rs_a + p·cs_a`), B of `k × n` (element `(p, j)` at `b +
+/// p·rs_b + j·cs_b`) and a row-major C of `m × n` at `c`, its rows `ldc`
+/// apart: the product of kernels built around GEMMs (`super::winograd`).
+/// Its blocks of K, hence its rounding, depend on `n` and `k` only.
+///
+/// # Safety
+///
+/// Every element of the three views is valid (C's for writes), C
+/// overlaps neither factor, and `m, n, k ≥ 1`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn product<T: Float>(
+    [m, n, k]: [usize; 3],
+    alpha: T,
+    a: *const T,
+    [rs_a, cs_a]: [isize; 2],
+    b: *const T,
+    [rs_b, cs_b]: [isize; 2],
+    c: *mut T,
+    ldc: isize,
+) {
+    let kernel = T::kernel_for(n);
+    let kc = blis::k_block(&kernel, n, k);
+    let operand = |ptr, rows, k| Operand {
+        ptr,
+        rows: Index::Stride(rows),
+        k: Index::Stride(k),
+        packed: std::ptr::null(),
+    };
+    let p = Product {
+        m,
+        n,
+        k,
+        alpha,
+        a: operand(a, rs_a, cs_a),
+        b: operand(b, cs_b, rs_b),
+        diag: None,
+        c,
+        rs_c: ldc,
+        cs_c: 1,
+        accumulate: false,
+        lower: None,
+    };
+    // SAFETY: as the caller promises.
+    unsafe { blis::gemm(&kernel, kc, p) }
 }
 
 /// Products of bf16 operands of fewer terms `m·n·k` than this run with

@@ -1,0 +1,431 @@
+//! The transforms of Winograd's F(2×2, 3×3): `Bᵀ d B` of the image's
+//! 4×4 patches and `Aᵀ M A` of the products, along a tile row.
+//!
+//! Owns [`input_tile`] and [`output_tile`] (written once, for single
+//! values and for runs of tiles, [`Lanes`]), and the loops over one
+//! block's tile rows ([`transform_input`], [`transform_output`]): runs of
+//! 16 tiles through the host's own kernel where it has one
+//! (`super::x86`, AVX-512 f32: a run's columns de-interleaved by permutes),
+//! else runs of 16 and 4 tiles as plain loops compiled at the host's
+//! width, then one tile at a time at the edges (zeros past the image,
+//! outputs past the edge not written). Every path computes each value by
+//! the same additions in the same order, so all give the same bits. Must
+//! not choose blocks (`super`) nor compute products.
+
+use super::{Geometry, Shared, WinogradFloat};
+use crate::kernel::winograd::WinogradConv;
+use std::ops::{Add, Sub};
+
+/// A kernel transforming the patches of 16 tiles: the patch rows' starts
+/// (at the run's first column), where `ξ = 0` of the first tile goes, and
+/// the distance between two values `ξ` of one tile.
+pub(super) type InputRun<T> = unsafe fn(rows: [*const T; 4], dst: *mut T, stride: usize);
+
+/// A kernel writing the outputs of 16 tiles: where `ξ = 0` of the first
+/// tile's products lies, the distance between two values `ξ`, and the
+/// two output rows' starts (at the run's first column; unit column
+/// stride).
+pub(super) type OutputRun<T> = unsafe fn(m: *const T, stride: usize, rows: [*mut T; 2]);
+
+/// `$wide` and `$narrow`: `$inner` compiled for AVX-512 and for AVX2.
+/// The transforms are loops of additions over runs of tiles, which the
+/// compiler vectorises at the width it may use; an addition rounds the
+/// same at every width, so the results do not depend on it.
+macro_rules! at_widths {
+    ($inner:ident: $wide:ident, $narrow:ident, ($($arg:ident: $ty:ty),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        #[allow(unused_unsafe)] // (one transform is safe, the other not)
+        pub(super) unsafe fn $wide<T: WinogradFloat>($($arg: $ty),*) {
+            // SAFETY: forwarded from the caller.
+            unsafe { $inner($($arg),*) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        #[allow(unused_unsafe)]
+        pub(super) unsafe fn $narrow<T: WinogradFloat>($($arg: $ty),*) {
+            // SAFETY: forwarded from the caller.
+            unsafe { $inner($($arg),*) }
+        }
+    };
+}
+
+at_widths!(transform_input: input_avx512, input_avx2, (
+    w: &WinogradConv, image: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, v: &mut [T]
+));
+at_widths!(transform_output: output_avx512, output_avx2, (
+    w: &WinogradConv, m: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, out: Shared<T>
+));
+
+/// Tiles transformed together along a tile row: a vector of f32 on
+/// AVX-512, then a narrower one for short rows.
+const WIDE: usize = 16;
+const NARROW: usize = 4;
+
+/// One value per tile of a run of `L` tiles, added and subtracted lane by
+/// lane (the transforms below run on single values and on these alike).
+#[derive(Clone, Copy)]
+struct Lanes<T, const L: usize>([T; L]);
+
+impl<T: WinogradFloat, const L: usize> Add for Lanes<T, L> {
+    type Output = Self;
+    #[inline(always)]
+    fn add(mut self, b: Self) -> Self {
+        for l in 0..L {
+            self.0[l] = self.0[l] + b.0[l];
+        }
+        self
+    }
+}
+
+impl<T: WinogradFloat, const L: usize> Sub for Lanes<T, L> {
+    type Output = Self;
+    #[inline(always)]
+    fn sub(mut self, b: Self) -> Self {
+        for l in 0..L {
+            self.0[l] = self.0[l] - b.0[l];
+        }
+        self
+    }
+}
+
+/// `Bᵀ d B` of a 4×4 patch, as the 16 values of the transformed tile.
+#[inline(always)]
+pub(super) fn input_tile<V: Copy + Add<Output = V> + Sub<Output = V>>(d: [[V; 4]; 4]) -> [V; 16] {
+    // Bᵀ's rows: d0 − d2, d1 + d2, d2 − d1, d1 − d3 (`B_T`), down the
+    // columns and then along the rows.
+    let down = |j: usize| {
+        [
+            d[0][j] - d[2][j],
+            d[1][j] + d[2][j],
+            d[2][j] - d[1][j],
+            d[1][j] - d[3][j],
+        ]
+    };
+    let cols = [down(0), down(1), down(2), down(3)];
+    let mut v = [d[0][0]; 16];
+    for r in 0..4 {
+        v[r * 4] = cols[0][r] - cols[2][r];
+        v[r * 4 + 1] = cols[1][r] + cols[2][r];
+        v[r * 4 + 2] = cols[2][r] - cols[1][r];
+        v[r * 4 + 3] = cols[1][r] - cols[3][r];
+    }
+    v
+}
+
+/// `Aᵀ M A` of a transformed tile, as the 2×2 outputs.
+#[inline(always)]
+pub(super) fn output_tile<V: Copy + Add<Output = V> + Sub<Output = V>>(m: [V; 16]) -> [[V; 2]; 2] {
+    // Aᵀ's rows: m0 + m1 + m2 and m1 − m2 − m3 (`A_T`).
+    let down = |j: usize| [m[j] + m[4 + j] + m[8 + j], m[4 + j] - m[8 + j] - m[12 + j]];
+    let cols = [down(0), down(1), down(2), down(3)];
+    let mut y = [[m[0]; 2]; 2];
+    for (a, row) in y.iter_mut().enumerate() {
+        row[0] = cols[0][a] + cols[1][a] + cols[2][a];
+        row[1] = cols[1][a] - cols[2][a] - cols[3][a];
+    }
+    y
+}
+
+/// The transformed patches of image `n`'s tile rows `ty` into `v`, as
+/// `V_ξ[c; t]` (ξ's slabs `geo.v_slab` apart, then channel, then the
+/// block's tile `t`).
+#[inline(always)]
+pub(super) fn transform_input<T: WinogradFloat>(
+    w: &WinogradConv,
+    image: &[T],
+    geo: &Geometry,
+    n: usize,
+    ty: std::ops::Range<usize>,
+    v: &mut [T],
+) {
+    let tiles = ty.len() * geo.tw;
+    let fast = T::input_run();
+    let (hi, wi) = (geo.h + 2, geo.w + 2);
+    let (sy, sx) = (w.rows.image, w.cols.image);
+    // Tiles whose patch lies wholly inside the image's columns
+    // (`2·t + 3 < w + 2`).
+    let full = geo.w / 2;
+    for c in 0..geo.c {
+        let plane = w.image_base + n as isize * w.batch.image + c as isize * w.in_channels.image;
+        for (r, y) in ty.clone().enumerate() {
+            let top = 2 * y;
+            let first = plane + top as isize * sy;
+            let row = |i: usize| first + i as isize * sy;
+            // The transformed tile `t0 + tx` of channel `c`, value `ξ`.
+            let at = |xi: usize, tx: usize| xi * geo.v_slab + c * tiles + r * geo.tw + tx;
+            // The rows of the patch inside the image.
+            let rows_in = (hi - top).min(4);
+            let mut tx = 0;
+            if rows_in == 4 {
+                let rows = [row(0), row(1), row(2), row(3)];
+                if let (Some(run), 1) = (fast, sx) {
+                    while tx + 16 <= full {
+                        // SAFETY: the patches of tiles `tx..tx + 16` lie
+                        // in the image (`super::in_bounds` checked its
+                        // extent, `full` keeps them inside its columns),
+                        // their values in `v`.
+                        unsafe {
+                            let from = rows.map(|r| image.as_ptr().offset(r + 2 * tx as isize));
+                            run(from, v.as_mut_ptr().add(at(0, tx)), geo.v_slab);
+                        }
+                        tx += 16;
+                    }
+                }
+                tx = input_runs::<T, WIDE>(image, rows, sx, tx, full, &mut |xi, t| at(xi, t), v);
+                tx = input_runs::<T, NARROW>(image, rows, sx, tx, full, &mut |xi, t| at(xi, t), v);
+            }
+            // The rest, one tile at a time, zeros past the image.
+            let load = |i: usize, x: usize| -> T {
+                if i < rows_in && x < wi {
+                    image[(row(i) + x as isize * sx) as usize]
+                } else {
+                    T::from_f64(0.0)
+                }
+            };
+            for tx in tx..geo.tw {
+                let d = [0, 1, 2, 3].map(|i| [0, 1, 2, 3].map(|j| load(i, 2 * tx + j)));
+                for (xi, value) in input_tile(d).into_iter().enumerate() {
+                    v[at(xi, tx)] = value;
+                }
+            }
+        }
+    }
+}
+
+/// The tiles from `tx` on, in runs of `L` below `end`, whose patch rows
+/// start at offsets `rows` of `image`, columns `sx` apart, transformed
+/// into `v` (`at(ξ, tile)`: where a value goes; a run's values are
+/// adjacent). Returns the first tile left.
+#[inline(always)]
+fn input_runs<T: WinogradFloat, const L: usize>(
+    image: &[T],
+    rows: [isize; 4],
+    sx: isize,
+    mut tx: usize,
+    end: usize,
+    at: &mut dyn FnMut(usize, usize) -> usize,
+    v: &mut [T],
+) -> usize {
+    while tx + L <= end {
+        // (Loops, not `array::map`: those closures are not inlined.)
+        let mut d = [[Lanes([T::from_f64(0.0); L]); 4]; 4];
+        for (i, &row) in rows.iter().enumerate() {
+            if sx == 1 {
+                // Two columns per tile: the run's columns, read once.
+                let start = (row + 2 * tx as isize) as usize;
+                let seg = &image[start..start + 2 * L + 2];
+                for (j, lanes) in d[i].iter_mut().enumerate() {
+                    for l in 0..L {
+                        lanes.0[l] = seg[2 * l + j];
+                    }
+                }
+            } else {
+                for (j, lanes) in d[i].iter_mut().enumerate() {
+                    for l in 0..L {
+                        lanes.0[l] = image[(row + (2 * (tx + l) + j) as isize * sx) as usize];
+                    }
+                }
+            }
+        }
+        for (xi, value) in input_tile(d).into_iter().enumerate() {
+            let start = at(xi, tx);
+            v[start..start + L].copy_from_slice(&value.0);
+        }
+        tx += L;
+    }
+    tx
+}
+
+/// Writes the outputs of image `n`'s tile rows `ty` from the block's
+/// products `m` (`M_ξ[o; t]`, ξ's slabs `geo.m_slab` apart).
+///
+/// # Safety
+///
+/// `out` is the output buffer, every output of these tiles is in it
+/// (`in_bounds`) and no other thread writes them meanwhile.
+#[inline(always)]
+pub(super) unsafe fn transform_output<T: WinogradFloat>(
+    w: &WinogradConv,
+    m: &[T],
+    geo: &Geometry,
+    n: usize,
+    ty: std::ops::Range<usize>,
+    out: Shared<T>,
+) {
+    let tiles = ty.len() * geo.tw;
+    let fast = T::output_run();
+    let (oy, ox) = (w.rows.out, w.cols.out);
+    // Tiles whose 2×2 outputs all lie inside the output's columns.
+    let full = geo.w / 2;
+    for o in 0..geo.o {
+        let plane = n as isize * w.batch.out + o as isize * w.out_channels.out;
+        for (r, y) in ty.clone().enumerate() {
+            let t0 = r * geo.tw;
+            let top = plane + 2 * y as isize * oy;
+            let rows_out = (geo.h - 2 * y).min(2);
+            let at = |xi: usize, tx: usize| xi * geo.m_slab + o * tiles + t0 + tx;
+            let mut tx = 0;
+            if rows_out == 2 {
+                let rows = [top, top + oy];
+                if let (Some(run), 1) = (fast, ox) {
+                    while tx + 16 <= full {
+                        let dst = rows.map(|r| unsafe { out.0.offset(r + 2 * tx as isize) });
+                        // SAFETY: as the caller promises; `full` keeps the
+                        // tiles' outputs inside the output's columns.
+                        unsafe { run(m.as_ptr().add(at(0, tx)), geo.m_slab, dst) };
+                        tx += 16;
+                    }
+                }
+                // SAFETY: as the caller promises.
+                unsafe {
+                    tx = output_runs::<T, WIDE>(m, &at, tx, full, rows, ox, out);
+                    tx = output_runs::<T, NARROW>(m, &at, tx, full, rows, ox, out);
+                }
+            }
+            for tx in tx..geo.tw {
+                let values = output_tile(std::array::from_fn(|xi| m[at(xi, tx)]));
+                let cols_out = (geo.w - 2 * tx).min(2);
+                for (a, row) in values.iter().enumerate().take(rows_out) {
+                    for (b, &value) in row.iter().enumerate().take(cols_out) {
+                        let at = top + a as isize * oy + (2 * tx + b) as isize * ox;
+                        // SAFETY: as the caller promises.
+                        unsafe { *out.0.offset(at) = value };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes the 2×2 outputs of the tiles from `tx` on, in runs of `L` below
+/// `end`, from the products `m` (`at(ξ, tile)`: where a value lies; a
+/// run's values are adjacent) into the two output rows at offsets `rows`
+/// of `out`, columns `ox` apart. Returns the first tile left.
+///
+/// # Safety
+///
+/// As for [`transform_output`].
+#[inline(always)]
+unsafe fn output_runs<T: WinogradFloat, const L: usize>(
+    m: &[T],
+    at: &dyn Fn(usize, usize) -> usize,
+    mut tx: usize,
+    end: usize,
+    rows: [isize; 2],
+    ox: isize,
+    out: Shared<T>,
+) -> usize {
+    while tx + L <= end {
+        let mut tile = [Lanes([T::from_f64(0.0); L]); 16];
+        for (xi, lanes) in tile.iter_mut().enumerate() {
+            let start = at(xi, tx);
+            lanes.0.copy_from_slice(&m[start..start + L]);
+        }
+        let values = output_tile(tile);
+        for (row, pair) in rows.iter().zip(values) {
+            // SAFETY: as the caller promises.
+            unsafe {
+                let first = out.0.offset(row + (2 * tx) as isize * ox);
+                if ox == 1 {
+                    let dst = std::slice::from_raw_parts_mut(first, 2 * L);
+                    for l in 0..L {
+                        dst[2 * l] = pair[0].0[l];
+                        dst[2 * l + 1] = pair[1].0[l];
+                    }
+                } else {
+                    for l in 0..L {
+                        *first.offset(2 * l as isize * ox) = pair[0].0[l];
+                        *first.offset((2 * l + 1) as isize * ox) = pair[1].0[l];
+                    }
+                }
+            }
+        }
+        tx += L;
+    }
+    tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::winograd::{A_T, B_T};
+
+    #[test]
+    fn the_transforms_are_the_constant_matrices() {
+        // Bᵀ d B against the matrices, for a patch of distinct values.
+        let d: [[f64; 4]; 4] = std::array::from_fn(|i| {
+            std::array::from_fn(|j| (i * 7 + j * 3) as f64 + 0.25 * (i * j) as f64)
+        });
+        let v = input_tile(d);
+        for r in 0..4 {
+            for s in 0..4 {
+                let want: f64 = (0..4)
+                    .flat_map(|i| (0..4).map(move |j| (i, j)))
+                    .map(|(i, j)| B_T[r][i] * d[i][j] * B_T[s][j])
+                    .sum();
+                assert_eq!(v[r * 4 + s], want);
+            }
+        }
+        let m: [f64; 16] = std::array::from_fn(|k| (k * k) as f64 - 3.5);
+        let y = output_tile(m);
+        for a in 0..2 {
+            for b in 0..2 {
+                let want: f64 = (0..16).map(|k| A_T[a][k / 4] * m[k] * A_T[b][k % 4]).sum();
+                assert_eq!(y[a][b], want);
+            }
+        }
+    }
+
+    /// Values with all kinds of mantissas (so that any change in the
+    /// order of the additions shows in the bits).
+    fn noise(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state as f32 / u32::MAX as f32 - 0.5) * 3.0
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_host_kernels_give_the_portable_bits() {
+        use crate::cpu::wide::Width;
+        if Width::supported() != Width::Avx512 {
+            eprintln!("skipped: no AVX-512 on this host");
+            return;
+        }
+        // Input: four rows of 40 columns, 16 tiles from column 2·3.
+        let image = noise(160, 7);
+        let rows = [0, 40, 80, 120];
+        let (tx, stride) = (3, 19);
+        let mut fast = vec![0.0f32; 16 * stride + 16];
+        let mut portable = fast.clone();
+        // SAFETY: the four rows hold columns 6..40, `fast` the 16 runs.
+        unsafe {
+            let from = rows.map(|r: isize| image.as_ptr().offset(r + 2 * tx as isize));
+            super::super::x86::input_run(from, fast.as_mut_ptr(), stride);
+        }
+        let mut at = |xi: usize, t: usize| xi * stride + t - tx;
+        input_runs::<f32, 16>(&image, rows, 1, tx, tx + 16, &mut at, &mut portable);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fast), bits(&portable));
+        assert!(fast.iter().any(|&x| x != 0.0));
+        // Output: 16 tiles' products, into two rows of 32 columns.
+        let m = noise(16 * stride + 16, 11);
+        let mut fast = vec![0.0f32; 64];
+        let mut portable = fast.clone();
+        // SAFETY: `m` holds the 16 runs, the outputs two rows of 32.
+        unsafe {
+            let rows = [fast.as_mut_ptr(), fast.as_mut_ptr().add(32)];
+            super::super::x86::output_run(m.as_ptr(), stride, rows);
+            let at = |xi: usize, t: usize| xi * stride + t;
+            output_runs::<f32, 16>(&m, &at, 0, 16, [0, 32], 1, Shared(portable.as_mut_ptr()));
+        }
+        assert_eq!(bits(&fast), bits(&portable));
+    }
+}

@@ -1,0 +1,279 @@
+//! Winograd's F(2×2, 3×3) for 3×3 stride-1 convolutions, opt in.
+//!
+//! Owns the switch ([`set_enabled`], [`enabled`]; the user's is
+//! `tenjin::set_winograd`) and [`plan`]: the recognition, on an index
+//! function, of a 3×3 stride-1 two-dimensional convolution over constant
+//! ranges (what `window` leaves of a padded `conv2d`, its input gradient,
+//! or a hand-written line), as a [`WinogradConv`]. It reads the function's
+//! contraction (`contraction::detect`) and sorts its dimensions by where
+//! they index:
+//!
+//! | dimension | image | weights | output | sum |
+//! | --- | --- | --- | --- | --- |
+//! | batch `n` | yes | no | yes | no |
+//! | output channel `o` | no | yes | yes | no |
+//! | input channel `c` | yes | yes | no | yes |
+//! | rows `y`, columns `x` | yes | no | yes | no |
+//! | taps `ky`, `kx` (3 each) | ± the stride of `y`, `x` | yes | no | yes |
+//!
+//! A tap whose image stride is minus its position's (an input gradient's
+//! flipped filter, `dy[u − k]`) is read as `2 − k`. Anything else (other
+//! filter sizes, a stride, a dilation, a guard left in the function, few
+//! channels) is not Winograd's, and keeps its GEMM.
+//!
+//! **Off by default.** The transforms add and subtract, so results differ
+//! from the direct sum by rounding (measured: `BENCHMARKS.md`); exact
+//! results and bitwise reproducibility across releases of the algorithm
+//! choice hold unless the user asks. Within one setting, results are still
+//! bitwise identical at every thread count. The CPU runs it; a GPU keeps
+//! its GEMM routes. Must not run anything.
+
+use super::contraction;
+use crate::kernel::contraction::Dim;
+use crate::kernel::winograd::{Axis, WinogradConv};
+use crate::symbolic::IndexFn;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+/// Channels (input and output) below which the transforms cost more than
+/// the products save.
+pub const MIN_CHANNELS: usize = 8;
+
+/// 0: the default (`TENJIN_WINOGRAD`, else off); 1 on; 2 off.
+static SETTING: AtomicU8 = AtomicU8::new(0);
+
+/// Turns Winograd's algorithm on or off for the plans made from now on
+/// (the runtime's `tenjin::set_winograd` also drops the plans made before).
+pub fn set_enabled(on: bool) {
+    SETTING.store(if on { 1 } else { 2 }, Relaxed);
+}
+
+/// Whether 3×3 stride-1 convolutions are planned with Winograd's
+/// algorithm on the CPU: as set by [`set_enabled`], else as the
+/// environment variable `TENJIN_WINOGRAD` (`1`) says, else off.
+pub fn enabled() -> bool {
+    static FROM_ENV: OnceLock<bool> = OnceLock::new();
+    match SETTING.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => *FROM_ENV.get_or_init(|| std::env::var("TENJIN_WINOGRAD").as_deref() == Ok("1")),
+    }
+}
+
+/// `f` as a Winograd convolution, when it is a 3×3 stride-1 convolution
+/// over constant ranges with at least [`MIN_CHANNELS`] input and output
+/// channels (see the module documentation), whatever the switch says.
+///
+/// ```
+/// use tenjin::planner::winograd::plan;
+/// use tenjin::symbolic::IndexFn;
+/// let conv = IndexFn::parse_with_sizes(
+///     "y[n; o; i; j] = sum{c}_0^15 (sum{a}_0^2 (sum{b}_0^2 (x[n; c; i + a; j + b] * w[o; c; a; b])))",
+///     &[("x", &[2, 16, 10, 10][..]), ("w", &[8, 16, 3, 3][..])],
+///     &[("i", 8), ("j", 8)])?;
+/// let w = plan(&conv).expect("a 3x3 stride-1 convolution");
+/// assert_eq!(w.sizes(), [2, 8, 16, 8, 8]);
+/// let strided = IndexFn::parse_with_sizes(
+///     "y[n; o; i; j] = sum{c}_0^15 (sum{a}_0^2 (sum{b}_0^2 (x[n; c; 2*i + a; j + b] * w[o; c; a; b])))",
+///     &[("x", &[2, 16, 17, 10][..]), ("w", &[8, 16, 3, 3][..])],
+///     &[("i", 8), ("j", 8)])?;
+/// assert!(plan(&strided).is_none());
+/// # Ok::<(), tenjin::Error>(())
+/// ```
+pub fn plan(f: &IndexFn) -> Option<WinogradConv> {
+    let c = contraction::detect(f)?;
+    if c.diag.is_some() || c.accumulate.is_some() || !c.scale.is_finite() {
+        return None;
+    }
+    let dims: Vec<Dim> = c
+        .batch
+        .iter()
+        .chain([&c.m, &c.n, &c.k])
+        .chain(&c.k_outer)
+        .copied()
+        .filter(|d| d.len > 1)
+        .collect();
+    let as_image_a = classify(&dims, |d| d.a, |d| d.b);
+    let (conv, image_arg, image_base, weight_arg, weight_base) = match as_image_a {
+        Some(conv) => (conv, c.arg_a, c.base_a, c.arg_b, c.base_b),
+        None => {
+            let conv = classify(&dims, |d| d.b, |d| d.a)?;
+            (conv, c.arg_b, c.base_b, c.arg_a, c.base_a)
+        }
+    };
+    let Classified {
+        batch,
+        out_channels,
+        in_channels,
+        rows,
+        cols,
+        image_shift,
+        weight_shift,
+    } = conv;
+    if in_channels.len < MIN_CHANNELS || out_channels.len < MIN_CHANNELS {
+        return None;
+    }
+    Some(WinogradConv {
+        image_arg,
+        weight_arg,
+        arg_lens: c.arg_lens.clone(),
+        out_len: c.out_len,
+        image_base: isize::try_from(image_base).ok()? + image_shift,
+        weight_base: isize::try_from(weight_base).ok()? + weight_shift,
+        batch,
+        out_channels,
+        in_channels,
+        rows,
+        cols,
+        scale: c.scale,
+    })
+}
+
+/// The dimensions sorted into the convolution's, with the offsets that
+/// flipping the taps adds to the image's and the weights' bases.
+struct Classified {
+    batch: Axis,
+    out_channels: Axis,
+    in_channels: Axis,
+    rows: Axis,
+    cols: Axis,
+    image_shift: isize,
+    weight_shift: isize,
+}
+
+/// The convolution whose image strides are `image(d)` and weight strides
+/// `weight(d)` (see the module documentation's table), or `None`.
+fn classify(
+    dims: &[Dim],
+    image: impl Fn(&Dim) -> isize,
+    weight: impl Fn(&Dim) -> isize,
+) -> Option<Classified> {
+    let axis = |d: &Dim| Axis {
+        len: d.len,
+        image: image(d),
+        weight: weight(d),
+        out: d.out,
+    };
+    let unit = Axis {
+        len: 1,
+        image: 0,
+        weight: 0,
+        out: 0,
+    };
+    let (outs, sums): (Vec<Axis>, Vec<Axis>) = dims.iter().map(axis).partition(|a| a.out != 0);
+    // The output channel: the one output dimension of the weights only.
+    let mut out_channels = outs.iter().filter(|a| a.weight != 0);
+    let o = *out_channels.next()?;
+    if out_channels.next().is_some() || o.image != 0 {
+        return None;
+    }
+    // Taps: sums of three whose image stride is ± that of an output
+    // dimension of the image only.
+    let positions: Vec<Axis> = outs
+        .iter()
+        .copied()
+        .filter(|a| a.weight == 0 && a.image != 0)
+        .collect();
+    let mut taps: Vec<(Axis, Axis)> = Vec::new(); // (position, tap)
+    let mut rest: Vec<Axis> = Vec::new();
+    for s in &sums {
+        if s.image == 0 || s.weight == 0 {
+            return None;
+        }
+        let partner = positions
+            .iter()
+            .find(|p| s.len == 3 && p.len >= 2 && s.image.abs() == p.image.abs());
+        match partner {
+            Some(p) if !taps.iter().any(|(q, _)| q == p) => taps.push((*p, *s)),
+            _ => rest.push(*s),
+        }
+    }
+    if taps.len() != 2 || rest.len() > 1 || positions.len() > 3 {
+        return None;
+    }
+    let in_channels = rest.first().copied().unwrap_or(unit);
+    let batch = match positions
+        .iter()
+        .find(|p| !taps.iter().any(|(q, _)| q == *p))
+    {
+        Some(b) if positions.len() == 3 => *b,
+        None if positions.len() == 2 => unit,
+        _ => return None,
+    };
+    // A flipped tap `image[y − k]` is read as `k′ = 2 − k`.
+    let (mut image_shift, mut weight_shift) = (0, 0);
+    let mut spatial = taps.iter().map(|&(p, t)| {
+        if t.image == -p.image {
+            image_shift += 2 * t.image;
+            weight_shift += 2 * t.weight;
+            Axis {
+                weight: -t.weight,
+                ..p
+            }
+        } else {
+            Axis {
+                weight: t.weight,
+                ..p
+            }
+        }
+    });
+    let (first, second) = (spatial.next()?, spatial.next()?);
+    let (rows, cols) = if first.image.abs() <= second.image.abs() {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    Some(Classified {
+        batch,
+        out_channels: o,
+        in_channels,
+        rows,
+        cols,
+        image_shift,
+        weight_shift,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, args: &[(&str, &[usize])], sizes: &[(&str, usize)]) -> IndexFn {
+        IndexFn::parse_with_sizes(text, args, sizes).unwrap()
+    }
+
+    #[test]
+    fn an_input_gradient_reads_its_filter_flipped() {
+        // The stride-1 input gradient `window` leaves: dy padded by 2.
+        let f = parse(
+            "dx[n; c; u; v] = sum{a}_0^2 (sum{b}_0^2 (sum{o}_0^15 (w[o; c; a; b] * p[n; o; 2 + u - a; 2 + v - b])))",
+            &[("w", &[16, 8, 3, 3]), ("p", &[2, 16, 12, 12])],
+            &[("u", 10), ("v", 10)],
+        );
+        let w = plan(&f).expect("Winograd's");
+        assert_eq!(w.sizes(), [2, 8, 16, 10, 10]);
+        assert_eq!((w.image_arg, w.weight_arg), (1, 0));
+        // Taps read as 2 − a: the image from (0, 0), the weights from the
+        // last tap backwards.
+        assert_eq!(w.image_base, 0);
+        assert_eq!(w.weight_base, 2 * 3 + 2);
+        assert_eq!((w.rows.weight, w.cols.weight), (-3, -1));
+        assert_eq!((w.rows.image, w.cols.image), (12, 1));
+    }
+
+    #[test]
+    fn other_shapes_keep_their_gemm() {
+        let x = [2, 16, 12, 12];
+        for (text, w) in [
+            // 5×5 taps.
+            ("y[n; o; i; j] = sum{c}_0^15 (sum{a}_0^4 (sum{b}_0^4 (x[n; c; i + a; j + b] * w[o; c; a; b])))", [8, 16, 5, 5]),
+            // A dilation.
+            ("y[n; o; i; j] = sum{c}_0^15 (sum{a}_0^2 (sum{b}_0^2 (x[n; c; i + 2*a; j + b] * w[o; c; a; b])))", [8, 16, 3, 3]),
+            // Too few output channels.
+            ("y[n; o; i; j] = sum{c}_0^15 (sum{a}_0^2 (sum{b}_0^2 (x[n; c; i + a; j + b] * w[o; c; a; b])))", [4, 16, 3, 3]),
+        ] {
+            let f = parse(text, &[("x", &x[..]), ("w", &w[..])], &[("i", 4), ("j", 4)]);
+            assert!(plan(&f).is_none(), "{text}");
+        }
+    }
+}
