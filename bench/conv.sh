@@ -36,4 +36,8 @@ for w in ("conv1d", "conv2d_s1", "conv2d_s2", "conv2d_depthwise", "max_pool2d", 
     line(f"{w} / PyTorch eager", a, b, size)
 (a, size), (b, _) = get("tenjin", "conv2d_line"), get("tenjin", "conv2d_s1")
 line("conv2d written as one line / conv2d op", a, b, size)
+(a, size), (b, _) = get("tenjin", "conv2d_s1_winograd"), get("torch", "conv2d_s1")
+line("conv2d, Winograd on (opt in) / PyTorch eager", a, b, size)
+(a, size), (b, _) = get("tenjin", "conv2d_s1_winograd"), get("tenjin", "conv2d_s1")
+line("conv2d, Winograd on / off", a, b, size)
 PYEOF

@@ -16,6 +16,8 @@
 //!   32×32, 3×3, padding 1, stride 1 / stride 2 / groups = 64;
 //! - `conv2d_line`: the stride-1 `conv2d` written by hand as one
 //!   `index_fn` line, zero padding as a guard;
+//! - `conv2d_s1_winograd`: `conv2d_s1` with Winograd's F(2×2, 3×3) on
+//!   (`tenjin::set_winograd`, opt in): its forward and input gradient;
 //! - `max_pool2d`: 3×3 windows, stride 2, padding 1 (a ResNet stem's
 //!   pool), and `avg_pool2d`: 2×2, stride 2, both over B=32, 64 channels,
 //!   32×32: value and gradient of `Σ pool(x) · G`.
@@ -119,6 +121,18 @@ fn main() -> Result<(), Error> {
             &[64, 64, 3, 3],
             |x, w| index_fn_with_sizes(CONV2D_LINE, &[("x", x), ("w", w)], &[("i", 32), ("j", 32)]),
         )?;
+    }
+    if want("conv2d_s1_winograd") {
+        tenjin::set_winograd(true);
+        let timed = value_grad(
+            "conv2d_s1_winograd",
+            &size2d("3x3,p1,winograd"),
+            &[32, 64, 32, 32],
+            &[64, 64, 3, 3],
+            |x, w| x.conv2d(w, None, [1, 1], [1, 1], [1, 1], 1),
+        );
+        tenjin::set_winograd(false);
+        timed?;
     }
     if want("max_pool2d") {
         pool_value_grad("max_pool2d", &size2d("3x3,s2,p1"), |x| {

@@ -279,7 +279,7 @@ pub(super) unsafe fn gemm<T: Float>(kernel: &Kernel<T>, kc: usize, p: Product<T>
                             let dst = c
                                 .offset((ic + ir) as isize * rs_c)
                                 .offset((jc + jr) as isize * cs_c);
-                            (kernel.run)(
+                            (kernel.run_for(rows))(
                                 kl,
                                 a_panel,
                                 rs_a,

@@ -45,7 +45,7 @@ pub(super) type KernelFn<T> = unsafe fn(
 
 /// A micro-kernel and the blocking it is run with.
 #[derive(Clone, Copy)]
-pub(crate) struct Kernel<T> {
+pub(crate) struct Kernel<T: 'static> {
     /// Rows and columns of the register tile.
     pub mr: usize,
     pub nr: usize,
@@ -55,8 +55,25 @@ pub(crate) struct Kernel<T> {
     pub mc: usize,
     pub nc: usize,
     pub run: KernelFn<T>,
+    /// Kernels of the same columns and fewer rows, by rows ascending, for
+    /// a last partial panel of A: its rows past M are not computed (a
+    /// 12-row tile over M = 64 computes 72 rows without them). The same
+    /// sums in the same order: the same bits.
+    pub short: &'static [(usize, KernelFn<T>)],
     /// What `BENCHMARKS.md` and the tests call it.
     pub name: &'static str,
+}
+
+impl<T: 'static> Kernel<T> {
+    /// The kernel for a panel of `rows` rows: the shortest that holds
+    /// them.
+    #[inline]
+    pub fn run_for(&self, rows: usize) -> KernelFn<T> {
+        self.short
+            .iter()
+            .find(|(mr, _)| rows <= *mr)
+            .map_or(self.run, |&(_, run)| run)
+    }
 }
 
 /// The element types the GEMM runs: f32 and f64.
@@ -133,6 +150,7 @@ pub(super) fn portable<T: Float>() -> Kernel<T> {
         mc: 128,
         nc: 2048,
         run: portable_kernel::<T>,
+        short: &[],
         name: "portable 4x8",
     }
 }

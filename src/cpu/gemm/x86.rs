@@ -180,6 +180,8 @@ macro_rules! avx2_pd {
 
 avx512_ps!(avx512_f32, 6, 2);
 avx512_ps!(avx512_f32_12x32, 12, 2);
+avx512_ps!(avx512_f32_4x32, 4, 2);
+avx512_ps!(avx512_f32_8x32, 8, 2);
 avx512_pd!(avx512_f64, 6, 2);
 avx2_ps!(avx2_f32, 6, 2);
 avx2_pd!(avx2_f64, 6, 2);
@@ -195,6 +197,7 @@ pub(super) const AVX512_F32: Kernel<f32> = Kernel {
     mc: 144,
     nc: 4096,
     run: avx512_f32,
+    short: &[],
     name: "avx512 6x32",
 };
 
@@ -203,9 +206,13 @@ pub(super) const AVX512_F32: Kernel<f32> = Kernel {
 /// 16.0–16.5 ms against 17.1–18.0 with six rows (alternated, medians of
 /// 60); six rows stay on AMD cores, where they reach 94 % of the FMA peak
 /// (`BENCHMARKS.md`). The same sums in the same order: the same bits.
+///
+/// A last panel of at most 4 or 8 rows runs a 4- or 8-row tile (M = 64,
+/// a convolution's channels: 5 panels of 12 and one of 4, not 6 of 12).
 pub(super) const AVX512_F32_INTEL: Kernel<f32> = Kernel {
     mr: 12,
     run: avx512_f32_12x32,
+    short: &[(4, avx512_f32_4x32), (8, avx512_f32_8x32)],
     name: "avx512 12x32",
     ..AVX512_F32
 };
@@ -235,6 +242,7 @@ pub(super) const AVX512_F64: Kernel<f64> = Kernel {
     mc: 96,
     nc: 4096,
     run: avx512_f64,
+    short: &[],
     name: "avx512 6x16",
 };
 
@@ -245,6 +253,7 @@ pub(super) const AVX2_F32: Kernel<f32> = Kernel {
     mc: 144,
     nc: 4096,
     run: avx2_f32,
+    short: &[],
     name: "avx2 6x16",
 };
 
@@ -255,6 +264,7 @@ pub(super) const AVX2_F64: Kernel<f64> = Kernel {
     mc: 96,
     nc: 4096,
     run: avx2_f64,
+    short: &[],
     name: "avx2 6x8",
 };
 
