@@ -26,6 +26,7 @@ use super::program::Stage;
 use super::residues::MAX_PHASES;
 use super::route::Target;
 use crate::kernel::contraction::Contraction;
+use crate::kernel::winograd::Form;
 use crate::kernel::Route;
 use crate::symbolic::expr::{Node, NodeId, Range};
 use crate::symbolic::IndexFn;
@@ -55,10 +56,15 @@ pub fn algorithm(stage: &Stage, target: Target) -> String {
         Route::Winograd(w) => {
             let [n, o, c, ..] = w.sizes();
             let (th, tw) = w.tiles();
-            format!(
-                "Winograd F(2×2, 3×3): 16 × ({o}×{}×{c}) over 2×2 tiles, transforms around the products",
-                n * th * tw
-            )
+            let tiles = n * th * tw;
+            match w.form {
+                Form::Convolution => format!(
+                    "Winograd F(2×2, 3×3): 16 × ({o}×{tiles}×{c}) over 2×2 tiles, transforms around the products"
+                ),
+                Form::FilterGradient => format!(
+                    "Winograd F(3×3, 2×2): 16 × ({o}×{c}×{tiles}) summed over 2×2 tiles, transforms around the products"
+                ),
+            }
         }
     }
 }

@@ -1,12 +1,13 @@
-//! Winograd's F(2×2, 3×3) for 3×3 stride-1 convolutions, opt in.
+//! Winograd's F(2×2, 3×3) for 3×3 stride-1 convolutions, and F(3×3, 2×2)
+//! for their filter gradients, opt in.
 //!
 //! Owns the switch ([`set_enabled`], [`enabled`]; the user's is
 //! `tenjin::set_winograd`) and [`plan`]: the recognition, on an index
-//! function, of a 3×3 stride-1 two-dimensional convolution over constant
-//! ranges (what `window` leaves of a padded `conv2d`, its input gradient,
-//! or a hand-written line), as a [`WinogradConv`]. It reads the function's
-//! contraction (`contraction::detect`) and sorts its dimensions by where
-//! they index:
+//! function over constant ranges (what `window` leaves of a padded
+//! `conv2d`, of its input gradient and of its weight gradient, or a
+//! hand-written line), of either form as a [`WinogradConv`]. It reads the
+//! function's contraction (`contraction::detect`) and sorts its dimensions
+//! by where they index. A convolution (the other operand: the weights):
 //!
 //! | dimension | image | weights | output | sum |
 //! | --- | --- | --- | --- | --- |
@@ -16,10 +17,20 @@
 //! | rows `y`, columns `x` | yes | no | yes | no |
 //! | taps `ky`, `kx` (3 each) | ± the stride of `y`, `x` | yes | no | yes |
 //!
-//! A tap whose image stride is minus its position's (an input gradient's
-//! flipped filter, `dy[u − k]`) is read as `2 − k`. Anything else (other
-//! filter sizes, a stride, a dilation, a guard left in the function, few
-//! channels) is not Winograd's, and keeps its GEMM.
+//! A filter gradient (the other operand: the output gradient `dy`):
+//!
+//! | dimension | image | `dy` | output | sum |
+//! | --- | --- | --- | --- | --- |
+//! | batch `n` | yes | yes | no | yes |
+//! | output channel `o` | no | yes | yes | no |
+//! | input channel `c` | yes | no | yes | no |
+//! | rows `y`, columns `x` | yes | yes | no | yes |
+//! | taps `ky`, `kx` (3 each) | the stride of `y`, `x` | no | yes | no |
+//!
+//! A convolution's tap whose image stride is minus its position's (an
+//! input gradient's flipped filter, `dy[u − k]`) is read as `2 − k`.
+//! Anything else (other filter sizes, a stride, a dilation, a guard left
+//! in the function, few channels) is not Winograd's, and keeps its GEMM.
 //!
 //! **Off by default.** The transforms add and subtract, so results differ
 //! from the direct sum by rounding (measured: `BENCHMARKS.md`); exact
@@ -30,7 +41,7 @@
 
 use super::contraction;
 use crate::kernel::contraction::Dim;
-use crate::kernel::winograd::{Axis, WinogradConv};
+use crate::kernel::winograd::{Axis, Form, WinogradConv};
 use crate::symbolic::IndexFn;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -93,14 +104,20 @@ pub fn plan(f: &IndexFn) -> Option<WinogradConv> {
         .copied()
         .filter(|d| d.len > 1)
         .collect();
-    let as_image_a = classify(&dims, |d| d.a, |d| d.b);
-    let (conv, image_arg, image_base, weight_arg, weight_base) = match as_image_a {
-        Some(conv) => (conv, c.arg_a, c.base_a, c.arg_b, c.base_b),
-        None => {
-            let conv = classify(&dims, |d| d.b, |d| d.a)?;
-            (conv, c.arg_b, c.base_b, c.arg_a, c.base_a)
-        }
-    };
+    // Either operand may be the image, and either form may fit.
+    let (a, b) = (|d: &Dim| d.a, |d: &Dim| d.b);
+    let (a_image, b_image) = (
+        (c.arg_a, c.base_a, c.arg_b, c.base_b),
+        (c.arg_b, c.base_b, c.arg_a, c.base_a),
+    );
+    let (form, conv, (image_arg, image_base, other_arg, other_base)) = [
+        (Form::Convolution, classify(&dims, a, b), a_image),
+        (Form::Convolution, classify(&dims, b, a), b_image),
+        (Form::FilterGradient, classify_filter(&dims, a, b), a_image),
+        (Form::FilterGradient, classify_filter(&dims, b, a), b_image),
+    ]
+    .into_iter()
+    .find_map(|(form, conv, args)| Some((form, conv?, args)))?;
     let Classified {
         batch,
         out_channels,
@@ -108,18 +125,19 @@ pub fn plan(f: &IndexFn) -> Option<WinogradConv> {
         rows,
         cols,
         image_shift,
-        weight_shift,
+        other_shift,
     } = conv;
     if in_channels.len < MIN_CHANNELS || out_channels.len < MIN_CHANNELS {
         return None;
     }
     Some(WinogradConv {
+        form,
         image_arg,
-        weight_arg,
+        other_arg,
         arg_lens: c.arg_lens.clone(),
         out_len: c.out_len,
         image_base: isize::try_from(image_base).ok()? + image_shift,
-        weight_base: isize::try_from(weight_base).ok()? + weight_shift,
+        other_base: isize::try_from(other_base).ok()? + other_shift,
         batch,
         out_channels,
         in_channels,
@@ -129,8 +147,8 @@ pub fn plan(f: &IndexFn) -> Option<WinogradConv> {
     })
 }
 
-/// The dimensions sorted into the convolution's, with the offsets that
-/// flipping the taps adds to the image's and the weights' bases.
+/// The dimensions sorted into the form's, with the offsets that flipping
+/// the taps adds to the image's and the weights' bases.
 struct Classified {
     batch: Axis,
     out_channels: Axis,
@@ -138,7 +156,7 @@ struct Classified {
     rows: Axis,
     cols: Axis,
     image_shift: isize,
-    weight_shift: isize,
+    other_shift: isize,
 }
 
 /// The convolution whose image strides are `image(d)` and weight strides
@@ -151,18 +169,18 @@ fn classify(
     let axis = |d: &Dim| Axis {
         len: d.len,
         image: image(d),
-        weight: weight(d),
+        other: weight(d),
         out: d.out,
     };
     let unit = Axis {
         len: 1,
         image: 0,
-        weight: 0,
+        other: 0,
         out: 0,
     };
     let (outs, sums): (Vec<Axis>, Vec<Axis>) = dims.iter().map(axis).partition(|a| a.out != 0);
     // The output channel: the one output dimension of the weights only.
-    let mut out_channels = outs.iter().filter(|a| a.weight != 0);
+    let mut out_channels = outs.iter().filter(|a| a.other != 0);
     let o = *out_channels.next()?;
     if out_channels.next().is_some() || o.image != 0 {
         return None;
@@ -172,12 +190,12 @@ fn classify(
     let positions: Vec<Axis> = outs
         .iter()
         .copied()
-        .filter(|a| a.weight == 0 && a.image != 0)
+        .filter(|a| a.other == 0 && a.image != 0)
         .collect();
     let mut taps: Vec<(Axis, Axis)> = Vec::new(); // (position, tap)
     let mut rest: Vec<Axis> = Vec::new();
     for s in &sums {
-        if s.image == 0 || s.weight == 0 {
+        if s.image == 0 || s.other == 0 {
             return None;
         }
         let partner = positions
@@ -201,18 +219,18 @@ fn classify(
         _ => return None,
     };
     // A flipped tap `image[y − k]` is read as `k′ = 2 − k`.
-    let (mut image_shift, mut weight_shift) = (0, 0);
+    let (mut image_shift, mut other_shift) = (0, 0);
     let mut spatial = taps.iter().map(|&(p, t)| {
         if t.image == -p.image {
             image_shift += 2 * t.image;
-            weight_shift += 2 * t.weight;
+            other_shift += 2 * t.other;
             Axis {
-                weight: -t.weight,
+                other: -t.other,
                 ..p
             }
         } else {
             Axis {
-                weight: t.weight,
+                other: t.other,
                 ..p
             }
         }
@@ -230,7 +248,81 @@ fn classify(
         rows,
         cols,
         image_shift,
-        weight_shift,
+        other_shift,
+    })
+}
+
+/// The filter gradient whose image strides are `image(d)` and output
+/// gradient strides `other(d)` (see the module documentation's second
+/// table), or `None`. Taps are not flipped here (no function `window`
+/// leaves has them so).
+fn classify_filter(
+    dims: &[Dim],
+    image: impl Fn(&Dim) -> isize,
+    other: impl Fn(&Dim) -> isize,
+) -> Option<Classified> {
+    let axis = |d: &Dim| Axis {
+        len: d.len,
+        image: image(d),
+        other: other(d),
+        out: d.out,
+    };
+    let (outs, sums): (Vec<Axis>, Vec<Axis>) = dims.iter().map(axis).partition(|a| a.out != 0);
+    if sums.iter().any(|s| s.image == 0 || s.other == 0) {
+        return None;
+    }
+    // The output channel: the one output dimension of `dy` only.
+    let mut out_channels = outs.iter().filter(|a| a.other != 0);
+    let o = *out_channels.next()?;
+    if out_channels.next().is_some() || o.image != 0 {
+        return None;
+    }
+    // Taps: outputs of three of the image only, whose image stride is a
+    // summed position's.
+    let mut spatial: Vec<Axis> = Vec::new();
+    let mut channels: Vec<Axis> = Vec::new();
+    for t in outs.iter().filter(|a| a.other == 0) {
+        let partner = sums.iter().find(|p| {
+            t.len == 3
+                && p.len >= 2
+                && t.image == p.image
+                && !spatial.iter().any(|q| q.image == p.image)
+        });
+        match partner {
+            Some(p) => spatial.push(Axis { out: t.out, ..*p }),
+            None => channels.push(*t),
+        }
+    }
+    let batch: Vec<&Axis> = sums
+        .iter()
+        .filter(|s| !spatial.iter().any(|q| q.image == s.image))
+        .collect();
+    if spatial.len() != 2
+        || channels.len() > 1
+        || batch.len() > 1
+        || channels.iter().any(|c| c.image == 0)
+    {
+        return None;
+    }
+    let unit = Axis {
+        len: 1,
+        image: 0,
+        other: 0,
+        out: 0,
+    };
+    let (rows, cols) = if spatial[0].image.abs() <= spatial[1].image.abs() {
+        (spatial[1], spatial[0])
+    } else {
+        (spatial[0], spatial[1])
+    };
+    Some(Classified {
+        batch: batch.first().map_or(unit, |b| **b),
+        out_channels: o,
+        in_channels: channels.first().copied().unwrap_or(unit),
+        rows,
+        cols,
+        image_shift: 0,
+        other_shift: 0,
     })
 }
 
@@ -252,13 +344,31 @@ mod tests {
         );
         let w = plan(&f).expect("Winograd's");
         assert_eq!(w.sizes(), [2, 8, 16, 10, 10]);
-        assert_eq!((w.image_arg, w.weight_arg), (1, 0));
+        assert_eq!((w.image_arg, w.other_arg), (1, 0));
         // Taps read as 2 − a: the image from (0, 0), the weights from the
         // last tap backwards.
         assert_eq!(w.image_base, 0);
-        assert_eq!(w.weight_base, 2 * 3 + 2);
-        assert_eq!((w.rows.weight, w.cols.weight), (-3, -1));
+        assert_eq!(w.other_base, 2 * 3 + 2);
+        assert_eq!((w.rows.other, w.cols.other), (-3, -1));
         assert_eq!((w.rows.image, w.cols.image), (12, 1));
+    }
+
+    #[test]
+    fn a_weight_gradient_is_the_filter_form() {
+        // The weight gradient `window` leaves: x padded by 1.
+        let f = parse(
+            "dw[o; c; a; b] = sum{y}_0^9 (sum{x}_0^9 (sum{n}_0^1 (dy[n; o; y; x] * p[n; c; y + a; x + b])))",
+            &[("dy", &[2, 16, 10, 10]), ("p", &[2, 8, 12, 12])],
+            &[("a", 3), ("b", 3)],
+        );
+        let w = plan(&f).expect("Winograd's");
+        assert_eq!(w.form, Form::FilterGradient);
+        assert_eq!(w.sizes(), [2, 16, 8, 10, 10]);
+        assert_eq!((w.image_arg, w.other_arg), (1, 0));
+        // Rows: the image's stride 12, dy's 10, the tap's 3 in dw.
+        assert_eq!((w.rows.image, w.rows.other, w.rows.out), (12, 10, 3));
+        assert_eq!((w.cols.image, w.cols.other, w.cols.out), (1, 1, 1));
+        assert_eq!(w.batch.len, 2);
     }
 
     #[test]

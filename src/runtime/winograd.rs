@@ -9,9 +9,10 @@
 
 use crate::planner::winograd as planner;
 
-/// Turns Winograd's F(2×2, 3×3) on or off for 3×3 stride-1 convolutions
-/// on the CPU (forward and input gradient, `conv2d` or a hand-written
-/// line alike), from the next op on. Off by default (or as the
+/// Turns Winograd's F(2×2, 3×3) (and F(3×3, 2×2) for weight gradients)
+/// on or off for 3×3 stride-1 convolutions on the CPU (forward, input and
+/// weight gradients, `conv2d` or a hand-written line alike), from the
+/// next op on. Off by default (or as the
 /// environment variable `TENJIN_WINOGRAD=1` says): it multiplies 2.25×
 /// less but rounds differently from the direct sum (its f32 error is in
 /// `BENCHMARKS.md`). With it on, results are still bitwise identical at

@@ -85,11 +85,12 @@ pub(crate) fn oriented(c: &Contraction) -> Contraction {
     }
 }
 
-/// `C = alpha · A · B` on this thread, for A of `m × k` (element `(i, p)`
-/// at `a + i·rs_a + p·cs_a`), B of `k × n` (element `(p, j)` at `b +
-/// p·rs_b + j·cs_b`) and a row-major C of `m × n` at `c`, its rows `ldc`
-/// apart: the product of kernels built around GEMMs (`super::winograd`).
-/// Its blocks of K, hence its rounding, depend on `n` and `k` only.
+/// `C = alpha · A · B` (or `C += …` when `accumulate`) on this thread,
+/// for A of `m × k` (element `(i, p)` at `a + i·rs_a + p·cs_a`), B of `k
+/// × n` (element `(p, j)` at `b + p·rs_b + j·cs_b`) and a row-major C of
+/// `m × n` at `c`, its rows `ldc` apart: the product of kernels built
+/// around GEMMs (`super::winograd`). Its blocks of K, hence its rounding,
+/// depend on `n` and `k` only.
 ///
 /// # Safety
 ///
@@ -105,6 +106,7 @@ pub(crate) unsafe fn product<T: Float>(
     [rs_b, cs_b]: [isize; 2],
     c: *mut T,
     ldc: isize,
+    accumulate: bool,
 ) {
     let kernel = T::kernel_for(n);
     let kc = blis::k_block(&kernel, n, k);
@@ -125,7 +127,7 @@ pub(crate) unsafe fn product<T: Float>(
         c,
         rs_c: ldc,
         cs_c: 1,
-        accumulate: false,
+        accumulate,
         lower: None,
     };
     // SAFETY: as the caller promises.

@@ -1,6 +1,7 @@
-//! Running a [`WinogradConv`] on the CPU: F(2×2, 3×3), cache-blocked.
+//! Running a [`WinogradConv`] on the CPU: F(2×2, 3×3) and its transpose
+//! F(3×3, 2×2) for filter gradients, cache-blocked.
 //!
-//! Owns the three transforms and their order. The filters are transformed
+//! Owns the transforms' order and the blocks. The filters are transformed
 //! once per run (`U_ξ[o; c] = (G g Gᵀ)_ξ`). The output's 2×2 tiles are cut
 //! into blocks of whole tile rows of one image, sized so that a block's
 //! transformed input and products (`16 · (C + O)` values per tile) stay
@@ -11,6 +12,13 @@
 //! depend on the shapes only, so results are bitwise equal at every
 //! thread count. The transforms run along a tile row, so with a unit
 //! column stride they are plain vector loops.
+//!
+//! A filter gradient uses the same blocks and patches: each block also
+//! transforms its 2×2 tiles of the output gradient (`A dy Aᵀ`) and adds
+//! its 16 products `dW_ξ += (A dy Aᵀ)_ξ · V_ξᵀ` (summed over its tiles)
+//! into the partial sums of its group of blocks; the groups (a fixed
+//! number, by the shapes only) are added in order at the end and each
+//! channel pair's `Gᵀ dW G` written.
 //!
 //! A tile past an odd output edge reads zeros past the image and writes
 //! only its outputs inside. Must not decide when Winograd applies (the
@@ -23,23 +31,30 @@ mod x86;
 use super::gemm::{self, Float};
 use super::pool;
 use super::wide::Width;
-use crate::kernel::winograd::{WinogradConv, G};
+use crate::kernel::winograd::{Form, WinogradConv, G};
 use crate::Error;
-use std::ops::Sub;
+use std::ops::{Neg, Range, Sub};
 #[cfg(target_arch = "x86_64")]
-use transforms::{input_avx2, input_avx512, output_avx2, output_avx512};
-use transforms::{transform_input, transform_output, InputRun, OutputRun};
+use transforms::{
+    gradient_avx2, gradient_avx512, input_avx2, input_avx512, output_avx2, output_avx512,
+};
+use transforms::{
+    transform_gradient, transform_input, transform_output, GradientRun, InputRun, OutputRun,
+};
 
 /// Bytes of one block's transformed input and products.
 const BLOCK_BYTES: usize = 1 << 20;
 
 /// The element types Winograd's kernel computes in, with the host's own
 /// kernels for runs of 16 tiles where it has them.
-pub(crate) trait WinogradFloat: Float + Sub<Output = Self> {
+pub(crate) trait WinogradFloat: Float + Sub<Output = Self> + Neg<Output = Self> {
     fn input_run() -> Option<InputRun<Self>> {
         None
     }
     fn output_run() -> Option<OutputRun<Self>> {
+        None
+    }
+    fn gradient_run() -> Option<GradientRun<Self>> {
         None
     }
 }
@@ -52,6 +67,10 @@ impl WinogradFloat for f32 {
     #[cfg(target_arch = "x86_64")]
     fn output_run() -> Option<OutputRun<f32>> {
         (Width::host() == Width::Avx512).then_some(x86::output_run as OutputRun<f32>)
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn gradient_run() -> Option<GradientRun<f32>> {
+        (Width::host() == Width::Avx512).then_some(x86::gradient_run as GradientRun<f32>)
     }
 }
 
@@ -102,6 +121,15 @@ impl Geometry {
     fn blocks(&self) -> usize {
         self.th.div_ceil(self.rows_per_block)
     }
+
+    /// Block `block`'s image and tile rows.
+    fn block(&self, block: usize) -> (usize, Range<usize>) {
+        let (n, ty0) = (
+            block / self.blocks(),
+            block % self.blocks() * self.rows_per_block,
+        );
+        (n, ty0..(ty0 + self.rows_per_block).min(self.th))
+    }
 }
 
 /// Whether every element `w` reads and writes lies in its buffers (the
@@ -116,36 +144,46 @@ fn in_bounds(w: &WinogradConv, inputs: [usize; 2], out: usize) -> bool {
             (lo + reach.min(0), hi + reach.max(0))
         })
     };
-    let (r, c) = (&w.rows, &w.cols);
+    let (n, o, c) = (&w.batch, &w.out_channels, &w.in_channels);
+    let (r, k) = (&w.rows, &w.cols);
     let image = span(
         w.image_base,
         &[
-            (w.batch.len, w.batch.image),
-            (w.in_channels.len, w.in_channels.image),
+            (n.len, n.image),
+            (c.len, c.image),
             (r.len + 2, r.image),
-            (c.len + 2, c.image),
+            (k.len + 2, k.image),
         ],
     );
-    let weight = span(
-        w.weight_base,
-        &[
-            (w.out_channels.len, w.out_channels.weight),
-            (w.in_channels.len, w.in_channels.weight),
-            (3, r.weight),
-            (3, c.weight),
-        ],
-    );
-    let output = span(
-        0,
-        &[
-            (w.batch.len, w.batch.out),
-            (w.out_channels.len, w.out_channels.out),
-            (r.len, r.out),
-            (c.len, c.out),
-        ],
-    );
+    let (other, output) = match w.form {
+        Form::Convolution => (
+            [
+                (o.len, o.other),
+                (c.len, c.other),
+                (3, r.other),
+                (3, k.other),
+            ],
+            [
+                (n.len, n.out),
+                (o.len, o.out),
+                (r.len, r.out),
+                (k.len, k.out),
+            ],
+        ),
+        Form::FilterGradient => (
+            [
+                (n.len, n.other),
+                (o.len, o.other),
+                (r.len, r.other),
+                (k.len, k.other),
+            ],
+            [(o.len, o.out), (c.len, c.out), (3, r.out), (3, k.out)],
+        ),
+    };
     let fits = |(lo, hi): (isize, isize), len: usize| lo >= 0 && hi < len as isize;
-    fits(image, inputs[0]) && fits(weight, inputs[1]) && fits(output, out)
+    fits(image, inputs[0])
+        && fits(span(w.other_base, &other), inputs[1])
+        && fits(span(0, &output), out)
 }
 
 /// Runs `w` over the argument buffers `inputs` into `out`.
@@ -154,18 +192,56 @@ pub(crate) fn run<T: WinogradFloat>(
     inputs: &[&[T]],
     out: &mut [T],
 ) -> Result<(), Error> {
-    let (image, weight) = match (inputs.get(w.image_arg), inputs.get(w.weight_arg)) {
+    let (image, other) = match (inputs.get(w.image_arg), inputs.get(w.other_arg)) {
         (Some(i), Some(g)) => (*i, *g),
         _ => return Err(internal("an argument is missing")),
     };
-    if !in_bounds(w, [image.len(), weight.len()], out.len()) {
+    if !in_bounds(w, [image.len(), other.len()], out.len()) {
         return Err(internal("a read or write past its buffer"));
     }
     if out.is_empty() {
         return Ok(());
     }
     let geo = Geometry::of::<T>(w);
-    let u = transformed_filters(w, weight, &geo);
+    match w.form {
+        Form::Convolution => convolve(w, image, other, &geo, out),
+        Form::FilterGradient => filter_gradient(w, image, other, &geo, out),
+    }
+    Ok(())
+}
+
+/// The transformed patches of image `n`'s tile rows `ty` into `v`, at the
+/// host's width.
+fn input_at<T: WinogradFloat>(
+    width: Width,
+    w: &WinogradConv,
+    image: &[T],
+    geo: &Geometry,
+    n: usize,
+    ty: Range<usize>,
+    v: &mut [T],
+) {
+    // SAFETY: the host has the width's instructions (`Width::host`).
+    unsafe {
+        match width {
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx512 => input_avx512(w, image, geo, n, ty, v),
+            #[cfg(target_arch = "x86_64")]
+            Width::Avx2 => input_avx2(w, image, geo, n, ty, v),
+            _ => transform_input(w, image, geo, n, ty, v),
+        }
+    }
+}
+
+/// The convolution: each block's patches, products and outputs in turn.
+fn convolve<T: WinogradFloat>(
+    w: &WinogradConv,
+    image: &[T],
+    weight: &[T],
+    geo: &Geometry,
+    out: &mut [T],
+) {
+    let u = transformed_filters(w, weight, geo);
     let blocks = w.batch.len * geo.blocks();
     let out_ptr = Shared(out.as_mut_ptr());
     let width = Width::host();
@@ -173,23 +249,9 @@ pub(crate) fn run<T: WinogradFloat>(
         let mut v = vec![T::from_f64(0.0); 16 * geo.v_slab];
         let mut m = vec![T::from_f64(0.0); 16 * geo.m_slab];
         for block in start..end {
-            let (n, ty0) = (
-                block / geo.blocks(),
-                block % geo.blocks() * geo.rows_per_block,
-            );
-            let ty1 = (ty0 + geo.rows_per_block).min(geo.th);
-            let tiles = (ty1 - ty0) * geo.tw;
-            let v_block = &mut v[..];
-            // SAFETY: the host has the width's instructions (`Width::host`).
-            unsafe {
-                match width {
-                    #[cfg(target_arch = "x86_64")]
-                    Width::Avx512 => input_avx512(w, image, &geo, n, ty0..ty1, v_block),
-                    #[cfg(target_arch = "x86_64")]
-                    Width::Avx2 => input_avx2(w, image, &geo, n, ty0..ty1, v_block),
-                    _ => transform_input(w, image, &geo, n, ty0..ty1, v_block),
-                }
-            }
+            let (n, ty) = geo.block(block);
+            let tiles = ty.len() * geo.tw;
+            input_at(width, w, image, geo, n, ty.clone(), &mut v);
             for xi in 0..16 {
                 let (uo, vo, mo) = (xi * geo.o * geo.c, xi * geo.v_slab, xi * geo.m_slab);
                 // SAFETY: U_ξ is O × C, V_ξ is C × tiles and M_ξ is O ×
@@ -205,26 +267,120 @@ pub(crate) fn run<T: WinogradFloat>(
                         [tiles as isize, 1],
                         m[mo..].as_mut_ptr(),
                         tiles as isize,
+                        false,
                     )
                 };
             }
-            let m_block = &m[..];
             // SAFETY: the block writes only its own tiles' outputs, in
             // bounds (`in_bounds`), and no other block writes them; the
             // host has the width's instructions.
             unsafe {
                 match width {
                     #[cfg(target_arch = "x86_64")]
-                    Width::Avx512 => output_avx512(w, m_block, &geo, n, ty0..ty1, out_ptr),
+                    Width::Avx512 => output_avx512(w, &m, geo, n, ty, out_ptr),
                     #[cfg(target_arch = "x86_64")]
-                    Width::Avx2 => output_avx2(w, m_block, &geo, n, ty0..ty1, out_ptr),
-                    _ => transform_output(w, m_block, &geo, n, ty0..ty1, out_ptr),
+                    Width::Avx2 => output_avx2(w, &m, geo, n, ty, out_ptr),
+                    _ => transform_output(w, &m, geo, n, ty, out_ptr),
                 }
             }
         }
     };
     pool::parallel_for(blocks, 1, &body);
-    Ok(())
+}
+
+/// Bytes of the filter gradient's partial sums, all groups together.
+const PARTIAL_BYTES: usize = 32 << 20;
+
+/// The most groups of blocks the filter gradient sums apart.
+const MAX_GROUPS: usize = 8;
+
+/// The filter gradient: the blocks cut into a fixed number of groups (by
+/// the shapes only), each group summing its blocks' 16 products in order
+/// into its own partial `dW_ξ`, the groups run in parallel, then their
+/// partials added in order (in f64) and `dw = Gᵀ dW G` for each pair of
+/// channels. Every sum has one order at every thread count.
+fn filter_gradient<T: WinogradFloat>(
+    w: &WinogradConv,
+    image: &[T],
+    dy: &[T],
+    geo: &Geometry,
+    out: &mut [T],
+) {
+    let blocks = w.batch.len * geo.blocks();
+    let per_group = 16 * geo.o * geo.c;
+    let fit = PARTIAL_BYTES / (per_group * std::mem::size_of::<T>()).max(1);
+    let groups = fit.clamp(1, MAX_GROUPS).min(blocks);
+    let mut partials = vec![T::from_f64(0.0); groups * per_group];
+    let parts = Shared(partials.as_mut_ptr());
+    let width = Width::host();
+    let body = |start: usize, end: usize| {
+        let mut v = vec![T::from_f64(0.0); 16 * geo.v_slab];
+        let mut m = vec![T::from_f64(0.0); 16 * geo.m_slab];
+        for group in start..end {
+            let first = group * blocks / groups;
+            for block in first..(group + 1) * blocks / groups {
+                let (n, ty) = geo.block(block);
+                let tiles = ty.len() * geo.tw;
+                input_at(width, w, image, geo, n, ty.clone(), &mut v);
+                // SAFETY: the host has the width's instructions.
+                unsafe {
+                    match width {
+                        #[cfg(target_arch = "x86_64")]
+                        Width::Avx512 => gradient_avx512(w, dy, geo, n, ty, &mut m),
+                        #[cfg(target_arch = "x86_64")]
+                        Width::Avx2 => gradient_avx2(w, dy, geo, n, ty, &mut m),
+                        _ => transform_gradient(w, dy, geo, n, ty, &mut m),
+                    }
+                }
+                for xi in 0..16 {
+                    let (vo, mo) = (xi * geo.v_slab, xi * geo.m_slab);
+                    // SAFETY: (A dy Aᵀ)_ξ is O × tiles and V_ξ is C ×
+                    // tiles, row-major (read as its transpose), within
+                    // their buffers; the group's dW_ξ (O × C) is its own
+                    // part of `partials`, written by this thread only.
+                    unsafe {
+                        gemm::product(
+                            [geo.o, geo.c, tiles],
+                            T::from_f64(1.0),
+                            m[mo..].as_ptr(),
+                            [tiles as isize, 1],
+                            v[vo..].as_ptr(),
+                            [1, tiles as isize],
+                            parts.at(group * per_group + xi * geo.o * geo.c),
+                            geo.c as isize,
+                            block > first,
+                        )
+                    };
+                }
+            }
+        }
+    };
+    pool::parallel_for(groups, 1, &body);
+    let (oo, co, ro, ko) = (
+        w.out_channels.out,
+        w.in_channels.out,
+        w.rows.out,
+        w.cols.out,
+    );
+    for o in 0..geo.o {
+        for c in 0..geo.c {
+            let at = o * geo.c + c;
+            let dw: [f64; 16] = std::array::from_fn(|xi| {
+                (0..groups)
+                    .map(|g| partials[g * per_group + xi * geo.o * geo.c + at].to_f64())
+                    .sum()
+            });
+            // Gᵀ dW G, in f64: one rounding.
+            #[allow(clippy::needless_range_loop)] // (`a`, `b` index G's columns)
+            for a in 0..3 {
+                for b in 0..3 {
+                    let x: f64 = (0..16).map(|k| G[k / 4][a] * dw[k] * G[k % 4][b]).sum();
+                    let to = o as isize * oo + c as isize * co + a as isize * ro + b as isize * ko;
+                    out[to as usize] = T::from_f64(w.scale * x);
+                }
+            }
+        }
+    }
 }
 
 /// The output's address, shared by the blocks (each writes its own tiles).
@@ -233,6 +389,14 @@ struct Shared<T>(*mut T);
 // SAFETY: see `run`: blocks write disjoint outputs.
 unsafe impl<T> Sync for Shared<T> {}
 unsafe impl<T> Send for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// Element `i`'s address (a method, so that closures capture the
+    /// whole `Shared`, which is `Sync`, not its pointer).
+    fn at(self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
+    }
+}
 
 fn internal(what: &str) -> Error {
     Error::Invalid {
@@ -246,11 +410,11 @@ fn internal(what: &str) -> Error {
 fn transformed_filters<T: WinogradFloat>(w: &WinogradConv, weight: &[T], geo: &Geometry) -> Vec<T> {
     let mut u = vec![T::from_f64(0.0); 16 * geo.o * geo.c];
     let at = |o: usize, c: usize, i: usize, j: usize| {
-        let offset = w.weight_base
-            + o as isize * w.out_channels.weight
-            + c as isize * w.in_channels.weight
-            + i as isize * w.rows.weight
-            + j as isize * w.cols.weight;
+        let offset = w.other_base
+            + o as isize * w.out_channels.other
+            + c as isize * w.in_channels.other
+            + i as isize * w.rows.other
+            + j as isize * w.cols.other;
         weight[offset as usize].to_f64()
     };
     for o in 0..geo.o {

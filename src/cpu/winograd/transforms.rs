@@ -14,12 +14,17 @@
 
 use super::{Geometry, Shared, WinogradFloat};
 use crate::kernel::winograd::WinogradConv;
-use std::ops::{Add, Sub};
+use std::ops::{Add, Neg, Sub};
 
 /// A kernel transforming the patches of 16 tiles: the patch rows' starts
 /// (at the run's first column), where `ξ = 0` of the first tile goes, and
 /// the distance between two values `ξ` of one tile.
 pub(super) type InputRun<T> = unsafe fn(rows: [*const T; 4], dst: *mut T, stride: usize);
+
+/// A kernel transforming 16 tiles of an output gradient: its two rows'
+/// starts (at the run's first column; unit column stride), where `ξ = 0`
+/// of the first tile goes, and the distance between two values `ξ`.
+pub(super) type GradientRun<T> = unsafe fn(rows: [*const T; 2], dst: *mut T, stride: usize);
 
 /// A kernel writing the outputs of 16 tiles: where `ξ = 0` of the first
 /// tile's products lies, the distance between two values `ξ`, and the
@@ -53,6 +58,9 @@ macro_rules! at_widths {
 at_widths!(transform_input: input_avx512, input_avx2, (
     w: &WinogradConv, image: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, v: &mut [T]
 ));
+at_widths!(transform_gradient: gradient_avx512, gradient_avx2, (
+    w: &WinogradConv, dy: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, m: &mut [T]
+));
 at_widths!(transform_output: output_avx512, output_avx2, (
     w: &WinogradConv, m: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, out: Shared<T>
 ));
@@ -73,6 +81,17 @@ impl<T: WinogradFloat, const L: usize> Add for Lanes<T, L> {
     fn add(mut self, b: Self) -> Self {
         for l in 0..L {
             self.0[l] = self.0[l] + b.0[l];
+        }
+        self
+    }
+}
+
+impl<T: WinogradFloat, const L: usize> Neg for Lanes<T, L> {
+    type Output = Self;
+    #[inline(always)]
+    fn neg(mut self) -> Self {
+        for l in 0..L {
+            self.0[l] = -self.0[l];
         }
         self
     }
@@ -237,6 +256,124 @@ fn input_runs<T: WinogradFloat, const L: usize>(
     tx
 }
 
+/// `A g Aᵀ` of a 2×2 tile of the output gradient, as the 16 values of the
+/// transformed tile (`A`: the transpose of `A_T`).
+#[inline(always)]
+pub(super) fn gradient_tile<V>(g: [[V; 2]; 2]) -> [V; 16]
+where
+    V: Copy + Add<Output = V> + Sub<Output = V> + Neg<Output = V>,
+{
+    // A's rows: g0, g0 + g1, g0 − g1, −g1; down the columns, then along
+    // the rows.
+    let down = |j: usize| [g[0][j], g[0][j] + g[1][j], g[0][j] - g[1][j], -g[1][j]];
+    let cols = [down(0), down(1)];
+    let mut u = [g[0][0]; 16];
+    for r in 0..4 {
+        u[r * 4] = cols[0][r];
+        u[r * 4 + 1] = cols[0][r] + cols[1][r];
+        u[r * 4 + 2] = cols[0][r] - cols[1][r];
+        u[r * 4 + 3] = -cols[1][r];
+    }
+    u
+}
+
+/// The transformed 2×2 tiles of the output gradient `dy` of image `n`'s
+/// tile rows `ty` into `m`, as `(A dy Aᵀ)_ξ[o; t]` (ξ's slabs `geo.m_slab`
+/// apart, then output channel, then the block's tile `t`); zeros past
+/// the positions.
+#[inline(always)]
+pub(super) fn transform_gradient<T: WinogradFloat>(
+    w: &WinogradConv,
+    dy: &[T],
+    geo: &Geometry,
+    n: usize,
+    ty: std::ops::Range<usize>,
+    m: &mut [T],
+) {
+    let tiles = ty.len() * geo.tw;
+    let fast = T::gradient_run();
+    let (sy, sx) = (w.rows.other, w.cols.other);
+    let zero = T::from_f64(0.0);
+    // Tiles whose 2×2 positions lie inside the columns.
+    let full = geo.w / 2;
+    for o in 0..geo.o {
+        let plane = w.other_base + n as isize * w.batch.other + o as isize * w.out_channels.other;
+        for (r, y) in ty.clone().enumerate() {
+            let base = o * tiles + r * geo.tw;
+            let row = |i: usize| plane + (2 * y + i) as isize * sy;
+            let mut tx = 0;
+            if 2 * y + 1 < geo.h && sx == 1 {
+                let rows = [row(0), row(1)];
+                if let Some(run) = fast {
+                    while tx + 16 <= full {
+                        // SAFETY: the tiles' positions lie in `dy`
+                        // (`super::in_bounds` checked its extent, `full`
+                        // keeps them inside its columns), their values in
+                        // `m`.
+                        unsafe {
+                            let from = rows.map(|r| dy.as_ptr().offset(r + 2 * tx as isize));
+                            run(from, m.as_mut_ptr().add(base + tx), geo.m_slab);
+                        }
+                        tx += 16;
+                    }
+                }
+                tx = gradient_runs::<T, WIDE>(dy, rows, tx, full, base, geo.m_slab, m);
+                tx = gradient_runs::<T, NARROW>(dy, rows, tx, full, base, geo.m_slab, m);
+            }
+            // The rest, one tile at a time, zeros past the positions.
+            for tx in tx..geo.tw {
+                let mut g = [[zero; 2]; 2];
+                for (i, line) in g.iter_mut().enumerate() {
+                    for (j, value) in line.iter_mut().enumerate() {
+                        let (y, x) = (2 * y + i, 2 * tx + j);
+                        if y < geo.h && x < geo.w {
+                            *value = dy[(row(i) + x as isize * sx) as usize];
+                        }
+                    }
+                }
+                for (xi, value) in gradient_tile(g).into_iter().enumerate() {
+                    m[xi * geo.m_slab + base + tx] = value;
+                }
+            }
+        }
+    }
+}
+
+/// The tiles from `tx` on, in runs of `L` below `end`, of the two rows of
+/// `dy` from offsets `rows` (unit column stride), transformed into `m`
+/// (value `ξ` of tile `t` at `ξ · slab + base + t`). Returns the first
+/// tile left.
+#[inline(always)]
+fn gradient_runs<T: WinogradFloat, const L: usize>(
+    dy: &[T],
+    rows: [isize; 2],
+    mut tx: usize,
+    end: usize,
+    base: usize,
+    slab: usize,
+    m: &mut [T],
+) -> usize {
+    while tx + L <= end {
+        // (Loops, not `array::map`: those closures are not inlined.)
+        let mut g = [[Lanes([T::from_f64(0.0); L]); 2]; 2];
+        for (i, &row) in rows.iter().enumerate() {
+            let start = (row + 2 * tx as isize) as usize;
+            let seg = &dy[start..start + 2 * L];
+            for (j, lanes) in g[i].iter_mut().enumerate() {
+                for l in 0..L {
+                    lanes.0[l] = seg[2 * l + j];
+                }
+            }
+        }
+        for (xi, value) in gradient_tile(g).into_iter().enumerate() {
+            let start = xi * slab + base + tx;
+            m[start..start + L].copy_from_slice(&value.0);
+        }
+        tx += L;
+    }
+    tx
+}
+
 /// Writes the outputs of image `n`'s tile rows `ty` from the block's
 /// products `m` (`M_ξ[o; t]`, ξ's slabs `geo.m_slab` apart).
 ///
@@ -367,6 +504,18 @@ mod tests {
                 assert_eq!(v[r * 4 + s], want);
             }
         }
+        // A g Aᵀ against the matrix (A = A_Tᵀ).
+        let g = [[1.5f64, -2.25], [0.75, 3.0]];
+        let u = gradient_tile(g);
+        for r in 0..4 {
+            for s in 0..4 {
+                let want: f64 = (0..2)
+                    .flat_map(|i| (0..2).map(move |j| (i, j)))
+                    .map(|(i, j)| A_T[i][r] * g[i][j] * A_T[j][s])
+                    .sum();
+                assert_eq!(u[r * 4 + s], want);
+            }
+        }
         let m: [f64; 16] = std::array::from_fn(|k| (k * k) as f64 - 3.5);
         let y = output_tile(m);
         for a in 0..2 {
@@ -426,6 +575,21 @@ mod tests {
             let at = |xi: usize, t: usize| xi * stride + t;
             output_runs::<f32, 16>(&m, &at, 0, 16, [0, 32], 1, Shared(portable.as_mut_ptr()));
         }
+        assert_eq!(bits(&fast), bits(&portable));
+        // An output gradient's tiles: two rows of 40, 16 tiles from 2·3.
+        let dy = noise(80, 13);
+        let mut fast = vec![0.0f32; 16 * stride + 16];
+        let mut portable = fast.clone();
+        // SAFETY: the rows hold columns 6..38, `fast` the 16 runs.
+        unsafe {
+            let from = [0isize, 40].map(|r| dy.as_ptr().offset(r + 2 * tx as isize));
+            super::super::x86::gradient_run(from, fast.as_mut_ptr(), stride);
+        }
+        gradient_runs::<f32, 16>(&dy, [0, 40], tx, tx + 16, 0, stride, &mut portable[..]);
+        // (`gradient_runs` writes tile `t` at `base + t`: shift back.)
+        let portable: Vec<f32> = (0..fast.len())
+            .map(|i| *portable.get(i + tx).unwrap_or(&0.0))
+            .collect();
         assert_eq!(bits(&fast), bits(&portable));
     }
 }

@@ -1,11 +1,11 @@
 //! AVX-512 kernels for runs of 16 tiles of an f32 Winograd convolution.
 //!
-//! Owns [`input_run`] and [`output_run`]: one vector holds one value of 16
-//! adjacent tiles. A patch row's columns `2t … 2t + 3` of 16 tiles are two
+//! Owns [`input_run`], [`gradient_run`] and [`output_run`]: one vector
+//! holds one value of 16 adjacent tiles. A patch row's columns `2t … 2t + 3` of 16 tiles are two
 //! even/odd de-interleaves (`vpermt2ps`) of 34 adjacent values; the
 //! outputs' two columns per tile are interleaved back the same way. The
-//! additions are those of `super::transforms::input_tile` and
-//! `output_tile`, in the same order, so the bits are the portable path's
+//! additions are those of `super::transforms::input_tile`,
+//! `gradient_tile` and `output_tile`, in the same order, so the bits are the portable path's
 //! (a unit test compares them). Must not decide where runs lie.
 
 use std::arch::x86_64::*;
@@ -63,6 +63,52 @@ pub(super) unsafe fn input_run(rows: [*const f32; 4], dst: *mut f32, stride: usi
             add(cols[1][r], cols[2][r]),
             sub(cols[2][r], cols[1][r]),
             sub(cols[1][r], cols[3][r]),
+        ];
+        for (s, v) in values.into_iter().enumerate() {
+            _mm512_storeu_ps(dst.add((r * 4 + s) * stride), v);
+        }
+    }
+}
+
+/// `A g Aᵀ` of the 2×2 tiles of 16 adjacent tiles of an output gradient
+/// whose two rows start at `rows` (each reads 32 values), value `ξ` of
+/// tile `l` written to `dst + ξ·stride + l`.
+///
+/// # Safety
+///
+/// The host has AVX-512F; the 32 values of each row and the 16 runs of 16
+/// values at `dst` are valid.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn gradient_run(rows: [*const f32; 2], dst: *mut f32, stride: usize) {
+    let (even, odd) = (evens(), odds());
+    let mut g = [[_mm512_setzero_ps(); 2]; 2];
+    for (i, &row) in rows.iter().enumerate() {
+        let (a, b) = (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)));
+        g[i] = [
+            _mm512_permutex2var_ps(a, even, b),
+            _mm512_permutex2var_ps(a, odd, b),
+        ];
+    }
+    let (add, sub) = (_mm512_add_ps, _mm512_sub_ps);
+    // −x as IEEE negation (the sign bit flipped), as `gradient_tile`.
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let neg = |x: __m512| _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), sign));
+    let down = |j: usize| {
+        [
+            g[0][j],
+            add(g[0][j], g[1][j]),
+            sub(g[0][j], g[1][j]),
+            neg(g[1][j]),
+        ]
+    };
+    let cols = [down(0), down(1)];
+    #[allow(clippy::needless_range_loop)] // (`r` indexes the inner arrays)
+    for r in 0..4 {
+        let values = [
+            cols[0][r],
+            add(cols[0][r], cols[1][r]),
+            sub(cols[0][r], cols[1][r]),
+            neg(cols[1][r]),
         ];
         for (s, v) in values.into_iter().enumerate() {
             _mm512_storeu_ps(dst.add((r * 4 + s) * stride), v);
