@@ -2,10 +2,9 @@
 //!
 //! Owns [`Route`] (a GEMM, a GEMM then an element-wise loop nest over its
 //! output, a loop nest, Winograd's convolution, or Rust code on the host)
-//! and [`RouteKind`], its
-//! name. The planner decides the route (`crate::planner::route`); every
-//! backend runs exactly the route it is given. Must not decide or run
-//! anything.
+//! and [`RouteKind`], its name. The planner decides the route
+//! (`crate::planner::route`); every backend runs exactly the route it is
+//! given. Must not decide or run anything.
 
 use super::contraction::Contraction;
 use super::host::HostKernel;
@@ -36,8 +35,9 @@ pub enum Route {
     /// A loop nest computing the function, lowered and planned for the
     /// backend's target.
     Loop(Kernel),
-    /// A 3×3 stride-1 convolution by Winograd's F(2×2, 3×3), opt in
-    /// (`crate::planner::winograd`): the CPU runs it, no GPU is given one.
+    /// A 3×3 stride-1 convolution by Winograd's F(2×2, 3×3), or its filter
+    /// gradient by F(3×3, 2×2), opt in (`crate::planner::winograd`): the
+    /// CPU runs it, no GPU is given one.
     Winograd(WinogradConv),
     /// Rust code on the host (a data-dependent stage, see
     /// [`super::host`]): the stage's function only describes its shapes.

@@ -109,10 +109,15 @@ impl WinogradConv {
         (self.rows.len.div_ceil(2), self.cols.len.div_ceil(2))
     }
 
+    /// The 2×2 tiles of every image.
+    pub fn tile_count(&self) -> usize {
+        let (th, tw) = self.tiles();
+        self.batch.len * th * tw
+    }
+
     /// Multiply-adds of the 16 products of one run, times 2.
     pub fn product_flops(&self) -> usize {
-        let (th, tw) = self.tiles();
-        2 * 16 * self.batch.len * th * tw * self.in_channels.len * self.out_channels.len
+        2 * 16 * self.tile_count() * self.in_channels.len * self.out_channels.len
     }
 
     /// `(batch, out channels, in channels, rows, columns)` (the rows and

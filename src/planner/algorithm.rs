@@ -54,9 +54,8 @@ pub fn algorithm(stage: &Stage, target: Target) -> String {
         Route::Host(_) => "host code".into(),
         Route::Loop(_) => looped(&stage.f, target).into(),
         Route::Winograd(w) => {
-            let [n, o, c, ..] = w.sizes();
-            let (th, tw) = w.tiles();
-            let tiles = n * th * tw;
+            let [_, o, c, ..] = w.sizes();
+            let tiles = w.tile_count();
             match w.form {
                 Form::Convolution => format!(
                     "Winograd F(2×2, 3×3): 16 × ({o}×{tiles}×{c}) over 2×2 tiles, transforms around the products"

@@ -72,9 +72,8 @@ impl Stage {
             Route::Loop(kernel) => kernel.total_cost(),
             // The products, and 16 values per tile and channel transformed.
             Route::Winograd(w) => {
-                let [n, o, c, ..] = w.sizes();
-                let (th, tw) = w.tiles();
-                (w.product_flops() / 2 + 16 * n * th * tw * (c + o)) as u64
+                let [_, o, c, ..] = w.sizes();
+                (w.product_flops() / 2 + 16 * w.tile_count() * (c + o)) as u64
             }
             // One pass over the output (gathers, segmented sums).
             Route::Host(_) => self.len() as u64,
