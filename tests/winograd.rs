@@ -362,3 +362,41 @@ fn a_line_written_by_hand_gets_it_and_other_filters_do_not() {
     assert!(!five.contains(&"winograd"), "{five:?}");
     assert!(!strided.contains(&"winograd"), "{strided:?}");
 }
+
+#[test]
+fn a_bias_and_an_activation_run_after_it_in_place() {
+    let p = problem([2, 8, 8, 9, 10, 1]);
+    let (want, _) = p.forward();
+    let (ho, wo) = p.out();
+    let bias: Vec<f64> = (0..p.o).map(|o| o as f64 * 0.25 - 1.0).collect();
+    let x = Tensor::from_vec_f64(p.x.clone(), &[p.n, p.c, p.h, p.wd])
+        .unwrap()
+        .requires_grad();
+    let w = Tensor::from_vec_f64(p.w.clone(), &[p.o, p.c, 3, 3]).unwrap();
+    let b = Tensor::from_vec_f64(bias.clone(), &[p.o]).unwrap();
+    let line = "y[n; o; i; j] = max(sum{c}_0^7 (sum{a}_0^2 (sum{q}_0^2 (\
+        if {i + a >= 1} then (if {i + a <= 9} then (if {j + q >= 1} then (if {j + q <= 10} \
+        then (x[n; c; i + a - 1; j + q - 1] * w[o; c; a; q]) else (0)) else (0)) else (0)) else (0)))) + b[o], 0)";
+    let (op, relu, routes) = with_winograd(true, || {
+        let op = x.conv2d(&w, Some(&b), [1, 1], [1, 1], [1, 1], 1).unwrap();
+        let relu = index_fn_with_sizes(
+            line,
+            &[("x", &x), ("w", &w), ("b", &b)],
+            &[("i", ho), ("j", wo)],
+        )
+        .unwrap();
+        let e = tenjin::explain(&op).unwrap();
+        let routes: Vec<&str> = e.forward.iter().map(|s| s.route).collect();
+        (op.to_vec_f64().unwrap(), relu.to_vec_f64().unwrap(), routes)
+    });
+    assert!(routes.contains(&"winograd+loop"), "{routes:?}");
+    let per_channel = ho * wo;
+    for (k, (&y, &r)) in op.iter().zip(&relu).enumerate() {
+        let expect = want[k] + bias[(k / per_channel) % p.o];
+        assert!((y - expect).abs() < 1e-12, "y[{k}]: {y} vs {expect}");
+        assert!(
+            (r - expect.max(0.0)).abs() < 1e-12,
+            "relu[{k}]: {r} vs {expect}"
+        );
+    }
+}

@@ -29,7 +29,10 @@ impl Cpu {
     /// `route` compiled for the host (the concrete form of
     /// [`Backend::compile`]).
     pub fn compile_route(&self, route: &Route, dtype: DType) -> Result<CpuKernel, Error> {
-        if let Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } = route {
+        if let Route::Loop(k)
+        | Route::GemmThenLoop { kernel: k, .. }
+        | Route::WinogradThenLoop { kernel: k, .. } = route
+        {
             if !k.buffers.is_uniform() {
                 // (Half tensors on the CPU are converted over slices around
                 // the f32 kernels: `crate::ops::half`.)
@@ -51,6 +54,10 @@ impl Cpu {
             ),
             Route::Loop(kernel) => (Exec::Jit(shared_code(kernel, dtype)?), Some(kernel)),
             Route::Winograd(w) => (Exec::Winograd(w.clone()), None),
+            Route::WinogradThenLoop { conv, kernel, .. } => (
+                Exec::WinogradThenJit(conv.clone(), shared_code(kernel, dtype)?),
+                Some(kernel),
+            ),
             Route::Host(h) => (Exec::Host(h.clone()), None),
         };
         Ok(CpuKernel {

@@ -74,6 +74,9 @@ pub(crate) enum Exec {
     GemmThenJit(Contraction, JitCall),
     /// Winograd's convolution (`super::winograd`).
     Winograd(WinogradConv),
+    /// Winograd's convolution into the output buffer, then generated code
+    /// for the element-wise work around it, in place (as `GemmThenJit`).
+    WinogradThenJit(WinogradConv, JitCall),
     /// Rust code over the operands' typed host slices.
     Host(Arc<dyn HostKernel>),
 }
@@ -81,7 +84,9 @@ pub(crate) enum Exec {
 impl Exec {
     fn code(&self) -> Option<&JitCode> {
         match self {
-            Exec::Jit(call) | Exec::GemmThenJit(_, call) => Some(&call.code),
+            Exec::Jit(call) | Exec::GemmThenJit(_, call) | Exec::WinogradThenJit(_, call) => {
+                Some(&call.code)
+            }
             Exec::Gemm(_) | Exec::Winograd(_) | Exec::Host(_) => None,
         }
     }
@@ -201,22 +206,13 @@ impl CpuKernel {
             Exec::Jit(_) => {}
             Exec::Gemm(plan) => plan.run_with_threads(&inputs, out, pool::num_threads()),
             Exec::GemmThenJit(plan, code) => {
-                // No temporary: the contraction is written into `out`, and
-                // the epilogue, which reads it as its last argument only at
-                // the output index itself (`epilogue::split` reads it as
-                // `t[i…]` with the output's own indices), overwrites it
-                // element by element, each element read before it is
-                // written and by the thread that writes it.
                 plan.run_with_threads(&inputs, out, pool::num_threads());
-                let dst = out.as_mut_ptr() as *mut u8;
-                // The inputs, the contraction in `out`, then room for the
-                // run-time constants' address.
-                let mut args: Vec<*const u8> = Vec::with_capacity(inputs.len() + 2);
-                args.extend(inputs.iter().map(|s| s.as_ptr() as *const u8));
-                args.push(dst as *const u8);
-                // SAFETY: as for `Exec::Jit`; the only argument aliasing
-                // `out` is read element-wise (above).
-                unsafe { self.launch_ptrs(code, args, dst) };
+                self.epilogue(code, &inputs, out);
+            }
+            Exec::Winograd(w) => super::winograd::run_element(w, &inputs, out)?,
+            Exec::WinogradThenJit(w, code) => {
+                super::winograd::run_element(w, &inputs, out)?;
+                self.epilogue(code, &inputs, out);
             }
             Exec::Host(h) => {
                 return Err(Error::Invalid {
@@ -224,14 +220,26 @@ impl CpuKernel {
                     message: "internal: a host kernel reached the generated-code path".into(),
                 })
             }
-            Exec::Winograd(_) => {
-                return Err(Error::Invalid {
-                    function: "winograd".into(),
-                    message: "internal: Winograd's kernel reached the generated-code path".into(),
-                })
-            }
         }
         Ok(())
+    }
+
+    /// Runs the epilogue `code` over the product already in `out`. No
+    /// temporary: the epilogue, which reads the product as its last
+    /// argument only at the output index itself (`epilogue::split` reads
+    /// it as `t[i…]` with the output's own indices), overwrites it element
+    /// by element, each element read before it is written and by the
+    /// thread that writes it.
+    fn epilogue<T: Float>(&self, code: &JitCall, inputs: &[&[T]], out: &mut [T]) {
+        let dst = out.as_mut_ptr() as *mut u8;
+        // The inputs, the product in `out`, then room for the run-time
+        // constants' address.
+        let mut args: Vec<*const u8> = Vec::with_capacity(inputs.len() + 2);
+        args.extend(inputs.iter().map(|s| s.as_ptr() as *const u8));
+        args.push(dst as *const u8);
+        // SAFETY: as for `Exec::Jit`; the only argument aliasing `out` is
+        // read element-wise (above).
+        unsafe { self.launch_ptrs(code, args, dst) };
     }
 
     /// # Safety
@@ -300,17 +308,6 @@ impl Executable for CpuKernel {
                 .map(|o| o.host_in())
                 .collect::<Result<Vec<_>, Error>>()?;
             return h.run(&typed, out.host_out()?, &PoolWorkers);
-        }
-        if let Exec::Winograd(w) = &self.exec {
-            return match out.dtype() {
-                DType::F32 => {
-                    super::winograd::run(w, &slices::<f32>(inputs)?, out.host_slice_mut()?)
-                }
-                DType::F64 => {
-                    super::winograd::run(w, &slices::<f64>(inputs)?, out.host_slice_mut()?)
-                }
-                d => Err(not_computable("winograd", d)),
-            };
         }
         match out.dtype() {
             DType::F32 => self.run_float::<f32>(inputs, out),

@@ -629,7 +629,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 kernel,
                 ..
             } => gemm(contraction, Some(self.loop_kernel(kernel, dtype)?)),
-            Route::Winograd(_) => Err(self.err(
+            Route::Winograd(_) | Route::WinogradThenLoop { .. } => Err(self.err(
                 "Winograd's convolution runs on the CPU only (the planner gives a GPU its GEMM routes)",
             )),
             Route::Host(h) => match h.device_form() {

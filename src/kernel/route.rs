@@ -39,6 +39,14 @@ pub enum Route {
     /// gradient by F(3×3, 2×2), opt in (`crate::planner::winograd`): the
     /// CPU runs it, no GPU is given one.
     Winograd(WinogradConv),
+    /// Winograd's convolution into the output, then `epilogue` over it in
+    /// place (as [`Route::GemmThenLoop`]: a convolution with its bias).
+    WinogradThenLoop {
+        conv: WinogradConv,
+        epilogue: IndexFn,
+        /// The epilogue's planned loop nest.
+        kernel: Kernel,
+    },
     /// Rust code on the host (a data-dependent stage, see
     /// [`super::host`]): the stage's function only describes its shapes.
     Host(Arc<dyn HostKernel>),
@@ -46,8 +54,8 @@ pub enum Route {
 
 impl Route {
     /// `"gemm"`, `"gemm+loop"`, `"loop"`, `"block loop"` (a block of
-    /// threads per output, `Kernel::threads_per_output`), `"winograd"` or
-    /// `"host"`.
+    /// threads per output, `Kernel::threads_per_output`), `"winograd"`,
+    /// `"winograd+loop"` or `"host"`.
     pub fn name(&self) -> &'static str {
         match self {
             Route::Gemm(_) => "gemm",
@@ -55,6 +63,7 @@ impl Route {
             Route::Loop(k) if k.threads_per_output > 1 => "block loop",
             Route::Loop(_) => "loop",
             Route::Winograd(_) => "winograd",
+            Route::WinogradThenLoop { .. } => "winograd+loop",
             Route::Host(_) => "host",
         }
     }
@@ -65,7 +74,7 @@ impl Route {
             Route::Gemm(_) => RouteKind::Gemm,
             Route::GemmThenLoop { .. } => RouteKind::GemmThenJit,
             Route::Loop(_) => RouteKind::Jit,
-            Route::Winograd(_) => RouteKind::Winograd,
+            Route::Winograd(_) | Route::WinogradThenLoop { .. } => RouteKind::Winograd,
             Route::Host(_) => RouteKind::Host,
         }
     }
@@ -76,7 +85,9 @@ impl Route {
     pub fn out_dtype(&self, dtype: DType) -> DType {
         match self {
             Route::Host(h) => h.out_dtype().unwrap_or(dtype),
-            Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } => k.buffers.out_dtype(dtype),
+            Route::Loop(k)
+            | Route::GemmThenLoop { kernel: k, .. }
+            | Route::WinogradThenLoop { kernel: k, .. } => k.buffers.out_dtype(dtype),
             Route::Gemm(_) | Route::Winograd(_) => dtype,
         }
     }
@@ -93,7 +104,8 @@ pub enum RouteKind {
     /// A contraction, then generated code for the element-wise work
     /// around it (its epilogue, run in place over the output).
     GemmThenJit,
-    /// Winograd's convolution (transforms around GEMMs).
+    /// Winograd's convolution (transforms around GEMMs), alone or then
+    /// generated code for its epilogue.
     Winograd,
     /// Rust code on the host (gathers by integer ids and their gradients).
     Host,

@@ -120,6 +120,13 @@ impl WinogradConv {
         2 * 16 * self.tile_count() * self.in_channels.len * self.out_channels.len
     }
 
+    /// An estimate of one run's operations: the products' multiply-adds,
+    /// and 16 values per tile and channel transformed.
+    pub fn work(&self) -> u64 {
+        let channels = self.in_channels.len + self.out_channels.len;
+        (self.product_flops() / 2 + 16 * self.tile_count() * channels) as u64
+    }
+
     /// `(batch, out channels, in channels, rows, columns)` (the rows and
     /// columns of the positions).
     pub fn sizes(&self) -> [usize; 5] {

@@ -53,7 +53,7 @@ pub fn algorithm(stage: &Stage, target: Target) -> String {
         Route::Gemm(c) | Route::GemmThenLoop { contraction: c, .. } => gemm(c, target),
         Route::Host(_) => "host code".into(),
         Route::Loop(_) => looped(&stage.f, target).into(),
-        Route::Winograd(w) => {
+        Route::Winograd(w) | Route::WinogradThenLoop { conv: w, .. } => {
             let [_, o, c, ..] = w.sizes();
             let tiles = w.tile_count();
             match w.form {

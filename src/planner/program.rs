@@ -71,9 +71,9 @@ impl Stage {
             } => ((contraction.flops() / 2) as u64).saturating_add(kernel.total_cost()),
             Route::Loop(kernel) => kernel.total_cost(),
             // The products, and 16 values per tile and channel transformed.
-            Route::Winograd(w) => {
-                let [_, o, c, ..] = w.sizes();
-                (w.product_flops() / 2 + 16 * w.tile_count() * (c + o)) as u64
+            Route::Winograd(w) => w.work(),
+            Route::WinogradThenLoop { conv, kernel, .. } => {
+                conv.work().saturating_add(kernel.total_cost())
             }
             // One pass over the output (gathers, segmented sums).
             Route::Host(_) => self.len() as u64,

@@ -1,6 +1,6 @@
 //! How one stage runs: as a GEMM, as a GEMM followed by a fused
 //! element-wise epilogue, as a loop nest, or (opt in, on the CPU) as
-//! Winograd's convolution.
+//! Winograd's convolution, alone or followed by its epilogue.
 //!
 //! Owns [`route`] and [`route_for`], the decision every backend obeys: a
 //! contraction big enough to pay for a GEMM call goes to GEMM (alone, or
@@ -93,8 +93,11 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     // loop kernel is a column sum, split as one, `super::split_sums`).
     let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
     let runs = |c: &Contraction| worth_gemm(c, target) && (target == Target::Cpu || on_gpu(c));
-    // Winograd's convolution, where the user turned it on (CPU only).
-    if target == Target::Cpu && dtype.kernels_compute_in() && super::winograd::enabled() {
+    // Winograd's convolution, where the user turned it on (CPU only),
+    // alone or then its epilogue (a bias).
+    let winograd =
+        target == Target::Cpu && dtype.kernels_compute_in() && super::winograd::enabled();
+    if winograd {
         if let Some(w) = super::winograd::plan(f) {
             return Ok(Route::Winograd(w));
         }
@@ -106,6 +109,17 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
         }
     }
     if let Some(split) = epilogue::split(f) {
+        let conv = winograd
+            .then(|| super::winograd::of_contraction(&split.contraction))
+            .flatten();
+        if let Some(conv) = conv {
+            let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
+            return Ok(Route::WinogradThenLoop {
+                conv,
+                epilogue: split.epilogue,
+                kernel,
+            });
+        }
         if runs(&split.contraction) {
             // A GPU adds a whole argument with the GEMM's `beta = 1`.
             let added = epilogue::added_argument(&split.epilogue);

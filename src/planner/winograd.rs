@@ -40,7 +40,7 @@
 //! its GEMM routes. Must not run anything.
 
 use super::contraction;
-use crate::kernel::contraction::Dim;
+use crate::kernel::contraction::{Contraction, Dim};
 use crate::kernel::winograd::{Axis, Form, WinogradConv};
 use crate::symbolic::IndexFn;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -92,7 +92,20 @@ pub fn enabled() -> bool {
 /// # Ok::<(), tenjin::Error>(())
 /// ```
 pub fn plan(f: &IndexFn) -> Option<WinogradConv> {
-    let c = contraction::detect(f)?;
+    of_contraction(&contraction::detect(f)?)
+}
+
+/// Whether the route of `f` is Winograd's (alone, or then an epilogue)
+/// when the switch is on: `f` is a convolution, or one with element-wise
+/// work around it.
+pub fn applies(f: &IndexFn) -> bool {
+    plan(f).is_some()
+        || super::epilogue::split(f).is_some_and(|s| of_contraction(&s.contraction).is_some())
+}
+
+/// A contraction (a whole function's, or the one an epilogue is split
+/// from) as a Winograd convolution, when it is one (see [`plan`]).
+pub(crate) fn of_contraction(c: &Contraction) -> Option<WinogradConv> {
     if c.diag.is_some() || c.accumulate.is_some() || !c.scale.is_finite() {
         return None;
     }

@@ -77,7 +77,9 @@ impl CompiledKernel {
     ) -> Result<CompiledKernel, Error> {
         let code = backend.compile(route, dtype)?;
         let kernel = match route {
-            Route::Loop(kernel) | Route::GemmThenLoop { kernel, .. } => kernel.clone(),
+            Route::Loop(kernel)
+            | Route::GemmThenLoop { kernel, .. }
+            | Route::WinogradThenLoop { kernel, .. } => kernel.clone(),
             Route::Gemm(_) | Route::Winograd(_) | Route::Host(_) => crate::kernel::lower(f)?,
         };
         let arg_dtypes: Vec<DType> = (0..f.args().len())

@@ -190,12 +190,15 @@ pub(crate) fn compile_stage(
     }
     // Winograd's convolution is another kernel than the same function's
     // GEMM (`crate::planner::winograd`).
-    if let Route::Winograd(_) = route {
+    if let Route::Winograd(_) | Route::WinogradThenLoop { .. } = route {
         mark_winograd(&mut key);
     }
     // Half buffers are another kernel than the same function's
     // (`Kernel::buffers`).
-    if let Route::Loop(k) | Route::GemmThenLoop { kernel: k, .. } = route {
+    if let Route::Loop(k)
+    | Route::GemmThenLoop { kernel: k, .. }
+    | Route::WinogradThenLoop { kernel: k, .. } = route
+    {
         if !k.buffers.is_uniform() {
             key.bytes
                 .extend_from_slice(format!("\0buffers {:?}", k.buffers).as_bytes());
@@ -229,7 +232,7 @@ pub(crate) fn compile_function(
     let mut key = crate::kernel::key::structural_key(f);
     let winograd = crate::planner::winograd::enabled()
         && backend.target() == crate::kernel::backend::Target::Cpu
-        && crate::planner::winograd::plan(f).is_some();
+        && crate::planner::winograd::applies(f);
     if winograd {
         mark_winograd(&mut key);
     }

@@ -292,7 +292,7 @@ impl Rows {
 /// # Safety
 ///
 /// `T` and `U` are the same type.
-unsafe fn retype<'a, T, U>(inputs: &'a [&'a [T]]) -> &'a [&'a [U]] {
+pub(crate) unsafe fn retype<'a, T, U>(inputs: &'a [&'a [T]]) -> &'a [&'a [U]] {
     std::slice::from_raw_parts(inputs.as_ptr() as *const &[U], inputs.len())
 }
 
@@ -301,7 +301,7 @@ unsafe fn retype<'a, T, U>(inputs: &'a [&'a [T]]) -> &'a [&'a [U]] {
 /// # Safety
 ///
 /// `T` and `U` are the same type.
-unsafe fn retype_mut<T, U>(out: &mut [T]) -> &mut [U] {
+pub(crate) unsafe fn retype_mut<T, U>(out: &mut [T]) -> &mut [U] {
     std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut U, out.len())
 }
 

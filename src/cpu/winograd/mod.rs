@@ -31,8 +31,9 @@ mod x86;
 use super::gemm::{self, Float};
 use super::pool;
 use super::wide::Width;
+use crate::dtype::{not_computable, Element};
 use crate::kernel::winograd::{Form, WinogradConv, G};
-use crate::Error;
+use crate::{DType, Error};
 use std::ops::{Neg, Range, Sub};
 #[cfg(target_arch = "x86_64")]
 use transforms::{
@@ -184,6 +185,23 @@ fn in_bounds(w: &WinogradConv, inputs: [usize; 2], out: usize) -> bool {
     fits(image, inputs[0])
         && fits(span(w.other_base, &other), inputs[1])
         && fits(span(0, &output), out)
+}
+
+/// [`run`] over buffers of any element type: f32 and f64 run, any other
+/// is an error.
+pub(crate) fn run_element<T: Element>(
+    w: &WinogradConv,
+    inputs: &[&[T]],
+    out: &mut [T],
+) -> Result<(), Error> {
+    // SAFETY: `T` is the type its `DTYPE` names.
+    unsafe {
+        match T::DTYPE {
+            DType::F32 => run::<f32>(w, gemm::retype(inputs), gemm::retype_mut(out)),
+            DType::F64 => run::<f64>(w, gemm::retype(inputs), gemm::retype_mut(out)),
+            d => Err(not_computable("winograd", d)),
+        }
+    }
 }
 
 /// Runs `w` over the argument buffers `inputs` into `out`.
