@@ -172,6 +172,30 @@ struct Classified {
     other_shift: isize,
 }
 
+/// A dimension absent from the function (a batch or a channel of one).
+const UNIT: Axis = Axis {
+    len: 1,
+    image: 0,
+    other: 0,
+    out: 0,
+};
+
+/// The dimensions as axes with image strides `image(d)` and other strides
+/// `other(d)`: `(outputs, sums)`.
+fn axes(
+    dims: &[Dim],
+    image: impl Fn(&Dim) -> isize,
+    other: impl Fn(&Dim) -> isize,
+) -> (Vec<Axis>, Vec<Axis>) {
+    let axis = |d: &Dim| Axis {
+        len: d.len,
+        image: image(d),
+        other: other(d),
+        out: d.out,
+    };
+    dims.iter().map(axis).partition(|a| a.out != 0)
+}
+
 /// The convolution whose image strides are `image(d)` and weight strides
 /// `weight(d)` (see the module documentation's table), or `None`.
 fn classify(
@@ -179,19 +203,7 @@ fn classify(
     image: impl Fn(&Dim) -> isize,
     weight: impl Fn(&Dim) -> isize,
 ) -> Option<Classified> {
-    let axis = |d: &Dim| Axis {
-        len: d.len,
-        image: image(d),
-        other: weight(d),
-        out: d.out,
-    };
-    let unit = Axis {
-        len: 1,
-        image: 0,
-        other: 0,
-        out: 0,
-    };
-    let (outs, sums): (Vec<Axis>, Vec<Axis>) = dims.iter().map(axis).partition(|a| a.out != 0);
+    let (outs, sums) = axes(dims, image, weight);
     // The output channel: the one output dimension of the weights only.
     let mut out_channels = outs.iter().filter(|a| a.other != 0);
     let o = *out_channels.next()?;
@@ -222,13 +234,13 @@ fn classify(
     if taps.len() != 2 || rest.len() > 1 || positions.len() > 3 {
         return None;
     }
-    let in_channels = rest.first().copied().unwrap_or(unit);
+    let in_channels = rest.first().copied().unwrap_or(UNIT);
     let batch = match positions
         .iter()
         .find(|p| !taps.iter().any(|(q, _)| q == *p))
     {
         Some(b) if positions.len() == 3 => *b,
-        None if positions.len() == 2 => unit,
+        None if positions.len() == 2 => UNIT,
         _ => return None,
     };
     // A flipped tap `image[y − k]` is read as `k′ = 2 − k`.
@@ -274,13 +286,7 @@ fn classify_filter(
     image: impl Fn(&Dim) -> isize,
     other: impl Fn(&Dim) -> isize,
 ) -> Option<Classified> {
-    let axis = |d: &Dim| Axis {
-        len: d.len,
-        image: image(d),
-        other: other(d),
-        out: d.out,
-    };
-    let (outs, sums): (Vec<Axis>, Vec<Axis>) = dims.iter().map(axis).partition(|a| a.out != 0);
+    let (outs, sums) = axes(dims, image, other);
     if sums.iter().any(|s| s.image == 0 || s.other == 0) {
         return None;
     }
@@ -317,21 +323,15 @@ fn classify_filter(
     {
         return None;
     }
-    let unit = Axis {
-        len: 1,
-        image: 0,
-        other: 0,
-        out: 0,
-    };
     let (rows, cols) = if spatial[0].image.abs() <= spatial[1].image.abs() {
         (spatial[1], spatial[0])
     } else {
         (spatial[0], spatial[1])
     };
     Some(Classified {
-        batch: batch.first().map_or(unit, |b| **b),
+        batch: batch.first().map_or(UNIT, |b| **b),
         out_channels: o,
-        in_channels: channels.first().copied().unwrap_or(unit),
+        in_channels: channels.first().copied().unwrap_or(UNIT),
         rows,
         cols,
         image_shift: 0,
