@@ -93,26 +93,23 @@ pub fn route_for(f: &IndexFn, dtype: DType, target: Target) -> Result<Route, Err
     // loop kernel is a column sum, split as one, `super::split_sums`).
     let on_gpu = |c: &Contraction| c.blas().is_some_and(|p| p.m * p.n > 1);
     let runs = |c: &Contraction| worth_gemm(c, target) && (target == Target::Cpu || on_gpu(c));
-    // Winograd's convolution, where the user turned it on (CPU only),
+    // Winograd's convolution where the user turned it on (CPU only),
     // alone or then its epilogue (a bias).
-    let winograd =
-        target == Target::Cpu && dtype.kernels_compute_in() && super::winograd::enabled();
-    if winograd {
-        if let Some(w) = super::winograd::plan(f) {
-            return Ok(Route::Winograd(w));
-        }
-    }
+    let winograd = |c: &Contraction| {
+        let on = target == Target::Cpu && dtype.kernels_compute_in() && super::winograd::enabled();
+        on.then(|| super::winograd::of_contraction(c)).flatten()
+    };
     // (A diagonal factor, which BLAS lacks, leaves a GPU no `blas` plan.)
     if let Some(plan) = contraction::detect_scaled(f) {
+        if let Some(w) = winograd(&plan) {
+            return Ok(Route::Winograd(w));
+        }
         if runs(&plan) {
             return Ok(Route::Gemm(plan));
         }
     }
     if let Some(split) = epilogue::split(f) {
-        let conv = winograd
-            .then(|| super::winograd::of_contraction(&split.contraction))
-            .flatten();
-        if let Some(conv) = conv {
+        if let Some(conv) = winograd(&split.contraction) {
             let kernel = loop_kernel(&split.epilogue, dtype, target, LoopRole::Epilogue)?;
             return Ok(Route::WinogradThenLoop {
                 conv,

@@ -8,7 +8,8 @@
 //! | module | owns |
 //! | --- | --- |
 //! | `save_policy` | [`SavePolicy`]: which forward values a recorded op keeps for backward, the scope choosing it ([`save_policy`]) |
-//! | `op_plan` | the op-plan cache (one op's programs per shapes, views, dtype and device), its statistics ([`stats`]) |
+//! | `op_plan` | one op's programs per shapes, views, dtype and device, the runtime's statistics ([`stats`]) |
+//! | `plan_cache` | the op-plan cache: one plan per op key, least recently used ones evicted ([`set_plan_cache_capacity`]), dropped when a setting changes |
 //! | `compiled` | [`CompiledKernel`]: a stage compiled by a backend, the checks before it runs |
 //! | `kernel_cache` | the kernel cache of every backend (structural key, dtype, device), its statistics, compiling a stage or a function through it |
 //! | `fusion` | the switch fusion obeys, forward and backward ([`set_fusion`], [`fusion`]) |
@@ -35,15 +36,15 @@ mod kernel_cache;
 #[cfg(feature = "cuda")]
 pub mod observe;
 pub(crate) mod op_plan;
+mod plan_cache;
 mod save_policy;
 pub(crate) mod storage;
 mod winograd;
 
 pub use compiled::CompiledKernel;
 pub use fusion::{fusion, set_fusion};
-pub use op_plan::{
-    plan_cache_capacity, set_plan_cache_capacity, stats, Stats, DEFAULT_PLAN_CAPACITY,
-};
+pub use op_plan::{stats, Stats};
+pub use plan_cache::{plan_cache_capacity, set_plan_cache_capacity, DEFAULT_PLAN_CAPACITY};
 pub(crate) use save_policy::policy_for;
 pub use save_policy::{save_policy, SavePolicy};
 pub(crate) use storage::Storage;

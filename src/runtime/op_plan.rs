@@ -5,8 +5,9 @@
 //!
 //! Owns [`OpPlan`] (the forward program run when nothing is recorded),
 //! [`NodeGrad`] (per set of arguments needing a gradient: the forward
-//! program that keeps what backward reads, and the backward program), the
-//! plan cache and the counters behind [`stats`]. Programs come from
+//! program that keeps what backward reads, and the backward program) and
+//! the counters behind [`stats`] (the plans are cached by
+//! `super::plan_cache`). Programs come from
 //! `crate::planner`, planned for the target of the backend of the op's
 //! device; their stages are compiled by that backend through
 //! `super::compiled` (the kernel cache). A plan belongs to one device.
@@ -23,21 +24,11 @@ use crate::planner::{self, NodePlan, Program, Source, Stage};
 use crate::symbolic::IndexFn;
 use crate::DType;
 use crate::Error;
-use dashmap::DashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// Plans with the tick of their last use.
-static PLANS: LazyLock<DashMap<String, (Arc<OpPlan>, AtomicU64)>> = LazyLock::new(DashMap::new);
-static PLAN_TICK: AtomicU64 = AtomicU64::new(0);
-static PLAN_EVICTIONS: AtomicU64 = AtomicU64::new(0);
-static PLAN_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_PLAN_CAPACITY);
+pub(crate) use super::plan_cache::cached;
 
-/// Default capacity of the op-plan cache (plans; each holds its compiled
-/// kernels, so this also bounds the code a process keeps).
-pub const DEFAULT_PLAN_CAPACITY: usize = 4096;
-static PLAN_HITS: AtomicU64 = AtomicU64::new(0);
-static PLANS_BUILT: AtomicU64 = AtomicU64::new(0);
 static DERIVATIONS: AtomicU64 = AtomicU64::new(0);
 static STAGES_PLANNED: AtomicU64 = AtomicU64::new(0);
 static OPS_DEFERRED: AtomicU64 = AtomicU64::new(0);
@@ -145,58 +136,20 @@ pub struct Stats {
     pub ops_fused: u64,
 }
 
-/// Sets how many op plans the cache keeps (at least 1), evicting the
-/// least recently used ones above it. A loop over ever new shapes then
-/// keeps a bounded set of plans and kernels.
-pub fn set_plan_cache_capacity(plans: usize) {
-    PLAN_CAPACITY.store(plans.max(1), Relaxed);
-    evict_plans();
-}
-
-/// Drops every op plan (a setting the plans depend on changed).
-pub(crate) fn clear_plans() {
-    PLANS.clear();
-}
-
-/// The op-plan cache's capacity.
-pub fn plan_cache_capacity() -> usize {
-    PLAN_CAPACITY.load(Relaxed)
-}
-
-/// Drops least recently used plans down to 7/8 of the capacity once the
-/// cache exceeds it (a scan per eviction round, not per insert).
-fn evict_plans() {
-    let capacity = PLAN_CAPACITY.load(Relaxed);
-    if PLANS.len() <= capacity {
-        return;
-    }
-    let keep = capacity - capacity / 8;
-    let mut ticks: Vec<(u64, String)> = PLANS
-        .iter()
-        .map(|e| (e.value().1.load(Relaxed), e.key().clone()))
-        .collect();
-    ticks.sort_unstable();
-    let excess = ticks.len().saturating_sub(keep);
-    for (_, key) in ticks.into_iter().take(excess) {
-        if PLANS.remove(&key).is_some() {
-            PLAN_EVICTIONS.fetch_add(1, Relaxed);
-        }
-    }
-}
-
 /// The counters since the process started.
 pub fn stats() -> Stats {
     let j = kernel_cache::stats();
     let gpu = crate::gpu::counters();
+    let plans = super::plan_cache::counters();
     Stats {
-        op_plans_built: PLANS_BUILT.load(Relaxed),
-        op_cache_hits: PLAN_HITS.load(Relaxed),
+        op_plans_built: plans.built,
+        op_cache_hits: plans.hits,
         derivations: DERIVATIONS.load(Relaxed),
         stages_planned: STAGES_PLANNED.load(Relaxed),
         kernels_compiled: j.kernels_compiled,
         kernel_cache_hits: j.hits,
-        op_plans_cached: PLANS.len(),
-        op_plan_evictions: PLAN_EVICTIONS.load(Relaxed),
+        op_plans_cached: plans.cached,
+        op_plan_evictions: plans.evictions,
         kernel_evictions: j.evictions,
         cpu_kernels_run: crate::cpu::kernels_run(),
         cpu_code_shared: crate::cpu::code_shared(),
@@ -784,22 +737,4 @@ fn forward_program<'a>(
         Some(g) if keep.iter().any(|&k| k) => (&g.forward, keep),
         _ => (plain, keep),
     }
-}
-
-/// The plan cached under `key`, built by `build` on a miss.
-pub(crate) fn cached(
-    key: &str,
-    build: impl FnOnce() -> Result<OpPlan, Error>,
-) -> Result<Arc<OpPlan>, Error> {
-    let now = PLAN_TICK.fetch_add(1, Relaxed);
-    if let Some(p) = PLANS.get(key) {
-        PLAN_HITS.fetch_add(1, Relaxed);
-        p.1.store(now, Relaxed);
-        return Ok(p.0.clone());
-    }
-    let plan = Arc::new(build()?);
-    PLANS_BUILT.fetch_add(1, Relaxed);
-    PLANS.insert(key.to_string(), (plan.clone(), AtomicU64::new(now)));
-    evict_plans();
-    Ok(plan)
 }

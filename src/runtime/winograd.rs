@@ -35,7 +35,7 @@ use crate::planner::winograd as planner;
 pub fn set_winograd(on: bool) {
     if planner::enabled() != on {
         planner::set_enabled(on);
-        super::op_plan::clear_plans();
+        super::plan_cache::clear_plans();
     }
 }
 

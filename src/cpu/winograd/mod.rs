@@ -35,13 +35,7 @@ use crate::dtype::{not_computable, Element};
 use crate::kernel::winograd::{Form, WinogradConv, G};
 use crate::{DType, Error};
 use std::ops::{Neg, Range, Sub};
-#[cfg(target_arch = "x86_64")]
-use transforms::{
-    gradient_avx2, gradient_avx512, input_avx2, input_avx512, output_avx2, output_avx512,
-};
-use transforms::{
-    transform_gradient, transform_input, transform_output, GradientRun, InputRun, OutputRun,
-};
+use transforms::{gradient_at, input_at, output_at, GradientRun, InputRun, OutputRun};
 
 /// Bytes of one block's transformed input and products.
 const BLOCK_BYTES: usize = 1 << 20;
@@ -205,11 +199,7 @@ pub(crate) fn run_element<T: Element>(
 }
 
 /// Runs `w` over the argument buffers `inputs` into `out`.
-pub(crate) fn run<T: WinogradFloat>(
-    w: &WinogradConv,
-    inputs: &[&[T]],
-    out: &mut [T],
-) -> Result<(), Error> {
+fn run<T: WinogradFloat>(w: &WinogradConv, inputs: &[&[T]], out: &mut [T]) -> Result<(), Error> {
     let (image, other) = match (inputs.get(w.image_arg), inputs.get(w.other_arg)) {
         (Some(i), Some(g)) => (*i, *g),
         _ => return Err(internal("an argument is missing")),
@@ -228,29 +218,6 @@ pub(crate) fn run<T: WinogradFloat>(
     Ok(())
 }
 
-/// The transformed patches of image `n`'s tile rows `ty` into `v`, at the
-/// host's width.
-fn input_at<T: WinogradFloat>(
-    width: Width,
-    w: &WinogradConv,
-    image: &[T],
-    geo: &Geometry,
-    n: usize,
-    ty: Range<usize>,
-    v: &mut [T],
-) {
-    // SAFETY: the host has the width's instructions (`Width::host`).
-    unsafe {
-        match width {
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx512 => input_avx512(w, image, geo, n, ty, v),
-            #[cfg(target_arch = "x86_64")]
-            Width::Avx2 => input_avx2(w, image, geo, n, ty, v),
-            _ => transform_input(w, image, geo, n, ty, v),
-        }
-    }
-}
-
 /// The convolution: each block's patches, products and outputs in turn.
 fn convolve<T: WinogradFloat>(
     w: &WinogradConv,
@@ -262,14 +229,13 @@ fn convolve<T: WinogradFloat>(
     let u = transformed_filters(w, weight, geo);
     let blocks = w.batch.len * geo.blocks();
     let out_ptr = Shared(out.as_mut_ptr());
-    let width = Width::host();
     let body = |start: usize, end: usize| {
         let mut v = vec![T::from_f64(0.0); 16 * geo.v_slab];
         let mut m = vec![T::from_f64(0.0); 16 * geo.m_slab];
         for block in start..end {
             let (n, ty) = geo.block(block);
             let tiles = ty.len() * geo.tw;
-            input_at(width, w, image, geo, n, ty.clone(), &mut v);
+            input_at(w, image, geo, n, ty.clone(), &mut v);
             for xi in 0..16 {
                 let (uo, vo, mo) = (xi * geo.o * geo.c, xi * geo.v_slab, xi * geo.m_slab);
                 // SAFETY: U_ξ is O × C, V_ξ is C × tiles and M_ξ is O ×
@@ -290,17 +256,8 @@ fn convolve<T: WinogradFloat>(
                 };
             }
             // SAFETY: the block writes only its own tiles' outputs, in
-            // bounds (`in_bounds`), and no other block writes them; the
-            // host has the width's instructions.
-            unsafe {
-                match width {
-                    #[cfg(target_arch = "x86_64")]
-                    Width::Avx512 => output_avx512(w, &m, geo, n, ty, out_ptr),
-                    #[cfg(target_arch = "x86_64")]
-                    Width::Avx2 => output_avx2(w, &m, geo, n, ty, out_ptr),
-                    _ => transform_output(w, &m, geo, n, ty, out_ptr),
-                }
-            }
+            // bounds (`in_bounds`), and no other block writes them.
+            unsafe { output_at(w, &m, geo, n, ty, out_ptr) };
         }
     };
     pool::parallel_for(blocks, 1, &body);
@@ -330,7 +287,6 @@ fn filter_gradient<T: WinogradFloat>(
     let groups = fit.clamp(1, MAX_GROUPS).min(blocks);
     let mut partials = vec![T::from_f64(0.0); groups * per_group];
     let parts = Shared(partials.as_mut_ptr());
-    let width = Width::host();
     let body = |start: usize, end: usize| {
         let mut v = vec![T::from_f64(0.0); 16 * geo.v_slab];
         let mut m = vec![T::from_f64(0.0); 16 * geo.m_slab];
@@ -339,17 +295,8 @@ fn filter_gradient<T: WinogradFloat>(
             for block in first..(group + 1) * blocks / groups {
                 let (n, ty) = geo.block(block);
                 let tiles = ty.len() * geo.tw;
-                input_at(width, w, image, geo, n, ty.clone(), &mut v);
-                // SAFETY: the host has the width's instructions.
-                unsafe {
-                    match width {
-                        #[cfg(target_arch = "x86_64")]
-                        Width::Avx512 => gradient_avx512(w, dy, geo, n, ty, &mut m),
-                        #[cfg(target_arch = "x86_64")]
-                        Width::Avx2 => gradient_avx2(w, dy, geo, n, ty, &mut m),
-                        _ => transform_gradient(w, dy, geo, n, ty, &mut m),
-                    }
-                }
+                input_at(w, image, geo, n, ty.clone(), &mut v);
+                gradient_at(w, dy, geo, n, ty, &mut m);
                 for xi in 0..16 {
                     let (vo, mo) = (xi * geo.v_slab, xi * geo.m_slab);
                     // SAFETY: (A dy Aᵀ)_ξ is O × tiles and V_ξ is C ×
@@ -401,10 +348,11 @@ fn filter_gradient<T: WinogradFloat>(
     }
 }
 
-/// The output's address, shared by the blocks (each writes its own tiles).
+/// A buffer's address shared by the blocks or groups that write disjoint
+/// parts of it (the output's tiles, the filter gradient's partial sums).
 #[derive(Clone, Copy)]
 struct Shared<T>(*mut T);
-// SAFETY: see `run`: blocks write disjoint outputs.
+// SAFETY: shared only where every thread writes its own part (above).
 unsafe impl<T> Sync for Shared<T> {}
 unsafe impl<T> Send for Shared<T> {}
 

@@ -1,10 +1,12 @@
-//! The transforms of Winograd's F(2×2, 3×3): `Bᵀ d B` of the image's
-//! 4×4 patches and `Aᵀ M A` of the products, along a tile row.
+//! The transforms of Winograd's F(2×2, 3×3) and F(3×3, 2×2): `Bᵀ d B` of
+//! the image's 4×4 patches, `A g Aᵀ` of the output gradient's 2×2 tiles
+//! and `Aᵀ M A` of the products, along a tile row.
 //!
-//! Owns [`input_tile`] and [`output_tile`] (written once, for single
-//! values and for runs of tiles, [`Lanes`]), and the loops over one
-//! block's tile rows ([`transform_input`], [`transform_output`]): runs of
-//! 16 tiles through the host's own kernel where it has one
+//! Owns [`input_tile`], [`gradient_tile`] and [`output_tile`] (written
+//! once, for single values and for runs of tiles, [`Lanes`]), and the
+//! loops over one block's tile rows ([`input_at`], [`gradient_at`],
+//! [`output_at`], each compiled at the host's width): runs of 16 tiles
+//! through the host's own kernel where it has one
 //! (`super::x86`, AVX-512 f32: a run's columns de-interleaved by permutes),
 //! else runs of 16 and 4 tiles as plain loops compiled at the host's
 //! width, then one tile at a time at the edges (zeros past the image,
@@ -13,8 +15,9 @@
 //! not choose blocks (`super`) nor compute products.
 
 use super::{Geometry, Shared, WinogradFloat};
+use crate::cpu::wide::Width;
 use crate::kernel::winograd::WinogradConv;
-use std::ops::{Add, Neg, Sub};
+use std::ops::{Add, Neg, Range, Sub};
 
 /// A kernel transforming the patches of 16 tiles: the patch rows' starts
 /// (at the run's first column), where `ξ = 0` of the first tile goes, and
@@ -32,38 +35,71 @@ pub(super) type GradientRun<T> = unsafe fn(rows: [*const T; 2], dst: *mut T, str
 /// stride).
 pub(super) type OutputRun<T> = unsafe fn(m: *const T, stride: usize, rows: [*mut T; 2]);
 
-/// `$wide` and `$narrow`: `$inner` compiled for AVX-512 and for AVX2.
-/// The transforms are loops of additions over runs of tiles, which the
-/// compiler vectorises at the width it may use; an addition rounds the
-/// same at every width, so the results do not depend on it.
+/// `$at`: `$inner` at the host's width ([`Width::host`]), by copies of it
+/// compiled for AVX-512 and for AVX2. The transforms are loops of
+/// additions over runs of tiles, which the compiler vectorises at the
+/// width it may use; an addition rounds the same at every width, so the
+/// results do not depend on it. `unsafe` when `$inner` is.
 macro_rules! at_widths {
-    ($inner:ident: $wide:ident, $narrow:ident, ($($arg:ident: $ty:ty),*)) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx512f")]
-        #[allow(unused_unsafe)] // (one transform is safe, the other not)
-        pub(super) unsafe fn $wide<T: WinogradFloat>($($arg: $ty),*) {
-            // SAFETY: forwarded from the caller.
-            unsafe { $inner($($arg),*) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        #[allow(unused_unsafe)]
-        pub(super) unsafe fn $narrow<T: WinogradFloat>($($arg: $ty),*) {
-            // SAFETY: forwarded from the caller.
-            unsafe { $inner($($arg),*) }
+    ($(#[$doc:meta])* unsafe fn $at:ident = $inner:ident $args:tt) => {
+        at_widths!(@ [$(#[$doc])*] [unsafe] $at $inner $args);
+    };
+    ($(#[$doc:meta])* fn $at:ident = $inner:ident $args:tt) => {
+        at_widths!(@ [$(#[$doc])*] [] $at $inner $args);
+    };
+    (@ [$($doc:tt)*] [$($unsafety:tt)*] $at:ident $inner:ident ($($arg:ident: $ty:ty),*)) => {
+        $($doc)*
+        #[allow(unused_unsafe)] // (a safe `$inner` needs none)
+        pub(super) $($unsafety)* fn $at<T: WinogradFloat>($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn wide<T: WinogradFloat>($($arg: $ty),*) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $inner($($arg),*) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            unsafe fn narrow<T: WinogradFloat>($($arg: $ty),*) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $inner($($arg),*) }
+            }
+            // SAFETY: the host has the width's instructions
+            // (`Width::host` checked them); the rest is the caller's.
+            unsafe {
+                match Width::host() {
+                    #[cfg(target_arch = "x86_64")]
+                    Width::Avx512 => wide($($arg),*),
+                    #[cfg(target_arch = "x86_64")]
+                    Width::Avx2 => narrow($($arg),*),
+                    _ => $inner($($arg),*),
+                }
+            }
         }
     };
 }
 
-at_widths!(transform_input: input_avx512, input_avx2, (
-    w: &WinogradConv, image: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, v: &mut [T]
-));
-at_widths!(transform_gradient: gradient_avx512, gradient_avx2, (
-    w: &WinogradConv, dy: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, m: &mut [T]
-));
-at_widths!(transform_output: output_avx512, output_avx2, (
-    w: &WinogradConv, m: &[T], geo: &Geometry, n: usize, ty: std::ops::Range<usize>, out: Shared<T>
-));
+at_widths!(
+    /// [`transform_input`] at the host's width.
+    fn input_at = transform_input(
+        w: &WinogradConv, image: &[T], geo: &Geometry, n: usize, ty: Range<usize>, v: &mut [T]
+    )
+);
+at_widths!(
+    /// [`transform_gradient`] at the host's width.
+    fn gradient_at = transform_gradient(
+        w: &WinogradConv, dy: &[T], geo: &Geometry, n: usize, ty: Range<usize>, m: &mut [T]
+    )
+);
+at_widths!(
+    /// [`transform_output`] at the host's width.
+    ///
+    /// # Safety
+    ///
+    /// As for [`transform_output`].
+    unsafe fn output_at = transform_output(
+        w: &WinogradConv, m: &[T], geo: &Geometry, n: usize, ty: Range<usize>, out: Shared<T>
+    )
+);
 
 /// Tiles transformed together along a tile row: a vector of f32 on
 /// AVX-512, then a narrower one for short rows.
@@ -75,38 +111,27 @@ const NARROW: usize = 4;
 #[derive(Clone, Copy)]
 struct Lanes<T, const L: usize>([T; L]);
 
-impl<T: WinogradFloat, const L: usize> Add for Lanes<T, L> {
-    type Output = Self;
-    #[inline(always)]
-    fn add(mut self, b: Self) -> Self {
-        for l in 0..L {
-            self.0[l] = self.0[l] + b.0[l];
+/// `$op` of [`Lanes`] as `$f` of each lane.
+macro_rules! lanewise {
+    ($op:ident, $method:ident, |$a:ident $(, $b:ident)?| $f:expr) => {
+        impl<T: WinogradFloat, const L: usize> $op for Lanes<T, L> {
+            type Output = Self;
+            #[inline(always)]
+            fn $method(mut self $(, $b: Self)?) -> Self {
+                for l in 0..L {
+                    let $a = self.0[l];
+                    $(let $b = $b.0[l];)?
+                    self.0[l] = $f;
+                }
+                self
+            }
         }
-        self
-    }
+    };
 }
 
-impl<T: WinogradFloat, const L: usize> Neg for Lanes<T, L> {
-    type Output = Self;
-    #[inline(always)]
-    fn neg(mut self) -> Self {
-        for l in 0..L {
-            self.0[l] = -self.0[l];
-        }
-        self
-    }
-}
-
-impl<T: WinogradFloat, const L: usize> Sub for Lanes<T, L> {
-    type Output = Self;
-    #[inline(always)]
-    fn sub(mut self, b: Self) -> Self {
-        for l in 0..L {
-            self.0[l] = self.0[l] - b.0[l];
-        }
-        self
-    }
-}
+lanewise!(Add, add, |a, b| a + b);
+lanewise!(Sub, sub, |a, b| a - b);
+lanewise!(Neg, neg, |a| -a);
 
 /// `Bᵀ d B` of a 4×4 patch, as the 16 values of the transformed tile.
 #[inline(always)]
@@ -150,12 +175,12 @@ pub(super) fn output_tile<V: Copy + Add<Output = V> + Sub<Output = V>>(m: [V; 16
 /// `V_ξ[c; t]` (ξ's slabs `geo.v_slab` apart, then channel, then the
 /// block's tile `t`).
 #[inline(always)]
-pub(super) fn transform_input<T: WinogradFloat>(
+fn transform_input<T: WinogradFloat>(
     w: &WinogradConv,
     image: &[T],
     geo: &Geometry,
     n: usize,
-    ty: std::ops::Range<usize>,
+    ty: Range<usize>,
     v: &mut [T],
 ) {
     let tiles = ty.len() * geo.tw;
@@ -171,8 +196,8 @@ pub(super) fn transform_input<T: WinogradFloat>(
             let top = 2 * y;
             let first = plane + top as isize * sy;
             let row = |i: usize| first + i as isize * sy;
-            // The transformed tile `t0 + tx` of channel `c`, value `ξ`.
-            let at = |xi: usize, tx: usize| xi * geo.v_slab + c * tiles + r * geo.tw + tx;
+            // Value `ξ` of tile `tx` at `ξ · slab + base + tx`.
+            let base = c * tiles + r * geo.tw;
             // The rows of the patch inside the image.
             let rows_in = (hi - top).min(4);
             let mut tx = 0;
@@ -186,13 +211,14 @@ pub(super) fn transform_input<T: WinogradFloat>(
                         // their values in `v`.
                         unsafe {
                             let from = rows.map(|r| image.as_ptr().offset(r + 2 * tx as isize));
-                            run(from, v.as_mut_ptr().add(at(0, tx)), geo.v_slab);
+                            run(from, v.as_mut_ptr().add(base + tx), geo.v_slab);
                         }
                         tx += 16;
                     }
                 }
-                tx = input_runs::<T, WIDE>(image, rows, sx, tx, full, &mut |xi, t| at(xi, t), v);
-                tx = input_runs::<T, NARROW>(image, rows, sx, tx, full, &mut |xi, t| at(xi, t), v);
+                let to = (base, geo.v_slab);
+                tx = input_runs::<T, WIDE>(image, (rows, sx), tx..full, to, v);
+                tx = input_runs::<T, NARROW>(image, (rows, sx), tx..full, to, v);
             }
             // The rest, one tile at a time, zeros past the image.
             let load = |i: usize, x: usize| -> T {
@@ -205,27 +231,26 @@ pub(super) fn transform_input<T: WinogradFloat>(
             for tx in tx..geo.tw {
                 let d = [0, 1, 2, 3].map(|i| [0, 1, 2, 3].map(|j| load(i, 2 * tx + j)));
                 for (xi, value) in input_tile(d).into_iter().enumerate() {
-                    v[at(xi, tx)] = value;
+                    v[xi * geo.v_slab + base + tx] = value;
                 }
             }
         }
     }
 }
 
-/// The tiles from `tx` on, in runs of `L` below `end`, whose patch rows
-/// start at offsets `rows` of `image`, columns `sx` apart, transformed
-/// into `v` (`at(ξ, tile)`: where a value goes; a run's values are
-/// adjacent). Returns the first tile left.
+/// The tiles `tiles` (from its start, in runs of `L` below its end) whose
+/// patch rows start at offsets `rows` of `image`, columns `sx` apart,
+/// transformed into `v` (value `ξ` of tile `t` at `ξ · slab + base + t`).
+/// Returns the first tile left.
 #[inline(always)]
 fn input_runs<T: WinogradFloat, const L: usize>(
     image: &[T],
-    rows: [isize; 4],
-    sx: isize,
-    mut tx: usize,
-    end: usize,
-    at: &mut dyn FnMut(usize, usize) -> usize,
+    (rows, sx): ([isize; 4], isize),
+    tiles: Range<usize>,
+    (base, slab): (usize, usize),
     v: &mut [T],
 ) -> usize {
+    let (mut tx, end) = (tiles.start, tiles.end);
     while tx + L <= end {
         // (Loops, not `array::map`: those closures are not inlined.)
         let mut d = [[Lanes([T::from_f64(0.0); L]); 4]; 4];
@@ -248,7 +273,7 @@ fn input_runs<T: WinogradFloat, const L: usize>(
             }
         }
         for (xi, value) in input_tile(d).into_iter().enumerate() {
-            let start = at(xi, tx);
+            let start = xi * slab + base + tx;
             v[start..start + L].copy_from_slice(&value.0);
         }
         tx += L;
@@ -282,12 +307,12 @@ where
 /// apart, then output channel, then the block's tile `t`); zeros past
 /// the positions.
 #[inline(always)]
-pub(super) fn transform_gradient<T: WinogradFloat>(
+fn transform_gradient<T: WinogradFloat>(
     w: &WinogradConv,
     dy: &[T],
     geo: &Geometry,
     n: usize,
-    ty: std::ops::Range<usize>,
+    ty: Range<usize>,
     m: &mut [T],
 ) {
     let tiles = ty.len() * geo.tw;
@@ -317,8 +342,9 @@ pub(super) fn transform_gradient<T: WinogradFloat>(
                         tx += 16;
                     }
                 }
-                tx = gradient_runs::<T, WIDE>(dy, rows, tx, full, base, geo.m_slab, m);
-                tx = gradient_runs::<T, NARROW>(dy, rows, tx, full, base, geo.m_slab, m);
+                let to = (base, geo.m_slab);
+                tx = gradient_runs::<T, WIDE>(dy, rows, tx..full, to, m);
+                tx = gradient_runs::<T, NARROW>(dy, rows, tx..full, to, m);
             }
             // The rest, one tile at a time, zeros past the positions.
             for tx in tx..geo.tw {
@@ -339,20 +365,19 @@ pub(super) fn transform_gradient<T: WinogradFloat>(
     }
 }
 
-/// The tiles from `tx` on, in runs of `L` below `end`, of the two rows of
-/// `dy` from offsets `rows` (unit column stride), transformed into `m`
-/// (value `ξ` of tile `t` at `ξ · slab + base + t`). Returns the first
-/// tile left.
+/// The tiles `tiles` (from its start, in runs of `L` below its end) of
+/// the two rows of `dy` from offsets `rows` (unit column stride),
+/// transformed into `m` (value `ξ` of tile `t` at `ξ · slab + base + t`).
+/// Returns the first tile left.
 #[inline(always)]
 fn gradient_runs<T: WinogradFloat, const L: usize>(
     dy: &[T],
     rows: [isize; 2],
-    mut tx: usize,
-    end: usize,
-    base: usize,
-    slab: usize,
+    tiles: Range<usize>,
+    (base, slab): (usize, usize),
     m: &mut [T],
 ) -> usize {
+    let (mut tx, end) = (tiles.start, tiles.end);
     while tx + L <= end {
         // (Loops, not `array::map`: those closures are not inlined.)
         let mut g = [[Lanes([T::from_f64(0.0); L]); 2]; 2];
@@ -382,12 +407,12 @@ fn gradient_runs<T: WinogradFloat, const L: usize>(
 /// `out` is the output buffer, every output of these tiles is in it
 /// (`in_bounds`) and no other thread writes them meanwhile.
 #[inline(always)]
-pub(super) unsafe fn transform_output<T: WinogradFloat>(
+unsafe fn transform_output<T: WinogradFloat>(
     w: &WinogradConv,
     m: &[T],
     geo: &Geometry,
     n: usize,
-    ty: std::ops::Range<usize>,
+    ty: Range<usize>,
     out: Shared<T>,
 ) {
     let tiles = ty.len() * geo.tw;
@@ -401,7 +426,8 @@ pub(super) unsafe fn transform_output<T: WinogradFloat>(
             let t0 = r * geo.tw;
             let top = plane + 2 * y as isize * oy;
             let rows_out = (geo.h - 2 * y).min(2);
-            let at = |xi: usize, tx: usize| xi * geo.m_slab + o * tiles + t0 + tx;
+            // Value `ξ` of tile `tx` at `ξ · slab + base + tx`.
+            let base = o * tiles + t0;
             let mut tx = 0;
             if rows_out == 2 {
                 let rows = [top, top + oy];
@@ -410,18 +436,19 @@ pub(super) unsafe fn transform_output<T: WinogradFloat>(
                         let dst = rows.map(|r| unsafe { out.0.offset(r + 2 * tx as isize) });
                         // SAFETY: as the caller promises; `full` keeps the
                         // tiles' outputs inside the output's columns.
-                        unsafe { run(m.as_ptr().add(at(0, tx)), geo.m_slab, dst) };
+                        unsafe { run(m.as_ptr().add(base + tx), geo.m_slab, dst) };
                         tx += 16;
                     }
                 }
                 // SAFETY: as the caller promises.
+                let from = (base, geo.m_slab);
                 unsafe {
-                    tx = output_runs::<T, WIDE>(m, &at, tx, full, rows, ox, out);
-                    tx = output_runs::<T, NARROW>(m, &at, tx, full, rows, ox, out);
+                    tx = output_runs::<T, WIDE>(m, from, tx..full, (rows, ox), out);
+                    tx = output_runs::<T, NARROW>(m, from, tx..full, (rows, ox), out);
                 }
             }
             for tx in tx..geo.tw {
-                let values = output_tile(std::array::from_fn(|xi| m[at(xi, tx)]));
+                let values = output_tile(std::array::from_fn(|xi| m[xi * geo.m_slab + base + tx]));
                 let cols_out = (geo.w - 2 * tx).min(2);
                 for (a, row) in values.iter().enumerate().take(rows_out) {
                     for (b, &value) in row.iter().enumerate().take(cols_out) {
@@ -435,10 +462,10 @@ pub(super) unsafe fn transform_output<T: WinogradFloat>(
     }
 }
 
-/// Writes the 2×2 outputs of the tiles from `tx` on, in runs of `L` below
-/// `end`, from the products `m` (`at(ξ, tile)`: where a value lies; a
-/// run's values are adjacent) into the two output rows at offsets `rows`
-/// of `out`, columns `ox` apart. Returns the first tile left.
+/// Writes the 2×2 outputs of the tiles `tiles` (from its start, in runs
+/// of `L` below its end) from the products `m` (value `ξ` of tile `t` at
+/// `ξ · slab + base + t`) into the two output rows at offsets `rows` of
+/// `out`, columns `ox` apart. Returns the first tile left.
 ///
 /// # Safety
 ///
@@ -446,17 +473,16 @@ pub(super) unsafe fn transform_output<T: WinogradFloat>(
 #[inline(always)]
 unsafe fn output_runs<T: WinogradFloat, const L: usize>(
     m: &[T],
-    at: &dyn Fn(usize, usize) -> usize,
-    mut tx: usize,
-    end: usize,
-    rows: [isize; 2],
-    ox: isize,
+    (base, slab): (usize, usize),
+    tiles: Range<usize>,
+    (rows, ox): ([isize; 2], isize),
     out: Shared<T>,
 ) -> usize {
+    let (mut tx, end) = (tiles.start, tiles.end);
     while tx + L <= end {
         let mut tile = [Lanes([T::from_f64(0.0); L]); 16];
         for (xi, lanes) in tile.iter_mut().enumerate() {
-            let start = at(xi, tx);
+            let start = xi * slab + base + tx;
             lanes.0.copy_from_slice(&m[start..start + L]);
         }
         let values = output_tile(tile);
@@ -559,8 +585,10 @@ mod tests {
             let from = rows.map(|r: isize| image.as_ptr().offset(r + 2 * tx as isize));
             super::super::x86::input_run(from, fast.as_mut_ptr(), stride);
         }
-        let mut at = |xi: usize, t: usize| xi * stride + t - tx;
-        input_runs::<f32, 16>(&image, rows, 1, tx, tx + 16, &mut at, &mut portable);
+        // (Tile `t` at `base + t`: `base` puts tile `tx` at 0.)
+        let mut shifted = vec![0.0f32; fast.len() + tx];
+        input_runs::<f32, 16>(&image, (rows, 1), tx..tx + 16, (0, stride), &mut shifted);
+        portable.copy_from_slice(&shifted[tx..]);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&fast), bits(&portable));
         assert!(fast.iter().any(|&x| x != 0.0));
@@ -572,8 +600,8 @@ mod tests {
         unsafe {
             let rows = [fast.as_mut_ptr(), fast.as_mut_ptr().add(32)];
             super::super::x86::output_run(m.as_ptr(), stride, rows);
-            let at = |xi: usize, t: usize| xi * stride + t;
-            output_runs::<f32, 16>(&m, &at, 0, 16, [0, 32], 1, Shared(portable.as_mut_ptr()));
+            let out = Shared(portable.as_mut_ptr());
+            output_runs::<f32, 16>(&m, (0, stride), 0..16, ([0, 32], 1), out);
         }
         assert_eq!(bits(&fast), bits(&portable));
         // An output gradient's tiles: two rows of 40, 16 tiles from 2·3.
@@ -585,11 +613,10 @@ mod tests {
             let from = [0isize, 40].map(|r| dy.as_ptr().offset(r + 2 * tx as isize));
             super::super::x86::gradient_run(from, fast.as_mut_ptr(), stride);
         }
-        gradient_runs::<f32, 16>(&dy, [0, 40], tx, tx + 16, 0, stride, &mut portable[..]);
-        // (`gradient_runs` writes tile `t` at `base + t`: shift back.)
-        let portable: Vec<f32> = (0..fast.len())
-            .map(|i| *portable.get(i + tx).unwrap_or(&0.0))
-            .collect();
+        // (Tile `t` at `base + t`: the first `tx` values skipped.)
+        let mut shifted = vec![0.0f32; fast.len() + tx];
+        gradient_runs::<f32, 16>(&dy, [0, 40], tx..tx + 16, (0, stride), &mut shifted);
+        portable.copy_from_slice(&shifted[tx..]);
         assert_eq!(bits(&fast), bits(&portable));
     }
 }
