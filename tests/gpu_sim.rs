@@ -213,6 +213,39 @@ fn sgd_steps_on_the_device_follow_the_cpu() {
     assert!(cpu[4] < cpu[0], "{cpu:?}");
 }
 
+/// AdamW over a parameter of 2¹⁷ elements, whose update (the parameter
+/// and both moments, stacked in three rows) runs a thread per parameter
+/// computing its three rows in turn: the same values as the CPU's, f32,
+/// step after step.
+#[test]
+fn adamw_steps_over_a_large_parameter_follow_the_cpu() {
+    let _s = serial();
+    let n = 1 << 17;
+    let run = |device: Device| -> (Vec<f64>, Vec<f64>) {
+        let w = leaf(&data(n, 21), &[n], DType::F32, device);
+        let target = Tensor::from_vec_f64_on(data(n, 22), &[n], device)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let mut opt = Adam::new(vec![w.clone()], AdamConfig::adamw()).unwrap();
+        let losses = (0..3)
+            .map(|_| {
+                opt.zero_grad();
+                let d = w.sub(&target).unwrap();
+                let loss = d.mul(&d).unwrap().sum().unwrap();
+                loss.backward().unwrap();
+                opt.step().unwrap();
+                loss.item().unwrap()
+            })
+            .collect();
+        (losses, w.to_vec_f64().unwrap())
+    };
+    let ((lc, wc), (lg, wg)) = (run(Device::Cpu), run(gpu()));
+    close(&lg, &lc, 1e-6, "losses");
+    close(&wg, &wc, 1e-6, "parameters");
+    assert!(wg != data(n, 21), "the parameters moved");
+}
+
 #[test]
 fn data_moves_between_devices_explicitly() {
     let _s = serial();
@@ -1154,6 +1187,40 @@ fn long_rows_are_reduced_by_blocks_and_agree_with_the_cpu() {
         assert_eq!([max[0], max[2], max[3]], [700, 300, 0]);
         assert_eq!([min[1], min[2], min[3]], [100, 300, 0]);
     }
+}
+
+/// A cross-entropy over rows of thousands of classes (a language model's
+/// vocabulary): its gradient's rows load their statistics and divide
+/// once per thread of a row team, not once per element, and agree with
+/// the CPU, bitwise from run to run.
+#[test]
+fn a_cross_entropys_gradient_over_long_rows_runs_a_team_per_row() {
+    let _s = serial();
+    let (rows, classes) = (1024, 4096);
+    let values = data(rows * classes, 11);
+    let targets: Vec<i64> = (0..rows as i64)
+        .map(|r| (r * 7919) % classes as i64)
+        .collect();
+    let run = |device: Device| {
+        let x = leaf(&values, &[rows, classes], DType::F32, device);
+        let y = ids(&targets, &[rows], DType::I64, device);
+        let loss = x.cross_entropy_with(&y, Default::default()).unwrap();
+        loss.backward().unwrap();
+        let e = tenjin::explain(&loss).unwrap();
+        let grad = x.grad().unwrap().to_vec_f64().unwrap();
+        (loss.to_vec_f64().unwrap(), grad, e)
+    };
+    let (lc, gc, _) = run(Device::Cpu);
+    let (lg, gg, e) = run(gpu());
+    close(&lg, &lc, 1e-6, "cross-entropy value");
+    close(&gg, &gc, 1e-6, "cross-entropy gradient");
+    assert!(
+        e.backward
+            .iter()
+            .any(|s| s.domain == [rows, classes] && s.route == "block loop"),
+        "the gradient's rows are dealt out by teams: {e}"
+    );
+    assert!(run(gpu()).1 == gg, "the same bits from run to run");
 }
 
 /// Many rows of a few hundred elements (attention's, a transformer's layer

@@ -101,10 +101,12 @@ pub const ENTRY: &str = "tenjin_kernel";
 /// The module of `k` (a kernel planned for the GPU target: the planner's
 /// GPU loop passes) with entry [`ENTRY`], also written to
 /// `$TENJIN_PTX_DUMP` named by `key_hash` (the structural key's hash of
-/// the function it computes).
+/// the function it computes), beside the kernel it came from (`.kernel`).
 pub fn module(key_hash: u64, k: &Kernel, dtype: DType, arch: Arch) -> Result<String, Error> {
     let text = emit(k, dtype, arch, ENTRY)?;
-    super::dump::write(&super::dump::file_name(key_hash, dtype, arch), &text);
+    let name = super::dump::file_name(key_hash, dtype, arch);
+    super::dump::write(&name, &text);
+    super::dump::write(&format!("{name}.kernel"), &k.to_string());
     Ok(text)
 }
 

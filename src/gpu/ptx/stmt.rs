@@ -14,6 +14,7 @@ mod narrow;
 mod random;
 mod row_cache;
 mod scalar;
+mod serial_rows;
 mod team;
 mod vector;
 
@@ -58,6 +59,9 @@ pub(super) struct Emitter<'k> {
     group: Option<Group>,
     /// The lane whose registers `reg` and `ivar` name (0 outside a group).
     lane: u32,
+    /// The rows of a leading output dimension each thread runs in turn
+    /// (`serial_rows`).
+    serial: Option<usize>,
 }
 
 fn cmp_name(op: CmpOp) -> &'static str {
@@ -130,6 +134,7 @@ impl<'k> Emitter<'k> {
             int,
             group,
             lane: 0,
+            serial: None,
         };
         e.grid_stride()?;
         let shared = e
@@ -193,7 +198,16 @@ impl<'k> Emitter<'k> {
             self.a.op("ret");
             return Ok(());
         }
-        let (dims, total) = self.output_sizes(&known);
+        let (mut dims, mut total) = self.output_sizes(&known);
+        // A short leading dimension run in turn: the threads stride over
+        // the columns alone.
+        self.serial = self
+            .serial_leading()
+            .filter(|_| serial_rows::one_leading_loop(&self.k.body));
+        if self.serial.is_some() {
+            dims.remove(0);
+            total = self.product(&dims);
+        }
         let a = &mut self.a;
         // 32-bit divisions when the count fits.
         let narrow = count <= u32::MAX as u64;
@@ -230,7 +244,11 @@ impl<'k> Emitter<'k> {
         a.place(&head);
         let p = a.setp("ge", "u64", idx, total);
         a.op(format!("@{p} bra {done}"));
-        let coords = self.coordinates(idx, &dims, narrow);
+        let mut coords = self.coordinates(idx, &dims, narrow);
+        if self.serial.is_some() {
+            // (The leading loop's variable is set per row, not from here.)
+            coords.insert(0, idx);
+        }
         self.coords = coords;
         let body = &self.k.body;
         self.output_level(body, 0, None)?;
@@ -282,6 +300,10 @@ impl<'k> Emitter<'k> {
         }
         for s in stmts {
             match s {
+                Stmt::For(l) if depth == 0 && self.serial.is_some() => {
+                    let rows = self.serial.unwrap_or(1);
+                    self.serial_rows(l, rows)?;
+                }
                 Stmt::For(l) if depth < levels => {
                     self.check_output_loop(l, depth)?;
                     let c = self.coords[depth];

@@ -1,0 +1,134 @@
+//! A short leading output dimension run in turn by each thread: an
+//! output `[3, N]` (AdamW's parameter, first and second moments, stacked)
+//! is launched over its `N` columns, and each thread computes the
+//! column's three elements one after the other.
+//!
+//! Launched over all `3N` elements, a thread per element, the three rows
+//! are computed by different warps, and every input a row reads is read
+//! from memory again by the others: AdamW's gradient three times, its
+//! moments twice (44 bytes per parameter where 28 are needed). Run in
+//! turn by one thread, the later rows find those lines in the cache. Each
+//! element is computed by the same statements as before, so the results
+//! are the same bits. Owns [`Emitter::serial_leading`] (which kernels)
+//! and the unrolled loop over the leading dimension; must not change
+//! what a statement computes.
+
+use super::{Emitter, Res};
+use crate::kernel::{Loop, Stmt};
+
+/// The longest leading dimension run in turn.
+const MOST: usize = 4;
+
+/// The fewest elements behind the leading dimension: fewer leave the GPU
+/// idle with a thread per column.
+const LEAST_COLUMNS: usize = 1 << 16;
+
+impl Emitter<'_> {
+    /// The extent of the leading output dimension each thread runs in
+    /// turn, when the kernel is one: a thread per output element (no team,
+    /// no vector group), 2 to [`MOST`] rows of at least [`LEAST_COLUMNS`]
+    /// elements each.
+    pub(super) fn serial_leading(&self) -> Option<usize> {
+        let shape = &self.k.out_shape;
+        let rows = *shape.first()?;
+        let columns: usize = shape[1..].iter().product();
+        (self.k.threads_per_output <= 1
+            && self.group.is_none()
+            && shape.len() >= 2
+            && (2..=MOST).contains(&rows)
+            && columns >= LEAST_COLUMNS)
+            .then_some(rows)
+    }
+
+    /// The leading output loop `l` run in turn: its body once per row,
+    /// the loop's variable set to the row (the columns' coordinates are
+    /// the thread's).
+    pub(super) fn serial_rows(&mut self, l: &Loop, rows: usize) -> Res<()> {
+        self.check_output_loop(l, 0)?;
+        let v = self.ivar(l.var);
+        let bits = match self.int.0 {
+            super::Ty::B32 => "b32",
+            _ => "b64",
+        };
+        for row in 0..rows {
+            self.a.op(format!("mov.{bits} {v}, {row}"));
+            self.output_level(&l.body, 1, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `stmts` (a kernel's body) hold one leading output loop.
+pub(super) fn one_leading_loop(stmts: &[Stmt]) -> bool {
+    stmts.iter().filter(|s| matches!(s, Stmt::For(_))).count() == 1
+}
+
+impl Emitter<'_> {
+    /// The product of `dims` (the columns' count).
+    pub(super) fn product(&mut self, dims: &[super::Size]) -> super::Size {
+        use super::Size;
+        let mut total = Size::Known(1);
+        for &d in dims {
+            // (A register first: PTX takes a literal as the second operand.)
+            total = match (total, d) {
+                (Size::Known(a), Size::Known(b)) => Size::Known(a * b),
+                (Size::Known(1), read) => read,
+                (Size::Known(a), Size::Read(r)) | (Size::Read(r), Size::Known(a)) => {
+                    Size::Read(self.a.bin("mul.lo.u64", super::Ty::B64, r, a))
+                }
+                (Size::Read(a), Size::Read(b)) => {
+                    Size::Read(self.a.bin("mul.lo.u64", super::Ty::B64, a, b))
+                }
+            };
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::{emit_with, Access, Arch, IndexBits};
+    use crate::kernel::lower;
+    use crate::symbolic::IndexFn;
+    use crate::DType;
+
+    /// The PTX of `f[r; i] = x[r; i] * y[i]` over `rows` rows of
+    /// `columns`, in scalar accesses (a kernel of vector accesses keeps
+    /// its thread per group of elements).
+    fn ptx(rows: usize, columns: usize) -> String {
+        let f = IndexFn::parse(
+            "f[r; i] = x[r; i] * y[i]",
+            &[("x", &[rows, columns][..]), ("y", &[columns][..])],
+        )
+        .unwrap();
+        let k = lower(&f).unwrap();
+        let arch = Arch::for_capability(9, 0).unwrap();
+        emit_with(
+            &k,
+            DType::F32,
+            arch,
+            "k",
+            IndexBits::Fitting,
+            Access::Scalar,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_short_leading_dimension_is_run_in_turn_by_each_thread() {
+        // Three rows: each thread stores its column's three elements, and
+        // its coordinates need no division by the columns' count.
+        let text = ptx(3, 1 << 16);
+        assert_eq!(text.matches("st.global").count(), 3, "{text}");
+        assert!(!text.contains("div.") && !text.contains("rem."), "{text}");
+        // More rows, or short ones: a thread per element.
+        for (rows, columns) in [(5, 1 << 16), (3, 1 << 10)] {
+            let text = ptx(rows, columns);
+            assert_eq!(
+                text.matches("st.global").count(),
+                1,
+                "{rows}×{columns}: {text}"
+            );
+        }
+    }
+}
