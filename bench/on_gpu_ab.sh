@@ -4,8 +4,9 @@
 # of both builds alternated, then the new build's per-kernel profile.
 #   bench/on_gpu_ab.sh --build BASE_REV DIR   # here: both gpu_peers, the tests
 #   bench/on_gpu_ab.sh DIR OUT [WORKLOADS]     # there (default: gpt_step)
-# The GPU machine has no Rust toolchain: the base revision is built here in
-# a git worktree (target/ab-base), with the `nccl` feature as on_gpu.sh.
+# The GPU machine has no Rust toolchain: the base revision is built here
+# from `git archive` (target/gpu-ab-src), with the `nccl` feature as
+# on_gpu.sh.
 # DIR is carried compressed when large: `tar cf - -C DIR . | xz > DIR.txz`
 # and the run unpacks DIR.txz when DIR is absent.
 set -uo pipefail
@@ -16,13 +17,14 @@ if [ "${1:-}" = --build ]; then
   set -e
   . bench/gpu_build.sh
   gpu_build nccl "$bin" gpu_peers gpu_sim
-  tree=target/ab-base
-  git worktree remove --force "$tree" 2>/dev/null || true
-  git worktree add --detach "$tree" "$base"
-  (cd "$tree" && CARGO_TARGET_DIR=../../target/ab-base-target cargo build --release --features nccl --example gpu_peers)
-  cp target/ab-base-target/release/examples/gpu_peers "$bin/gpu_peers_base"
+  # The base's source from git (as bench/ab.sh), built into bench/ab.sh's
+  # target directory (its dependencies are shared).
+  src=target/gpu-ab-src
+  rm -rf "$src" && mkdir -p "$src"
+  git archive "$base" | tar -x -C "$src"
+  (cd "$src" && CARGO_TARGET_DIR=../ab-base cargo build --release --features nccl --example gpu_peers)
+  cp target/ab-base/release/examples/gpu_peers "$bin/gpu_peers_base"
   strip "$bin/gpu_peers_base"
-  git worktree remove --force "$tree"
   du -sh "$bin"
   exit 0
 fi
