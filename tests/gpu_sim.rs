@@ -1271,6 +1271,27 @@ fn many_rows_run_a_team_per_row_in_one_stage() {
     assert!(run() == first, "the same bits from run to run");
 }
 
+/// Attention's softmax over rows of a scaled score plus a mask: the
+/// planner fuses the scale and the mask into the softmax's row kernel,
+/// whose passes all start from `0.125 · s + mask`, computed once per
+/// element into shared memory (`value_row`); values and gradients agree
+/// with the CPU.
+#[test]
+fn a_scaled_masked_softmax_agrees_with_the_cpu() {
+    let _s = serial();
+    let shape: &[usize] = &[2, 256, 512];
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F64 { 1e-12 } else { 2e-6 };
+        agree_within(
+            "scaled masked softmax",
+            [shape, &[256, 512]],
+            dtype,
+            tol,
+            |s, m| s.mul_scalar(0.125)?.add(m)?.softmax(2),
+        );
+    }
+}
+
 /// The gradient an addition passes on is the incoming one, shared, as in
 /// PyTorch: its backward runs no kernel (`da = df` is no copy), and the
 /// gradients are still each leaf's own (changing one in place, as

@@ -16,6 +16,7 @@ mod row_cache;
 mod scalar;
 mod serial_rows;
 mod team;
+mod value_row;
 mod vector;
 
 use launch::Size;
@@ -52,6 +53,8 @@ pub(super) struct Emitter<'k> {
     dealt: bool,
     /// A row team's rows held in shared memory (`row_cache`).
     row_cache: Option<row_cache::RowCache>,
+    /// A row team's computed values held in shared memory (`value_row`).
+    value_row: Option<value_row::ValueRow>,
     /// The integer values' register type and suffix: `(B32, "s32")` when
     /// every one fits (`narrow`), else `(B64, "s64")`.
     int: (Ty, &'static str),
@@ -114,6 +117,17 @@ impl<'k> Emitter<'k> {
             })
             .collect();
         launch::load_constants(&mut a, k, int.0, lanes);
+        // (Shared rows are sized by the row: compiled in.) The value row
+        // first; the rows then cache what its statements leave.
+        let shared_rows = group.is_none() && k.params.is_empty();
+        let values = shared_rows
+            .then(|| value_row::ValueRow::of(k, size))
+            .flatten();
+        let row_cache = match &values {
+            Some((_, rest)) => row_cache::RowCache::of(rest, size),
+            None if shared_rows => row_cache::RowCache::of(k, size),
+            None => None,
+        };
         let mut e = Emitter {
             k,
             a,
@@ -126,11 +140,8 @@ impl<'k> Emitter<'k> {
             team: None,
             loop_depth: 0,
             dealt: false,
-            // (A row cache's arrays are sized by the row: compiled in.)
-            row_cache: match group {
-                None if k.params.is_empty() => row_cache::RowCache::of(k, size),
-                _ => None,
-            },
+            row_cache,
+            value_row: values.map(|(v, _)| v),
             int,
             group,
             lane: 0,
@@ -143,7 +154,10 @@ impl<'k> Emitter<'k> {
             .map_or(String::new(), team::Team::declaration)
             + &e.row_cache
                 .as_ref()
-                .map_or(String::new(), |c| c.declarations(size));
+                .map_or(String::new(), |c| c.declarations(size))
+            + &e.value_row
+                .as_ref()
+                .map_or(String::new(), |v| v.declaration(size));
         Ok(Body {
             declarations: shared + &e.a.declarations(),
             code: std::mem::take(&mut e.a.body),
@@ -297,6 +311,9 @@ impl<'k> Emitter<'k> {
         let row = depth == levels && self.k.shared_loops > 0;
         if row {
             self.load_rows()?;
+            if self.compute_values()? {
+                self.a.op("bar.sync 0");
+            }
         }
         for s in stmts {
             match s {

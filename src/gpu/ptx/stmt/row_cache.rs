@@ -272,7 +272,7 @@ impl Emitter<'_> {
     /// At the end of a row: a barrier, so that no thread loads the next
     /// row over one still being read.
     pub(super) fn end_row(&mut self) {
-        if self.row_cache.is_some() {
+        if self.row_cache.is_some() || self.value_row.is_some() {
             self.a.op("bar.sync 0");
         }
     }

@@ -254,7 +254,7 @@ impl Emitter<'_> {
             if u > 0 {
                 self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
             }
-            self.stmts(&l.body)?;
+            self.loop_body(l)?;
             if let Some(v) = value {
                 held.push(self.held(v));
             }
@@ -267,7 +267,7 @@ impl Emitter<'_> {
         self.a.place(&single);
         let p = self.a.setp("gt", isfx, k, hi);
         self.a.op(format!("@{p} bra {done}"));
-        self.stmts(&l.body)?;
+        self.loop_body(l)?;
         if let Some(v) = value {
             let x = self.reg(v);
             fold(self, x)?;
