@@ -154,10 +154,14 @@ pub enum Access {
 }
 
 /// The output elements each thread of `k`'s module computes per step of
-/// its grid-stride loop when its buffers are aligned (a launch needs
-/// `⌈outputs / this⌉` threads).
+/// its grid-stride loop when its buffers are aligned (a vector group's
+/// lanes, or the rows of a short leading dimension it runs in turn; a
+/// launch needs `⌈outputs / this⌉` threads).
 pub fn elements_per_thread(k: &Kernel, dtype: DType) -> usize {
-    stmt::Group::of(k, dtype).map_or(1, |g| g.lanes as usize)
+    match stmt::Group::of(k, dtype) {
+        Some(g) => g.lanes as usize,
+        None => stmt::leading_rows(k).unwrap_or(1),
+    }
 }
 
 /// [`emit`] with the index width chosen by `bits` and the memory access

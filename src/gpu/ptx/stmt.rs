@@ -20,6 +20,7 @@ mod value_row;
 mod vector;
 
 use launch::Size;
+pub(crate) use serial_rows::leading_rows;
 pub(crate) use vector::Group;
 
 type Res<T> = Result<T, String>;
@@ -215,9 +216,7 @@ impl<'k> Emitter<'k> {
         let (mut dims, mut total) = self.output_sizes(&known);
         // A short leading dimension run in turn: the threads stride over
         // the columns alone.
-        self.serial = self
-            .serial_leading()
-            .filter(|_| serial_rows::one_leading_loop(&self.k.body));
+        self.serial = serial_rows::leading_rows(self.k).filter(|_| self.group.is_none());
         if self.serial.is_some() {
             dims.remove(0);
             total = self.product(&dims);

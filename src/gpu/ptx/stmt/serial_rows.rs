@@ -14,7 +14,7 @@
 //! what a statement computes.
 
 use super::{Emitter, Res};
-use crate::kernel::{Loop, Stmt};
+use crate::kernel::{Kernel, Loop, Stmt};
 
 /// The longest leading dimension run in turn.
 const MOST: usize = 4;
@@ -23,23 +23,25 @@ const MOST: usize = 4;
 /// idle with a thread per column.
 const LEAST_COLUMNS: usize = 1 << 16;
 
-impl Emitter<'_> {
-    /// The extent of the leading output dimension each thread runs in
-    /// turn, when the kernel is one: a thread per output element (no team,
-    /// no vector group), 2 to [`MOST`] rows of at least [`LEAST_COLUMNS`]
-    /// elements each.
-    pub(super) fn serial_leading(&self) -> Option<usize> {
-        let shape = &self.k.out_shape;
-        let rows = *shape.first()?;
-        let columns: usize = shape[1..].iter().product();
-        (self.k.threads_per_output <= 1
-            && self.group.is_none()
-            && shape.len() >= 2
-            && (2..=MOST).contains(&rows)
-            && columns >= LEAST_COLUMNS)
-            .then_some(rows)
-    }
+/// The extent of the leading output dimension each thread of `k` runs in
+/// turn, when `k` is such a kernel: a thread per output element (no team;
+/// the emitter also requires no vector group), one leading output loop of
+/// 2 to [`MOST`] rows of at least [`LEAST_COLUMNS`] elements each. The
+/// launch then needs a thread per column (`crate::gpu::ptx::elements_per_thread`).
+pub(crate) fn leading_rows(k: &Kernel) -> Option<usize> {
+    let shape = &k.out_shape;
+    let rows = *shape.first()?;
+    let columns: usize = shape[1..].iter().product();
+    let one_loop = k.body.iter().filter(|s| matches!(s, Stmt::For(_))).count() == 1;
+    (k.threads_per_output <= 1
+        && one_loop
+        && shape.len() >= 2
+        && (2..=MOST).contains(&rows)
+        && columns >= LEAST_COLUMNS)
+        .then_some(rows)
+}
 
+impl Emitter<'_> {
     /// The leading output loop `l` run in turn: its body once per row,
     /// the loop's variable set to the row (the columns' coordinates are
     /// the thread's).
@@ -56,14 +58,7 @@ impl Emitter<'_> {
         }
         Ok(())
     }
-}
 
-/// Whether `stmts` (a kernel's body) hold one leading output loop.
-pub(super) fn one_leading_loop(stmts: &[Stmt]) -> bool {
-    stmts.iter().filter(|s| matches!(s, Stmt::For(_))).count() == 1
-}
-
-impl Emitter<'_> {
     /// The product of `dims` (the columns' count).
     pub(super) fn product(&mut self, dims: &[super::Size]) -> super::Size {
         use super::Size;
@@ -121,6 +116,15 @@ mod tests {
         let text = ptx(3, 1 << 16);
         assert_eq!(text.matches("st.global").count(), 3, "{text}");
         assert!(!text.contains("div.") && !text.contains("rem."), "{text}");
+        // The launch needs a thread per column: AdamW's update branches
+        // on the row (no vector group), so its threads run its rows.
+        let adam_like = IndexFn::parse(
+            "f[r; i] = (if {r >= 1} then (y[i]) else (x[r; i] * y[i]))",
+            &[("x", &[3, 1 << 16][..]), ("y", &[1 << 16][..])],
+        )
+        .unwrap();
+        let k = lower(&adam_like).unwrap();
+        assert_eq!(super::super::super::elements_per_thread(&k, DType::F32), 3);
         // More rows, or short ones: a thread per element.
         for (rows, columns) in [(5, 1 << 16), (3, 1 << 10)] {
             let text = ptx(rows, columns);
