@@ -165,6 +165,15 @@ impl<'k> Emitter<'k> {
         })
     }
 
+    /// The integer values' move suffix: `b32` or `b64` (`Emitter::int`).
+    fn int_bits(&self) -> &'static str {
+        if self.int.0 == Ty::B32 {
+            "b32"
+        } else {
+            "b64"
+        }
+    }
+
     /// The register of scalar `r` in the current lane.
     fn reg(&self, r: Reg) -> R {
         self.reg_in(r, self.lane)
@@ -206,7 +215,7 @@ impl<'k> Emitter<'k> {
         };
         let count: u64 = known.iter().product();
         let (start, end) = (self.ivar(START), self.ivar(END));
-        let bits = if self.int.0 == Ty::B32 { "b32" } else { "b64" };
+        let bits = self.int_bits();
         self.a.op(format!("mov.{bits} {start}, 0"));
         self.load_extent(end);
         if count == 0 {
@@ -316,10 +325,7 @@ impl<'k> Emitter<'k> {
         }
         for s in stmts {
             match s {
-                Stmt::For(l) if depth == 0 && self.serial.is_some() => {
-                    let rows = self.serial.unwrap_or(1);
-                    self.serial_rows(l, rows)?;
-                }
+                Stmt::For(l) if depth == 0 && self.serial.is_some() => self.serial_rows(l)?,
                 Stmt::For(l) if depth < levels => {
                     self.check_output_loop(l, depth)?;
                     let c = self.coords[depth];
@@ -487,13 +493,13 @@ impl<'k> Emitter<'k> {
         let lo = self.bounds(&l.lower, true)?;
         let hi = self.bounds(&l.upper, false)?;
         let k = self.ivar(l.var);
-        let (ity, isfx) = self.int;
+        let isfx = self.int.1;
         let (head, done) = (self.a.label(), self.a.label());
         let start = match first {
             Some(f) => self.int_op("add", lo, f),
             None => lo,
         };
-        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        let bits = self.int_bits();
         self.a.op(format!("mov.{bits} {k}, {start}"));
         self.a.place(&head);
         let p = self.a.setp("gt", isfx, k, hi);

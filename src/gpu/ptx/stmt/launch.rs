@@ -54,7 +54,7 @@ impl Emitter<'_> {
     /// `end` (the parallel loop's end) set to the kernel's extent.
     pub(super) fn load_extent(&mut self, end: R) {
         if !self.lifted() {
-            let bits = if self.int.0 == Ty::B32 { "b32" } else { "b64" };
+            let bits = self.int_bits();
             self.a.op(format!("mov.{bits} {end}, {}", self.k.extent));
             return;
         }

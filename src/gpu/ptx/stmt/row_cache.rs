@@ -227,7 +227,7 @@ impl Emitter<'_> {
             return Ok(());
         };
         let (ity, isfx) = self.int;
-        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        let bits = self.int_bits();
         let t = team.threads as i64;
         for (i, row) in cache.rows.iter().enumerate() {
             let from = self.address(self.args[row.arg], &row.base)?;
@@ -291,7 +291,7 @@ impl Emitter<'_> {
     }
 
     /// The address of element `j + extra` from `base` (u64).
-    fn element(&mut self, base: R, j: R, extra: i64) -> R {
+    pub(super) fn element(&mut self, base: R, j: R, extra: i64) -> R {
         let d = self.a.reg(Ty::B64);
         let wide = if self.int.0 == Ty::B32 {
             self.a.un("cvt.s64.s32", Ty::B64, j)

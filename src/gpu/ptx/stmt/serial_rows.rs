@@ -42,17 +42,14 @@ pub(crate) fn leading_rows(k: &Kernel) -> Option<usize> {
 }
 
 impl Emitter<'_> {
-    /// The leading output loop `l` run in turn: its body once per row,
-    /// the loop's variable set to the row (the columns' coordinates are
-    /// the thread's).
-    pub(super) fn serial_rows(&mut self, l: &Loop, rows: usize) -> Res<()> {
+    /// The leading output loop `l` run in turn (`Emitter::serial` rows):
+    /// its body once per row, the loop's variable set to the row (the
+    /// columns' coordinates are the thread's).
+    pub(super) fn serial_rows(&mut self, l: &Loop) -> Res<()> {
         self.check_output_loop(l, 0)?;
         let v = self.ivar(l.var);
-        let bits = match self.int.0 {
-            super::Ty::B32 => "b32",
-            _ => "b64",
-        };
-        for row in 0..rows {
+        let bits = self.int_bits();
+        for row in 0..self.serial.unwrap_or(1) {
             self.a.op(format!("mov.{bits} {v}, {row}"));
             self.output_level(&l.body, 1, None)?;
         }

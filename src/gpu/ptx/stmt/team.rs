@@ -237,8 +237,8 @@ impl Emitter<'_> {
         let lo = self.bounds(&l.lower, true)?;
         let hi = self.bounds(&l.upper, false)?;
         let k = self.ivar(l.var);
-        let (ity, isfx) = self.int;
-        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        let isfx = self.int.1;
+        let bits = self.int_bits();
         let start = self.int_op("add", lo, first);
         self.a.op(format!("mov.{bits} {k}, {start}"));
         // A whole group is left while k ≤ hi − (IN_FLIGHT − 1)·step (hi

@@ -163,11 +163,10 @@ fn row_statements(body: &[Stmt], depth: usize) -> Option<&[Stmt]> {
 
 /// `len` when `l` runs `0 ..= len − 1`.
 fn constant_range(l: &Loop) -> Option<i64> {
-    let single = |b: &[crate::kernel::Bound]| match b {
-        [b] if b.den == 1 && b.num.terms.is_empty() => Some(b.num.constant),
+    match l.constant_range()? {
+        (0, last) if last >= 0 => Some(last + 1),
         _ => None,
-    };
-    (single(&l.lower)? == 0).then_some(single(&l.upper)? + 1)
+    }
 }
 
 /// Every register `stmts` define, in branches and loops too.
@@ -315,8 +314,8 @@ impl Emitter<'_> {
         let (Some(values), Some(team)) = (self.value_row.clone(), self.team) else {
             return Ok(false);
         };
-        let (ity, isfx) = self.int;
-        let bits = if ity == Ty::B32 { "b32" } else { "b64" };
+        let isfx = self.int.1;
+        let bits = self.int_bits();
         let t = team.threads as i64;
         let j = self.ivar(values.var);
         self.a.op(format!("mov.{bits} {j}, {}", team.first));
@@ -367,15 +366,7 @@ impl Emitter<'_> {
     /// The shared address of element `j` of the value row.
     fn value_address(&mut self, j: R) -> R {
         let base = self.a.un("mov.u64", Ty::B64, ARRAY);
-        let wide = if self.int.0 == Ty::B32 {
-            self.a.un("cvt.s64.s32", Ty::B64, j)
-        } else {
-            j
-        };
-        let d = self.a.reg(Ty::B64);
-        self.a
-            .op(format!("mad.lo.s64 {d}, {wide}, {}, {base}", self.size));
-        d
+        self.element(base, j, 0)
     }
 }
 
