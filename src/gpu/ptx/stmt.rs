@@ -52,6 +52,9 @@ pub(super) struct Emitter<'k> {
     /// Inside the output loop a row team deals out (`Kernel::shared_loops`):
     /// every thread stores its own elements.
     dealt: bool,
+    /// A dealt group's stores, held back until the group's last iteration
+    /// (`team::strided_in_groups`): `None` where stores go out in place.
+    deferred: Option<Vec<String>>,
     /// A row team's rows held in shared memory (`row_cache`).
     row_cache: Option<row_cache::RowCache>,
     /// A row team's computed values held in shared memory (`value_row`).
@@ -141,6 +144,7 @@ impl<'k> Emitter<'k> {
             team: None,
             loop_depth: 0,
             dealt: false,
+            deferred: None,
             row_cache,
             value_row: values.map(|(v, _)| v),
             int,
@@ -407,6 +411,14 @@ impl<'k> Emitter<'k> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Res<()> {
+        if self.deferred.is_some() && !matches!(s, Stmt::Let(..) | Stmt::Store { .. }) {
+            // A store under a branch or in an inner loop goes out where it
+            // stands: only the group's own stores are held back.
+            let held = self.deferred.take();
+            let done = self.stmt(s);
+            self.deferred = held;
+            return done;
+        }
         match s {
             Stmt::Let(r, e) => self.let_(*r, e),
             Stmt::If {
@@ -455,9 +467,19 @@ impl<'k> Emitter<'k> {
                     }
                     None => {
                         let addr = self.address(self.out, offset)?;
+                        // A held-back store reads a copy: the group's next
+                        // iteration writes the value's register again.
+                        let v = match self.deferred {
+                            Some(_) => self.a.un(&format!("mov.{}", self.sfx), v.ty, v),
+                            None => v,
+                        };
                         format!("st.global.{} [{addr}], {v}", self.sfx)
                     }
                 };
+                if let Some(held) = &mut self.deferred {
+                    held.push(store);
+                    return Ok(());
+                }
                 match &self.team {
                     // Every thread of the team holds the value; one stores.
                     Some(team) if !self.dealt => {

@@ -224,7 +224,13 @@ impl Emitter<'_> {
     /// folded in order), the rest one at a time: the same folds in the
     /// same order as one at a time, with a group's loads in flight
     /// together. Without a `value` (a row team's dealt output loop, whose
-    /// iterations store), only the statements.
+    /// iterations store), only the statements, a group's stores held back
+    /// until after its last iteration's statements: a store in between
+    /// would keep the next iteration's loads behind it (`ptxas` cannot
+    /// know they read other memory), one load in flight per thread. The
+    /// iterations of a dealt loop are independent (other threads of the
+    /// team run the loop's other iterations at the same time), so no
+    /// iteration reads what a held-back store writes.
     pub(super) fn strided_in_groups(
         &mut self,
         l: &Loop,
@@ -250,6 +256,9 @@ impl Emitter<'_> {
         self.a.op(format!("@{p} bra {single}"));
         self.loop_depth += 1;
         let mut held = Vec::with_capacity(IN_FLIGHT as usize);
+        if value.is_none() {
+            self.deferred = Some(Vec::new());
+        }
         for u in 0..IN_FLIGHT {
             if u > 0 {
                 self.a.op(format!("add.{isfx} {k}, {k}, {step}"));
@@ -258,6 +267,9 @@ impl Emitter<'_> {
             if let Some(v) = value {
                 held.push(self.held(v));
             }
+        }
+        for store in self.deferred.take().unwrap_or_default() {
+            self.a.op(store);
         }
         for x in held {
             fold(self, x)?;
@@ -665,5 +677,44 @@ impl Emitter<'_> {
                 self.a.op(format!("mov.{sfx} {acc}, {m}"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::{emit, Arch};
+    use crate::kernel::lower;
+    use crate::symbolic::IndexFn;
+    use crate::DType;
+
+    /// The order of `k`'s global loads (`L`) and stores (`S`).
+    fn memory_order(text: &str) -> String {
+        text.lines()
+            .filter_map(|l| match l.trim_start() {
+                l if l.starts_with("ld.global") => Some('L'),
+                l if l.starts_with("st.global") => Some('S'),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_dealt_groups_loads_go_out_before_its_stores() {
+        // Rows too long for shared memory: each element's two loads come
+        // from global memory. A group's four iterations load all eight
+        // values before the first store, then store four; the tail, one
+        // iteration at a time, loads and stores in turn.
+        let n = 16_384;
+        let f = IndexFn::parse(
+            &format!("f[i; j] = x[i; j] * w[j] - sum{{k}}_0^{} (x[i; k])", n - 1),
+            &[("x", &[64, n][..]), ("w", &[n][..])],
+        )
+        .unwrap();
+        let mut k = lower(&f).unwrap();
+        k.threads_per_output = 128;
+        k.shared_loops = 1;
+        let text = emit(&k, DType::F32, Arch::for_capability(9, 0).unwrap(), "k").unwrap();
+        let order = memory_order(&text);
+        assert!(order.ends_with("LLLLLLLLSSSSLLS"), "{order}\n{text}");
     }
 }
