@@ -15,7 +15,6 @@
 //! | up to [`FEW_OUTPUTS`] | any of ≥ [`MIN_TRIPS`] | enough threads to fill the GPU ([`FILL`]), 32 to [`THREADS`] |
 //! | up to [`MANY_OUTPUTS`] | contiguous (a row: softmax, layer norm, cross-entropy) | the same |
 //! | more, or a strided reduction among many outputs | | one thread per output |
-//! | rows of at least [`LONG_ROW`] with work per row (a cross-entropy's gradient: its row's statistics loaded, a reciprocal), no reduction, enough rows to fill the GPU | none | a row team dealing out the row |
 //!
 //! A row reduction among many outputs is spread because one thread per
 //! row reads with the row's stride (every load of a warp a different
@@ -58,12 +57,6 @@ pub(crate) const ROW_SHARE: u64 = 16;
 /// each), rows of 768 with 64 (not 32), rows of 4096 with 256.
 pub(crate) const ROW_TEAM: u32 = 64;
 
-/// The shortest row a team deals out for the work its row does once
-/// (statements above the innermost output loop) when the row has no
-/// reduction: one thread per element would redo that work per element
-/// (a division, its loads) and divide its flat index into coordinates.
-pub(crate) const LONG_ROW: u64 = 4096;
-
 /// `k` with its top-level reductions spread over a team of threads per
 /// output where that pays (see the module documentation).
 ///
@@ -96,17 +89,14 @@ pub(crate) const LONG_ROW: u64 = 4096;
 /// let cols = IndexFn::parse("f[j] = sum{i}_0^4095 x[i; j]", &[("x", &[4096, 4096][..])])?;
 /// let gpu = loop_kernel(&cols, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
 /// assert_eq!(gpu.threads_per_output, 1);
-/// // A cross-entropy's gradient over rows of 50257 classes: each row's
-/// // statistics are loaded and divided once per thread, not per element.
+/// // A cross-entropy's gradient over rows of 50257 classes (no reduction
+/// // of its own): a thread per element, which an H200 ran faster than a
+/// // team per row (`BENCHMARKS.md`, "GPU speed").
 /// let grad = IndexFn::parse(
 ///     "f[i; j] = exp (x[i; j] - m[i]) / s[i]",
 ///     &[("x", &[8192, 50257][..]), ("m", &[8192][..]), ("s", &[8192][..])],
 /// )?;
 /// let gpu = loop_kernel(&grad, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
-/// assert_eq!((gpu.threads_per_output, gpu.shared_loops), (256, 1));
-/// // Without work of its own per row it stays a thread per element.
-/// let plain = IndexFn::parse("f[i; j] = exp (x[i; j])", &[("x", &[8192, 50257][..])])?;
-/// let gpu = loop_kernel(&plain, tenjin::DType::F32, Target::Gpu, LoopRole::Whole)?;
 /// assert_eq!(gpu.threads_per_output, 1);
 /// # Ok::<(), tenjin::Error>(())
 /// ```
@@ -163,10 +153,7 @@ fn widen_sums(body: &mut [Stmt], loops: usize) {
 /// least one thread per [`ROW_SHARE`] elements of the row (the PTX
 /// backend holds the row in shared memory, which bounds the blocks an SM
 /// runs: their threads must be many), and at least [`ROW_TEAM`].
-/// A kernel with no such reduction gets a row team too when its rows are
-/// at least [`LONG_ROW`] long, its rows do work of their own
-/// ([`row_work`]), and the teams fill the GPU: the work runs once per
-/// thread and row, not once per element. `None` otherwise.
+/// `None` when no reduction sits above the innermost output loop.
 fn row_team(k: &mut Kernel) -> Option<u32> {
     let n = k.out_shape.len();
     if n < 2 {
@@ -174,35 +161,14 @@ fn row_team(k: &mut Kernel) -> Option<u32> {
     }
     let row = k.out_shape[n - 1] as u64;
     let rows = k.teams_of(1);
-    let per_row = (row / ROW_SHARE).max(1);
-    let per_row = 1u64 << (63 - per_row.leading_zeros());
     let trips = top_level(&mut k.body, n - 1)
         .iter()
         .filter_map(|s| nest_length(s).map(|(trips, _)| trips))
-        .max();
-    let Some(trips) = trips else {
-        let team = per_row.clamp(ROW_TEAM as u64, THREADS as u64);
-        let fills = (rows as u64).saturating_mul(team) >= FILL as u64;
-        return (row >= LONG_ROW && fills && row_work(&k.body, n - 1)).then_some(team as u32);
-    };
+        .max()?;
+    let per_row = (row / ROW_SHARE).max(1);
+    let per_row = 1u64 << (63 - per_row.leading_zeros());
     let team = team_size(rows, trips.max(row)) as u64;
     Some(team.max(per_row).clamp(ROW_TEAM as u64, THREADS as u64) as u32)
-}
-
-/// Whether the body of the output loop `depth` levels down (the row's)
-/// holds statements besides the innermost output loop.
-fn row_work(body: &[Stmt], depth: usize) -> bool {
-    let mut stmts = body;
-    for _ in 0..depth {
-        let Some(l) = stmts.iter().find_map(|s| match s {
-            Stmt::For(l) => Some(l),
-            _ => None,
-        }) else {
-            return false;
-        };
-        stmts = &l.body;
-    }
-    stmts.iter().any(|s| !matches!(s, Stmt::For(_)))
 }
 
 /// Threads per output for `outputs` reductions of `trips` iterations:
