@@ -9,6 +9,7 @@ use crate::symbolic::{CmpOp, ReduceOp};
 use crate::DType;
 
 mod half;
+mod in_flight;
 mod launch;
 mod narrow;
 mod random;
@@ -263,6 +264,8 @@ impl<'k> Emitter<'k> {
         };
         if let Some(g) = self.group {
             self.group_loop(g, (idx, stride), (&dims, total, narrow))?;
+        } else if self.team.is_none() && self.serial.is_none() {
+            self.element_groups((idx, stride), (&dims, total, narrow))?;
         }
         let a = &mut self.a;
         let head = a.label();

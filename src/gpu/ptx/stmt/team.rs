@@ -52,7 +52,7 @@ const WARP: u32 = 32;
 /// the partial sums of a 16M-element sum (team 128, 256 iterations each,
 /// a flattened nest) took 52, 39, 37 µs; row reductions of a [4096, 4096]
 /// matrix (team 64) stayed at 35–40 µs whatever the count.
-const IN_FLIGHT: u32 = 4;
+pub(super) const IN_FLIGHT: u32 = 4;
 
 /// The largest team a module reading its team's size at launch serves
 /// (the planner's teams have at most 256 threads): its shares are laid
