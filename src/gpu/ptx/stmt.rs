@@ -265,7 +265,10 @@ impl<'k> Emitter<'k> {
         if let Some(g) = self.group {
             self.group_loop(g, (idx, stride), (&dims, total, narrow))?;
         } else if self.team.is_none() && self.serial.is_none() {
-            self.element_groups((idx, stride), (&dims, total, narrow))?;
+            self.element_groups(team::IN_FLIGHT, (idx, stride), total, |e, idx| {
+                e.coords = e.coordinates(idx, &dims, narrow);
+                e.output_level(&e.k.body, 0, None)
+            })?;
         }
         let a = &mut self.a;
         let head = a.label();

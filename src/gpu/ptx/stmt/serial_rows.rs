@@ -80,6 +80,7 @@ impl Emitter<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::super::{emit_with, Access, Arch, IndexBits};
+    use super::super::team::IN_FLIGHT;
     use crate::kernel::lower;
     use crate::symbolic::IndexFn;
     use crate::DType;
@@ -122,14 +123,14 @@ mod tests {
         .unwrap();
         let k = lower(&adam_like).unwrap();
         assert_eq!(super::super::super::elements_per_thread(&k, DType::F32), 3);
-        // More rows, or short ones: a thread per element.
+        // More rows, or short ones: a thread per element (four elements
+        // of the grid at a time, then one: `in_flight`), its index
+        // divided into coordinates.
         for (rows, columns) in [(5, 1 << 16), (3, 1 << 10)] {
             let text = ptx(rows, columns);
-            assert_eq!(
-                text.matches("st.global").count(),
-                1,
-                "{rows}×{columns}: {text}"
-            );
+            let stores = text.matches("st.global").count();
+            assert_eq!(stores, IN_FLIGHT as usize + 1, "{rows}×{columns}: {text}");
+            assert!(text.contains("div."), "{rows}×{columns}: {text}");
         }
     }
 }

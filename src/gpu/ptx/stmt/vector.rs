@@ -17,6 +17,10 @@
 //! 16-byte aligned is checked once per launch: if not, the kernel runs its
 //! scalar loop instead, so alignment never decides correctness.
 //!
+//! A thread's groups go two at a time while two are left, their stores
+//! held back until after the second ([`VECTORS_IN_FLIGHT`], `in_flight`),
+//! so two groups' loads are in flight together.
+//!
 //! Owns the decision and the lane bookkeeping; the instructions are the
 //! parent emitter's. Must not change what a kernel computes: the lanes
 //! run the scalar statements in the scalar order (tests hold both forms
@@ -26,6 +30,14 @@ use super::{Emitter, Res, Size};
 use crate::gpu::ptx::asm::{Ty, R};
 use crate::kernel::{Expr, IVar, Kernel, Lin, Reg, Stmt};
 use crate::DType;
+
+/// Vector groups a thread has in flight (`in_flight`): two, not the
+/// scalar loop's four, since a group's lanes already hold four values
+/// each. `ptxas` for sm_90: a 16M `exp` and a chain of `tanh`, `exp` and
+/// a division use 32 registers a thread with two groups in flight (32 and
+/// 30 with one); with four, 34 and 45, which would leave fewer threads
+/// resident per multiprocessor.
+const VECTORS_IN_FLIGHT: u32 = 2;
 
 /// The group a qualifying kernel's threads compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +164,12 @@ impl Emitter<'_> {
         };
         let group = a.reg(Ty::B64);
         a.op(format!("mov.b64 {group}, {idx}"));
+        self.element_groups(VECTORS_IN_FLIGHT, (group, stride), groups, |e, first| {
+            let first = e.a.bin("mul.lo.u64", Ty::B64, first, g.lanes);
+            e.coords = e.coordinates(first, dims, narrow);
+            e.output_level(&e.k.body, 0, Some(g))
+        })?;
+        let a = &mut self.a;
         let (head, done) = (a.label(), a.label());
         a.place(&head);
         let p = a.setp("ge", "u64", group, groups);
@@ -183,10 +201,23 @@ impl Emitter<'_> {
             }
             Stmt::Store { offset, value } if g.access(self.k, offset) == Access::Vector => {
                 let addr = self.address(self.out, offset)?;
-                let values = self.lanes_of(g, *value);
                 let (n, sfx) = (g.lanes, self.sfx);
-                self.a
-                    .op(format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}"));
+                let values = match self.deferred {
+                    // A held-back store reads copies (`in_flight`).
+                    Some(_) => (0..n)
+                        .map(|lane| {
+                            let v = self.reg_in(*value, lane);
+                            self.a.un(&format!("mov.{sfx}"), v.ty, v).to_string()
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    None => self.lanes_of(g, *value),
+                };
+                let store = format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}");
+                match &mut self.deferred {
+                    Some(held) => held.push(store),
+                    None => self.a.op(store),
+                }
                 Ok(())
             }
             _ => Err("internal: a statement a group cannot run".into()),
