@@ -53,8 +53,9 @@ pub(super) struct Emitter<'k> {
     /// Inside the output loop a row team deals out (`Kernel::shared_loops`):
     /// every thread stores its own elements.
     dealt: bool,
-    /// A dealt group's stores, held back until the group's last iteration
-    /// (`team::strided_in_groups`): `None` where stores go out in place.
+    /// A group's stores, held back until after its last element or
+    /// iteration (`in_flight`, `team::strided_in_groups`): `None` where
+    /// stores go out in place.
     deferred: Option<Vec<String>>,
     /// A row team's rows held in shared memory (`row_cache`).
     row_cache: Option<row_cache::RowCache>,

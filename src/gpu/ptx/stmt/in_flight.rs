@@ -4,11 +4,11 @@
 //! many. Its elements go in groups of four (`team::IN_FLIGHT`) while a
 //! whole group is left: each element's statements in turn, the group's
 //! stores held back until after its last element (`Emitter::deferred`),
-//! then the next group. A store in between would keep the next element's loads behind
-//! it (`ptxas` cannot know they read other memory): one load in flight
-//! per thread, which bounds a kernel of scalar accesses (a cross-entropy's
-//! gradient over rows of 50,257, which no vector access aligns) far below
-//! the memory's bandwidth. The elements of a thread are independent
+//! then the next group. A store in between would keep the next element's
+//! loads behind it (`ptxas` cannot know they read other memory): one
+//! load in flight per thread, which bounds a kernel of scalar accesses (a
+//! cross-entropy's gradient over rows of 50,257, which no vector access
+//! aligns) far below the memory's bandwidth. The elements of a thread are independent
 //! (other threads compute the grid's other elements at the same time), so
 //! no element reads what a held-back store writes: the same bits.
 //!
@@ -18,8 +18,7 @@
 //! Owns [`Emitter::element_groups`]. Must not decide the grid (the
 //! backend does) nor how many elements go together (its callers do).
 
-use super::super::asm::Ty;
-use super::super::asm::R;
+use super::super::asm::{Ty, R};
 use super::{Emitter, Res, Size};
 
 impl Emitter<'_> {
@@ -59,7 +58,7 @@ impl Emitter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::super::{emit, Arch};
     use crate::kernel::lower;
     use crate::symbolic::IndexFn;
@@ -67,7 +66,7 @@ mod tests {
 
     /// The order of `text`'s global loads and stores: `L`, `S` one
     /// element, `V`, `W` a vector of them.
-    fn memory_order(text: &str) -> String {
+    pub(in crate::gpu::ptx::stmt) fn memory_order(text: &str) -> String {
         text.lines()
             .filter_map(|l| match l.trim_start() {
                 l if l.starts_with("ld.global.v") => Some('V'),

@@ -683,20 +683,10 @@ impl Emitter<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::super::{emit, Arch};
+    use super::super::in_flight::tests::memory_order;
     use crate::kernel::lower;
     use crate::symbolic::IndexFn;
     use crate::DType;
-
-    /// The order of `k`'s global loads (`L`) and stores (`S`).
-    fn memory_order(text: &str) -> String {
-        text.lines()
-            .filter_map(|l| match l.trim_start() {
-                l if l.starts_with("ld.global") => Some('L'),
-                l if l.starts_with("st.global") => Some('S'),
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn a_dealt_groups_loads_go_out_before_its_stores() {
