@@ -8,14 +8,17 @@
 //! loads behind it (`ptxas` cannot know they read other memory): one
 //! load in flight per thread, which bounds a kernel of scalar accesses (a
 //! cross-entropy's gradient over rows of 50,257, which no vector access
-//! aligns) far below the memory's bandwidth. The elements of a thread are independent
-//! (other threads compute the grid's other elements at the same time), so
-//! no element reads what a held-back store writes: the same bits.
+//! aligns) far below the memory's bandwidth. The elements of a thread are
+//! independent (other threads compute the grid's other elements at the
+//! same time), so no element reads what a held-back store writes: the
+//! same bits.
 //!
 //! A kernel of vector groups (`vector`) runs its groups the same way, two
 //! at a time.
 //!
-//! Owns [`Emitter::element_groups`]. Must not decide the grid (the
+//! Owns [`Emitter::element_groups`] and the held-back stores
+//! ([`Emitter::store_operand`], [`Emitter::put_store`]: `team`'s dealt
+//! rows hold theirs back the same way). Must not decide the grid (the
 //! backend does) nor how many elements go together (its callers do).
 
 use super::super::asm::{Ty, R};
@@ -54,6 +57,23 @@ impl Emitter<'_> {
         self.a.op(format!("bra.uni {head}"));
         self.a.place(&rest);
         Ok(())
+    }
+
+    /// `v` as a store reads it: a copy while stores are held back (the
+    /// group's next element writes `v`'s register again).
+    pub(super) fn store_operand(&mut self, v: R) -> R {
+        match self.deferred {
+            Some(_) => self.a.un(&format!("mov.{}", self.sfx), v.ty, v),
+            None => v,
+        }
+    }
+
+    /// `store` emitted, or held back until the group's end.
+    pub(super) fn put_store(&mut self, store: String) {
+        match &mut self.deferred {
+            Some(held) => held.push(store),
+            None => self.a.op(store),
+        }
     }
 }
 

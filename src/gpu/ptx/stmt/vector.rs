@@ -202,22 +202,14 @@ impl Emitter<'_> {
             Stmt::Store { offset, value } if g.access(self.k, offset) == Access::Vector => {
                 let addr = self.address(self.out, offset)?;
                 let (n, sfx) = (g.lanes, self.sfx);
-                let values = match self.deferred {
-                    // A held-back store reads copies (`in_flight`).
-                    Some(_) => (0..n)
-                        .map(|lane| {
-                            let v = self.reg_in(*value, lane);
-                            self.a.un(&format!("mov.{sfx}"), v.ty, v).to_string()
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    None => self.lanes_of(g, *value),
-                };
-                let store = format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}");
-                match &mut self.deferred {
-                    Some(held) => held.push(store),
-                    None => self.a.op(store),
-                }
+                let values = (0..n)
+                    .map(|lane| {
+                        let v = self.reg_in(*value, lane);
+                        self.store_operand(v).to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.put_store(format!("st.global.v{n}.{sfx} [{addr}], {{{values}}}"));
                 Ok(())
             }
             _ => Err("internal: a statement a group cannot run".into()),
